@@ -1,0 +1,7 @@
+"""braeburn: train PyTorch models fast on MPS, CUDA or the CPU, and on many GPUs, with one script."""
+
+from . import _early  # noqa: F401  (first: records the environment before anything loads torch)
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

@@ -1,0 +1,1 @@
+"""The `braeburn` command: one module per verb, registered in main.py."""

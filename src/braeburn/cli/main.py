@@ -1,0 +1,61 @@
+"""Entry point of the `braeburn` command. Each verb lives in its own module under cli/.
+
+A verb module provides ``add_parser(subparsers)`` (which sets ``func`` to a callable taking the
+parsed arguments and returning the exit status). Verbs are imported only when named on the
+command line, so `braeburn doctor` does not pay for the imports of `braeburn bench`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .. import __version__
+
+# verb -> (module under braeburn.cli, one-line help). One line per verb.
+VERBS: dict[str, tuple[str, str]] = {
+    "doctor": ("doctor", "report what this machine can train on, and why"),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="braeburn", description="Train PyTorch models fast on MPS, CUDA or CPU.")
+    parser.add_argument("--version", action="version", version=f"braeburn {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
+    for verb, (module_name, help_text) in VERBS.items():
+        if only is not None and verb != only:
+            subparsers.add_parser(verb, help=help_text, add_help=False)
+            continue
+        module = importlib.import_module(f"braeburn.cli.{module_name}")
+        module.add_parser(subparsers.add_parser(verb, help=help_text, description=help_text))
+    return parser
+
+
+def _verb_named(argv: list[str]) -> str | None:
+    return next((arg for arg in argv if arg in VERBS), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verb = _verb_named(argv)
+    parser = build_parser(only=verb)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("braeburn: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # the user sees one clear line, the traceback with --debug
+        if args.debug:
+            raise
+        print(f"braeburn {args.verb}: error: {error}\n(run with --debug for the full traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

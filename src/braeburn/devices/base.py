@@ -1,0 +1,105 @@
+"""The capability interface every device kind answers. No device is named here."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .host import HostFacts
+
+PRECISIONS = ("no", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a kind is usable here; if not, why and what to do."""
+
+    usable: bool
+    reason: str
+    fix: str = ""
+    # True when the hardware is there but this setup cannot reach it (Rosetta,
+    # an old OS, a torch build without support): the user has something to fix.
+    fixable: bool = False
+
+
+@dataclass(frozen=True)
+class PrecisionSupport:
+    """Whether autocast to ``dtype`` works on a kind for this torch and OS."""
+
+    dtype: str
+    supported: bool
+    needs_grad_scaler: bool = False
+    grad_scaler_supported: bool = True
+    reason: str = ""  # when unsupported: what is missing, naming the version needed
+
+
+class DeviceKind(ABC):
+    """One kind of device: every fact braeburn knows about it lives in a subclass."""
+
+    name: ClassVar[str]
+    is_accelerator: ClassVar[bool]
+    process_group_backend: ClassVar[str | None]
+    pin_memory_helps: ClassVar[bool] = False
+    supports_float64: ClassVar[bool] = True
+    # Substrings of the error text this kind raises when memory runs out.
+    oom_markers: ClassVar[tuple[str, ...]] = ()
+    # (name, what it does, read only once when libtorch loads)
+    environment_variables: ClassVar[tuple[tuple[str, str, bool], ...]] = ()
+
+    # -- facts about the host (pure: read only the HostFacts) --------------
+    @abstractmethod
+    def availability(self, host: HostFacts) -> Availability: ...
+
+    @abstractmethod
+    def device_count(self, host: HostFacts) -> int: ...
+
+    @abstractmethod
+    def precision_support(self, dtype: str, host: HostFacts) -> PrecisionSupport: ...
+
+    def auto_precision_order(self, host: HostFacts) -> tuple[str, ...]:
+        """Mixed-precision dtypes that ``mixed_precision="auto"`` tries, best first."""
+        return ("bf16", "fp16")
+
+    def env_before_torch(self, *, fallback: bool = True, high_watermark: float | None = None,
+                         low_watermark: float | None = None) -> dict[str, str]:
+        """Variables that must be in the environment before torch loads."""
+        return {}
+
+    def compile_by_default(self, host: HostFacts) -> tuple[bool, str]:
+        return False, f"torch.compile is off by default on {self.name}"
+
+    def describe(self, host: HostFacts) -> str:
+        return self.name
+
+    # -- runtime (these import torch) ---------------------------------------
+    def torch_device(self, index: int = 0):
+        import torch
+
+        return torch.device(self.name, index)
+
+    def synchronize(self) -> None:
+        """Wait for queued work; a host-device sync, so only for timing."""
+
+    def manual_seed(self, seed: int) -> None:
+        """Seed this kind's own generators (the CPU one is seeded by torch.manual_seed)."""
+
+    def rng_state(self) -> Any:
+        return None
+
+    def set_rng_state(self, state: Any) -> None:
+        """Restore what :meth:`rng_state` returned."""
+
+    def empty_cache(self) -> None:
+        """Give cached, unused device memory back."""
+
+    def memory_stats(self) -> dict[str, int]:
+        """Bytes in use, the peak and the limit, where the kind can tell."""
+        return {}
+
+    def reset_peak_memory(self) -> None:
+        """Start a new peak-memory window."""
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        text = str(error)
+        return any(marker in text for marker in self.oom_markers)

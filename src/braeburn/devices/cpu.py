@@ -1,0 +1,46 @@
+"""The CPU: always there, the fallback of every choice."""
+
+from __future__ import annotations
+
+import resource
+import sys
+from typing import ClassVar
+
+from .base import Availability, DeviceKind, PrecisionSupport
+from .host import HostFacts
+
+
+class CpuDevice(DeviceKind):
+    name: ClassVar[str] = "cpu"
+    is_accelerator: ClassVar[bool] = False
+    process_group_backend: ClassVar[str | None] = "gloo"
+    oom_markers: ClassVar[tuple[str, ...]] = ("DefaultCPUAllocator: can't allocate memory",
+                                              "DefaultCPUAllocator: not enough memory")
+    environment_variables: ClassVar[tuple[tuple[str, str, bool], ...]] = (
+        ("OMP_NUM_THREADS", "CPU threads torch uses for one op", True),
+    )
+
+    def availability(self, host: HostFacts) -> Availability:
+        return Availability(True, f"{host.cpu_count} cores")
+
+    def device_count(self, host: HostFacts) -> int:
+        return 1
+
+    def precision_support(self, dtype: str, host: HostFacts) -> PrecisionSupport:
+        # torch.autocast("cpu") handles bf16 and fp16; GradScaler("cpu") exists from 2.3.
+        return PrecisionSupport(dtype, True, needs_grad_scaler=dtype == "fp16")
+
+    def auto_precision_order(self, host: HostFacts) -> tuple[str, ...]:
+        # Without AMX, bf16 autocast on the CPU is usually slower than float32;
+        # "auto" therefore keeps float32 here and bf16 stays one flag away.
+        return ()
+
+    def torch_device(self, index: int = 0):
+        import torch
+
+        return torch.device("cpu")
+
+    def memory_stats(self) -> dict[str, int]:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        # ru_maxrss is KiB on Linux and bytes on macOS.
+        return {"peak_bytes": peak if sys.platform == "darwin" else peak * 1024}

@@ -1,0 +1,52 @@
+"""Shared fixtures: fake host facts, and the requires() marker for real hardware."""
+
+from __future__ import annotations
+
+import pytest
+
+from braeburn.devices.host import HostFacts, current_host, use_host
+from braeburn.devices.registry import get_kind
+
+LINUX_CPU = HostFacts(system="Linux", machine="x86_64", python_version="3.11.7", torch_version=(2, 13, 0),
+                      torch_version_str="2.13.0", cpu_count=8)
+APPLE_M = HostFacts(system="Darwin", machine="arm64", macos_version=(15, 1), apple_silicon=True,
+                    python_version="3.11.7", torch_version=(2, 13, 0), torch_version_str="2.13.0",
+                    mps_built=True, mps_available=True, cpu_count=10)
+CUDA_BOX = HostFacts(system="Linux", machine="x86_64", python_version="3.11.7", torch_version=(2, 13, 0),
+                     torch_version_str="2.13.0+cu128", torch_cuda_version="12.8", nvidia_driver_present=True,
+                     cuda_available=True, cuda_device_count=2, cuda_capabilities=((9, 0), (9, 0)),
+                     cuda_names=("NVIDIA H200", "NVIDIA H200"), cpu_count=32)
+
+HOSTS = {"linux_cpu": LINUX_CPU, "apple": APPLE_M, "cuda": CUDA_BOX}
+
+
+@pytest.fixture
+def fake_host():
+    """Call with a base name ('linux_cpu', 'apple', 'cuda') and overrides; current_host() returns it."""
+    stack = []
+
+    def install(base: str = "linux_cpu", **overrides) -> HostFacts:
+        facts = HOSTS[base].replace(**overrides)
+        context = use_host(facts)
+        context.__enter__()
+        stack.append(context)
+        return facts
+
+    yield install
+    for context in reversed(stack):
+        context.__exit__(None, None, None)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "requires(device, min_devices=1): needs real hardware")
+
+
+def pytest_runtest_setup(item):
+    marker = item.get_closest_marker("requires")
+    if marker is None:
+        return
+    name = marker.kwargs.get("device", marker.args[0] if marker.args else "cpu")
+    wanted = marker.kwargs.get("min_devices", 1)
+    kind, host = get_kind(name), current_host()
+    if not kind.availability(host).usable or kind.device_count(host) < wanted:
+        pytest.skip(f"needs {wanted} usable {name} device(s); this machine has {kind.device_count(host)}")
