@@ -1,0 +1,358 @@
+"""braeburn against its peers on the same workloads, in one process: samples/s after warm-up.
+
+    python benchmarks/peers.py                      # all workloads, all frameworks, on the GPU
+    python benchmarks/peers.py --workloads gpt2-small --frameworks braeburn,bare
+    python benchmarks/peers.py --tiny --steps 6     # small configs: checks the script on a CPU
+
+Every framework trains the same model (a fresh one, same seed) on the same synthetic batches with
+bf16 autocast (fp32 on the CPU) and an AdamW optimizer, and is timed from the end of step
+`warmup` to the end of the last step, with one device synchronisation at each end. Frameworks run
+one after another with memory freed in between; global torch flags are reset after each.
+Peers use their defaults; braeburn uses its defaults (the user picks only model, data and batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+# ----------------------------------------------------------------------------- workloads
+
+
+class WithLoss(nn.Module):
+    """An image classifier that returns {"loss", "logits"} as Transformers models do."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+        self.loss = nn.CrossEntropyLoss()
+
+    def forward(self, pixel_values, labels=None):
+        logits = self.net(pixel_values)
+        return {"loss": self.loss(logits, labels), "logits": logits}
+
+
+class SyntheticDataset(torch.utils.data.Dataset):
+    """`length` samples drawn from a pool of `pool` fixed random samples (saves host memory)."""
+
+    def __init__(self, make_sample: Callable[[torch.Generator], dict], length: int, pool: int = 256):
+        g = torch.Generator().manual_seed(0)
+        self.samples = [make_sample(g) for _ in range(min(pool, length))]
+        self.length = length
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        return self.samples[index % len(self.samples)]
+
+
+@dataclass
+class Workload:
+    name: str
+    batch_size: int
+    make_model: Callable[[], nn.Module]
+    make_sample: Callable[[torch.Generator], dict]
+    flops_per_sample: Callable[[nn.Module], float]
+
+
+def _bert(tiny: bool) -> Workload:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    seq = 32 if tiny else 128
+    cfg = BertConfig(num_labels=2, attn_implementation="sdpa")
+    if tiny:
+        cfg = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                         num_labels=2, attn_implementation="sdpa")
+
+    def sample(g):
+        return {"input_ids": torch.randint(0, cfg.vocab_size, (seq,), generator=g),
+                "attention_mask": torch.ones(seq, dtype=torch.long),
+                "labels": torch.randint(0, 2, (), generator=g)}
+
+    def flops(model):
+        n = sum(p.numel() for p in model.parameters()) - cfg.vocab_size * cfg.hidden_size
+        return 6 * n * seq + 12 * cfg.num_hidden_layers * cfg.hidden_size * seq * seq
+
+    return Workload("bert-base", 4 if tiny else 32, lambda: BertForSequenceClassification(cfg), sample, flops)
+
+
+def _resnet(tiny: bool) -> Workload:
+    import torchvision
+
+    size = 32 if tiny else 224
+
+    def make():
+        return WithLoss(torchvision.models.resnet18(num_classes=10) if tiny else torchvision.models.resnet50())
+
+    def sample(g):
+        return {"pixel_values": torch.randn(3, size, size, generator=g),
+                "labels": torch.randint(0, 10 if tiny else 1000, (), generator=g)}
+
+    return Workload("resnet50", 4 if tiny else 64, make, sample, lambda m: 3 * 4.1e9 * (size / 224) ** 2)
+
+
+def _gpt2(tiny: bool) -> Workload:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    seq = 64 if tiny else 1024
+    cfg = GPT2Config(n_positions=seq, attn_implementation="sdpa")
+    if tiny:
+        cfg = GPT2Config(n_embd=64, n_layer=2, n_head=2, n_positions=seq, attn_implementation="sdpa")
+
+    def sample(g):
+        ids = torch.randint(0, cfg.vocab_size, (seq,), generator=g)
+        return {"input_ids": ids, "labels": ids}
+
+    def flops(model):  # nanoGPT's estimate: 6N per token plus attention
+        n = sum(p.numel() for p in model.parameters()) - cfg.n_positions * cfg.n_embd
+        return (6 * n + 12 * cfg.n_layer * cfg.n_embd * seq) * seq
+
+    return Workload("gpt2-small", 2 if tiny else 8, lambda: GPT2LMHeadModel(cfg), sample, flops)
+
+
+WORKLOADS = {"bert-base": _bert, "resnet50": _resnet, "gpt2-small": _gpt2}
+
+# ----------------------------------------------------------------------------- timing
+
+
+class StepClock:
+    """Marks the end of step `warmup` and of step `last`, synchronising the device only there."""
+
+    def __init__(self, device: torch.device, warmup: int, last: int):
+        self.device, self.warmup, self.last = device, warmup, last
+        self.t0 = self.t1 = None
+
+    def _sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def step_done(self, step: int) -> None:  # step counts from 1
+        if step == self.warmup:
+            self._sync()
+            self.t0 = time.perf_counter()
+        elif step == self.last:
+            self._sync()
+            self.t1 = time.perf_counter()
+
+    def samples_per_second(self, batch: int) -> float:
+        if self.t0 is None or self.t1 is None:
+            return float("nan")
+        return (self.last - self.warmup) * batch / (self.t1 - self.t0)
+
+
+def collate(items):
+    return {k: torch.stack([torch.as_tensor(item[k]) for item in items]) for k in items[0]}
+
+
+# ----------------------------------------------------------------------------- runners
+
+
+def run_bare(w: Workload, ds, clock: StepClock, device, bf16: bool, compile_model: bool = False):
+    """A hand-written loop: fused AdamW, pinned memory, non-blocking copies."""
+    model = w.make_model().to(device)
+    step_fn = torch.compile(model) if compile_model else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    dl = torch.utils.data.DataLoader(ds, batch_size=w.batch_size, shuffle=True, collate_fn=collate,
+                                     pin_memory=device.type == "cuda", drop_last=True)
+    for step, batch in enumerate(dl, 1):
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = step_fn(**batch)["loss"]
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        clock.step_done(step)
+
+
+def run_bare_compiled(w, ds, clock, device, bf16):
+    run_bare(w, ds, clock, device, bf16, compile_model=True)
+
+
+def run_accelerate(w: Workload, ds, clock: StepClock, device, bf16: bool):
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(mixed_precision="bf16" if bf16 else "no", cpu=device.type == "cpu")
+    model = w.make_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    dl = torch.utils.data.DataLoader(ds, batch_size=w.batch_size, shuffle=True, collate_fn=collate, drop_last=True)
+    model, opt, dl = accelerator.prepare(model, opt, dl)
+    for step, batch in enumerate(dl, 1):
+        loss = model(**batch)["loss"]
+        accelerator.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        clock.step_done(step)
+
+
+def run_lightning(w: Workload, ds, clock: StepClock, device, bf16: bool):
+    import lightning as L
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = w.make_model()
+
+        def training_step(self, batch, batch_idx):
+            return self.model(**batch)["loss"]
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+    class Clock(L.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            clock.step_done(trainer.global_step)
+
+    dl = torch.utils.data.DataLoader(ds, batch_size=w.batch_size, shuffle=True, collate_fn=collate, drop_last=True)
+    trainer = L.Trainer(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1,
+                        precision="bf16-mixed" if bf16 else "32-true", max_steps=clock.last, logger=False,
+                        enable_checkpointing=False, callbacks=[Clock()], enable_model_summary=False)
+    trainer.fit(Module(), dl)
+
+
+def run_hf_trainer(w: Workload, ds, clock: StepClock, device, bf16: bool):
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            clock.step_done(state.global_step)
+
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(output_dir=out, per_device_train_batch_size=w.batch_size, max_steps=clock.last,
+                                 bf16=bf16, use_cpu=device.type == "cpu", report_to=[], save_strategy="no",
+                                 logging_steps=10_000, learning_rate=1e-4, disable_tqdm=True)
+        trainer = Trainer(model=w.make_model(), args=args, train_dataset=ds, data_collator=collate,
+                          callbacks=[Clock()])
+        trainer.train()
+
+
+def run_braeburn(w: Workload, ds, clock: StepClock, device, bf16: bool):
+    from braeburn import Trainer, TrainingConfig
+    from braeburn.trainer.callbacks import Callback
+
+    class Clock(Callback):
+        def on_step_end(self, trainer, state, **kwargs):
+            clock.step_done(state.global_step)
+
+    with tempfile.TemporaryDirectory() as out:
+        config = TrainingConfig(output_dir=out, overwrite_output_dir=True, per_device_train_batch_size=w.batch_size,
+                                max_steps=clock.last, save_strategy="no", learning_rate=1e-4,
+                                use_cpu=device.type == "cpu")
+        Trainer(w.make_model(), config, train_dataset=ds, collate_fn=collate, callbacks=[Clock()]).train()
+
+
+RUNNERS = {"hf-trainer": run_hf_trainer, "accelerate": run_accelerate, "lightning": run_lightning,
+           "bare": run_bare, "bare+compile": run_bare_compiled, "braeburn": run_braeburn}
+PEERS = ("hf-trainer", "accelerate", "lightning")
+
+# ----------------------------------------------------------------------------- main
+
+
+def matmul_peak_tflops(device: torch.device, dtype=torch.bfloat16, n: int = 8192) -> float:
+    if device.type != "cuda":
+        n, dtype = 1024, torch.float32
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    reps = 20 if device.type == "cuda" else 3
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return 2 * n**3 * reps / (time.perf_counter() - t) / 1e12
+
+
+def _reset_globals():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True  # torch's default
+    torch.backends.cudnn.benchmark = False
+    torch.set_float32_matmul_precision("highest")
+    if hasattr(torch, "_dynamo"):
+        torch._dynamo.reset()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run_one(framework: str, workload: Workload, device, warmup: int, steps: int, bf16: bool) -> dict:
+    torch.manual_seed(0)
+    ds = SyntheticDataset(workload.make_sample, length=(steps + 2) * workload.batch_size)
+    clock = StepClock(device, warmup, steps)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    error = None
+    try:
+        RUNNERS[framework](workload, ds, clock, device, bf16)
+    except Exception as exc:  # one framework failing must not hide the others' numbers
+        error = f"{type(exc).__name__}: {str(exc)[:300]}"
+    result = {"framework": framework, "workload": workload.name, "samples_per_s": clock.samples_per_second(
+        workload.batch_size), "wall_s": time.perf_counter() - start, "error": error}
+    if device.type == "cuda":
+        result["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    _reset_globals()
+    return result
+
+
+def table(results: list[dict], peak: float, flops: dict[str, float]) -> str:
+    lines = ["| workload | framework | samples/s | vs best peer | MFU | note |", "|---|---|---|---|---|---|"]
+    for name in dict.fromkeys(r["workload"] for r in results):
+        rows = [r for r in results if r["workload"] == name]
+        peer_rates = [r["samples_per_s"] for r in rows if r["framework"] in PEERS and not math.isnan(r["samples_per_s"])]
+        best = max(peer_rates) if peer_rates else float("nan")
+        for r in rows:
+            rate = r["samples_per_s"]
+            mfu = rate * flops[name] / (peak * 1e12) if peak else float("nan")
+            lines.append(f"| {name} | {r['framework']} | {rate:.1f} | {rate / best:.2f}x | {mfu:.1%} | "
+                         f"{r['error'] or ''} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", default="bert-base,resnet50,gpt2-small")
+    parser.add_argument("--frameworks", default="hf-trainer,accelerate,lightning,bare,bare+compile,braeburn")
+    parser.add_argument("--warmup", type=int, default=15, help="steps before timing starts (compile happens here)")
+    parser.add_argument("--steps", type=int, default=60, help="last step timed")
+    parser.add_argument("--tiny", action="store_true", help="tiny configs, to check the script on a CPU")
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    bf16 = device.type == "cuda"
+    peak = matmul_peak_tflops(device)
+    name = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu"
+    print(f"device: {name}; torch {torch.__version__}; measured matmul peak {peak:.0f} TFLOP/s "
+          f"({'bf16' if bf16 else 'fp32'})", flush=True)
+    results, flops = [], {}
+    for wname in args.workloads.split(","):
+        workload = WORKLOADS[wname](args.tiny)
+        flops[wname] = workload.flops_per_sample(workload.make_model())
+        for framework in args.frameworks.split(","):
+            result = run_one(framework, workload, device, args.warmup, args.steps, bf16)
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    print(table(results, peak, flops))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": name, "torch": torch.__version__, "peak_tflops": peak, "results": results,
+                       "flops_per_sample": flops, "python": sys.version.split()[0], "pid": os.getpid()}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
