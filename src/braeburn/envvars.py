@@ -16,6 +16,11 @@ MIXED_PRECISION_VAR = "BRAEBURN_MIXED_PRECISION"  # auto | no | fp16 | bf16
 STRATEGY_VAR = "BRAEBURN_STRATEGY"  # auto | ddp | fsdp
 COMPILE_VAR = "BRAEBURN_COMPILE"  # auto | true | false
 CHECK_DIR_VAR = "BRAEBURN_CHECK_DIR"  # set by `braeburn check` in the runs it compares (see probe.py)
+CHECK_STEPS_VAR = "BRAEBURN_CHECK_STEPS"  # optimizer steps a checked run records before it stops
+CHECK_SIDE_VAR = "BRAEBURN_CHECK_SIDE"  # reference | accelerator | bench: which run this is
+CHECK_REFERENCE_VAR = "BRAEBURN_CHECK_REFERENCE_DIR"  # accelerator side: the reference run's records
+CHECK_TARGET_VAR = "BRAEBURN_CHECK_TARGET"  # the device kind the accelerator side uses (float64 checks)
+SEED_VAR = "BRAEBURN_SEED"  # a seed scripts and the Accelerator may honour; `check` sets it on both sides
 
 BRAEBURN_VARIABLES: tuple[tuple[str, str, bool], ...] = (
     (DEVICE_VAR, "overrides the device choice everywhere (cpu, cuda, mps, gpu, auto)", False),
