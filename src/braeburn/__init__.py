@@ -4,4 +4,13 @@ from . import _early  # noqa: F401  (first: records the environment before anyth
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "Accelerator"]
+
+
+def __getattr__(name: str):
+    # Lazy, so `import braeburn` does not load torch before _early has looked at the environment.
+    if name == "Accelerator":
+        from .accelerator import Accelerator
+
+        return Accelerator
+    raise AttributeError(f"module 'braeburn' has no attribute {name!r}")

@@ -59,6 +59,11 @@ class HostFacts:
     def replace(self, **changes) -> "HostFacts":
         return dataclasses.replace(self, **changes)
 
+    @property
+    def workers_start_by_spawn(self) -> bool:
+        """DataLoader workers start by spawn here (macOS, Windows): each re-imports the script."""
+        return self.system in ("Darwin", "Windows")
+
 
 def _sysctl(name: str) -> str:
     try:

@@ -1,0 +1,474 @@
+"""The Accelerator: your own training loop, on the best device, with the right precision.
+
+It composes the pieces and holds no device facts: the plan (``braeburn.plan.make_plan``) chooses the
+device kind, precision and strategy; the device kind answers every device question; the precision
+policy owns autocast and the grad scaler; ``data`` moves and shards batches; ``state`` writes
+checkpoints; ``distributed`` talks to the process group.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import functools
+import os
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from . import probe
+from .data import BatchTracker, DeviceDataLoader, apply_to_tensors, truncate_padding
+from .devices.host import current_host
+from .distributed import process_group as pg
+from .envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, env_default, env_device
+from .fallback import FallbackRecorder, early_env_advice
+from .plan import OptionError, Plan, PlanError, RunOptions, make_plan
+from .precision import PrecisionPolicy, make_policy
+from . import state as state_io
+
+_said_once: set[str] = set()
+
+
+def _say_once(message: str, *, as_warning: bool = False) -> None:
+    if message in _said_once:
+        return
+    _said_once.add(message)
+    if as_warning:
+        warnings.warn(message, UserWarning, stacklevel=3)
+    else:
+        print(message, flush=True)
+
+
+# -- prepared optimizers and schedulers ---------------------------------------------------------
+class AcceleratedOptimizer(torch.optim.Optimizer):
+    """Steps only on a gradient-accumulation boundary, through the grad scaler when there is one."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, accelerator: "Accelerator"):
+        # No super().__init__: the wrapped optimizer owns the parameter groups and state.
+        self.optimizer, self.accelerator = optimizer, accelerator
+        self.step_was_skipped = False
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value):
+        self.optimizer.param_groups = value
+
+    @property
+    def state(self):
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, value):
+        self.optimizer.state = value
+
+    @property
+    def defaults(self):
+        return self.optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value):
+        self.optimizer.defaults = value
+
+    def add_param_group(self, param_group: dict) -> None:
+        self.optimizer.add_param_group(param_group)
+
+    def state_dict(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.optimizer.load_state_dict(state_dict)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if self.accelerator.sync_gradients:  # off-boundary the gradients are still accumulating
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure=None):
+        if not self.accelerator.sync_gradients:
+            return None
+        probe.before_optimizer_step(self.accelerator, self.optimizer)
+        stepped = self.accelerator._policy.step(self.optimizer, closure)
+        self.step_was_skipped = not stepped
+        return None
+
+    def __getattr__(self, name: str):
+        if name in ("optimizer", "accelerator"):
+            raise AttributeError(name)
+        return getattr(self.optimizer, name)
+
+    def __repr__(self) -> str:
+        return f"AcceleratedOptimizer({self.optimizer!r})"
+
+
+class AcceleratedScheduler:
+    """Steps only when the optimizers really stepped (a boundary, and the grad scaler did not skip)."""
+
+    def __init__(self, scheduler, accelerator: "Accelerator", step_with_optimizer: bool = True):
+        self.scheduler, self.accelerator, self.step_with_optimizer = scheduler, accelerator, step_with_optimizer
+
+    def step(self, *args, **kwargs) -> None:
+        if self.step_with_optimizer and (not self.accelerator.sync_gradients
+                                         or self.accelerator.optimizer_step_was_skipped):
+            return
+        with warnings.catch_warnings():  # the wrapped optimizer's step counter is torch's business
+            warnings.filterwarnings("ignore", message=".*lr_scheduler.step\\(\\)` before `optimizer.step\\(\\)`")
+            self.scheduler.step(*args, **kwargs)
+
+    def state_dict(self) -> dict:
+        return self.scheduler.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.scheduler.load_state_dict(state_dict)
+
+    def get_last_lr(self) -> list[float]:
+        return self.scheduler.get_last_lr()
+
+    def __getattr__(self, name: str):
+        if name in ("scheduler", "accelerator", "step_with_optimizer"):
+            raise AttributeError(name)
+        return getattr(self.scheduler, name)
+
+
+def _is_scheduler(obj: Any) -> bool:
+    return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
+
+
+def _autocast_forward(module: torch.nn.Module, policy: PrecisionPolicy) -> None:
+    """Run ``module``'s forward under autocast and hand float32 outputs back (like Accelerate)."""
+    if getattr(module.forward, "_braeburn_autocast", False):
+        return
+    original = module.forward
+
+    @functools.wraps(original)
+    def forward(*args, **kwargs):
+        with policy.autocast():
+            output = original(*args, **kwargs)
+        return apply_to_tensors(lambda t: t.float() if t.dtype in (torch.float16, torch.bfloat16) else t, output)
+
+    forward._braeburn_autocast = True
+    module.forward = forward
+
+
+class Accelerator:
+    """Make a hand-written training loop run on the best device, with the right precision, on 1..N processes.
+
+    Every argument left at "auto" is resolved by :func:`braeburn.plan.make_plan` (the launcher's
+    BRAEBURN_* variables fill them first); an impossible choice raises :class:`PlanError` listing all.
+    """
+
+    def __init__(self, cpu: bool = False, mixed_precision: str = "auto", gradient_accumulation_steps: int = 1,
+                 accelerator: str = "auto", devices="auto", strategy: str = "auto", compile="auto",
+                 seed: int | None = None, mps_fallback: bool = True, step_scheduler_with_optimizer: bool = True):
+        world = pg.world_from_env()
+        self.plan: Plan = self._make_plan(cpu, mixed_precision, gradient_accumulation_steps, accelerator, devices,
+                                          strategy, compile, mps_fallback, world.world_size)
+        kind = self.plan.device
+        self.device: torch.device = kind.torch_device(world.local_rank)
+        self.precision: str = self.plan.precision
+        self.num_processes, self.process_index = world.world_size, world.rank
+        self.local_process_index = world.local_rank
+        self.gradient_accumulation_steps = gradient_accumulation_steps
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.sync_gradients = True
+        self.seed = seed
+        self._owns_process_group = False
+        if world.distributed:
+            self._owns_process_group = pg.init_process_group(self.plan.backend, world, self.device)
+        if seed is not None:
+            state_io.seed_everything(seed, kind)
+        self._policy = make_policy(self.plan.precision, self.plan.grad_scaler, self.device)
+        self._tracker = BatchTracker()
+        self._accumulation_step = 0
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[DeviceDataLoader] = []
+        self._data_seed: int | None = seed
+        self._fallback = FallbackRecorder().start()
+        self._announce()
+
+    @staticmethod
+    def _make_plan(cpu, mixed_precision, gradient_accumulation_steps, accelerator, devices, strategy, compile,
+                   mps_fallback, world_size) -> Plan:
+        options = RunOptions(
+            accelerator=accelerator, devices=devices, cpu=cpu, env_device=env_device(),
+            mixed_precision=env_default(MIXED_PRECISION_VAR, mixed_precision), num_processes=world_size,
+            strategy=env_default(STRATEGY_VAR, strategy),
+            compile=env_default(COMPILE_VAR, compile) if isinstance(compile, str) else compile,
+            mps_fallback=mps_fallback)
+        errors: list[OptionError] = []
+        steps = gradient_accumulation_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            errors.append(OptionError("gradient_accumulation_steps", steps, "must be a whole number >= 1 "
+                                      "(1 means an optimizer step after every batch)"))
+        try:
+            plan = make_plan(options, current_host())
+        except PlanError as error:
+            raise PlanError(error.errors + errors) from None
+        if errors:
+            raise PlanError(errors)
+        return plan
+
+    def _announce(self) -> None:
+        plan = self.plan
+        if self.is_main_process:
+            _say_once(f"braeburn: training on {self.device} ({plan.device_reason}); precision "
+                      f"{plan.precision}: {plan.precision_reason}")
+        advice = early_env_advice(plan.env, current_host(), os.environ)
+        if advice:
+            _say_once(f"braeburn: {advice}", as_warning=True)
+
+    # -- who am I -----------------------------------------------------------------------------
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_process_index == 0
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True when the grad scaler skipped the last optimizer step (inf/nan gradients)."""
+        return any(optimizer.step_was_skipped for optimizer in self._optimizers)
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler | None:
+        return self._policy.scaler
+
+    def __repr__(self) -> str:
+        return (f"Accelerator(device={self.device}, precision={self.precision!r}, processes={self.num_processes}, "
+                f"strategy={self.plan.strategy!r}, gradient_accumulation_steps={self.gradient_accumulation_steps})")
+
+    # -- prepare ------------------------------------------------------------------------------
+    def prepare(self, *objects: Any) -> Any:
+        """Models, optimizers, DataLoaders and LR schedulers, in any order; returned in the same order."""
+        prepared: list[Any] = list(objects)
+        for index, obj in enumerate(objects):  # schedulers last: they look at the prepared optimizers
+            if not _is_scheduler(obj):
+                prepared[index] = self._prepare_one(obj)
+        for index, obj in enumerate(objects):
+            if _is_scheduler(obj):
+                prepared[index] = self._prepare_scheduler(obj)
+        models = [self.unwrap_model(obj) for obj in prepared if isinstance(obj, torch.nn.Module)]
+        if models:
+            probe.after_prepare(self, models)
+        return prepared[0] if len(prepared) == 1 else tuple(prepared)
+
+    def _prepare_one(self, obj: Any) -> Any:
+        if isinstance(obj, torch.nn.Module):
+            return self._prepare_model(obj)
+        if isinstance(obj, AcceleratedOptimizer) or isinstance(obj, DeviceDataLoader):
+            return obj
+        if isinstance(obj, torch.optim.Optimizer):
+            optimizer = AcceleratedOptimizer(obj, self)
+            self._optimizers.append(optimizer)
+            return optimizer
+        if isinstance(obj, torch.utils.data.DataLoader):
+            return self._prepare_dataloader(obj)
+        return obj
+
+    def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        if self.plan.strategy == "fsdp":
+            raise NotImplementedError("strategy='fsdp' is not handled by Accelerator.prepare yet: pass "
+                                      "strategy='ddp' (or leave it at 'auto') to replicate the model on each process")
+        model = model.to(self.device)
+        if self._policy.dtype is not None:
+            _autocast_forward(model, self._policy)
+        if self.num_processes > 1:
+            model = pg.wrap_ddp(model, self.device)
+        if self.plan.compile:
+            model = torch.compile(model)
+        self._models.append(model)
+        return model
+
+    def _prepare_dataloader(self, loader: torch.utils.data.DataLoader) -> DeviceDataLoader:
+        if self._data_seed is None:  # drawn from torch's generator, so torch.manual_seed governs it
+            drawn = int(torch.randint(0, 2**31 - 1, ()).item())
+            self._data_seed = pg.broadcast_int(drawn) if self.num_processes > 1 else drawn
+        prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
+                                    num_processes=self.num_processes, process_index=self.process_index,
+                                    seed=self._data_seed, tracker=self._tracker, host=current_host())
+        self._dataloaders.append(prepared)
+        return prepared
+
+    def _prepare_scheduler(self, scheduler) -> AcceleratedScheduler:
+        prepared = AcceleratedScheduler(scheduler, self, self.step_scheduler_with_optimizer)
+        self._schedulers.append(prepared)
+        return prepared
+
+    # -- the training step --------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()``, divided by gradient_accumulation_steps and scaled when fp16 needs it."""
+        if self.gradient_accumulation_steps > 1:
+            loss = loss / self.gradient_accumulation_steps
+        self._policy.backward(loss, **kwargs)
+        probe.after_backward(self, loss)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Autocast to the resolved precision (a no-op for float32)."""
+        return self._policy.autocast()
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """One micro-batch: sets ``sync_gradients``; off-boundary DDP skips its gradient all-reduce."""
+        self._accumulation_step += 1
+        at_end = self._tracker.end_of_dataloader
+        self.sync_gradients = at_end or self._accumulation_step % self.gradient_accumulation_steps == 0
+        if at_end:
+            self._accumulation_step = 0  # the next epoch starts a fresh accumulation window
+        with contextlib.ExitStack() as stack:
+            if not self.sync_gradients and self.num_processes > 1:
+                for model in models:
+                    if hasattr(model, "no_sync"):
+                        stack.enter_context(model.no_sync())
+            yield
+
+    def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Unscale (fp16), then clip; returns the total norm. Off-boundary it only measures (no clip)."""
+        parameters = [p for p in parameters if p.grad is not None] if not isinstance(parameters, torch.Tensor) \
+            else [parameters]
+        if not self.sync_gradients:
+            norm = torch.nn.utils.clip_grad_norm_(parameters, float("inf"), norm_type)
+            return norm / self.scaler.get_scale() if self.scaler is not None else norm
+        for optimizer in self._optimizers:
+            self._unscale_once(optimizer)
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type)
+
+    def _unscale_once(self, optimizer: AcceleratedOptimizer) -> None:
+        if self.scaler is None:
+            return
+        try:
+            self._policy.unscale_(optimizer.optimizer)
+        except RuntimeError as error:  # already unscaled since the last step: nothing more to do
+            if "unscale_() has already been called" not in str(error):
+                raise
+
+    # -- collectives and metrics --------------------------------------------------------------
+    def _metric(self, data: Any) -> Any:
+        """Numbers become tensors on the device; float64 becomes float32 where the device has none."""
+        if isinstance(data, (int, float)) or (hasattr(data, "dtype") and not isinstance(data, torch.Tensor)):
+            data = torch.as_tensor(data)
+        to_float32 = not self.plan.device.supports_float64
+        return apply_to_tensors(
+            lambda t: (t.float() if to_float32 and t.dtype == torch.float64 else t).to(self.device), data)
+
+    def gather(self, tensor: Any) -> Any:
+        """All ranks' tensors concatenated on dim 0 (nested lists/tuples/dicts too)."""
+        return pg.gather(self._metric(tensor))
+
+    def gather_for_metrics(self, data: Any) -> Any:
+        """:meth:`gather`, minus the samples repeated to pad an uneven last batch across processes."""
+        if isinstance(data, (list, tuple)) and data and not any(
+                isinstance(item, (torch.Tensor, dict, list, tuple)) for item in data):
+            gathered: Any = [item for part in pg.gather_object(list(data)) for item in part]
+        else:
+            gathered = self.gather(data)
+        if self._tracker.end_of_dataloader and self._tracker.remainder >= 0:
+            gathered = truncate_padding(gathered, self._tracker.remainder)
+        return gathered
+
+    def reduce(self, tensor: Any, reduction: str = "mean") -> Any:
+        """All ranks' tensors summed or averaged (``reduction``: "mean" | "sum")."""
+        return pg.reduce(self._metric(tensor), reduction)
+
+    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The user's module, without torch.compile or DDP wrappers."""
+        while True:
+            inner = getattr(model, "_orig_mod", None)  # torch.compile's OptimizedModule
+            if inner is None and isinstance(model, torch.nn.parallel.DistributedDataParallel):
+                inner = model.module
+            if inner is None:
+                return model
+            model = inner
+
+    def wait_for_everyone(self) -> None:
+        pg.barrier()
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """print() on the main process only."""
+        if self.is_main_process:
+            builtins.print(*args, **kwargs)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def save_state(self, output_dir: str | os.PathLike) -> None:
+        """Models, optimizers, schedulers, grad scaler, RNG states and dataloader positions, written
+        atomically: into a directory beside ``output_dir``, then renamed into place."""
+        if self.is_main_process:
+            staging = state_io.prepare_staging(output_dir)
+        self.wait_for_everyone()
+        staging = state_io.staging_dir(output_dir)
+        state_io.save_file(state_io.rng_state(self.plan.device), staging, f"rng_state_{self.process_index}.pt")
+        if self.is_main_process:
+            self._save_training_objects(staging)
+        self.wait_for_everyone()
+        if self.is_main_process:
+            state_io.publish(output_dir)
+        self.wait_for_everyone()
+
+    def _save_training_objects(self, directory) -> None:
+        save = state_io.save_file
+        for i, model in enumerate(self._models):
+            save(self.unwrap_model(model).state_dict(), directory, f"model_{i}.pt")
+        for i, optimizer in enumerate(self._optimizers):
+            save(optimizer.state_dict(), directory, f"optimizer_{i}.pt")
+        for i, scheduler in enumerate(self._schedulers):
+            save(scheduler.state_dict(), directory, f"scheduler_{i}.pt")
+        for i, loader in enumerate(self._dataloaders):
+            save(loader.state_dict(), directory, f"dataloader_{i}.pt")
+        save({"precision": self._policy.state_dict(), "accumulation_step": self._accumulation_step,
+              "counts": self._counts(), "num_processes": self.num_processes}, directory, "accelerator.pt")
+
+    def _counts(self) -> dict[str, int]:
+        return {"models": len(self._models), "optimizers": len(self._optimizers),
+                "schedulers": len(self._schedulers), "dataloaders": len(self._dataloaders)}
+
+    def load_state(self, input_dir: str | os.PathLike) -> None:
+        """Restore what :meth:`save_state` wrote, into the objects prepared (in the same order)."""
+        load = state_io.load_file
+        meta = load(input_dir, "accelerator.pt")
+        if meta["counts"] != self._counts():
+            raise ValueError(f"{input_dir} holds {meta['counts']}, but this Accelerator has prepared "
+                             f"{self._counts()}: prepare the same models, optimizers, schedulers and dataloaders, "
+                             "in the same order, before load_state()")
+        for i, model in enumerate(self._models):
+            self.unwrap_model(model).load_state_dict(load(input_dir, f"model_{i}.pt"))
+        for i, optimizer in enumerate(self._optimizers):
+            optimizer.load_state_dict(load(input_dir, f"optimizer_{i}.pt"))
+        for i, scheduler in enumerate(self._schedulers):
+            scheduler.load_state_dict(load(input_dir, f"scheduler_{i}.pt"))
+        for i, loader in enumerate(self._dataloaders):
+            loader.load_state_dict(load(input_dir, f"dataloader_{i}.pt"))
+        self._policy.load_state_dict(meta["precision"])
+        self._accumulation_step = int(meta["accumulation_step"])
+        rank_file = f"rng_state_{self.process_index}.pt"
+        if not os.path.exists(os.path.join(input_dir, rank_file)):
+            rank_file = "rng_state_0.pt"  # saved with fewer processes
+        state_io.set_rng_state(load(input_dir, rank_file), self.plan.device)
+
+    # -- reports and the end ------------------------------------------------------------------
+    def fallback_report(self) -> list[tuple[str, int]]:
+        """MPS ops that fell back to the CPU so far, with how often each was reported, most first."""
+        return self._fallback.report()
+
+    def memory_stats(self) -> dict[str, int]:
+        """The device's memory figures in bytes (what the device kind can tell)."""
+        return self.plan.device.memory_stats()
+
+    def end_training(self) -> None:
+        """Show the CPU-fallback report, stop recording, and destroy the process group if this made it."""
+        report = self.fallback_report()
+        if report and self.is_main_process:
+            lines = ", ".join(f"{op} x{count}" for op, count in report)
+            builtins.print(f"braeburn: ops that ran on the CPU instead of {self.device.type}: {lines}")
+        self._fallback.stop()
+        if self._owns_process_group:
+            pg.destroy_process_group()
+            self._owns_process_group = False
+
+
+__all__ = ["Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler"]

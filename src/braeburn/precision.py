@@ -1,0 +1,102 @@
+"""Mixed-precision policies: one small class per mode, chosen from the resolved plan.
+
+A policy owns the autocast context and, for fp16, the grad scaler. It names no device: the
+autocast device type comes from the torch device the plan resolved to, and whether a grad scaler
+is needed comes from the plan (which asked the device kind).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class PrecisionPolicy:
+    """float32: no autocast, no scaler. The base of the mixed modes."""
+
+    name = "no"
+    dtype: torch.dtype | None = None
+    scaler: torch.amp.GradScaler | None = None
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        loss.backward(**kwargs)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring gradients back to their true scale before clipping (nothing to do without a scaler)."""
+
+    def step(self, optimizer: torch.optim.Optimizer, closure=None) -> bool:
+        """Step ``optimizer``; return False when the step was skipped (inf/nan gradients)."""
+        optimizer.step(closure) if closure is not None else optimizer.step()
+        return True
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(device={self.device})"
+
+
+class AutocastPolicy(PrecisionPolicy):
+    """bf16 (or fp16 where no scaler is wanted): autocast only; bf16 keeps float32's range."""
+
+    def __init__(self, device: torch.device, name: str):
+        super().__init__(device)
+        self.name, self.dtype = name, _DTYPES[name]
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+
+
+class ScaledFp16Policy(AutocastPolicy):
+    """fp16 autocast plus a grad scaler, which keeps small fp16 gradients from flushing to zero."""
+
+    def __init__(self, device: torch.device):
+        super().__init__(device, "fp16")
+        self.scaler = torch.amp.GradScaler(device.type)
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        self.scaler.scale(loss).backward(**kwargs)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        self.scaler.unscale_(optimizer)
+
+    def step(self, optimizer: torch.optim.Optimizer, closure=None) -> bool:
+        # get_scale() reads the scale back to the host: one sync per optimizer step.
+        scale_before = self.scaler.get_scale()
+        self.scaler.step(optimizer, closure) if closure is not None else self.scaler.step(optimizer)
+        self.scaler.update()
+        return self.scaler.get_scale() >= scale_before
+
+    def state_dict(self) -> dict:
+        return {"scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+
+
+def make_policy(precision: str, grad_scaler: bool, device: torch.device) -> PrecisionPolicy:
+    """The policy for a plan's ``precision`` ("no" | "fp16" | "bf16") and ``grad_scaler`` choice."""
+    if precision == "no":
+        return PrecisionPolicy(device)
+    if precision not in _DTYPES:
+        raise ValueError(f"precision={precision!r} is not a mixed-precision mode; expected one of no, fp16, bf16")
+    if grad_scaler:
+        return ScaledFp16Policy(device)
+    return AutocastPolicy(device, precision)
+
+
+__all__ = ["PrecisionPolicy", "AutocastPolicy", "ScaledFp16Policy", "make_policy"]

@@ -1,0 +1,139 @@
+"""Batch moving, sharding with padding, per-epoch reshuffles, and exact mid-epoch resume."""
+
+from __future__ import annotations
+
+import collections
+import warnings
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from braeburn import data as data_module
+from braeburn.data import DeviceDataLoader, ShardSampler, move_to_device, truncate_padding
+from tests.conftest import APPLE_M, LINUX_CPU
+
+CPU = torch.device("cpu")
+
+
+def _loader(n=10, batch_size=4, shuffle=True, **kwargs):
+    return DataLoader(TensorDataset(torch.arange(n)), batch_size=batch_size, shuffle=shuffle, **kwargs)
+
+
+def _epoch(loader):
+    return [batch[0].tolist() for batch in loader]
+
+
+class _HasTo:
+    def __init__(self):
+        self.moved_to = None
+
+    def to(self, device):  # no non_blocking, like some third-party containers
+        self.moved_to = device
+        return self
+
+
+def test_move_to_device_keeps_structure():
+    Pair = collections.namedtuple("Pair", "x y")
+    batch = {"a": torch.ones(2), "b": [torch.zeros(1), (torch.ones(1), "text")], "p": Pair(torch.ones(1), 3),
+             "o": _HasTo()}
+    moved = move_to_device(batch, torch.device("meta"))
+    assert moved["a"].device.type == "meta" and moved["b"][0].device.type == "meta"
+    assert moved["b"][1][1] == "text" and isinstance(moved["b"][1], tuple)
+    assert isinstance(moved["p"], Pair) and moved["p"].y == 3 and moved["p"].x.device.type == "meta"
+    assert moved["o"].moved_to == torch.device("meta")
+
+
+def test_move_batch_encoding():
+    from transformers import BatchEncoding
+
+    encoding = BatchEncoding({"input_ids": torch.ones(2, 3, dtype=torch.long)})
+    moved = move_to_device(encoding, torch.device("meta"))
+    assert isinstance(moved, BatchEncoding) and moved["input_ids"].device.type == "meta"
+
+
+def test_shards_cover_the_dataset_with_padding_from_the_start():
+    ranks = [ShardSampler(11, batch_size=4, num_replicas=2, rank=r) for r in range(2)]
+    assert ranks[0].padding == 1 and len(ranks[0]) == 6
+    per_rank = [r.rank_indices() for r in ranks]
+    # global batch 1: 0..7 split in halves; global batch 2: 8, 9, 10 and a repeat of 0
+    assert per_rank == [[0, 1, 2, 3, 8, 9], [4, 5, 6, 7, 10, 0]]
+    assert ranks[0].last_batch_real_samples() == 3
+
+
+def test_drop_last_drops_the_uneven_global_batch():
+    sampler = ShardSampler(11, batch_size=4, num_replicas=2, rank=1, drop_last=True)
+    assert sampler.rank_indices() == [4, 5, 6, 7] and sampler.padding == 0
+
+
+def test_same_seed_same_order_and_epochs_reshuffle():
+    first, second = (DeviceDataLoader(_loader(), CPU, seed=7) for _ in range(2))
+    epoch0 = _epoch(first)
+    assert epoch0 == _epoch(second)
+    epoch1 = _epoch(first)  # a finished pass moves to the next epoch by itself
+    assert sorted(sum(epoch1, [])) == list(range(10)) and epoch1 != epoch0
+    other_seed = DeviceDataLoader(_loader(), CPU, seed=8)
+    assert _epoch(other_seed) != epoch0
+    first.set_epoch(0)
+    assert _epoch(first) == epoch0
+
+
+def test_resume_mid_epoch_draws_the_same_batches():
+    loader = DeviceDataLoader(_loader(n=40, batch_size=4), CPU, seed=3)
+    _epoch(loader)
+    iterator = iter(loader)
+    seen = [next(iterator)[0].tolist() for _ in range(3)]
+    state = loader.state_dict()
+    assert state["epoch"] == 1 and state["batches_yielded"] == 3
+    rest = [batch[0].tolist() for batch in iterator]
+    resumed = DeviceDataLoader(_loader(n=40, batch_size=4), CPU, seed=99)
+    resumed.load_state_dict(state)
+    assert len(resumed) == 10
+    assert [batch[0].tolist() for batch in resumed] == rest
+    assert len(seen) + len(rest) == 10
+
+
+def test_loader_attributes_and_len():
+    prepared = DeviceDataLoader(_loader(n=10, batch_size=4), CPU, num_processes=2, process_index=1, seed=0)
+    assert prepared.batch_size == 4 and len(prepared.dataset) == 10 and len(prepared) == 2
+    assert prepared.total_batch_size == 8
+
+
+def test_tracker_marks_the_last_batch_and_remainder():
+    prepared = DeviceDataLoader(_loader(n=11, batch_size=4, shuffle=False), CPU, num_processes=2, process_index=0)
+    marks = [(prepared.tracker.end_of_dataloader, prepared.tracker.remainder) for _ in prepared]
+    assert marks == [(False, -1), (True, 3)]
+
+
+def test_custom_sampler_passes_through_on_one_process_and_is_refused_on_two():
+    loader = DataLoader(TensorDataset(torch.arange(6)), batch_size=2, sampler=[5, 4, 3, 2, 1, 0])
+    assert _epoch(DeviceDataLoader(loader, CPU)) == [[5, 4], [3, 2], [1, 0]]
+    with pytest.raises(ValueError, match="custom sampler.*2 processes"):
+        DeviceDataLoader(loader, CPU, num_processes=2, process_index=0)
+
+
+def test_truncate_padding_nested():
+    data = {"a": torch.arange(4), "b": (torch.arange(8).view(4, 2),)}
+    cut = truncate_padding(data, 3)
+    assert cut["a"].tolist() == [0, 1, 2] and cut["b"][0].shape == (3, 2)
+    assert truncate_padding(["x", "y", "z"], 2) == ["x", "y"]
+
+
+@pytest.fixture
+def fresh_spawn_warning(monkeypatch):
+    monkeypatch.setattr(data_module, "_warned_spawn", False)
+
+
+def test_spawn_warning_only_where_workers_spawn_each_epoch(fresh_spawn_warning):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        DeviceDataLoader(_loader(num_workers=2), CPU, host=LINUX_CPU)
+        DeviceDataLoader(_loader(num_workers=2, persistent_workers=True), CPU, host=APPLE_M)
+        DeviceDataLoader(_loader(num_workers=0), CPU, host=APPLE_M)
+    assert not [w for w in caught if "spawn" in str(w.message)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        DeviceDataLoader(_loader(num_workers=2), CPU, host=APPLE_M)
+        DeviceDataLoader(_loader(num_workers=2), CPU, host=APPLE_M)  # said once
+    spawn = [w for w in caught if "spawn" in str(w.message)]
+    assert len(spawn) == 1 and "persistent_workers=True" in str(spawn[0].message)
