@@ -42,10 +42,13 @@ class DeviceKind(ABC):
     process_group_backend: ClassVar[str | None]
     pin_memory_helps: ClassVar[bool] = False
     supports_float64: ClassVar[bool] = True
+    fused_adamw: ClassVar[bool] = False  # torch.optim.AdamW(fused=True) runs on this kind
     # Substrings of the error text this kind raises when memory runs out.
     oom_markers: ClassVar[tuple[str, ...]] = ()
     # (name, what it does, read only once when libtorch loads)
     environment_variables: ClassVar[tuple[tuple[str, str, bool], ...]] = ()
+    # The variable that limits which devices of this kind a process sees (None: no such choice).
+    visible_devices_var: ClassVar[str | None] = None
 
     # -- facts about the host (pure: read only the HostFacts) --------------
     @abstractmethod

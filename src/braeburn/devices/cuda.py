@@ -15,6 +15,8 @@ class CudaDevice(DeviceKind):
     is_accelerator: ClassVar[bool] = True
     process_group_backend: ClassVar[str | None] = "nccl"
     pin_memory_helps: ClassVar[bool] = True
+    fused_adamw: ClassVar[bool] = True
+    visible_devices_var: ClassVar[str | None] = "CUDA_VISIBLE_DEVICES"
     oom_markers: ClassVar[tuple[str, ...]] = ("CUDA out of memory", "CUDA error: out of memory",
                                               "CUBLAS_STATUS_ALLOC_FAILED")
     environment_variables: ClassVar[tuple[tuple[str, str, bool], ...]] = (

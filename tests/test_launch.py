@@ -1,0 +1,218 @@
+"""`braeburn launch`: real child processes, real 2-process gloo jobs, signals and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from braeburn.cli.launch import build_command, child_environment, plan_launch
+from braeburn.cli.main import main
+from braeburn.launch_config import ConfigError, LaunchSettings, resolve_settings
+from tests.conftest import APPLE_M, CUDA_BOX, LINUX_CPU
+
+ALL_REDUCE = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()}: sum={t.item():.0f} "
+      f"device={os.environ['BRAEBURN_DEVICE']} strategy={os.environ['BRAEBURN_STRATEGY']}", flush=True)
+dist.destroy_process_group()
+"""
+
+CRASH_RANK_1 = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    print(f"crashing at {time.time()}", flush=True)
+    raise RuntimeError("rank 1 exploded on purpose")
+time.sleep(120)  # rank 0 is busy (no collective that would notice): only the launcher can stop it
+"""
+
+# Records the environment a script sees before it imports torch: what libtorch reads when it loads.
+RECORD_ENV = """
+import json, os, sys
+with open(sys.argv[1], "w") as out:
+    json.dump({"env": dict(os.environ), "torch_loaded": "torch" in sys.modules, "argv": sys.argv[2:]}, out)
+"""
+
+PID_THEN_WAIT = """
+import os, sys, time
+open(os.path.join(sys.argv[1], f"pid{os.environ.get('RANK', '0')}"), "w").write(str(os.getpid()))
+time.sleep(120)
+"""
+
+
+def script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def launcher(*args: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
+    full_env = {**os.environ, "XDG_CONFIG_HOME": kwargs.pop("xdg"), **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "braeburn.cli.main", "launch", *args], env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def finish(process: subprocess.Popen, timeout: float = 90) -> tuple[int, str]:
+    out, _ = process.communicate(timeout=timeout)
+    return process.returncode, out
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    for name in list(os.environ):
+        if name.startswith(("BRAEBURN_", "PYTORCH_MPS", "PYTORCH_ENABLE_MPS")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+
+
+def test_two_cpu_processes_all_reduce_through_gloo(tmp_path, clean_env):
+    code, out = finish(launcher("--cpu", "--num-processes", "2", str(script(tmp_path, "ar.py", ALL_REDUCE)),
+                                xdg=str(tmp_path)))
+    assert code == 0, out
+    for rank in (0, 1):
+        assert f"rank {rank} of 2: sum=3 device=cpu strategy=ddp" in out
+
+
+def test_a_crashed_rank_ends_the_job_within_seconds_with_its_error(tmp_path, clean_env):
+    code, out = finish(launcher("--cpu", "--num-processes", "2", str(script(tmp_path, "crash.py", CRASH_RANK_1)),
+                                xdg=str(tmp_path)), timeout=100)
+    ended = time.time()
+    assert code != 0
+    crashed = float(out.split("crashing at ")[1].split()[0])
+    assert ended - crashed < 15  # the survivor sleeps 120 s: it was stopped, not waited for
+    assert "RuntimeError: rank 1 exploded on purpose" in out
+    assert "rank      : 1" in out  # torchrun's summary names the root-cause rank
+
+
+def test_max_restarts_restarts_the_failed_group(tmp_path, clean_env):
+    body = """
+    import os, sys
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    print(f"attempt {attempt} rank {os.environ['RANK']}", flush=True)
+    sys.exit(5 if attempt == 0 and os.environ["RANK"] == "1" else 0)
+    """
+    code, out = finish(launcher("--cpu", "--num-processes", "2", "--max-restarts", "1",
+                                str(script(tmp_path, "r.py", body)), xdg=str(tmp_path)))
+    assert code == 0, out
+    assert "attempt 1 rank 0" in out and "attempt 1 rank 1" in out
+
+
+def test_the_script_exit_code_and_arguments_come_through(tmp_path, clean_env):
+    body = "import sys\nprint('args', sys.argv[1:])\nsys.exit(3)\n"
+    code, out = finish(launcher(str(script(tmp_path, "x.py", body)), "--lr", "0.1", "-m", "y", xdg=str(tmp_path)))
+    assert code == 3 and "args ['--lr', '0.1', '-m', 'y']" in out
+
+
+def test_a_module_runs_with_dash_m(tmp_path, clean_env):
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "train.py").write_text("import sys\nprint('module ran', sys.argv[1:])\n")
+    code, out = finish(launcher("-m", "mypkg.train", "a", xdg=str(tmp_path), cwd=tmp_path))
+    assert code == 0 and "module ran ['a']" in out
+
+
+@pytest.mark.parametrize("signum, workers", [(signal.SIGTERM, 1), (signal.SIGINT, 2)])
+def test_signals_stop_every_child(tmp_path, clean_env, signum, workers):
+    path = script(tmp_path, "wait.py", PID_THEN_WAIT)
+    process = launcher("--cpu", "--num-processes", str(workers), str(path), str(tmp_path), xdg=str(tmp_path))
+    pid_files = [tmp_path / f"pid{rank}" for rank in range(workers)]
+    deadline = time.monotonic() + 60
+    while not all(f.exists() and f.read_text() for f in pid_files) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int(f.read_text()) for f in pid_files]
+    process.send_signal(signum)  # to the launcher only: it must pass the signal on
+    code, out = finish(process, timeout=40)
+    assert code != 0, out
+    if workers == 1:
+        assert code == 128 + signum  # the shell's convention for "ended by a signal"
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_mps_fallback_is_in_the_environment_before_torch_loads(tmp_path, clean_env, fake_host, capsys):
+    fake_host("apple")
+    record = tmp_path / "env.json"
+    code = main(["launch", "--mps-high-watermark-ratio", "1.0", "--mps-low-watermark-ratio", "0.8",
+                 str(script(tmp_path, "rec.py", RECORD_ENV)), str(record), "--epochs", "1"])
+    assert code == 0, capsys.readouterr().err
+    seen = json.loads(record.read_text())
+    assert seen["torch_loaded"] is False  # recorded before the script imported torch
+    env = seen["env"]
+    assert env["PYTORCH_ENABLE_MPS_FALLBACK"] == "1"
+    assert env["PYTORCH_MPS_HIGH_WATERMARK_RATIO"] == "1.0" and env["PYTORCH_MPS_LOW_WATERMARK_RATIO"] == "0.8"
+    assert (env["BRAEBURN_DEVICE"], env["BRAEBURN_MIXED_PRECISION"], env["BRAEBURN_COMPILE"]) == ("mps", "bf16", "false")
+    assert seen["argv"] == ["--epochs", "1"]
+
+
+def test_a_value_the_user_set_is_never_overridden(tmp_path, clean_env, fake_host, monkeypatch):
+    fake_host("apple")
+    monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", "0")
+    monkeypatch.setenv("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "0.0")
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
+    record = tmp_path / "env.json"
+    assert main(["launch", "--mps-high-watermark-ratio", "1.5", str(script(tmp_path, "rec.py", RECORD_ENV)),
+                 str(record)]) == 0
+    env = json.loads(record.read_text())["env"]
+    assert env["PYTORCH_ENABLE_MPS_FALLBACK"] == "0"
+    assert env["PYTORCH_MPS_HIGH_WATERMARK_RATIO"] == "0.0"
+    assert env["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_several_processes_on_mps_are_refused_with_the_alternatives(tmp_path, clean_env, fake_host, capsys):
+    fake_host("apple")
+    record = tmp_path / "env.json"
+    code = main(["launch", "--num-processes", "2", "--mixed-precision", "fp8",
+                 str(script(tmp_path, "rec.py", RECORD_ENV)), str(record)])
+    err = capsys.readouterr().err
+    assert code == 1 and not record.exists()
+    assert "2 problems" in err  # both reported at once
+    assert "no process-group backend" in err and "Run one mps process" in err and "--cpu" in err
+    assert "flag --mixed-precision" in err
+
+
+def test_gpu_ids_set_the_device_kinds_visibility_variable():
+    settings = LaunchSettings(gpu_ids="1", num_processes=1)
+    plan = plan_launch(resolve_settings({"gpu_ids": "1"}, {}, None), CUDA_BOX, env={})
+    assert child_environment(plan, settings, {})["CUDA_VISIBLE_DEVICES"] == "1"
+    # indices count within what the user already made visible
+    assert child_environment(plan, settings, {"CUDA_VISIBLE_DEVICES": "4,6"})["CUDA_VISIBLE_DEVICES"] == "6"
+    with pytest.raises(ConfigError, match="numbered 0 to 1; drop 5"):
+        plan_launch(resolve_settings({"gpu_ids": "0,5"}, {}, None), CUDA_BOX, env={})
+    with pytest.raises(ConfigError, match="no per-device selection"):
+        plan_launch(resolve_settings({"gpu_ids": "0"}, {}, None), APPLE_M, env={})
+
+
+def test_elastic_command_binds_to_localhost_unless_several_machines(tmp_path):
+    one = resolve_settings({"num_processes": "2", "cpu": True}, {"XDG_CONFIG_HOME": str(tmp_path)}, None)
+    command = build_command(one.settings, plan_launch(one, LINUX_CPU, env={}), "t.py", ["--x"], module=False,
+                            port=1234)
+    assert command[1:3] == ["-m", "torch.distributed.run"]
+    joined = " ".join(command)
+    assert "--nnodes 1 --nproc-per-node 2 --node-rank 0" in joined
+    assert "--master-addr 127.0.0.1 --master-port 1234 --max-restarts 0 t.py --x" in joined
+    many = resolve_settings({"num_processes": "8", "num_machines": "2", "machine_rank": "1",
+                             "main_process_ip": "10.1.2.3"}, {"XDG_CONFIG_HOME": str(tmp_path)}, None)
+    joined = " ".join(build_command(many.settings, plan_launch(many, CUDA_BOX, env={}), "pkg.train", [],
+                                    module=True, port=29500))
+    assert "--nnodes 2 --nproc-per-node 4 --node-rank 1" in joined and "--master-addr 10.1.2.3" in joined
+    assert joined.endswith("-m pkg.train")
+    single = resolve_settings({}, {"XDG_CONFIG_HOME": str(tmp_path)}, None)
+    assert build_command(single.settings, plan_launch(single, LINUX_CPU, env={}), "t.py", [], module=False,
+                         port=0) == [sys.executable, "t.py"]
+
+
+def test_a_missing_script_is_named(tmp_path, clean_env, capsys):
+    assert main(["launch", str(tmp_path / "nope.py")]) == 1
+    assert "nope.py' was not found" in capsys.readouterr().err

@@ -1,0 +1,142 @@
+"""LaunchSettings: precedence and sources, the TOML file, and every problem reported with where and the fix."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from braeburn.launch_config import (SETTING_NAMES, ConfigError, LaunchSettings, add_settings_arguments,
+                                    default_config_path, flag_values, read_config_file, resolve_settings,
+                                    settings_to_toml, write_config_file)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_nothing_set_gives_defaults_from_default(tmp_path):
+    resolved = resolve_settings({}, {"XDG_CONFIG_HOME": str(tmp_path)})
+    assert resolved.settings == LaunchSettings()
+    assert {str(s) for s in resolved.sources.values()} == {"default"}
+    assert resolved.config_file is None and resolved.problems == []
+
+
+def test_flag_beats_environment_beats_file_beats_default(tmp_path):
+    path = write(tmp_path, 'mixed_precision = "fp16"\nnum_processes = 4\nstrategy = "fsdp"\nmax_restarts = 2\n')
+    env = {"BRAEBURN_MIXED_PRECISION": "bf16", "BRAEBURN_NUM_PROCESSES": "3"}
+    resolved = resolve_settings({"num_processes": "2"}, env, path)
+    s, src = resolved.settings, resolved.sources
+    assert (s.num_processes, src["num_processes"].kind, src["num_processes"].detail) == (2, "flag", "--num-processes")
+    assert (s.mixed_precision, str(src["mixed_precision"])) == ("bf16", "environment (BRAEBURN_MIXED_PRECISION)")
+    assert (s.strategy, str(src["strategy"])) == ("fsdp", f"file ({path})")
+    assert (s.max_restarts, src["max_restarts"].kind) == (2, "file")
+    assert (s.num_machines, src["num_machines"].kind) == (1, "default")
+    assert resolved.problems == []
+
+
+def test_the_default_file_is_read_from_xdg_config_home(tmp_path):
+    (tmp_path / "braeburn").mkdir()
+    (tmp_path / "braeburn" / "config.toml").write_text("compile = false\n")
+    resolved = resolve_settings({}, {"XDG_CONFIG_HOME": str(tmp_path)})
+    assert resolved.settings.compile is False and resolved.sources["compile"].kind == "file"
+    assert default_config_path({"XDG_CONFIG_HOME": str(tmp_path)}) == tmp_path / "braeburn" / "config.toml"
+    assert default_config_path({"HOME": "/home/ann"}) == Path("/home/ann/.config/braeburn/config.toml")
+    assert default_config_path({"HOME": "/home/ann", "XDG_CONFIG_HOME": "relative"}).parts[:3] == ("/", "home", "ann")
+
+
+def test_braeburn_device_cpu_is_the_cpu_switch_and_a_flag_still_wins(tmp_path):
+    env = {"BRAEBURN_DEVICE": "cpu", "XDG_CONFIG_HOME": str(tmp_path)}
+    assert resolve_settings({}, env).settings.cpu is True
+    overridden = resolve_settings({"cpu": False}, env)
+    assert overridden.settings.cpu is False and overridden.sources["cpu"].kind == "flag"
+
+
+def test_broken_toml_names_file_line_text_and_fix(tmp_path):
+    path = write(tmp_path, 'num_processes = 2\nmixed_precision = bf16\n')
+    with pytest.raises(ConfigError) as caught:
+        resolve_settings({}, {}, path).raise_for_problems()
+    message = str(caught.value)
+    assert f"{path}, line 2" in message
+    assert "'mixed_precision = bf16'" in message
+    assert "strings need quotes" in message and "braeburn config --default --force" in message
+
+
+def test_every_bad_key_and_value_is_reported_at_once(tmp_path):
+    path = write(tmp_path, 'num_proceses = 2\nmax_restarts = "3"\ncpu = "yes"\nstrategy = "zero3"\n'
+                           'gpu_ids = [0, 0]\nmps_high_watermark_ratio = -1\n')
+    resolved = resolve_settings({}, {}, path)
+    by_key = {p.key: p for p in resolved.problems}
+    assert set(by_key) == {"num_proceses", "max_restarts", "cpu", "strategy", "gpu_ids", "mps_high_watermark_ratio"}
+    assert all(p.where == str(path) for p in resolved.problems)
+    assert "did you mean 'num_processes'" in by_key["num_proceses"].fix
+    assert "whole number" in by_key["max_restarts"].why and "no quotes" in by_key["max_restarts"].fix
+    assert "true or false" in by_key["cpu"].why
+    assert "'ddp'" in by_key["strategy"].fix
+    assert "distinct" in by_key["gpu_ids"].why
+    assert ">= 0" in by_key["mps_high_watermark_ratio"].why
+    # bad values fall back to the lower layers, so a plan can still list its own problems beside these
+    assert resolved.settings.max_restarts == 0 and resolved.settings.strategy == "auto"
+    with pytest.raises(ConfigError, match="6 problems"):
+        resolved.raise_for_problems()
+
+
+def test_bad_environment_and_flag_values_name_their_place(tmp_path):
+    resolved = resolve_settings({"main_process_port": "99999"}, {"BRAEBURN_NUM_MACHINES": "two",
+                                                                  "XDG_CONFIG_HOME": str(tmp_path)})
+    text = [str(p) for p in resolved.problems]
+    assert any(t.startswith("environment variable BRAEBURN_NUM_MACHINES: num_machines = 'two'") and "unset" in t
+               for t in text)
+    assert any(t.startswith("flag --main-process-port: main_process_port = '99999'") and "65535" in t for t in text)
+
+
+def test_a_missing_explicit_config_file_is_an_error(tmp_path):
+    problems = resolve_settings({}, {}, tmp_path / "nope.toml").problems
+    assert len(problems) == 1 and "does not exist" in problems[0].why and "braeburn config" in problems[0].fix
+
+
+@pytest.mark.parametrize("flags, key, words", [
+    ({"num_machines": "2", "machine_rank": "2", "main_process_ip": "10.0.0.1", "num_processes": "2"},
+     "machine_rank", "below num_machines"),
+    ({"num_machines": "2", "num_processes": "2"}, "num_machines", "--main-process-ip"),
+    ({"num_machines": "2", "num_processes": "3", "main_process_ip": "10.0.0.1"}, "num_processes", "multiple of 2"),
+])
+def test_rules_between_settings(tmp_path, flags, key, words):
+    problems = resolve_settings(flags, {"XDG_CONFIG_HOME": str(tmp_path)}).problems
+    assert [p.key for p in problems] == [key]
+    assert words in str(problems[0]) and problems[0].where.startswith("flag --")
+
+
+def test_written_file_reads_back_the_same_and_keeps_comments(tmp_path):
+    settings = LaunchSettings(cpu=True, mixed_precision="bf16", num_processes=4, num_machines=2,
+                              main_process_ip="10.0.0.1", main_process_port=29400, gpu_ids="0,1", compile=False,
+                              mps_high_watermark_ratio=1.0, mps_low_watermark_ratio=0.8)
+    path = tmp_path / "deep" / "er" / "config.toml"
+    write_config_file(settings, path)
+    values, problems = read_config_file(path)
+    assert problems == [] and LaunchSettings(**values) == settings
+    assert "# which devices to use" in path.read_text()
+    assert read_config_file(write(tmp_path, "gpu_ids = [2, 0]\n"))[0] == {"gpu_ids": "2,0"}
+
+
+def test_writing_refuses_settings_a_reader_would_refuse(tmp_path):
+    with pytest.raises(ConfigError, match="machine_rank"):
+        write_config_file(LaunchSettings(machine_rank=3), tmp_path / "c.toml")
+    assert not (tmp_path / "c.toml").exists()
+
+
+def test_every_setting_has_a_flag_and_a_commented_line():
+    parser = argparse.ArgumentParser()
+    add_settings_arguments(parser)
+    flags = {option for action in parser._actions for option in action.option_strings}
+    assert {"--config-file", "--cpu", "--no-cpu", "--mixed-precision", "--num-processes", "--num-machines",
+            "--machine-rank", "--main-process-ip", "--main-process-port", "--max-restarts", "--devices",
+            "--gpu-ids", "--strategy", "--compile", "--mps-fallback", "--no-mps-fallback",
+            "--mps-high-watermark-ratio", "--mps-low-watermark-ratio"} <= flags
+    args = parser.parse_args(["--num_processes", "2", "--no-mps-fallback", "--devices", "0,1"])
+    assert flag_values(args) == {"num_processes": "2", "mps_fallback": False, "gpu_ids": "0,1"}
+    text = settings_to_toml(LaunchSettings())
+    assert all(name in text for name in SETTING_NAMES)
