@@ -1,0 +1,27 @@
+"""The Trainer: a complete fit loop built on the Accelerator, its config and its callbacks.
+
+Names are loaded on first use, so ``braeburn.trainer.config`` (the parser) works without importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {
+    "Callback": "callbacks", "CallbackList": "callbacks",
+    "CheckpointCorruptError": "checkpoint", "CheckpointError": "checkpoint", "CheckpointManager": "checkpoint",
+    "ConfigError": "config", "TrainingConfig": "config", "parse_config": "config",
+    "EarlyStoppingCallback": "early_stopping", "MetricsLogCallback": "metrics_log", "PlotCallback": "plots",
+    "ProgressCallback": "progress", "SignalCallback": "signals", "TrainingInterrupted": "signals",
+    "TrainerState": "state",
+    "EvalPrediction": "loop", "NonFiniteLossError": "loop", "PredictionOutput": "loop", "Trainer": "loop",
+    "TrainOutput": "loop",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'braeburn.trainer' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)

@@ -1,0 +1,114 @@
+"""Typed callback hooks. Subclass :class:`Callback` and override the hooks you need.
+
+Every hook receives the Trainer and its :class:`TrainerState`; a hook stops the run with
+``state.request_stop(reason)``. Registering an object with an ``on_*`` method that is not a hook
+(a typo such as ``on_epoch_ended``) is an error, so a misspelled hook never silently does nothing.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .state import TrainerState
+
+if TYPE_CHECKING:
+    from .loop import Trainer
+
+
+class Callback:
+    """Base class: every hook is a no-op."""
+
+    def on_train_begin(self, trainer: "Trainer", state: TrainerState) -> None:
+        """After setup (and resume), before the first step."""
+
+    def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        """After the last step, the final save and the summary (also after a stop)."""
+
+    def on_epoch_begin(self, trainer: "Trainer", state: TrainerState) -> None:
+        """Before the first batch of ``state.epoch``."""
+
+    def on_epoch_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        """After the last batch of ``state.epoch``."""
+
+    def on_step_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        """After each optimizer step. Runs every step: keep it cheap and never read a device tensor."""
+
+    def on_log(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float]) -> None:
+        """When the loss and learning rate were read (every logging_steps) or eval metrics arrived."""
+
+    def on_evaluate(self, trainer: "Trainer", state: TrainerState, metrics: dict[str, float]) -> None:
+        """After an evaluation, with its metrics (keys start with ``eval_``)."""
+
+    def on_save(self, trainer: "Trainer", state: TrainerState, checkpoint_dir: Path) -> None:
+        """After a checkpoint was written completely to ``checkpoint_dir``."""
+
+
+HOOKS: tuple[str, ...] = tuple(name for name in vars(Callback) if name.startswith("on_"))
+
+
+def check_callback(callback: Any) -> None:
+    """Refuse classes instead of instances, and ``on_*`` methods that are not hooks."""
+    if isinstance(callback, type):
+        raise TypeError(f"callbacks takes instances; {callback.__name__} is a class. Pass {callback.__name__}().")
+    for name in dir(callback):
+        if name.startswith("on_") and name not in HOOKS and callable(getattr(callback, name, None)):
+            close = difflib.get_close_matches(name, HOOKS, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"the hooks are {', '.join(HOOKS)}"
+            raise TypeError(f"{type(callback).__name__}.{name} is not a Trainer hook, so it would never run; "
+                            f"{hint} (rename it, or drop the on_ prefix if it is a helper)")
+
+
+class CallbackList:
+    """The registered callbacks, called in order. Hooks a callback leaves as no-ops cost nothing."""
+
+    def __init__(self, callbacks: list[Any] | tuple[Any, ...] = ()):
+        self.callbacks: list[Any] = []
+        self._handlers: dict[str, list[Any]] = {hook: [] for hook in HOOKS}
+        for callback in callbacks:
+            self.add(callback)
+
+    def add(self, callback: Any) -> None:
+        check_callback(callback)
+        self.callbacks.append(callback)
+        for hook in HOOKS:
+            method = getattr(callback, hook, None)
+            # Skip inherited no-ops so that the per-step dispatch loops over real work only.
+            if method is not None and getattr(type(callback), hook, None) is not getattr(Callback, hook):
+                self._handlers[hook].append(method)
+
+    def find(self, kind: type) -> Any | None:
+        return next((c for c in self.callbacks if isinstance(c, kind)), None)
+
+    def on_train_begin(self, trainer: "Trainer", state: TrainerState) -> None:
+        for handler in self._handlers["on_train_begin"]:
+            handler(trainer, state)
+
+    def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        for handler in self._handlers["on_train_end"]:
+            handler(trainer, state)
+
+    def on_epoch_begin(self, trainer: "Trainer", state: TrainerState) -> None:
+        for handler in self._handlers["on_epoch_begin"]:
+            handler(trainer, state)
+
+    def on_epoch_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        for handler in self._handlers["on_epoch_end"]:
+            handler(trainer, state)
+
+    def on_step_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        for handler in self._handlers["on_step_end"]:
+            handler(trainer, state)
+
+    def on_log(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float]) -> None:
+        for handler in self._handlers["on_log"]:
+            handler(trainer, state, logs)
+
+    def on_evaluate(self, trainer: "Trainer", state: TrainerState, metrics: dict[str, float]) -> None:
+        for handler in self._handlers["on_evaluate"]:
+            handler(trainer, state, metrics)
+
+    def on_save(self, trainer: "Trainer", state: TrainerState, checkpoint_dir: Path) -> None:
+        for handler in self._handlers["on_save"]:
+            handler(trainer, state, checkpoint_dir)

@@ -1,0 +1,199 @@
+"""TrainingConfig: every knob of a Trainer run, with the names Transformers users know.
+
+Each field's docstring becomes its ``--help`` text. :func:`parse_config` fills this dataclass
+(and any of the script's own) from the command line and from a TOML or YAML file, and reports
+every problem at once. Device, precision and compile rules are not repeated here: they are the
+plan's (``braeburn.plan.make_plan``), which :func:`parse_config` asks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plan import OptionError, RunOptions
+from ._argparse import ConfigError, parse_dataclasses
+
+SCHEDULERS = ("linear", "cosine", "constant")
+STRATEGIES = ("no", "steps", "epoch")
+NAN_POLICIES = ("stop", "skip")
+
+
+@dataclass
+class TrainingConfig:
+    """How to train: batch sizes, optimisation, logging, evaluation, checkpoints and the device."""
+
+    output_dir: str = "outputs"
+    """Folder for checkpoints, metrics and plots. braeburn writes and deletes nothing outside it."""
+    overwrite_output_dir: bool = False
+    """Allow training into a non-empty output_dir (files there may be replaced)."""
+    do_train: bool = False
+    """For scripts: run training."""
+    do_eval: bool = False
+    """For scripts: run evaluation on the eval set."""
+    do_predict: bool = False
+    """For scripts: run prediction on the test set."""
+    per_device_train_batch_size: int = 8
+    """Training batch size on each device (the global batch is this x devices x accumulation)."""
+    per_device_eval_batch_size: int = 8
+    """Evaluation batch size on each device."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches whose gradients are summed before each optimizer step."""
+    learning_rate: float = 5e-5
+    """Peak learning rate of the default AdamW optimizer."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay of AdamW; biases and norm weights (1-D parameters) get none."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.999
+    """AdamW beta2."""
+    adam_epsilon: float = 1e-8
+    """AdamW epsilon."""
+    max_grad_norm: float = 1.0
+    """Clip the gradient norm to this value; 0 turns clipping off."""
+    num_train_epochs: float = 3.0
+    """Passes over the training set (a fraction stops part way through the last one)."""
+    max_steps: int = -1
+    """Optimizer steps to run; overrides num_train_epochs when > 0."""
+    lr_scheduler_type: str = "linear"
+    """Learning-rate schedule after warmup: linear, cosine or constant."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear warmup from 0; wins over warmup_ratio when > 0."""
+    warmup_ratio: float = 0.0
+    """Share of all optimizer steps used for warmup, in [0, 1)."""
+    logging_steps: int = 50
+    """Read the loss (a host-device sync) and log every this many optimizer steps."""
+    eval_strategy: str = "no"
+    """When to evaluate during training: no, steps (every eval_steps) or epoch."""
+    eval_steps: int | None = None
+    """Optimizer steps between evaluations with eval_strategy=steps (default: logging_steps)."""
+    save_strategy: str = "epoch"
+    """When to save a checkpoint: no, steps (every save_steps) or epoch."""
+    save_steps: int = 500
+    """Optimizer steps between checkpoints with save_strategy=steps."""
+    save_total_limit: int | None = None
+    """Keep at most this many checkpoints (the best one is never deleted); none: keep all."""
+    metric_for_best_model: str = "eval_loss"
+    """The eval metric that decides the best checkpoint."""
+    greater_is_better: bool = False
+    """Whether a larger metric_for_best_model is better (accuracy: true; loss: false)."""
+    seed: int = 42
+    """Seed of every random generator (python, torch, the device) set at the start."""
+    mixed_precision: str = "auto"
+    """auto (the best the device does well), no (float32), fp16 or bf16."""
+    use_cpu: bool = field(default=False, metadata={"aliases": ("--cpu",)})
+    """Train on the CPU even when a GPU is available (--cpu is the same flag)."""
+    accelerator: str = "auto"
+    """Device kind as Lightning spells it: auto, gpu, cuda, mps or cpu."""
+    devices: int | str = "auto"
+    """How many devices of that kind to use, or auto."""
+    compile: str = "auto"
+    """torch.compile the model: auto (where it pays off), true or false."""
+    resume_from_checkpoint: str | None = None
+    """Resume from this checkpoint folder, or "latest" for the last complete one in output_dir."""
+    nan_policy: str = "stop"
+    """On a NaN or infinite loss: stop (naming the step and the last good checkpoint), or skip the step (one host sync per step)."""
+    auto_find_batch_size: bool = False
+    """Halve per_device_train_batch_size after an out-of-memory error until a step fits."""
+    dataloader_num_workers: int = 0
+    """DataLoader worker processes (0 loads in the main process, often fastest for in-memory data)."""
+    dataloader_drop_last: bool = False
+    """Drop the last incomplete training batch."""
+
+    def validate(self) -> list[OptionError]:
+        """Every problem with this config's own fields (device rules are the plan's)."""
+        errors: list[OptionError] = []
+
+        def need(ok: bool, name: str, message: str) -> None:
+            if not ok:
+                errors.append(OptionError(name, getattr(self, name), message))
+
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                     "logging_steps", "save_steps"):
+            need(getattr(self, name) >= 1, name, f"must be >= 1; pass --{name} 1 or more")
+        need(self.learning_rate > 0, "learning_rate", "must be > 0, e.g. --learning_rate 5e-5")
+        for name in ("weight_decay", "max_grad_norm", "warmup_steps", "dataloader_num_workers", "adam_epsilon"):
+            need(getattr(self, name) >= 0, name, f"must be >= 0; pass --{name} 0 to turn it off")
+        for name in ("adam_beta1", "adam_beta2"):
+            need(0 <= getattr(self, name) < 1, name, "must be in [0, 1), e.g. 0.9")
+        need(0 <= self.warmup_ratio < 1, "warmup_ratio", "must be in [0, 1), e.g. --warmup_ratio 0.1")
+        need(self.max_steps == -1 or self.max_steps >= 1, "max_steps",
+             "must be >= 1, or -1 to train for num_train_epochs")
+        need(self.max_steps >= 1 or self.num_train_epochs > 0, "num_train_epochs",
+             "must be > 0 (or set --max_steps)")
+        need(self.eval_steps is None or self.eval_steps >= 1, "eval_steps", "must be >= 1 (or unset)")
+        need(self.save_total_limit is None or self.save_total_limit >= 1, "save_total_limit",
+             "must be >= 1, or unset to keep every checkpoint")
+        for name, choices in (("lr_scheduler_type", SCHEDULERS), ("eval_strategy", STRATEGIES),
+                              ("save_strategy", STRATEGIES), ("nan_policy", NAN_POLICIES)):
+            need(getattr(self, name) in choices, name, f"choose one of {', '.join(choices)}")
+        need(bool(str(self.output_dir).strip()), "output_dir", "must name a folder, e.g. --output_dir outputs")
+        need(not os.path.isfile(self.output_dir), "output_dir",
+             "is a file, not a folder; pass a folder path to --output_dir")
+        return errors
+
+    def run_options(self, num_processes: int = 1) -> RunOptions:
+        """The device/precision/compile requests, as the plan reads them."""
+        return RunOptions(accelerator=self.accelerator, devices=self.devices, cpu=self.use_cpu,
+                          mixed_precision=self.mixed_precision, compile=_compile_value(self.compile),
+                          num_processes=num_processes)
+
+    def warmup_for(self, total_steps: int) -> int:
+        """Warmup steps: warmup_steps if set, else warmup_ratio of ``total_steps``."""
+        if self.warmup_steps > 0:
+            return self.warmup_steps
+        return int(self.warmup_ratio * total_steps + 0.5)
+
+
+def _compile_value(value: Any) -> str | bool:
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return value
+
+
+def plan_errors(config: TrainingConfig) -> list[OptionError]:
+    """Ask the plan whether this machine can do what ``config`` asks (device, precision, compile)."""
+    from ..devices.host import current_host
+    from ..envvars import env_device
+    from ..plan import PlanError, make_plan
+
+    options = config.run_options()
+    options = RunOptions(**{**options.__dict__, "env_device": env_device()})
+    try:
+        make_plan(options, current_host())
+    except PlanError as error:
+        return list(error.errors)
+    return []
+
+
+def parse_config(*dataclass_types: type, argv: list[str] | None = None, exit_on_error: bool = True,
+                 check_plan: bool = True) -> tuple[Any, ...]:
+    """One parser for several config dataclasses, like Transformers' HfArgumentParser.
+
+    ``--learning_rate 2e-5`` (or ``--learning-rate``), booleans as ``--do_train`` / ``--no_do_train``
+    / ``--do_train false``, ``--config FILE`` (TOML or YAML) filling the same fields, with the
+    command line winning. Every unknown option, wrong type and invalid value is reported in one
+    error. With ``exit_on_error`` (the default for scripts) that error is printed and the process
+    exits with status 2, as argparse does; otherwise :class:`ConfigError` is raised.
+    """
+    try:
+        instances, errors = parse_dataclasses(dataclass_types, argv)
+        for instance in instances:
+            if hasattr(instance, "validate"):
+                errors.extend(instance.validate())
+            if check_plan and isinstance(instance, TrainingConfig):
+                errors.extend(plan_errors(instance))
+        if errors:
+            raise ConfigError(errors)
+    except ConfigError as error:
+        if not exit_on_error:
+            raise
+        import sys
+
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return instances
+
+
+__all__ = ["ConfigError", "TrainingConfig", "parse_config", "plan_errors"]

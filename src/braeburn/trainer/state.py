@@ -1,0 +1,54 @@
+"""TrainerState: where a run is, saved with every checkpoint as JSON (data only)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+STATE_FILE = "trainer_state.json"
+
+
+@dataclass
+class TrainerState:
+    """The run's position and history. Callbacks read it; they stop a run with ``should_stop``."""
+
+    global_step: int = 0  # optimizer steps done
+    epoch: int = 0  # the epoch in progress (0-based)
+    max_steps: int = 0  # optimizer steps the run will do in all
+    steps_per_epoch: int = 0  # optimizer steps in one epoch
+    num_epochs: int = 0  # epochs the loop will enter
+    samples_seen: int = 0  # training samples consumed on this process
+    best_metric: float | None = None
+    best_checkpoint: str | None = None
+    last_checkpoint: str | None = None
+    log_history: list[dict[str, Any]] = field(default_factory=list)
+    # Not saved: requests from callbacks to the loop, and why.
+    should_stop: bool = field(default=False, metadata={"transient": True})
+    should_save: bool = field(default=False, metadata={"transient": True})
+    stop_reason: str = field(default="", metadata={"transient": True})
+
+    @property
+    def epoch_progress(self) -> float:
+        """Epochs done as a fraction (1.5 = half way through the second epoch)."""
+        return self.global_step / self.steps_per_epoch if self.steps_per_epoch else 0.0
+
+    def request_stop(self, reason: str, save: bool = False) -> None:
+        self.should_stop, self.stop_reason = True, reason
+        self.should_save = self.should_save or save
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {f.name: data[f.name] for f in fields(self) if not f.metadata.get("transient")}
+
+    def save(self, folder: Path) -> Path:
+        path = Path(folder) / STATE_FILE
+        path.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=True), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, folder: Path) -> "TrainerState":
+        data = json.loads((Path(folder) / STATE_FILE).read_text(encoding="utf-8"))
+        known = {f.name for f in fields(cls) if not f.metadata.get("transient")}
+        return cls(**{key: value for key, value in data.items() if key in known})
