@@ -403,6 +403,8 @@ class Accelerator:
         self.wait_for_everyone()
         staging = state_io.staging_dir(output_dir)
         state_io.save_file(state_io.rng_state(self.plan.device), staging, f"rng_state_{self.process_index}.pt")
+        if not self.sync_gradients:  # mid-accumulation: the partial gradients are part of the state
+            state_io.save_file(self._gradients(), staging, f"gradients_{self.process_index}.pt")
         if self.is_main_process:
             self._save_training_objects(staging)
         self.wait_for_everyone()
@@ -422,6 +424,14 @@ class Accelerator:
             save(loader.state_dict(), directory, f"dataloader_{i}.pt")
         save({"precision": self._policy.state_dict(), "accumulation_step": self._accumulation_step,
               "counts": self._counts(), "num_processes": self.num_processes}, directory, "accelerator.pt")
+
+    def _gradients(self) -> list[list[torch.Tensor | None]]:
+        return [[p.grad for p in self.unwrap_model(model).parameters()] for model in self._models]
+
+    def _restore_gradients(self, saved: list[list[torch.Tensor | None]]) -> None:
+        for model, grads in zip(self._models, saved):
+            for parameter, grad in zip(self.unwrap_model(model).parameters(), grads):
+                parameter.grad = None if grad is None else grad.to(parameter.device)
 
     def _counts(self) -> dict[str, int]:
         return {"models": len(self._models), "optimizers": len(self._optimizers),
@@ -445,6 +455,9 @@ class Accelerator:
             loader.load_state_dict(load(input_dir, f"dataloader_{i}.pt"))
         self._policy.load_state_dict(meta["precision"])
         self._accumulation_step = int(meta["accumulation_step"])
+        gradients = f"gradients_{self.process_index}.pt"
+        if os.path.exists(os.path.join(input_dir, gradients)):
+            self._restore_gradients(load(input_dir, gradients))
         rank_file = f"rng_state_{self.process_index}.pt"
         if not os.path.exists(os.path.join(input_dir, rank_file)):
             rank_file = "rng_state_0.pt"  # saved with fewer processes

@@ -225,12 +225,18 @@ class DeviceDataLoader:
         if self.sampler is not None:
             self.sampler.set_epoch(self.epoch)
             self.sampler.skip_batches = skip  # skips indices, so skipped batches are never loaded
-            return iter(self.loader)
-        if hasattr(self.loader.sampler, "set_epoch"):
+        elif hasattr(self.loader.sampler, "set_epoch"):
             self.loader.sampler.set_epoch(self.epoch)
+        if not skip:
+            return iter(self.loader)
+        # Starting an iterator draws a seed from torch's global generator. The saved run drew it at the
+        # start of this epoch, before its state was saved, so a resumed epoch must not draw it again.
+        saved_rng = torch.get_rng_state()
         iterator = iter(self.loader)
-        for _ in range(skip):  # a sampler we do not own: skipping means drawing
-            next(iterator, None)
+        torch.set_rng_state(saved_rng)
+        if self.sampler is None:
+            for _ in range(skip):  # a sampler we do not own: skipping means drawing
+                next(iterator, None)
         return iterator
 
     def _remainder(self) -> int:

@@ -51,7 +51,8 @@ class FallbackRecorder:
         previous = warnings.showwarning
 
         def showwarning(message, category, filename, lineno, file=None, line=None):
-            self.record(message)
+            if self._hook is not None:  # stopped while a later hook still chains through this one
+                self.record(message)
             previous(message, category, filename, lineno, file, line)
 
         self._previous, self._hook = previous, showwarning
@@ -95,7 +96,7 @@ def early_env_advice(plan_env: Mapping[str, str], host: HostFacts, environ: Mapp
     when = ("torch was imported before braeburn" if host.torch_loaded_before_braeburn
             else "torch loaded without them")
     return (f"{', '.join(missing)} must be set before torch loads, but {when}, so setting them now would do "
-            f"nothing (ops the device lacks will fail instead of running on the CPU). Start the script with "
+            f"nothing (without the CPU fallback, ops the device lacks fail instead of running on the CPU). Start the script with "
             f"`braeburn launch script.py`, or `export {exports}` before starting Python.")
 
 
