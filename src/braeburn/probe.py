@@ -117,6 +117,22 @@ def _precision_of(accelerator) -> str | None:
     return None
 
 
+def _unscale(accelerator, optimizer) -> None:
+    """fp16: divide the gradients by the grad scaler's scale, as the optimizer step would.
+
+    ``GradScaler.unscale_`` records that it ran, so the step that follows does not unscale twice;
+    a second call in the same step raises, which means the Accelerator already unscaled (clipping).
+    """
+    scaler = getattr(accelerator, "scaler", None)
+    if scaler is None or not getattr(scaler, "is_enabled", lambda: False)():
+        return
+    try:
+        scaler.unscale_(optimizer)
+    except RuntimeError as error:
+        if "unscale_() has already been called" not in str(error):
+            raise
+
+
 class _Float64Watch:
     """Counts torch calls that produce float64 tensors, for a device without float64.
 
@@ -250,7 +266,7 @@ class _Recorder:
         self.step_losses.append(float(loss))
 
     # before_optimizer_step ----------------------------------------------------------------
-    def add_step(self, optimizer) -> None:
+    def add_step(self, accelerator, optimizer) -> None:
         if self.kind is not None:
             self.kind.synchronize()  # the step's queued device work must finish before the clock stops
         elapsed = time.perf_counter() - self.clock
@@ -260,7 +276,7 @@ class _Recorder:
         losses, self.step_losses = self.step_losses, []
         entry: dict[str, Any] = {"step": number, "time_s": elapsed, "losses": [_json_number(x) for x in losses],
                                  "loss": _json_number(sum(losses) / len(losses)) if losses else None}
-        grads = self._gradients(optimizer)
+        grads = self._gradients(optimizer, accelerator)
         entry["parameters"] = len(grads)
         if self.side == "reference":
             import torch
@@ -275,7 +291,8 @@ class _Recorder:
             raise CheckStepsDone()
         self._restart_clock()
 
-    def _gradients(self, optimizer) -> dict:
+    def _gradients(self, optimizer, accelerator) -> dict:
+        _unscale(accelerator, optimizer)
         params = [p for group in getattr(optimizer, "param_groups", []) for p in group["params"]]
         if not params:
             params = [p for model in self.models for p in model.parameters()]
@@ -307,6 +324,28 @@ class _Recorder:
 
 
 _recorder: _Recorder | None = None
+
+
+def _seed_at_import() -> None:
+    """In a checked run, seed python, numpy and torch as braeburn loads.
+
+    The Accelerator draws its DataLoader shuffle seed from torch's generator when it prepares a
+    DataLoader, before ``after_prepare`` runs; seeding here, when ``import braeburn.accelerator``
+    loads this module, makes that draw (and any random data or weights the script makes) identical
+    on both sides of `braeburn check`.
+    """
+    if not active():
+        return
+    import torch
+
+    seed = int(os.environ.get(SEED_VAR) or DEFAULT_SEED)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(seed)
+
+
+_seed_at_import()
 
 
 def _current() -> _Recorder | None:
@@ -350,7 +389,7 @@ def before_optimizer_step(accelerator, optimizer) -> None:
     """Called by a prepared optimizer's step() before the parameters change."""
     recorder = _current()
     if recorder is not None:
-        recorder.add_step(optimizer)
+        recorder.add_step(accelerator, optimizer)
 
 
 def read_record(directory: str | os.PathLike) -> dict | None:

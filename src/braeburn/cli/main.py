@@ -18,6 +18,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "doctor": ("doctor", "report what this machine can train on, and why"),
     "launch": ("launch", "run a training script with the configured device, precision and processes"),
     "config": ("config", "set up `braeburn launch` once (questionnaire, --default, show)"),
+    "check": ("check", "compare a few training steps of a script on the accelerator against the CPU"),
 }
 
 
