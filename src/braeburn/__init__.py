@@ -4,7 +4,7 @@ from . import _early  # noqa: F401  (first: records the environment before anyth
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "Accelerator"]
+__all__ = ["__version__", "Accelerator", "Trainer", "TrainingConfig"]
 
 
 def __getattr__(name: str):
@@ -13,4 +13,8 @@ def __getattr__(name: str):
         from .accelerator import Accelerator
 
         return Accelerator
+    if name in ("Trainer", "TrainingConfig"):
+        from . import trainer
+
+        return getattr(trainer, name)
     raise AttributeError(f"module 'braeburn' has no attribute {name!r}")

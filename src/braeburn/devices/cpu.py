@@ -14,6 +14,7 @@ class CpuDevice(DeviceKind):
     name: ClassVar[str] = "cpu"
     is_accelerator: ClassVar[bool] = False
     process_group_backend: ClassVar[str | None] = "gloo"
+    fused_adamw: ClassVar[bool] = True  # CPU kernel since torch 2.4
     oom_markers: ClassVar[tuple[str, ...]] = ("DefaultCPUAllocator: can't allocate memory",
                                               "DefaultCPUAllocator: not enough memory")
     environment_variables: ClassVar[tuple[tuple[str, str, bool], ...]] = (

@@ -53,6 +53,7 @@ class MpsDevice(DeviceKind):
     is_accelerator: ClassVar[bool] = True
     process_group_backend: ClassVar[str | None] = None  # neither gloo nor nccl takes MPS tensors
     supports_float64: ClassVar[bool] = False
+    fused_adamw: ClassVar[bool] = True  # MPS kernel since torch 2.5
     oom_markers: ClassVar[tuple[str, ...]] = ("MPS backend out of memory",)
     environment_variables: ClassVar[tuple[tuple[str, str, bool], ...]] = (
         (FALLBACK_VAR, "run ops MPS lacks on the CPU instead of failing", True),

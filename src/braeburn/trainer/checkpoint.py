@@ -155,7 +155,8 @@ class CheckpointManager:
         bad file) to the newest good one; an explicit path that fails them is an error.
         """
         if request == "latest":
-            warnings, newest = [], self.latest()
+            found = self.checkpoints()
+            warnings, newest = [], found[-1] if found else None
             if newest is None:
                 raise CheckpointError(f"resume_from_checkpoint='latest' but {self.output_dir} holds no complete "
                                       "checkpoint-N folder. Train without --resume_from_checkpoint to start afresh.")

@@ -1,0 +1,76 @@
+"""What a batch means to the model and where the loss comes from.
+
+Batches are dicts (keyword arguments, Transformers style, labels under ``labels``) or
+``(inputs, labels)`` tuples, as a TensorDataset gives. The loss is ``loss_fn(outputs, labels)`` when
+a loss_fn is given, else the model output's ``.loss`` or ``["loss"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+LABELS = "labels"
+
+
+def batch_inputs(batch: Any, pass_labels: bool) -> tuple[tuple, dict, Any]:
+    """(positional args, keyword args, labels) for one batch.
+
+    With a loss_fn the labels are kept from the model (its forward may not take them); without one,
+    a dict batch keeps ``labels`` so that a Transformers model computes its own loss.
+    """
+    if isinstance(batch, Mapping):
+        kwargs = dict(batch)
+        labels = kwargs.get(LABELS)
+        if not pass_labels:
+            kwargs.pop(LABELS, None)
+        return (), kwargs, labels
+    if isinstance(batch, (tuple, list)):
+        if len(batch) == 1:
+            return (batch[0],), {}, None
+        *inputs, labels = batch
+        if len(inputs) == 1 and isinstance(inputs[0], Mapping):
+            return (), dict(inputs[0]), labels
+        return tuple(inputs), {}, labels
+    return (batch,), {}, None
+
+
+def output_loss(outputs: Any) -> torch.Tensor | None:
+    if isinstance(outputs, Mapping):
+        return outputs.get("loss")
+    return getattr(outputs, "loss", None)
+
+
+def compute_loss(outputs: Any, labels: Any, loss_fn: Any) -> torch.Tensor:
+    if loss_fn is not None:
+        if labels is None:
+            raise ValueError("loss_fn was given but the batch has no labels: give batches as (inputs, labels) "
+                             "tuples, or dicts with the labels under 'labels'")
+        return loss_fn(outputs, labels)
+    loss = output_loss(outputs)
+    if loss is None:
+        raise TypeError(
+            f"The model returned {type(outputs).__name__}, which carries no loss, and no loss_fn was given. Either "
+            "pass Trainer(..., loss_fn=torch.nn.CrossEntropyLoss()) (called as loss_fn(outputs, labels)), or make "
+            "the model return the loss as output.loss or output['loss'] (Transformers models do when the batch "
+            "has 'labels').")
+    return loss
+
+
+def model_logits(outputs: Any) -> Any:
+    """The predictions in a model output: the tensor itself, or its ``logits``."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    if isinstance(outputs, Mapping):
+        if outputs.get("logits") is not None:
+            return outputs["logits"]
+        return {k: v for k, v in outputs.items() if k != "loss"}
+    logits = getattr(outputs, "logits", None)
+    if logits is not None:
+        return logits
+    if isinstance(outputs, (tuple, list)):
+        return outputs[0]
+    raise TypeError(f"cannot find predictions in a model output of type {type(outputs).__name__}: return a "
+                    "tensor of logits, or an object/dict with 'logits'")

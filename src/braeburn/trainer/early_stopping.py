@@ -1,0 +1,59 @@
+"""Early stopping: end training when an eval metric stops improving."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from .callbacks import Callback
+from .state import TrainerState
+
+if TYPE_CHECKING:
+    from .loop import Trainer
+
+
+class EarlyStoppingCallback(Callback):
+    """Stop after ``patience`` evaluations in a row without an improvement of more than ``min_delta``.
+
+    ``mode`` is "min", "max", or "auto" (max for metrics named like accuracy, f1, precision,
+    recall, auc or score; min otherwise). Needs evaluation during training (eval_strategy).
+    """
+
+    def __init__(self, metric: str = "eval_loss", patience: int = 3, min_delta: float = 0.0, mode: str = "auto"):
+        if patience < 1:
+            raise ValueError(f"EarlyStoppingCallback(patience={patience}): must be >= 1")
+        if mode not in ("auto", "min", "max"):
+            raise ValueError(f"EarlyStoppingCallback(mode={mode!r}): choose auto, min or max")
+        self.metric = metric if metric.startswith("eval_") else f"eval_{metric}"
+        self.patience, self.min_delta = patience, abs(min_delta)
+        if mode == "auto":
+            wants_max = any(word in self.metric for word in ("acc", "f1", "precision", "recall", "auc", "score"))
+            mode = "max" if wants_max else "min"
+        self.mode = mode
+        self.best: float | None = None
+        self.bad_evaluations = 0
+
+    def on_train_begin(self, trainer: "Trainer", state: TrainerState) -> None:
+        if trainer.config.eval_strategy == "no":
+            raise ValueError("EarlyStoppingCallback needs evaluations during training, but eval_strategy='no'. "
+                             "Pass --eval_strategy epoch (or steps) and an eval_dataset.")
+
+    def improved(self, value: float) -> bool:
+        if self.best is None:
+            return math.isfinite(value)
+        if self.mode == "min":
+            return value < self.best - self.min_delta
+        return value > self.best + self.min_delta
+
+    def on_evaluate(self, trainer: "Trainer", state: TrainerState, metrics: dict[str, float]) -> None:
+        if self.metric not in metrics:
+            raise KeyError(f"EarlyStoppingCallback watches {self.metric!r}, which the evaluation did not report; "
+                           f"it reported {', '.join(sorted(metrics))}. Pass one of those as metric=.")
+        value = float(metrics[self.metric])
+        if self.improved(value):
+            self.best, self.bad_evaluations = value, 0
+            return
+        self.bad_evaluations += 1
+        if self.bad_evaluations >= self.patience:
+            state.request_stop(f"early stopping: {self.metric} has not improved on {self.best:.6g} for "
+                               f"{self.patience} evaluation(s)")

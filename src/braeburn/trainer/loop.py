@@ -1,0 +1,462 @@
+"""The Trainer: hand it a model and datasets; it trains, evaluates, checkpoints and resumes exactly.
+
+Read :meth:`Trainer.train` and :meth:`Trainer._train_epochs` top to bottom: that is the whole loop.
+Everything device-specific is the Accelerator's; this file only orders the work. The loop never
+reads a device tensor on the host except on logging, evaluation and save steps (each ``.item()``
+or ``float()`` of a device tensor waits for the device: the comments mark where).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from ..accelerator import Accelerator
+from ..plan import PlanError
+from .batches import batch_inputs, compute_loss, model_logits
+from .callbacks import CallbackList
+from .checkpoint import CheckpointError, CheckpointManager
+from .config import ConfigError, TrainingConfig, _compile_value
+from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
+from .metrics_log import MetricsLogCallback
+from .optim import default_optimizer, default_scheduler
+from .plots import PlotCallback
+from .progress import ProgressCallback, human_bytes
+from .signals import SignalCallback, TrainingInterrupted
+from .state import TrainerState
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite and nan_policy is "stop"."""
+
+
+@dataclass
+class EvalPrediction:
+    """What ``compute_metrics`` receives: CPU tensors of predictions (logits) and labels."""
+
+    predictions: Any
+    label_ids: Any
+
+
+@dataclass
+class PredictionOutput:
+    predictions: Any
+    label_ids: Any
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class TrainOutput:
+    global_step: int
+    training_loss: float
+    metrics: dict[str, float]
+
+
+class Trainer:
+    """Train ``model`` on ``train_dataset`` as ``config`` says; see docs/trainer.md."""
+
+    def __init__(self, model: torch.nn.Module, config: TrainingConfig | None = None, *,
+                 train_dataset: Dataset | None = None, eval_dataset: Dataset | None = None,
+                 collate_fn: Callable | None = None, compute_metrics: Callable[[EvalPrediction], dict] | None = None,
+                 loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+                 optimizer: torch.optim.Optimizer | None = None, lr_scheduler: Any = None,
+                 callbacks: list[Any] | None = None, accelerator: Accelerator | None = None):
+        self.config = config or TrainingConfig()
+        errors = self.config.validate()
+        if errors:
+            raise ConfigError(errors)
+        self.accelerator = accelerator or Accelerator(
+            cpu=self.config.use_cpu, mixed_precision=self.config.mixed_precision,
+            gradient_accumulation_steps=self.config.gradient_accumulation_steps,
+            accelerator=self.config.accelerator, devices=self.config.devices,
+            compile=_compile_value(self.config.compile), seed=self.config.seed)
+        self.model = model
+        self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
+        self.collate_fn, self.compute_metrics, self.loss_fn = collate_fn, compute_metrics, loss_fn
+        self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
+        self.output_dir = Path(self.config.output_dir).resolve()
+        self.checkpoints = CheckpointManager(self.output_dir, self.config.save_total_limit)
+        self.signals = SignalCallback()
+        builtins = [ProgressCallback(), MetricsLogCallback(), PlotCallback(), self.signals]
+        self.callbacks = CallbackList(builtins + list(callbacks or []))
+        self.state = TrainerState()
+        self._prepared_model: torch.nn.Module | None = None
+        self._eval_loaders: dict[int, tuple[Dataset, Any]] = {}
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.accelerator.is_main_process
+
+    # -- the run --------------------------------------------------------------------------------
+    def train(self, resume_from_checkpoint: str | None = None) -> TrainOutput:
+        """Train; resume from a checkpoint folder or "latest" when asked. Returns the final step, loss and metrics."""
+        config, acc = self.config, self.accelerator
+        resume = resume_from_checkpoint or config.resume_from_checkpoint
+        if self.train_dataset is None:
+            raise ValueError("Trainer.train() needs a train_dataset: pass Trainer(..., train_dataset=...)")
+        self._check_output_dir(resume)
+        train_loader = self._setup_training()
+        if resume:
+            self._resume(resume)
+        if self.is_main_process:
+            self.checkpoints.clean_staging()
+        self._reset_window()
+        started, start_step = time.perf_counter(), self.state.global_step
+        self.callbacks.on_train_begin(self, self.state)
+        try:
+            self._train_epochs(train_loader)
+            self._save_at_stop()
+        finally:
+            seconds = time.perf_counter() - started
+            self.callbacks.on_train_end(self, self.state)
+        summary = self._summary(seconds, self.state.global_step - start_step)
+        acc.print(summary)
+        acc.end_training()
+        if self.signals.received is not None:
+            self._exit_after_signal()
+        return TrainOutput(self.state.global_step, self._mean_training_loss(), self._last_eval_metrics())
+
+    def _train_epochs(self, loader) -> None:
+        """The loop. Host-device syncs happen only in _log, _evaluate_and_save and _check_finite."""
+        state, config, acc = self.state, self.config, self.accelerator
+        model, optimizer, scheduler = self._prepared_model, self.optimizer, self.lr_scheduler
+        model.train()
+        for epoch in range(loader.epoch, state.num_epochs):  # loader.epoch: 0, or where a resumed run stopped
+            state.epoch = epoch
+            loader.set_epoch(epoch)
+            self.callbacks.on_epoch_begin(self, state)
+            for batch in loader:  # already on the device (a resumed epoch skips the batches done)
+                with acc.accumulate(model):
+                    loss = self._forward_loss(model, batch)
+                    if config.nan_policy == "skip" and not torch.isfinite(loss):  # sync: the price of "skip"
+                        self._skipped += 1
+                    else:
+                        acc.backward(loss)
+                        self._window_losses.append(loss.detach())  # stays on the device: no sync
+                        self._window_has_grads = True
+                    if acc.sync_gradients:
+                        self._optimizer_step(model, optimizer, scheduler)
+                state.samples_seen += self._samples_per_batch
+                if not acc.sync_gradients:
+                    continue
+                state.global_step += 1
+                self.callbacks.on_step_end(self, state)
+                if state.global_step % config.logging_steps == 0:
+                    self._log()
+                self._evaluate_and_save(step_end=True)
+                if state.should_stop or state.global_step >= state.max_steps:
+                    break
+            if _epoch_finished(loader, epoch):
+                self.callbacks.on_epoch_end(self, state)
+                self._evaluate_and_save(step_end=False)
+            if state.should_stop or state.global_step >= state.max_steps:
+                return
+
+    def _forward_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        args, kwargs, labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
+        outputs = model(*args, **kwargs)  # a prepared model autocasts inside its forward
+        return compute_loss(outputs, labels, self.loss_fn)
+
+    def _optimizer_step(self, model, optimizer, scheduler) -> None:
+        if self._window_has_grads:  # with nan_policy="skip" a window can hold no gradient at all
+            if self.config.max_grad_norm > 0:
+                self._grad_norm = self.accelerator.clip_grad_norm_(model.parameters(), self.config.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        self._window_has_grads = False
+
+    # -- logging, evaluation, saving -------------------------------------------------------------
+    def _reset_window(self) -> None:
+        """Fresh counters for a train() call: the losses since the last log stay on the device until read."""
+        self._window_losses: list[torch.Tensor] = []
+        self._window_first_step = self.state.global_step + 1
+        self._window_has_grads = False
+        self._window_start = (time.perf_counter(), self.state.samples_seen)
+        self._grad_norm: torch.Tensor | None = None
+        self._skipped = 0
+        self._loss_total = (0.0, 0)
+
+    def _check_finite(self) -> float | None:
+        """The mean loss since the last log (one sync); stops the run at a NaN/inf loss when nan_policy="stop"."""
+        if not self._window_losses:
+            return None
+        losses = torch.stack(self._window_losses).float()
+        bad = (~torch.isfinite(losses)).nonzero()
+        if bad.numel():  # .numel() of a nonzero() result waits for the device
+            step = self._window_first_step + int(bad[0]) // self.config.gradient_accumulation_steps
+            raise NonFiniteLossError(self._non_finite_message(step, float(losses[int(bad[0])])))
+        mean = float(losses.mean())  # sync
+        total, count = self._loss_total
+        self._loss_total = (total + mean * len(losses), count + len(losses))
+        self._window_losses = []
+        self._window_first_step = self.state.global_step + 1
+        return mean
+
+    def _non_finite_message(self, step: int, value: float) -> str:
+        last = self.checkpoints.latest() if self.is_main_process else None
+        where = (f"The last good checkpoint is {last}: resume from it with --resume_from_checkpoint {last}"
+                 if last else "No checkpoint was saved before it")
+        return (f"The training loss became {value} at step {step} (epoch {self.state.epoch}); training stopped, "
+                f"and the weights after that step cannot be trusted. {where}, after lowering --learning_rate, "
+                f"setting --max_grad_norm, or trying --mixed_precision no. To skip such steps instead, pass "
+                f"--nan_policy skip.")
+
+    def _log(self) -> None:
+        state, now = self.state, time.perf_counter()
+        logs: dict[str, float] = {"epoch": round(state.epoch_progress, 4)}
+        loss = self._check_finite()
+        if loss is not None:
+            logs["loss"] = loss
+        logs["learning_rate"] = float(self.lr_scheduler.get_last_lr()[0])
+        if self._grad_norm is not None:
+            logs["grad_norm"] = float(self._grad_norm)  # cheap: the loss read above already synced
+        started, samples = self._window_start
+        if now > started:
+            logs["samples_per_second"] = (state.samples_seen - samples) / (now - started)
+        memory = self.accelerator.memory_stats()
+        logs["memory_bytes"] = float(memory.get("allocated_bytes", memory.get("peak_bytes", 0)))
+        if self._skipped:
+            logs["skipped_steps"] = float(self._skipped)
+        self._window_start = (now, state.samples_seen)
+        self._record(logs)
+
+    def _record(self, logs: dict[str, float]) -> None:
+        self.state.log_history.append({"step": self.state.global_step, **logs})
+        self.callbacks.on_log(self, self.state, logs)
+
+    def _evaluate_and_save(self, step_end: bool) -> None:
+        state, config = self.state, self.config
+        strategy_now = "steps" if step_end else "epoch"
+        eval_every = config.eval_steps or config.logging_steps
+        if config.eval_strategy == strategy_now and (not step_end or state.global_step % eval_every == 0):
+            self.evaluate()
+        wants_save = config.save_strategy == strategy_now and (not step_end or state.global_step % config.save_steps == 0)
+        if wants_save or state.should_save:
+            self._save()
+
+    def _save(self) -> None:
+        state = self.state
+        state.should_save = False
+        if state.last_checkpoint and Path(state.last_checkpoint).name == f"checkpoint-{state.global_step}":
+            return  # this step is saved already
+        self._check_finite()  # never save weights that a NaN step has spoiled
+        try:
+            folder = self.checkpoints.save(self.accelerator, state)
+        except CheckpointError as error:  # keep training: the previous checkpoint is intact
+            self.accelerator.print(f"braeburn: warning: {error}")
+            return
+        if self.is_main_process:
+            self.checkpoints.rotate(keep=state.best_checkpoint)
+        self.callbacks.on_save(self, state, folder)
+
+    def _save_at_stop(self) -> None:
+        """The end of the loop saves (unless save_strategy="no"); so does a stop asked with save=True (signals)."""
+        if self.state.should_save or self.config.save_strategy != "no":
+            self._save()
+
+    # -- evaluation and prediction ---------------------------------------------------------------
+    def evaluate(self, eval_dataset: Dataset | None = None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """Loss (when the batches have labels) and compute_metrics on ``eval_dataset``; logged and returned."""
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if dataset is None:
+            raise ValueError("evaluate() needs an eval_dataset: pass Trainer(..., eval_dataset=...) or evaluate(dataset)")
+        output = self._prediction_loop(dataset, metric_key_prefix, keep_predictions=self.compute_metrics is not None)
+        metrics = output.metrics
+        self._update_best(metrics)
+        self._record(dict(metrics))
+        self.callbacks.on_evaluate(self, self.state, metrics)
+        return metrics
+
+    def predict(self, test_dataset: Dataset, metric_key_prefix: str = "test") -> PredictionOutput:
+        """Predictions (logits, as CPU tensors) for ``test_dataset``, with labels and metrics when it has labels."""
+        return self._prediction_loop(test_dataset, metric_key_prefix, keep_predictions=True)
+
+    def _prediction_loop(self, dataset: Dataset, prefix: str, keep_predictions: bool) -> PredictionOutput:
+        acc, started = self.accelerator, time.perf_counter()
+        model = self._model_for_inference()
+        loader = self._eval_loader(dataset)
+        was_training = model.training
+        model.eval()
+        loss_sum, count, predictions, labels = torch.zeros((), device=acc.device), 0, [], []
+        with torch.no_grad():
+            for batch in loader:
+                args, kwargs, batch_labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
+                outputs = model(*args, **kwargs)
+                size = len(batch_labels) if batch_labels is not None else None
+                if batch_labels is not None and (self.loss_fn is not None or _has_loss(outputs)):
+                    loss_sum += compute_loss(outputs, batch_labels, self.loss_fn).detach().float() * size
+                    count += size
+                if keep_predictions:
+                    predictions.append(acc.gather_for_metrics(model_logits(outputs)).cpu())
+                    if batch_labels is not None:
+                        labels.append(acc.gather_for_metrics(batch_labels).cpu())
+        model.train(was_training)
+        return self._prediction_output(prefix, loss_sum, count, predictions, labels, started, len(dataset))
+
+    def _prediction_output(self, prefix, loss_sum, count, predictions, labels, started, samples) -> PredictionOutput:
+        metrics: dict[str, float] = {}
+        if count:
+            total = self.accelerator.reduce(loss_sum, "sum")
+            metrics[f"{prefix}_loss"] = float(total) / (count * self.accelerator.num_processes)  # sync
+        preds = torch.cat(predictions) if predictions else None
+        label_ids = torch.cat(labels) if labels else None
+        if self.compute_metrics is not None and preds is not None and label_ids is not None:
+            for key, value in self.compute_metrics(EvalPrediction(preds, label_ids)).items():
+                metrics[key if key.startswith(f"{prefix}_") else f"{prefix}_{key}"] = float(value)
+        seconds = time.perf_counter() - started
+        metrics[f"{prefix}_runtime"] = seconds
+        metrics[f"{prefix}_samples_per_second"] = samples / seconds if seconds > 0 else 0.0
+        return PredictionOutput(preds, label_ids, metrics)
+
+    def _update_best(self, metrics: dict[str, float]) -> None:
+        name = self.config.metric_for_best_model
+        name = name if name.startswith("eval_") else f"eval_{name}"
+        value = metrics.get(name)
+        if value is None or not math.isfinite(value):
+            return
+        best, better = self.state.best_metric, self.config.greater_is_better
+        if best is None or (value > best if better else value < best):
+            self.state.best_metric = value
+            self.state.best_checkpoint = str(self.output_dir / f"checkpoint-{self.state.global_step}")
+
+    # -- setup -----------------------------------------------------------------------------------
+    def _check_output_dir(self, resume: str | None) -> None:
+        out = self.output_dir
+        if out.exists() and not out.is_dir():
+            raise FileExistsError(f"output_dir={str(out)!r} is a file, not a folder. Pass a folder to --output_dir.")
+        entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+        if entries and not (self.config.overwrite_output_dir or resume):
+            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+            raise FileExistsError(
+                f"output_dir={str(out)!r} is not empty ({len(entries)} entries: {shown}), and training there could "
+                "overwrite an earlier run. Pass --overwrite_output_dir to train there anyway, --resume_from_checkpoint "
+                "latest to continue the run saved there, or choose another --output_dir.")
+        if self.is_main_process:
+            out.mkdir(parents=True, exist_ok=True)
+
+    def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
+        # A generator of its own, so that starting an epoch does not draw from torch's global generator
+        # (DataLoader draws a worker seed at every iter()): a resumed run then draws the same dropout masks.
+        generator = torch.Generator().manual_seed(self.config.seed)
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=self.collate_fn,
+                          num_workers=self.config.dataloader_num_workers, generator=generator,
+                          drop_last=self.config.dataloader_drop_last and shuffle)
+
+    def _eval_loader(self, dataset: Dataset):
+        """Prepared once per dataset: the Accelerator saves every prepared loader, and a resumed run must
+        prepare the same ones, in the same order, before loading a checkpoint."""
+        key = id(dataset)
+        if key not in self._eval_loaders:
+            loader = self._loader(dataset, self.config.per_device_eval_batch_size, shuffle=False)
+            self._eval_loaders[key] = (dataset, self.accelerator.prepare(loader))
+        return self._eval_loaders[key][1]
+
+    def _model_for_inference(self) -> torch.nn.Module:
+        if self._prepared_model is None:
+            self._prepared_model = self.accelerator.prepare(self.model)
+        return self._prepared_model
+
+    def _setup_training(self):
+        config, acc = self.config, self.accelerator
+        if config.auto_find_batch_size:
+            self._find_batch_size()
+        model = self._model_for_inference()  # on the device before the optimizer sees its parameters
+        loader = self._loader(self.train_dataset, config.per_device_train_batch_size, shuffle=True)
+        if len(loader) == 0:
+            raise ValueError(f"train_dataset has {len(self.train_dataset)} samples: with per_device_train_batch_size="
+                             f"{config.per_device_train_batch_size} and drop_last that is no batch at all. Pass more "
+                             "data or a smaller batch size.")
+        steps_per_epoch = math.ceil(len(loader) / config.gradient_accumulation_steps)
+        max_steps = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * steps_per_epoch)
+        optimizer = self.optimizer or default_optimizer(acc.unwrap_model(model), config, acc.plan.device)
+        scheduler = self.lr_scheduler or default_scheduler(optimizer, config, max_steps)
+        self.optimizer, loader, self.lr_scheduler = acc.prepare(optimizer, loader, scheduler)
+        if self.eval_dataset is not None and config.eval_strategy != "no":
+            self._eval_loader(self.eval_dataset)  # prepared now, before a checkpoint is loaded
+        self.state = TrainerState(max_steps=max_steps, steps_per_epoch=steps_per_epoch,
+                                  num_epochs=math.ceil(max_steps / steps_per_epoch))
+        self._samples_per_batch = config.per_device_train_batch_size * acc.num_processes
+        return loader
+
+    def _find_batch_size(self) -> None:
+        from .autobatch import find_train_batch_size
+
+        self.config.per_device_train_batch_size = find_train_batch_size(self)
+
+    def _resume(self, request: str) -> None:
+        folder, warnings = self.checkpoints.resolve(request)
+        for warning in warnings:
+            self.accelerator.print(f"braeburn: warning: {warning}")
+        saved = self.checkpoints.load(self.accelerator, folder)
+        for name in ("max_steps", "steps_per_epoch", "num_epochs"):
+            setattr(saved, name, getattr(self.state, name))  # the plan of this run (max_steps may have grown)
+        self.state = saved
+        self.accelerator.print(f"braeburn: resumed from {folder} at step {saved.global_step} (epoch {saved.epoch})")
+
+    # -- the end ---------------------------------------------------------------------------------
+    def _mean_training_loss(self) -> float:
+        try:
+            self._check_finite()
+        except NonFiniteLossError:
+            return float("nan")
+        total, count = self._loss_total
+        return total / count if count else float("nan")
+
+    def _last_eval_metrics(self) -> dict[str, float]:
+        for record in reversed(self.state.log_history):
+            if any(key.startswith("eval_") for key in record):
+                return {k: v for k, v in record.items() if k.startswith("eval_")}
+        return {}
+
+    def _summary(self, seconds: float, steps: int) -> str:
+        acc, state, plan = self.accelerator, self.state, self.accelerator.plan
+        memory = acc.memory_stats().get("peak_bytes")
+        samples = steps * self._samples_per_batch * self.config.gradient_accumulation_steps
+        evals = ", ".join(f"{k} {v:.4g}" for k, v in self._last_eval_metrics().items()
+                          if not k.endswith(("_runtime", "_per_second"))) or "none"
+        fallback = ", ".join(f"{op} x{count}" for op, count in acc.fallback_report()) or "none"
+        ending = state.stop_reason or ("max_steps reached" if state.global_step >= state.max_steps else "done")
+        return "\n".join([
+            f"braeburn: training ended ({ending}) after {seconds:.1f} s",
+            f"  device     {acc.device} ({plan.device_reason})",
+            f"  precision  {plan.precision} ({plan.precision_reason})",
+            f"  steps      {state.global_step}/{state.max_steps} optimizer steps ({steps} in this run), "
+            f"epoch {state.epoch_progress:.2f}",
+            f"  speed      {samples / seconds if seconds > 0 else 0:.1f} samples/s",
+            f"  peak mem   {human_bytes(memory)}",
+            f"  last eval  {evals}",
+            f"  CPU fallback ops  {fallback}",
+            f"  output     {self.output_dir}"])
+
+    def _exit_after_signal(self) -> None:
+        import signal
+
+        name = signal.Signals(self.signals.received).name
+        checkpoint = self.state.last_checkpoint
+        message = (f"braeburn: stopped by {name} at step {self.state.global_step}. Checkpoint: {checkpoint}. "
+                   f"Resume with --resume_from_checkpoint {checkpoint} (or --resume_from_checkpoint latest), "
+                   "with the same script and options.")
+        self.accelerator.print(message, flush=True)
+        raise TrainingInterrupted(self.signals.received, message, checkpoint)
+
+
+def _epoch_finished(loader, epoch: int) -> bool:
+    """Whether the prepared loader has yielded every batch of ``epoch`` (it moves to the next one after)."""
+    return loader.epoch != epoch or loader.batches_yielded >= len(loader)
+
+
+def _has_loss(outputs: Any) -> bool:
+    if isinstance(outputs, Mapping):
+        return outputs.get("loss") is not None
+    return getattr(outputs, "loss", None) is not None
+
+
+__all__ = ["EvalPrediction", "NonFiniteLossError", "PredictionOutput", "TrainOutput", "Trainer", "PlanError"]

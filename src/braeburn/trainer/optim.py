@@ -1,0 +1,53 @@
+"""The default optimizer (AdamW, no decay on biases and norms) and the warmup schedules."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..devices.base import DeviceKind
+from .config import TrainingConfig
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices and embeddings; leave 1-D parameters (biases, norm weights) undecayed."""
+    decay, no_decay = [], []
+    for parameter in model.parameters():
+        if parameter.requires_grad:
+            (decay if parameter.ndim >= 2 else no_decay).append(parameter)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [group for group in groups if group["params"]]
+
+
+def default_optimizer(model: torch.nn.Module, config: TrainingConfig, kind: DeviceKind) -> torch.optim.AdamW:
+    """AdamW with decoupled weight decay, fused into one kernel where the device kind has it."""
+    groups = parameter_groups(model, config.weight_decay)
+    if not groups:
+        raise ValueError("the model has no parameter with requires_grad=True, so there is nothing to train; "
+                         "unfreeze some parameters or pass your own optimizer=")
+    floating = all(p.is_floating_point() for group in groups for p in group["params"])
+    return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
+                             eps=config.adam_epsilon, fused=True if kind.fused_adamw and floating else None)
+
+
+def schedule_factor(step: int, *, kind: str, warmup: int, total: int) -> float:
+    """The learning-rate multiplier at optimizer step ``step``: linear warmup, then ``kind``."""
+    if step < warmup:
+        return (step + 1) / (warmup + 1)  # never exactly 0, so the first step moves the weights
+    if kind == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, total - warmup)
+    if kind == "linear":
+        return max(0.0, 1.0 - progress)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))))  # cosine
+
+
+def default_scheduler(optimizer: torch.optim.Optimizer, config: TrainingConfig,
+                      total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    warmup, kind = config.warmup_for(total_steps), config.lr_scheduler_type
+
+    def factor(step: int) -> float:
+        return schedule_factor(step, kind=kind, warmup=warmup, total=total_steps)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -1,0 +1,72 @@
+"""A PNG of the training curves (loss, eval metrics, learning rate) in output_dir at the end of training.
+
+matplotlib is optional (the ``plot`` extra): without it, this says so once and draws nothing.
+Only matplotlib's object API is used (no pyplot), so no global backend or figure state changes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .callbacks import Callback
+from .state import TrainerState
+
+if TYPE_CHECKING:
+    from .loop import Trainer
+
+PLOT_FILE = "training_curves.png"
+_said_no_matplotlib = False
+
+
+def _series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    points = [(h["step"], h[key]) for h in history if isinstance(h.get(key), (int, float)) and "step" in h]
+    return [p[0] for p in points], [float(p[1]) for p in points]
+
+
+def plot_history(history: list[dict[str, Any]], path: Path) -> Path | None:
+    """Draw ``history`` (the TrainerState's log_history) to ``path``; None when matplotlib is missing."""
+    global _said_no_matplotlib
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        if not _said_no_matplotlib:
+            _said_no_matplotlib = True
+            print(f"braeburn: no {PLOT_FILE} (matplotlib is not installed; pip install 'braeburn[plot]').")
+        return None
+    eval_keys = sorted({k for h in history for k in h if k.startswith("eval_") and k != "eval_loss"
+                        and isinstance(h[k], (int, float)) and not k.endswith(("_runtime", "_per_second"))})
+    figure = Figure(figsize=(12, 3.6), layout="constrained")
+    FigureCanvasAgg(figure)
+    loss_ax, metric_ax, lr_ax = figure.subplots(1, 3)
+    for key, label in (("loss", "train loss"), ("eval_loss", "eval loss")):
+        steps, values = _series(history, key)
+        if steps:
+            loss_ax.plot(steps, values, marker="o" if key == "eval_loss" else None, label=label)
+    for key in eval_keys:
+        steps, values = _series(history, key)
+        metric_ax.plot(steps, values, marker="o", label=key)
+    steps, values = _series(history, "learning_rate")
+    lr_ax.plot(steps, values)
+    for ax, title in ((loss_ax, "loss"), (metric_ax, "eval metrics"), (lr_ax, "learning rate")):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+    temporary = path.with_name(f".{path.name}.tmp")
+    figure.savefig(temporary, format="png", dpi=100)
+    os.replace(temporary, path)
+    return path
+
+
+class PlotCallback(Callback):
+    """Writes output_dir/training_curves.png when training ends."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+
+    def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        if trainer.is_main_process and state.log_history:
+            self.path = plot_history(state.log_history, Path(trainer.output_dir) / PLOT_FILE)

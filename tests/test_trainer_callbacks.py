@@ -1,0 +1,124 @@
+"""Typed hooks, and the built-in callbacks on their own."""
+
+from __future__ import annotations
+
+import io
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from braeburn.trainer.callbacks import HOOKS, Callback, CallbackList
+from braeburn.trainer.early_stopping import EarlyStoppingCallback
+from braeburn.trainer.metrics_log import MetricsLogCallback, read_metrics
+from braeburn.trainer.plots import PlotCallback
+from braeburn.trainer.progress import ProgressCallback
+from braeburn.trainer.state import TrainerState
+
+
+def fake_trainer(tmp_path, eval_strategy="epoch"):
+    return SimpleNamespace(is_main_process=True, output_dir=tmp_path, config=SimpleNamespace(eval_strategy=eval_strategy))
+
+
+def test_hooks_are_the_documented_ones():
+    assert HOOKS == ("on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end", "on_step_end", "on_log",
+                     "on_evaluate", "on_save")
+
+
+def test_misspelled_hook_is_refused():
+    class Typo(Callback):
+        def on_epoch_ended(self, trainer, state):
+            pass
+
+    with pytest.raises(TypeError, match="Typo.on_epoch_ended is not a Trainer hook.*did you mean on_epoch_end"):
+        CallbackList([Typo()])
+
+
+def test_duck_typed_callbacks_and_class_instead_of_instance():
+    class Plain:
+        def __init__(self):
+            self.seen = []
+
+        def on_log(self, trainer, state, logs):
+            self.seen.append(logs["loss"])
+
+        def helper(self):
+            return 1
+
+    plain = Plain()
+    callbacks = CallbackList([plain])
+    callbacks.on_log(None, TrainerState(), {"loss": 0.5})
+    callbacks.on_step_end(None, TrainerState())  # not defined: nothing happens
+    assert plain.seen == [0.5]
+    with pytest.raises(TypeError, match="Pass Plain()"):
+        CallbackList([Plain])
+
+
+def test_inherited_no_ops_are_not_dispatched():
+    class OnlyLog(Callback):
+        def on_log(self, trainer, state, logs):
+            pass
+
+    callbacks = CallbackList([OnlyLog(), Callback()])
+    assert callbacks._handlers["on_step_end"] == [] and len(callbacks._handlers["on_log"]) == 1
+
+
+def test_early_stopping_stops_after_patience(tmp_path):
+    stopper, state = EarlyStoppingCallback("accuracy", patience=2), TrainerState()
+    assert stopper.mode == "max" and stopper.metric == "eval_accuracy"
+    stopper.on_train_begin(fake_trainer(tmp_path), state)
+    for value in (0.5, 0.7, 0.69, 0.7):
+        stopper.on_evaluate(None, state, {"eval_accuracy": value})
+    assert state.should_stop and "eval_accuracy has not improved on 0.7 for 2 evaluation(s)" in state.stop_reason
+    with pytest.raises(KeyError, match="it reported eval_loss"):
+        stopper.on_evaluate(None, state, {"eval_loss": 1.0})
+    with pytest.raises(ValueError, match="eval_strategy='no'"):
+        stopper.on_train_begin(fake_trainer(tmp_path, "no"), state)
+
+
+def test_metrics_log_writes_json_lines(tmp_path, capsys):
+    logger, state, trainer = MetricsLogCallback(), TrainerState(global_step=3), fake_trainer(tmp_path)
+    logger.on_train_begin(trainer, state)
+    logger.on_log(trainer, state, {"loss": 0.25, "learning_rate": 1e-3})
+    state.global_step = 6
+    logger.on_log(trainer, state, {"loss": float("nan")})
+    logger.on_train_end(trainer, state)
+    assert read_metrics(tmp_path) == [{"step": 3, "loss": 0.25, "learning_rate": 1e-3}, {"step": 6, "loss": "nan"}]
+    for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+
+
+def test_plain_progress_lines_when_not_a_terminal(tmp_path):
+    stream = io.StringIO()
+    progress, state = ProgressCallback(stream=stream), TrainerState(max_steps=10, steps_per_epoch=5)
+    trainer = fake_trainer(tmp_path)
+    progress.on_train_begin(trainer, state)
+    state.global_step = 5
+    progress.on_step_end(trainer, state)
+    progress.on_log(trainer, state, {"loss": 0.5, "learning_rate": 2e-5, "samples_per_second": 100.0,
+                                     "memory_bytes": 3 * 2**20})
+    progress.on_train_end(trainer, state)
+    line = stream.getvalue().strip()
+    assert line.startswith("step 5/10 (50%) | epoch 1.00 | loss 0.5000 | lr 2.00e-05 | 100 samples/s | mem 3.0 MiB")
+    assert "ETA 0:00:" in line
+
+
+def test_rich_bar_on_a_terminal(tmp_path):
+    stream = io.StringIO()
+    progress, state = ProgressCallback(stream=stream, rich_bar=True), TrainerState(max_steps=4)
+    progress.on_train_begin(fake_trainer(tmp_path), state)
+    state.global_step = 4
+    progress.on_log(fake_trainer(tmp_path), state, {"loss": 0.125})
+    progress.on_train_end(fake_trainer(tmp_path), state)
+    assert "4/4" in stream.getvalue() and "loss 0.1250" in stream.getvalue()
+
+
+def test_plot_png_written(tmp_path):
+    pytest.importorskip("matplotlib")  # optional dependency: the plot extra
+    state = TrainerState(log_history=[{"step": 1, "loss": 1.0, "learning_rate": 1e-3},
+                                      {"step": 2, "loss": 0.5, "learning_rate": 5e-4},
+                                      {"step": 2, "eval_loss": 0.6, "eval_accuracy": 0.8}])
+    plot = PlotCallback()
+    plot.on_train_end(fake_trainer(tmp_path), state)
+    assert plot.path == tmp_path / "training_curves.png"
+    assert plot.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,216 @@
+"""The Trainer end to end on CPU: learning a real task, batches, losses, NaN handling, output_dir rules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils.data import Dataset, TensorDataset
+
+from braeburn.trainer import (Callback, EarlyStoppingCallback, NonFiniteLossError, Trainer, TrainingConfig)
+from braeburn.trainer.metrics_log import read_metrics
+from braeburn.trainer.optim import parameter_groups, schedule_factor
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: threads only add contention on a small CI machine
+    yield
+    torch.set_num_threads(previous)
+
+
+def digits():
+    sklearn = pytest.importorskip("sklearn.datasets")
+    x, y = sklearn.load_digits(return_X_y=True)
+    x = torch.tensor(x / 16.0, dtype=torch.float32)
+    y = torch.tensor(y)
+    generator = torch.Generator().manual_seed(0)
+    order = torch.randperm(len(x), generator=generator)
+    train, test = order[:1400], order[1400:]
+    return TensorDataset(x[train], y[train]), TensorDataset(x[test], y[test])
+
+
+def accuracy(prediction):
+    return {"accuracy": (prediction.predictions.argmax(-1) == prediction.label_ids).float().mean().item()}
+
+
+def mlp(seed=0, width=64, dropout=0.0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.ReLU(), torch.nn.Dropout(dropout),
+                               torch.nn.Linear(width, 10))
+
+
+def test_learns_digits_to_95_percent(tmp_path, capsys):
+    train, test = digits()
+    config = TrainingConfig(output_dir=str(tmp_path / "run"), num_train_epochs=10, learning_rate=1e-2,
+                            per_device_train_batch_size=32, weight_decay=0.01, warmup_ratio=0.05,
+                            lr_scheduler_type="cosine", logging_steps=20, eval_strategy="epoch", save_total_limit=2,
+                            metric_for_best_model="accuracy", greater_is_better=True)
+    trainer = Trainer(mlp(width=128), config, train_dataset=train, eval_dataset=test, compute_metrics=accuracy,
+                      loss_fn=torch.nn.functional.cross_entropy,
+                      callbacks=[EarlyStoppingCallback("accuracy", patience=5)])
+    result = trainer.train()
+    assert result.global_step == 440 and result.metrics["eval_accuracy"] >= 0.95, result
+    out = capsys.readouterr().out
+    for fragment in ("training ended", "device     cpu", "precision  no", "440/440 optimizer steps", "samples/s",
+                     "peak mem", "last eval  eval_loss", "eval_accuracy 0.9", "CPU fallback ops  none"):
+        assert fragment in out, fragment
+    files = sorted(p.name for p in (tmp_path / "run").iterdir())
+    assert "metrics.jsonl" in files and len([f for f in files if f.startswith("checkpoint-")]) <= 3
+    records = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in records if "loss" in r][:3] == [20, 40, 60]
+    assert sum("eval_accuracy" in r for r in records) == 10
+    best = trainer.state.best_checkpoint
+    assert best and (tmp_path / "run" / best.split("/")[-1]).exists()  # rotation never deletes the best
+    prediction = trainer.predict(test)
+    assert prediction.predictions.shape == (len(test), 10) and prediction.metrics["test_loss"] > 0
+
+
+class DictModel(torch.nn.Module):
+    """Transformers style: keyword inputs, and a dict output with the loss when labels are given."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, features, labels=None):
+        logits = self.linear(features)
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = torch.nn.functional.cross_entropy(logits, labels)
+        return out
+
+
+class DictData(Dataset):
+    def __init__(self, n=32):
+        torch.manual_seed(1)
+        self.x, self.y = torch.randn(n, 4), torch.randint(0, 2, (n,))
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"features": self.x[i], "labels": self.y[i]}
+
+
+def test_dict_batches_and_the_models_own_loss(tmp_path):
+    model = DictModel()
+    before = model.linear.weight.detach().clone()
+    config = TrainingConfig(output_dir=str(tmp_path), max_steps=6, logging_steps=2, save_strategy="no",
+                            eval_strategy="steps", eval_steps=3, gradient_accumulation_steps=2)
+    trainer = Trainer(model, config, train_dataset=DictData(), eval_dataset=DictData(8))
+    result = trainer.train()
+    assert result.global_step == 6 and "eval_loss" in result.metrics and math.isfinite(result.training_loss)
+    assert not torch.equal(before, model.linear.weight)
+    assert [r["step"] for r in trainer.state.log_history if "eval_loss" in r] == [3, 6]
+
+
+def test_output_without_loss_names_both_fixes(tmp_path):
+    x, y = torch.randn(8, 64), torch.randint(0, 10, (8,))
+    trainer = Trainer(mlp(), TrainingConfig(output_dir=str(tmp_path), max_steps=1),
+                      train_dataset=TensorDataset(x, y))
+    with pytest.raises(TypeError, match=r"returned Tensor, which carries no loss.*loss_fn=.*output\.loss"):
+        trainer.train()
+
+
+def test_non_empty_output_dir_is_refused(tmp_path):
+    (tmp_path / "old.txt").write_text("earlier run")
+    trainer = Trainer(mlp(), TrainingConfig(output_dir=str(tmp_path), max_steps=1),
+                      train_dataset=TensorDataset(torch.randn(4, 64), torch.zeros(4, dtype=torch.long)),
+                      loss_fn=torch.nn.functional.cross_entropy)
+    with pytest.raises(FileExistsError, match="not empty.*old.txt.*--overwrite_output_dir.*--resume_from_checkpoint"):
+        trainer.train()
+    assert [p.name for p in tmp_path.iterdir()] == ["old.txt"]
+
+
+class PoisonAt(Callback):
+    """Turns the model's weights to NaN after a given step, so the next loss is NaN."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, trainer, state):
+        if state.global_step == self.step:
+            with torch.no_grad():
+                trainer.model[0].weight.fill_(float("nan"))
+
+
+def test_nan_loss_stops_naming_the_step_and_last_checkpoint(tmp_path):
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+    config = TrainingConfig(output_dir=str(tmp_path), max_steps=30, logging_steps=5, save_strategy="steps",
+                            save_steps=4, per_device_train_batch_size=4)
+    trainer = Trainer(mlp(), config, train_dataset=TensorDataset(x, y), loss_fn=torch.nn.functional.cross_entropy,
+                      callbacks=[PoisonAt(6)])
+    with pytest.raises(NonFiniteLossError) as error:
+        trainer.train()
+    message = str(error.value)
+    assert "became nan at step 7" in message and f"{tmp_path / 'checkpoint-4'}" in message
+    assert "--nan_policy skip" in message
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-4"]  # nothing saved after it
+
+
+class NanBatches(Dataset):
+    def __init__(self):
+        torch.manual_seed(2)
+        self.x, self.y = torch.randn(16, 64), torch.randint(0, 10, (16,))
+        self.x[5] = float("inf")
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def test_nan_policy_skip_skips_the_bad_step(tmp_path):
+    config = TrainingConfig(output_dir=str(tmp_path), num_train_epochs=1, per_device_train_batch_size=1,
+                            logging_steps=4, nan_policy="skip", save_strategy="no")
+    model = mlp()
+    trainer = Trainer(model, config, train_dataset=NanBatches(), loss_fn=torch.nn.functional.cross_entropy)
+    result = trainer.train()
+    assert result.global_step == 16 and math.isfinite(result.training_loss)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert trainer.state.log_history[-1]["skipped_steps"] == 1
+
+
+def test_default_optimizer_groups_and_schedules():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    decay, no_decay = parameter_groups(model, 0.1)
+    assert [tuple(p.shape) for p in decay["params"]] == [(4, 4)] and decay["weight_decay"] == 0.1
+    assert len(no_decay["params"]) == 3 and no_decay["weight_decay"] == 0.0
+    assert schedule_factor(0, kind="linear", warmup=4, total=10) == pytest.approx(0.2)
+    assert schedule_factor(4, kind="linear", warmup=4, total=10) == 1.0
+    assert schedule_factor(7, kind="linear", warmup=4, total=10) == pytest.approx(0.5)
+    assert schedule_factor(7, kind="cosine", warmup=4, total=10) == pytest.approx(0.5)
+    assert schedule_factor(9, kind="constant", warmup=4, total=10) == 1.0
+
+
+class StopAt(Callback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, trainer, state):
+        if state.global_step == self.step:
+            state.request_stop("test stop", save=True)
+
+
+def test_resume_in_process_matches_uninterrupted_with_accumulation(tmp_path):
+    """Stopped mid-epoch (inside an accumulation window's epoch), then resumed: bitwise equal weights."""
+    x, y = torch.randn(50, 64), torch.randint(0, 10, (50,))
+
+    def run(out, callbacks=(), resume=None, overwrite=False):
+        model = mlp(seed=3, dropout=0.3)
+        config = TrainingConfig(output_dir=str(tmp_path / out), num_train_epochs=2, per_device_train_batch_size=4,
+                                gradient_accumulation_steps=3, logging_steps=2, save_strategy="no",
+                                weight_decay=0.05, warmup_steps=2, overwrite_output_dir=overwrite)
+        Trainer(model, config, train_dataset=TensorDataset(x, y), loss_fn=torch.nn.functional.cross_entropy,
+                callbacks=list(callbacks)).train(resume_from_checkpoint=resume)
+        return model.state_dict()
+
+    reference = run("a")
+    run("b", callbacks=[StopAt(3)])  # 13 batches per epoch: step 3 is mid-epoch
+    assert sorted(p.name for p in (tmp_path / "b").glob("checkpoint-*")) == ["checkpoint-3"]
+    resumed = run("b", resume="latest")
+    assert all(torch.equal(reference[k], resumed[k]) for k in reference)
