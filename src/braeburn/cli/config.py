@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -200,7 +201,8 @@ def show_settings(args: argparse.Namespace) -> int:
         print(json.dumps({"config_file": str(resolved.config_file) if resolved.config_file else None,
                           "settings": settings, "sources": sources, "plan": summary}, indent=2))
         return 0 if summary["ok"] else 1
-    console = Console(highlight=False, width=max(100, Console().width))
+    # Piped output is read by programs and people searching it: do not wrap it at 80 columns.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
     read = resolved.config_file or f"none ({default_config_path()} does not exist)"
     console.print(f"config file: {read}")
     table = Table(title="Effective settings (flag > environment > file > default)", title_justify="left")
@@ -218,7 +220,7 @@ def _print_plan(summary: dict, console: Console) -> None:
     if not summary["ok"]:
         console.print("[bold red]These settings cannot run here:[/]")
         for problem in summary["problems"]:
-            console.print(f"  - {problem}", markup=False)
+            console.print(f"  - {problem}", markup=False, soft_wrap=True)
         return
     console.print(f"[bold]device[/] {summary['device']}: {summary['device_reason']}")
     console.print(f"[bold]precision[/] {summary['precision']}: {summary['precision_reason']}")

@@ -1,0 +1,118 @@
+"""`braeburn config`: the questionnaire through real standard input, --default, and `config show`."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from braeburn.cli.main import main
+from braeburn.launch_config import LaunchSettings, read_config_file
+
+
+def braeburn(*args: str, stdin: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "braeburn.cli.main", *args], input=stdin, text=True,
+                          capture_output=True, env={**os.environ, **(env or {})}, timeout=60)
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    for name in list(os.environ):
+        if name.startswith(("BRAEBURN_", "PYTORCH_MPS", "PYTORCH_ENABLE_MPS")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "braeburn" / "config.toml"
+
+
+def answer(monkeypatch, capsys, lines: list[str], *args: str) -> tuple[int, str]:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f"{line}\n" for line in lines)))
+    code = main(["config", *args])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_piped_answers_write_the_xdg_file(clean_env):
+    # This machine (no GPU): no device question; precision, then compile.
+    result = braeburn("config", stdin="bf16\nfalse\n", env={"XDG_CONFIG_HOME": str(clean_env.parents[1])})
+    assert result.returncode == 0, result.stderr
+    assert "Mixed precision [auto/no/fp16/bf16]" in result.stdout
+    values, problems = read_config_file(clean_env)
+    assert problems == [] and values["mixed_precision"] == "bf16" and values["compile"] is False
+
+
+def test_a_wrong_answer_is_asked_again_and_early_end_of_input_is_explained(clean_env):
+    result = braeburn("config", stdin="fp8\nno\n", env={"XDG_CONFIG_HOME": str(clean_env.parents[1])})
+    assert "Please select one of the available options" in result.stdout
+    assert result.returncode == 1 and not clean_env.exists()
+    assert "standard input ended before this question was answered: 'torch.compile'" in result.stderr
+    assert "braeburn config --default" in result.stderr
+
+
+def test_on_a_mac_it_asks_the_fallback_and_a_memory_limit(clean_env, fake_host, monkeypatch, capsys):
+    fake_host("apple")
+    code, out = answer(monkeypatch, capsys, ["y", "fp16", "n", "abc", "1.0", "auto"])
+    assert code == 0, out
+    assert "Train on mps" in out and "lacks on the CPU" in out and "memory limit" in out
+    assert "'abc' must be a number" in out  # re-asked with the reason
+    assert "processes" not in out  # one device, no process-group backend: nothing to ask
+    values, _ = read_config_file(clean_env)
+    settings = LaunchSettings(**values)
+    assert (settings.mixed_precision, settings.mps_fallback, settings.mps_high_watermark_ratio) == ("fp16", False, 1.0)
+    assert 0 < settings.mps_low_watermark_ratio < 1.0  # moved with the high one, or torch refuses to start
+
+
+def test_precision_choices_are_what_the_device_supports(clean_env, fake_host, monkeypatch, capsys):
+    fake_host("cuda", cuda_capabilities=((7, 5), (7, 5)))  # Turing: no bf16
+    code, out = answer(monkeypatch, capsys, ["y", "bf16", "fp16", "1", "2", "ddp", "auto"])
+    assert code == 0, out
+    assert "Mixed precision [auto/no/fp16]" in out and "Please select one of the available options" in out
+    assert "How many machines" in out and "lacks on the CPU" not in out
+    settings = LaunchSettings(**read_config_file(clean_env)[0])
+    assert (settings.mixed_precision, settings.num_processes, settings.strategy) == ("fp16", 2, "ddp")
+
+
+def test_choosing_the_cpu_offers_the_cpu_choices(clean_env, fake_host, monkeypatch, capsys):
+    fake_host("apple")
+    code, out = answer(monkeypatch, capsys, ["n", "bf16", "auto"])
+    assert code == 0, out
+    assert "lacks on the CPU" not in out  # the CPU reads nothing before torch loads
+    assert LaunchSettings(**read_config_file(clean_env)[0]).cpu is True
+
+
+def test_default_writes_once_and_force_replaces(clean_env, capsys):
+    assert main(["config", "--default"]) == 0
+    assert read_config_file(clean_env) == ({name: getattr(LaunchSettings(), name) for name in
+                                            read_config_file(clean_env)[0]}, [])
+    assert main(["config", "--default"]) == 1
+    assert "already exists" in capsys.readouterr().err
+    assert main(["config", "--default", "--force"]) == 0
+
+
+def test_show_reports_values_and_sources(clean_env, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('mixed_precision = "fp16"\nstrategy = "ddp"\ncompile = false\n')
+    result = braeburn("config", "show", "--json", "--config-file", str(config), "--num-processes", "2", "--cpu",
+                      env={"BRAEBURN_MIXED_PRECISION": "bf16", "BRAEBURN_STRATEGY": "fsdp"})
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["settings"]["num_processes"] == 2 and shown["sources"]["num_processes"] == "flag (--num-processes)"
+    assert shown["settings"]["mixed_precision"] == "bf16"
+    assert shown["sources"]["mixed_precision"] == "environment (BRAEBURN_MIXED_PRECISION)"
+    assert shown["settings"]["compile"] is False and shown["sources"]["compile"] == f"file ({config})"
+    assert shown["sources"]["max_restarts"] == "default"
+    assert shown["plan"]["device"] == "cpu" and shown["plan"]["strategy"] == "fsdp"
+    table = braeburn("config", "show", "--config-file", str(config))
+    assert table.returncode == 0 and "file (" in table.stdout and "default" in table.stdout
+
+
+def test_show_lists_every_problem_of_a_broken_file(clean_env, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('num_procs = 2\nmax_restarts = "x"\n')
+    result = braeburn("config", "show", "--config-file", str(config))
+    assert result.returncode == 1
+    assert f"{config}: num_procs = 2: unknown key" in result.stdout
+    assert "max_restarts = 'x': must be a whole number" in result.stdout
