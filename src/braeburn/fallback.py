@@ -96,8 +96,8 @@ def early_env_advice(plan_env: Mapping[str, str], host: HostFacts, environ: Mapp
     when = ("torch was imported before braeburn" if host.torch_loaded_before_braeburn
             else "torch loaded without them")
     return (f"{', '.join(missing)} must be set before torch loads, but {when}, so setting them now would do "
-            f"nothing (without the CPU fallback, ops the device lacks fail instead of running on the CPU). Start the script with "
-            f"`braeburn launch script.py`, or `export {exports}` before starting Python.")
+            "nothing (without the CPU fallback, ops the device lacks fail instead of running on the CPU). "
+            f"Start the script with `braeburn launch script.py`, or `export {exports}` before starting Python.")
 
 
 __all__ = ["parse_fallback_warning", "FallbackRecorder", "early_env_advice"]
