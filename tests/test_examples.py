@@ -1,0 +1,156 @@
+"""Both examples end to end on tiny data made here: they train, evaluate and write their outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+import image_classification  # noqa: E402
+import text_classification  # noqa: E402
+
+WORDS = ("the company said shares rose fell on monday tuesday profit deal was done he she market "
+         "stock bank price court ruled judge police officials report new year").split()
+
+
+def results(output_dir: Path) -> dict:
+    return json.loads((output_dir / "eval_results.json").read_text(encoding="utf-8"))
+
+
+def is_png(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- image example ------------------------------------------------------------------------------
+
+def test_digits_few_steps_write_metrics_and_confusion_matrix(tmp_path):
+    metrics = image_classification.main(["--cpu", "--max_steps", "3", "--max_train_samples", "96",
+                                         "--max_eval_samples", "60", "--output_dir", str(tmp_path)])
+    saved = results(tmp_path)
+    assert saved["eval_samples"] == 60 and saved["eval_accuracy"] == pytest.approx(metrics["accuracy"])
+    assert 0.0 <= saved["eval_f1"] <= 1.0
+    assert is_png(tmp_path / "confusion_matrix.png")
+
+
+def test_digits_train_to_95_percent_in_two_epochs(tmp_path, capsys):
+    metrics = image_classification.main(["--cpu", "--num_train_epochs", "2", "--output_dir", str(tmp_path)])
+    assert metrics["accuracy"] >= 0.95, metrics
+    printed = capsys.readouterr().out
+    assert "precision" in printed and "recall" in printed  # the per-class report
+    assert results(tmp_path)["eval_samples"] == 359  # 20% of each digit class held out
+
+
+def _colour_images(root: Path, pets: bool) -> None:
+    """Red and blue squares with noise: two classes a CNN can tell apart."""
+    rng = random.Random(0)
+    for name, colour in (("Abyssinian", (220, 30, 30)), ("beagle", (30, 30, 220))):
+        for i in range(8):
+            pixels = [tuple(min(255, max(0, c + rng.randint(-30, 30))) for c in colour) for _ in range(20 * 20)]
+            image = Image.new("RGB", (20, 20))
+            image.putdata(pixels)
+            path = root / f"{name}_{i + 1}.png" if pets else root / name / f"{i}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            image.save(path)
+
+
+@pytest.mark.parametrize("pets", [False, True], ids=["class-folders", "pets-names"])
+def test_image_folder_trains_and_reports(tmp_path, pets, capsys):
+    data = tmp_path / "images"
+    _colour_images(data, pets)
+    out = tmp_path / "out"
+    image_classification.main(["--data_dir", str(data), "--cpu", "--image_size", "16", "--width", "8",
+                               "--max_steps", "3", "--per_device_train_batch_size", "4", "--output_dir", str(out)])
+    printed = capsys.readouterr().out
+    assert ("file names (pets)" if pets else "class folders") in printed
+    assert "Abyssinian" in printed and "beagle" in printed  # the per-class report names the classes
+    assert results(out)["eval_samples"] == 4  # 2 of the 8 images of each class held out
+    assert is_png(out / "confusion_matrix.png")
+
+
+def test_image_example_runs_from_the_command_line(tmp_path):
+    command = [sys.executable, str(EXAMPLES / "image_classification.py"), "--cpu", "--max_steps", "2",
+               "--max_train_samples", "64", "--max_eval_samples", "40", "--output_dir", str(tmp_path),
+               "--learning_rate", "1e-3", "--per_device_train_batch_size", "16"]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=120, env=os.environ | {"PYTHONPATH": ""})
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "accuracy" in finished.stdout and is_png(tmp_path / "confusion_matrix.png")
+
+
+def test_image_example_rejects_a_misspelt_flag(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        image_classification.main(["--learning_rat", "1e-3", "--output_dir", str(tmp_path)])
+    assert exited.value.code == 2
+    assert "did you mean --learning_rate" in capsys.readouterr().err
+
+
+# -- text example -------------------------------------------------------------------------------
+
+def _sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 12))) + " ."
+
+
+def _pairs(count: int, seed: int) -> list[tuple[str, str, str]]:
+    """(label, sentence 1, sentence 2): a reordering of the same words is a paraphrase (1), another sentence is not."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(count):
+        first = _sentence(rng)
+        if i % 2:
+            words = first.split()
+            rng.shuffle(words)
+            rows.append(("1", first, " ".join(words)))
+        else:
+            rows.append(("0", first, _sentence(rng)))
+    return rows
+
+
+def write_glue_mrpc(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, count, seed, bom in (("train.tsv", 48, 1, False), ("dev.tsv", 16, 2, True)):
+        lines = ["Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"]
+        lines += [f"{label}\t{i}\t{i + 1000}\t{a}\t{b}" for i, (label, a, b) in enumerate(_pairs(count, seed))]
+        (folder / name).write_bytes((b"\xef\xbb\xbf" if bom else b"") + ("\n".join(lines) + "\n").encode("utf-8"))
+    return folder
+
+
+def test_mrpc_tsvs_train_evaluate_and_save_a_reloadable_model(tmp_path):
+    data, out = write_glue_mrpc(tmp_path / "MRPC"), tmp_path / "mrpc"
+    common = ["--task_name", "mrpc", "--data_dir", str(data), "--max_seq_length", "32", "--cpu",
+              "--output_dir", str(out), "--overwrite_output_dir", "--per_device_eval_batch_size", "8"]
+    metrics = text_classification.main(common + ["--do_train", "--do_eval", "--max_steps", "3",
+                                                  "--per_device_train_batch_size", "8", "--learning_rate", "1e-3",
+                                                  "--hidden_size", "32", "--num_hidden_layers", "1"])
+    saved = results(out)
+    assert saved["eval_samples"] == 16
+    assert {"eval_accuracy", "eval_f1"} <= set(saved) and saved["eval_accuracy"] == pytest.approx(metrics["eval_accuracy"])
+    assert (out / "config.json").is_file() and (out / "tokenizer_config.json").is_file()
+    # The saved folder is a Transformers model directory: evaluating it again gives the same accuracy.
+    again = text_classification.main(common + ["--do_eval", "--model_name_or_path", str(out)])
+    assert again["eval_accuracy"] == pytest.approx(saved["eval_accuracy"])
+
+
+def test_json_lines_files_with_string_labels(tmp_path):
+    for name, seed in (("train.jsonl", 3), ("dev.jsonl", 4)):
+        rows = [{"sentence1": a, "sentence2": b, "label": "same" if label == "1" else "different"}
+                for label, a, b in _pairs(24, seed)]
+        (tmp_path / name).write_text("\n".join(json.dumps(row) for row in rows) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    metrics = text_classification.main(["--train_file", str(tmp_path / "train.jsonl"), "--validation_file",
+                                        str(tmp_path / "dev.jsonl"), "--cpu", "--max_steps", "2", "--hidden_size", "32",
+                                        "--num_hidden_layers", "1", "--max_seq_length", "32", "--output_dir", str(out)])
+    assert 0.0 <= metrics["eval_accuracy"] <= 1.0 and "eval_f1" in metrics
+    assert results(out)["eval_samples"] == 24
+
+
+def test_text_example_without_data_says_what_to_pass(tmp_path):
+    with pytest.raises(SystemExit, match="--task_name mrpc --data_dir DIR"):
+        text_classification.main(["--task_name", "mrpc", "--output_dir", str(tmp_path)])
