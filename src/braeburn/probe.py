@@ -194,10 +194,12 @@ class _Recorder:
             self.models.append(model)
             for name, param in model.named_parameters():
                 self.names.setdefault(id(param), f"model{index}.{name}" if index else name)
-            self._share_initial_weights(index, model)
-            self._disable_dropout(index, model)
+            if self.side != "bench":  # bench only times the script as it is
+                self._share_initial_weights(index, model)
+                self._disable_dropout(index, model)
             self._scan_float64(index, model)
-        self._seed()
+        if self.side != "bench":
+            self._seed()
         if self.watch is None and not self.record["steps"] and self._target_lacks_float64():
             self.watch = _Float64Watch(self.float64_ops)
         self._restart_clock()
@@ -276,7 +278,7 @@ class _Recorder:
         losses, self.step_losses = self.step_losses, []
         entry: dict[str, Any] = {"step": number, "time_s": elapsed, "losses": [_json_number(x) for x in losses],
                                  "loss": _json_number(sum(losses) / len(losses)) if losses else None}
-        grads = self._gradients(optimizer, accelerator)
+        grads = self._gradients(optimizer, accelerator) if self.side != "bench" else {}
         entry["parameters"] = len(grads)
         if self.side == "reference":
             import torch

@@ -337,10 +337,11 @@ def _timing_line(report: dict, reference: str) -> str:
 
 
 def render(report: dict, reference: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    from .bench import make_console
+
+    console = make_console()
     console.print(f"[bold]braeburn check[/] {report['script']}: {report['device']} ({_precision(report)}) "
                   f"against the {reference} in float32; tolerances loss {report['tolerances']['loss']:g}, "
                   f"gradients {report['tolerances']['grad']:g} (relative)")

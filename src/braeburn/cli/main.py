@@ -19,6 +19,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "launch": ("launch", "run a training script with the configured device, precision and processes"),
     "config": ("config", "set up `braeburn launch` once (questionnaire, --default, show)"),
     "check": ("check", "compare a few training steps of a script on the accelerator against the CPU"),
+    "bench": ("bench", "compare the devices here on built-in workloads or a script: speed, peak, MFU"),
 }
 
 

@@ -1,0 +1,146 @@
+"""`braeburn bench` on the CPU with tiny workloads, its sums (FLOPs, MFU, speed-up) and its verdicts."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from braeburn import workloads
+from braeburn.cli import bench
+from braeburn.cli.main import main
+from braeburn.devices.host import current_host
+from braeburn.devices.registry import get_kind
+
+
+def _bench_json(capsys, *args) -> tuple[int, dict | str]:
+    code = main(["bench", "--json", *map(str, args)])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out) if code == 0 else captured.err
+
+
+def test_tiny_mlp_and_cnn_on_the_cpu(capsys):
+    code, result = _bench_json(capsys, "--size", "tiny", "--workload", "mlp,cnn", "--steps", 3, "--warmup", 1)
+    assert code == 0, result
+    (cpu,) = result["devices"]
+    assert cpu["device"] == "cpu" and cpu["matmul_tflops"]["fp32"] > 0 and cpu["h2d_gbps"] is None
+    mlp, cnn = result["workloads"]
+    assert (mlp["workload"], cnn["workload"]) == ("mlp", "cnn")
+    # Linear layers 32->64->64->10: forward 2*in*out, backward 4*in*out, except that the first
+    # layer computes no gradient for its input (the data): 2*in*out less there.
+    assert mlp["flops_per_sample"] == 6 * (32 * 64 + 64 * 64 + 64 * 10) - 2 * 32 * 64
+    row = mlp["devices"][0]
+    assert row["steps"] == 3 and row["batch_size"] == 32 and row["samples_per_s"] > 0
+    assert row["mfu"] == pytest.approx(mlp["flops_per_sample"] * row["samples_per_s"] / (cpu["matmul_tflops"]["fp32"] * 1e12))
+    assert row["speedup_vs_cpu"] == 1.0 and "only cpu was benchmarked" in mlp["verdict"]
+
+
+def test_rich_output_and_plot(capsys, tmp_path):
+    chart = tmp_path / "bench.png"
+    code = main(["bench", "--size", "tiny", "--workload", "mlp", "--steps", "2", "--warmup", "0", "--batch-size", "8",
+                 "--plot", str(chart)])
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert code == 0 and "matmul fp32 FLOP/s" in out and "mlp cpu fp32 8" in out
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_says_how_to_install(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code = main(["bench", "--size", "tiny", "--workload", "mlp", "--steps", "1", "--warmup", "0",
+                 "--plot", str(tmp_path / "x.png")])
+    assert code == 2 and "pip install 'braeburn[plot]'" in capsys.readouterr().err
+
+
+def test_transformer_workloads_tiny_train_and_count_flops():
+    cpu = get_kind("cpu")
+    for name in ("bert-base", "gpt2-small"):
+        built = workloads.build(name, "tiny")
+        matmul_params = sum(m.weight.numel() for m in built.model.modules()
+                            if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D")
+        flops = workloads.training_flops_per_sample(built)
+        tokens = built.make_batch(1)[0].shape[1]
+        # 6 FLOPs per weight per token (forward + backward), plus attention; less the input-gradient
+        # of nothing: embeddings are lookups, so this is a floor.
+        assert flops >= 6 * matmul_params * tokens * 0.9, name
+        row = bench.time_training(built, cpu, None, "no", 2, warmup=0, steps=1, max_seconds=30)
+        assert row["samples_per_s"] > 0 and row["steps"] == 1
+
+
+def test_timing_is_bracketed_by_the_device_kinds_synchronize():
+    class CountingCpu(type(get_kind("cpu"))):
+        calls = 0
+
+        def synchronize(self) -> None:
+            CountingCpu.calls += 1
+
+    built = workloads.build("mlp", "tiny")
+    row = bench.time_training(built, CountingCpu(), None, "no", 4, warmup=1, steps=3, max_seconds=30)
+    assert row["steps"] == 3 and CountingCpu.calls == 2  # before and after the timed steps, not inside
+    assert bench.matmul_tflops(CountingCpu(), "fp32", 64, 0.0) > 0
+
+
+def test_missing_transformers_skips_under_all_and_refuses_when_named(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    assert "pip install" in workloads.get_workload("gpt2-small").missing_dependency()
+    code, message = _bench_json(capsys, "--size", "tiny", "--workload", "gpt2-small", "--steps", 1)
+    assert code == 2 and "transformers" in message
+    args = SimpleNamespace(devices="cpu", workload="all", size="tiny", mixed_precision="no", batch_size=None,
+                           warmup=0, steps=1, max_seconds=5)
+    result = bench.run_workloads(args, current_host())
+    assert [r["workload"] for r in result["workloads"]] == ["mlp", "cnn"]
+    assert set(result["skipped"]) == {"bert-base", "gpt2-small"}
+
+
+def _result(rates: dict[str, float]) -> dict:
+    return {"workload": "mlp", "size": "tiny", "batch_size": 32,
+            "devices": [{"device": device, "samples_per_s": rate} for device, rate in rates.items()]}
+
+
+def test_verdict_says_plainly_when_the_cpu_wins():
+    assert bench.verdict(_result({"mps": 100.0, "cpu": 500.0})) == \
+        "mlp (tiny, batch 32): the CPU is the faster choice, 5.00x faster than mps"
+    assert bench.verdict(_result({"cuda": 900.0, "cpu": 300.0})) == \
+        "mlp (tiny, batch 32): cuda is the faster choice, 3.00x faster than cpu"
+
+
+def test_device_choice_asks_availability(fake_host):
+    apple = fake_host("apple")
+    assert [k.name for k in bench.choose_devices(None, apple)] == ["mps", "cpu"]
+    with pytest.raises(ValueError, match="cuda is not usable here: .*Or leave cuda out"):
+        bench.choose_devices("cpu,cuda", fake_host("linux_cpu"))
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        bench.choose_devices("tpu", apple)
+
+
+def test_usage_errors(capsys, tmp_path):
+    assert main(["bench", "--workload", "resnet"]) == 2
+    assert "unknown workload 'resnet'" in capsys.readouterr().err
+    assert main(["bench", "--steps", "0"]) == 2
+    assert main(["bench", str(tmp_path / "nope.py")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_bench_times_a_users_script_through_the_probe(capsys, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent('''
+        import torch
+        from braeburn import Accelerator
+        accelerator = Accelerator()
+        model = torch.nn.Linear(8, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        for _ in range(100):
+            loss = model(torch.randn(4, 8, device=accelerator.device)).pow(2).mean()
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+        raise SystemExit("bench should have stopped the script after its steps")
+    '''))
+    code, result = _bench_json(capsys, "--steps", 3, "--warmup", 1, script)
+    assert code == 0, result
+    (row,) = result["devices"]
+    assert row["device"] == "cpu" and row["steps"] == 3 and row["step_ms"] > 0
