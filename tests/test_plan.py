@@ -97,3 +97,10 @@ def test_env_for_mps_child_and_compile_defaults():
     assert make_plan(RunOptions(), LINUX_CPU).env == {}
     assert make_plan(RunOptions(num_processes=2), CUDA_BOX).backend == "nccl"
     assert make_plan(RunOptions(), CUDA_BOX).backend is None
+
+
+def test_a_high_watermark_alone_below_torchs_low_default_gets_a_matching_low():
+    env = make_plan(RunOptions(mps_high_watermark_ratio=1.0), APPLE_M).env
+    assert env["PYTORCH_MPS_HIGH_WATERMARK_RATIO"] == "1.0"
+    assert float(env["PYTORCH_MPS_LOW_WATERMARK_RATIO"]) < 1.0
+    assert "PYTORCH_MPS_LOW_WATERMARK_RATIO" not in make_plan(RunOptions(mps_high_watermark_ratio=1.5), APPLE_M).env

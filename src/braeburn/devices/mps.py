@@ -16,6 +16,9 @@ from .host import HostFacts, version_text
 FALLBACK_VAR = "PYTORCH_ENABLE_MPS_FALLBACK"
 HIGH_WATERMARK_VAR = "PYTORCH_MPS_HIGH_WATERMARK_RATIO"
 LOW_WATERMARK_VAR = "PYTORCH_MPS_LOW_WATERMARK_RATIO"
+# torch's defaults on unified memory; the allocator refuses to start when low > high.
+DEFAULT_HIGH_WATERMARK = 1.7
+DEFAULT_LOW_WATERMARK = 1.4
 
 
 def min_macos_for(torch_version: tuple[int, ...]) -> tuple[int, ...]:
@@ -89,6 +92,10 @@ class MpsDevice(DeviceKind):
     def env_before_torch(self, *, fallback: bool = True, high_watermark: float | None = None,
                          low_watermark: float | None = None) -> dict[str, str]:
         env = {FALLBACK_VAR: "1" if fallback else "0"}
+        if high_watermark is not None and low_watermark is None and 0 < high_watermark < DEFAULT_LOW_WATERMARK:
+            # A lower limit alone would sit under torch's default low ratio (1.4) and stop the
+            # allocator; keep torch's proportion between the two instead.
+            low_watermark = round(high_watermark * DEFAULT_LOW_WATERMARK / DEFAULT_HIGH_WATERMARK, 3)
         if high_watermark is not None:
             env[HIGH_WATERMARK_VAR] = repr(float(high_watermark))
         if low_watermark is not None:
