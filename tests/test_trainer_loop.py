@@ -214,3 +214,27 @@ def test_resume_in_process_matches_uninterrupted_with_accumulation(tmp_path):
     assert sorted(p.name for p in (tmp_path / "b").glob("checkpoint-*")) == ["checkpoint-3"]
     resumed = run("b", resume="latest")
     assert all(torch.equal(reference[k], resumed[k]) for k in reference)
+
+
+class MemoryHungry(torch.nn.Module):
+    """Raises the CPU allocator's out-of-memory error for batches larger than 4."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        if x.shape[0] > 4:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+        return self.linear(x)
+
+
+def test_auto_find_batch_size_halves_until_a_step_fits(tmp_path, capsys):
+    config = TrainingConfig(output_dir=str(tmp_path), per_device_train_batch_size=16, auto_find_batch_size=True,
+                            max_steps=3, save_strategy="no")
+    trainer = Trainer(MemoryHungry(), config, train_dataset=TensorDataset(torch.randn(40, 64),
+                                                                          torch.randint(0, 10, (40,))),
+                      loss_fn=torch.nn.functional.cross_entropy)
+    assert trainer.train().global_step == 3
+    assert config.per_device_train_batch_size == 4
+    assert "training with per_device_train_batch_size=4" in capsys.readouterr().out

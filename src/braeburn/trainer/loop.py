@@ -167,7 +167,7 @@ class Trainer:
     def _optimizer_step(self, model, optimizer, scheduler) -> None:
         if self._window_has_grads:  # with nan_policy="skip" a window can hold no gradient at all
             if self.config.max_grad_norm > 0:
-                self._grad_norm = self.accelerator.clip_grad_norm_(model.parameters(), self.config.max_grad_norm)
+                self._grad_norm = self.accelerator.clip_grad_norm_(self._parameters, self.config.max_grad_norm)
             optimizer.step()
             scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -384,6 +384,7 @@ class Trainer:
         self.state = TrainerState(max_steps=max_steps, steps_per_epoch=steps_per_epoch,
                                   num_epochs=math.ceil(max_steps / steps_per_epoch))
         self._samples_per_batch = config.per_device_train_batch_size * acc.num_processes
+        self._parameters = [p for p in model.parameters() if p.requires_grad]  # walked once, not every step
         return loader
 
     def _find_batch_size(self) -> None:

@@ -11,7 +11,12 @@ from .config import TrainingConfig
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices and embeddings; leave 1-D parameters (biases, norm weights) undecayed."""
+    """Decay matrices and embeddings; leave 1-D parameters (biases, norm weights) undecayed.
+
+    Without weight decay there is one group: a fused AdamW launches one kernel per group.
+    """
+    if weight_decay == 0:
+        return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": 0.0}]
     decay, no_decay = [], []
     for parameter in model.parameters():
         if parameter.requires_grad:
