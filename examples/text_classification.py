@@ -176,4 +176,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from braeburn.errors import run_main  # one clear message for bad input; --debug shows the traceback
+
+    run_main(main)

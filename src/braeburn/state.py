@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import random
 import shutil
 from collections.abc import Iterator
@@ -116,7 +117,8 @@ def publish(output_dir: str | os.PathLike) -> Path:
 
 
 def save_file(obj: Any, directory: Path, name: str) -> None:
-    torch.save(obj, directory / name)
+    with open(directory / name, "wb") as handle:  # a full disk then raises OSError with its errno, not a torch enforce
+        torch.save(obj, handle)
 
 
 def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu") -> Any:
@@ -125,7 +127,17 @@ def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu"
         raise FileNotFoundError(f"{path} is missing: load_state() expects a directory written by save_state() "
                                 "with the same prepared objects (same number of models, optimizers, "
                                 "schedulers and dataloaders)")
-    return torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:  # weights_only refused an object: loading it could run code
+        from .errors import UnsafeFileError
+
+        reason = next((line.strip().split(". ")[0] for line in str(error).splitlines()
+                       if "WeightsUnpickler error" in line), type(error).__name__)
+        raise UnsafeFileError(
+            f"{path} holds pickled objects other than tensors and plain data, which braeburn refuses to load: "
+            f"unpickling them could run arbitrary code ({reason}). A file written by save_state() never "
+            "does. Delete this checkpoint, or resume from one you wrote yourself.") from None
 
 
 __all__ = ["rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",

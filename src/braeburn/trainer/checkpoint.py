@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ..state import staging_dir
 from .state import TrainerState
 
 MANIFEST = "manifest.json"
@@ -199,6 +200,7 @@ class CheckpointManager:
             self._publish(staging, target)
         except Exception as error:
             shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(staging_dir(staging), ignore_errors=True)  # the Accelerator's own staging beside it
             previous = self.latest()
             kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists"
             raise CheckpointError(f"Saving {target} failed: {type(error).__name__}: {error}. Nothing was "

@@ -25,6 +25,7 @@ from .callbacks import CallbackList
 from .checkpoint import CheckpointError, CheckpointManager
 from .config import ConfigError, TrainingConfig, _compile_value
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
+from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
 from .optim import default_optimizer, default_scheduler
 from .plots import PlotCallback
@@ -89,6 +90,7 @@ class Trainer:
         self.state = TrainerState()
         self._prepared_model: torch.nn.Module | None = None
         self._eval_loaders: dict[int, tuple[Dataset, Any]] = {}
+        self._inputs_checked = False  # the first training batch is checked once (input_checks.py)
 
     @property
     def is_main_process(self) -> bool:
@@ -161,7 +163,12 @@ class Trainer:
 
     def _forward_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         args, kwargs, labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
+        if not self._inputs_checked:
+            check_batch_inputs(kwargs)
         outputs = model(*args, **kwargs)  # a prepared model autocasts inside its forward
+        if not self._inputs_checked:
+            check_labels(outputs, labels)  # one sync, on the first batch only
+            self._inputs_checked = True
         return compute_loss(outputs, labels, self.loss_fn)
 
     def _optimizer_step(self, model, optimizer, scheduler) -> None:
@@ -366,6 +373,7 @@ class Trainer:
 
     def _setup_training(self):
         config, acc = self.config, self.accelerator
+        check_datasets(self.train_dataset, self.eval_dataset, config.eval_strategy)
         if config.auto_find_batch_size:
             self._find_batch_size()
         model = self._model_for_inference()  # on the device before the optimizer sees its parameters

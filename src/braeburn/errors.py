@@ -1,0 +1,81 @@
+"""One clear message for braeburn's own errors; the full traceback only when asked for.
+
+Scripts end with ``run_main(main)`` instead of ``main()``. An error that braeburn raised on purpose
+(a :class:`ConfigError` or :class:`PlanError`, a checkpoint that cannot be used, a missing data
+folder: each message already says what was passed, why it cannot work and the fix) is printed as
+one ``error: ...`` paragraph on stderr, with exit status 2 for configuration errors and 1 for the
+rest. ``--debug`` on the command line or ``BRAEBURN_DEBUG=1`` shows the full traceback instead.
+
+An error raised from deep inside torch or another library is *not* shortened: that is either a bug
+in the user's model or a bad input braeburn failed to check, and the traceback is what finds it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DEBUG_FLAG = "--debug"
+DEBUG_VAR = "BRAEBURN_DEBUG"
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+class UnsafeFileError(Exception):
+    """A file that would run code when loaded (a pickle of arbitrary objects); it was not loaded."""
+
+
+def debug_requested(argv: list[str] | None = None) -> bool:
+    """``--debug`` among the arguments, or BRAEBURN_DEBUG set to a true value."""
+    args = sys.argv[1:] if argv is None else argv
+    return DEBUG_FLAG in args or os.environ.get(DEBUG_VAR, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _raised_in(error: BaseException, folders: tuple[Path, ...]) -> bool:
+    """Whether the innermost frame of ``error``'s traceback is in one of ``folders`` (on purpose, not deep)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return False
+    where = Path(frames[-1].filename).resolve()
+    return any(where.is_relative_to(folder) for folder in folders)
+
+
+def is_user_error(error: BaseException, script_dir: Path | None = None) -> bool:
+    """A configuration or input error that braeburn (or the script beside it) raised with its fix."""
+    from .plan import PlanError
+    from .trainer._argparse import ConfigError
+
+    if isinstance(error, (ConfigError, PlanError, UnsafeFileError)):
+        return True
+    folders = (_PACKAGE_DIR,) + ((script_dir,) if script_dir is not None else ())
+    expected = (ValueError, TypeError, OSError, RuntimeError, LookupError)
+    return isinstance(error, expected) and _raised_in(error, folders)
+
+
+def exit_status(error: BaseException) -> int:
+    from .plan import PlanError
+    from .trainer._argparse import ConfigError
+
+    return 2 if isinstance(error, (ConfigError, PlanError)) else 1
+
+
+def run_main(fn: Callable[[list[str]], Any], argv: list[str] | None = None) -> Any:
+    """Call ``fn(argv)`` (``--debug`` removed); turn braeburn's own errors into one message and an exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_requested(argv)
+    args = [arg for arg in argv if arg != DEBUG_FLAG]
+    script = getattr(sys.modules.get(getattr(fn, "__module__", ""), None), "__file__", None)
+    script_dir = Path(script).resolve().parent if script else None
+    try:
+        return fn(args)
+    except Exception as error:
+        if debug or not is_user_error(error, script_dir):
+            raise
+        print(f"error: {error}\n(run with {DEBUG_FLAG} or {DEBUG_VAR}=1 for the full traceback)", file=sys.stderr)
+        raise SystemExit(exit_status(error)) from None
+
+
+__all__ = ["UnsafeFileError", "debug_requested", "exit_status", "is_user_error", "run_main"]

@@ -1,0 +1,72 @@
+"""Checks of what a user hands the Trainer, made where it enters, so a mistake reads as one clear error.
+
+Without them an empty dataset fails inside torch's sampler, float token ids inside ``nn.Embedding``,
+and a label outside the class range inside ``cross_entropy`` (on CUDA as a device-side assert that
+names nothing). The dataset checks run once before training; the batch checks run on the first
+training batch only: dtypes are host metadata (free), the label range costs one device sync, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+IGNORE_INDEX = -100  # what cross_entropy (and Transformers' losses) skip
+
+
+def check_datasets(train_dataset: Any, eval_dataset: Any, eval_strategy: str) -> None:
+    """Raise ValueError naming the dataset and the fix, before any DataLoader is built."""
+    if len(train_dataset) == 0:
+        raise ValueError("train_dataset is empty (0 samples): there is nothing to train on. Check the path or "
+                         "filter that built it, or pass Trainer(..., train_dataset=...) a dataset with samples.")
+    if eval_strategy != "no" and eval_dataset is None:
+        raise ValueError(f"eval_strategy={eval_strategy!r} asks for evaluation during training, but no "
+                         "eval_dataset was given. Pass Trainer(..., eval_dataset=...), or --eval_strategy no.")
+    if eval_strategy != "no" and len(eval_dataset) == 0:
+        raise ValueError(f"eval_dataset is empty (0 samples), and eval_strategy={eval_strategy!r} evaluates on it. "
+                         "Pass an eval_dataset with samples, or --eval_strategy no.")
+
+
+def _describe(tensor: torch.Tensor) -> str:
+    return f"{str(tensor.dtype).removeprefix('torch.')} of shape {list(tensor.shape)}"
+
+
+def check_batch_inputs(kwargs: Mapping[str, Any]) -> None:
+    """Token ids (``input_ids``, ``token_type_ids``, ``*_ids``) must be integers: nn.Embedding takes nothing else."""
+    for name, value in kwargs.items():
+        if name.endswith("_ids") and name != "labels" and isinstance(value, torch.Tensor) \
+                and (value.is_floating_point() or value.is_complex()):
+            raise TypeError(f"The training batch's {name!r} is {_describe(value)}: token ids must be integers "
+                            f"(torch.long), since the model looks them up in an embedding table. Build them with "
+                            f"torch.tensor(ids, dtype=torch.long) in the dataset or collate_fn (not float).")
+
+
+def _logits(outputs: Any) -> torch.Tensor | None:
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    logits = outputs.get("logits") if isinstance(outputs, Mapping) else getattr(outputs, "logits", None)
+    return logits if isinstance(logits, torch.Tensor) else None
+
+
+def check_labels(outputs: Any, labels: Any) -> None:
+    """Integer labels must index the model's class dimension (one device sync, on the first batch only)."""
+    logits = _logits(outputs)
+    if not isinstance(labels, torch.Tensor) or logits is None or labels.is_floating_point() or labels.is_complex():
+        return
+    if labels.dtype == torch.bool or logits.dim() < 2 or labels.shape != logits.shape[:-1] or labels.numel() == 0:
+        return  # not class indices for this output (segmentation maps, multi-label targets, ...)
+    classes = logits.shape[-1]
+    counted = labels[labels != IGNORE_INDEX]
+    if counted.numel() == 0:
+        return
+    low, high = int(counted.min()), int(counted.max())  # one sync, once per train()
+    if low < 0 or high >= classes:
+        raise ValueError(f"The first training batch has labels from {low} to {high}, but the model outputs "
+                         f"{classes} classes (logits {_describe(logits)}), so labels must be in 0..{classes - 1} "
+                         f"(or {IGNORE_INDEX} to ignore a position). Map the labels to 0..{classes - 1} in the "
+                         f"dataset, or build the model with num_classes (num_labels) = {high + 1} or more.")
+
+
+__all__ = ["check_batch_inputs", "check_datasets", "check_labels"]
