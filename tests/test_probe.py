@@ -91,6 +91,17 @@ def test_a_perturbed_layer_shows_in_the_gradient_errors(monkeypatch, tmp_path):
     assert {name for name, _ in first["worst"]} == {"0.weight", "0.bias", "3.weight", "3.bias"}
 
 
+def test_the_accelerator_run_steps_with_the_reference_gradients(monkeypatch, tmp_path):
+    """Both runs keep the same weights, so each step measures its own kernels, not accumulated drift."""
+    _, _, reference_model = _loop(monkeypatch, tmp_path / "reference", "reference", steps=4)
+    record, _, model = _loop(monkeypatch, tmp_path / "accelerator", "accelerator", steps=4,
+                             reference=tmp_path / "reference", scale=1.05)
+    for ours, theirs in zip(model.parameters(), reference_model.parameters()):
+        assert torch.equal(ours, theirs)
+    errors = [step["grad"]["max_rel"] for step in record["steps"]]
+    assert max(errors) < 2 * min(errors)  # the same 5% kernel error each step, not a growing one
+
+
 def test_float64_use_is_recorded_when_the_target_lacks_float64(monkeypatch, tmp_path):
     record, _, _ = _loop(monkeypatch, tmp_path / "reference", "reference", target="mps", double_loss=True, steps=2)
     assert "loss is float64" in record["float64"]

@@ -12,7 +12,8 @@ The Accelerator calls three hooks. They do nothing unless BRAEBURN_CHECK_DIR is 
 - ``before_optimizer_step(accelerator, optimizer)``: records the step time (after a device
   synchronize) and every parameter's gradient (as CPU float32). The reference run saves the
   gradients; the accelerator run compares its own with them at once (see :func:`compare_gradients`),
-  so no run ever holds more than one step of both. After BRAEBURN_CHECK_STEPS steps the run writes
+  so no run ever holds more than one step of both, and then steps with the reference's gradients,
+  so that both runs keep (nearly) the same weights and each step measures only its own kernels. After BRAEBURN_CHECK_STEPS steps the run writes
   ``record.json`` and stops with :class:`CheckStepsDone` (a ``SystemExit`` with status 0).
 
 Gradients are read as they are when the optimizer step begins: the Accelerator must have unscaled
@@ -278,14 +279,15 @@ class _Recorder:
         losses, self.step_losses = self.step_losses, []
         entry: dict[str, Any] = {"step": number, "time_s": elapsed, "losses": [_json_number(x) for x in losses],
                                  "loss": _json_number(sum(losses) / len(losses)) if losses else None}
-        grads = self._gradients(optimizer, accelerator) if self.side != "bench" else {}
+        params = self._named_parameters(optimizer, accelerator) if self.side != "bench" else {}
+        grads = {name: p.grad.detach().float().cpu() for name, p in params.items()}
         entry["parameters"] = len(grads)
         if self.side == "reference":
             import torch
 
             torch.save(grads, self.directory / f"grads_{number}.pt")
         elif self.side == "accelerator" and self.reference is not None:
-            entry["grad"] = self._compare(number, grads)
+            entry["grad"] = self._compare_and_force(number, params, grads)
         self.record["steps"].append(entry)
         if number >= self.steps:
             self.record["stopped_by_check"] = True
@@ -293,25 +295,33 @@ class _Recorder:
             raise CheckStepsDone()
         self._restart_clock()
 
-    def _gradients(self, optimizer, accelerator) -> dict:
+    def _named_parameters(self, optimizer, accelerator) -> dict:
+        """name -> parameter, for the optimizer's parameters that have a gradient (unscaled first)."""
         _unscale(accelerator, optimizer)
         params = [p for group in getattr(optimizer, "param_groups", []) for p in group["params"]]
         if not params:
             params = [p for model in self.models for p in model.parameters()]
-        grads = {}
-        for position, param in enumerate(params):
-            if param.grad is not None:
-                name = self.names.get(id(param), f"optimizer.param{position}")
-                grads[name] = param.grad.detach().float().cpu()
-        return grads
+        return {self.names.get(id(p), f"optimizer.param{i}"): p for i, p in enumerate(params) if p.grad is not None}
 
-    def _compare(self, number: int, grads: dict) -> dict | None:
+    def _compare_and_force(self, number: int, params: dict, grads: dict) -> dict | None:
+        """Compare with the reference's gradients, then step with the reference's gradients.
+
+        Stepping with the reference's gradients keeps the weights of both runs (nearly) equal, so
+        every step measures this step's kernels at the same weights, instead of the drift that an
+        adaptive optimizer amplifies from tiny early differences. The optimizer itself still runs
+        on the device, so a wrong optimizer kernel shows as disagreement at the next step.
+        """
         import torch
 
         path = self.reference / f"grads_{number}.pt"
         if not path.exists():
             return None
-        result = compare_gradients(torch.load(path, weights_only=True), grads)
+        reference = torch.load(path, weights_only=True)
+        result = compare_gradients(reference, grads)
+        with torch.no_grad():
+            for name, param in params.items():
+                if name in reference and reference[name].shape == param.grad.shape:
+                    param.grad.copy_(reference[name])
         result["max_rel"] = _json_number(result["max_rel"])
         result["global_rel"] = _json_number(result["global_rel"])
         result["worst"] = [[name, _json_number(err)] for name, err in result["worst"]]

@@ -29,9 +29,13 @@ EXIT_HELP = (f"exit status: {EXIT_PASS} the accelerator agrees with the CPU; {EX
              f"failed, or the script failed; {EXIT_USAGE} usage error (bad options, a device that is not usable "
              "here, or a script that never trains through braeburn's Accelerator or Trainer)")
 
-# (loss, gradient) relative-error tolerances per precision. float32 allows for TF32 convolutions
-# (cuDNN's default) and for a few steps of drift; bf16 keeps 8 significant bits, fp16 11.
-TOLERANCES: dict[str, tuple[float, float]] = {"no": (1e-3, 1e-2), "fp16": (5e-3, 5e-2), "bf16": (2e-2, 1e-1)}
+# (loss, gradient) relative-error tolerances per precision; the gradient limit applies to every
+# parameter. float32 allows for TF32 convolutions (cuDNN's default). The mixed-precision limits sit
+# about twice above what autocast itself costs on a small CNN with batch norm (CPU autocast against
+# float32, same weights: bf16 up to 15% on batch-norm and first-layer gradients with a loss error of
+# 4e-4; fp16 up to 8.5%, loss 2e-5): parameters whose gradient is a sum with heavy cancellation
+# lose most. docs/check-and-bench.md has the table.
+TOLERANCES: dict[str, tuple[float, float]] = {"no": (1e-3, 2e-2), "fp16": (5e-3, 0.15), "bf16": (2e-2, 0.3)}
 
 
 @dataclass
@@ -164,7 +168,8 @@ def compare_runs(reference: SideRun, accelerator: SideRun, tolerances: tuple[flo
             worst[name] = max(worst.get(name, 0.0), _number(err))
         ok = loss_err <= loss_tol and grad_err <= grad_tol
         rows.append({"step": step["step"], "loss": step["loss"], "reference_loss": ref["loss"], "loss_rel": loss_err,
-                     "grad_max_rel": grad_err, "worst": (grad.get("worst") or [[None, None]])[0][0],
+                     "grad_max_rel": grad_err, "grad_global_rel": _number(grad.get("global_rel")),
+                     "worst": (grad.get("worst") or [[None, None]])[0][0],
                      "nonfinite": grad.get("nonfinite", []), "ok": ok})
         if not ok:
             problems.append(f"step {step['step']}: loss error {loss_err:.2e} (limit {loss_tol:g}), gradient "
@@ -311,7 +316,7 @@ def _steps_table(report: dict, reference: str):
     table = Table(title=f"Per step: {device} ({_precision(report)}) against {reference} (float32)",
                   title_justify="left")
     for column in ("step", f"loss {device}", f"loss {reference}", "loss rel. err", "grad max rel. err",
-                   "worst parameter", ""):
+                   "grad global rel. err", "worst parameter", ""):
         table.add_column(column, justify="right" if column.startswith(("loss", "grad", "step")) else "left")
     for row in report["steps"]:
         mark = "[green]ok[/]" if row["ok"] else "[red]FAIL[/]"
@@ -319,7 +324,7 @@ def _steps_table(report: dict, reference: str):
         if row["nonfinite"]:
             worst += f" (non-finite: {len(row['nonfinite'])})"
         table.add_row(str(row["step"]), _fmt(row["loss"], ".6g"), _fmt(row["reference_loss"], ".6g"),
-                      _fmt(row["loss_rel"]), _fmt(row["grad_max_rel"]), worst, mark)
+                      _fmt(row["loss_rel"]), _fmt(row["grad_max_rel"]), _fmt(row.get("grad_global_rel")), worst, mark)
     return table
 
 
