@@ -334,10 +334,13 @@ def _timing_line(report: dict, reference: str) -> str:
            f"{reference} {_fmt(times['reference'] and times['reference'] * 1e3, '.2f')} ms"
     if speedup is None:
         return line
-    if device == reference:
-        return line + " (the same device on both sides)"
+    if device == reference and report["precision"] == "no":
+        return line + " (the same device and precision on both sides)"
+    label = f"{device} ({_precision(report)})"
     if speedup >= 1:
-        return line + f": {device} is {speedup:.2f}x faster"
+        return line + f": {label} is {speedup:.2f}x faster"
+    if device == reference:
+        return line + f": {label} is {1 / speedup:.2f}x slower than float32 here"
     return line + f": [bold yellow]the CPU is the faster choice for this script ({1 / speedup:.2f}x faster)[/]"
 
 
