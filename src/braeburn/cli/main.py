@@ -12,6 +12,7 @@ import importlib
 import sys
 
 from .. import __version__
+from ..errors import debug_requested
 
 # verb -> (module under braeburn.cli, one-line help). One line per verb.
 VERBS: dict[str, tuple[str, str]] = {
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print("braeburn: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # the user sees one clear line, the traceback with --debug
-        if args.debug:
+        if args.debug or debug_requested([]):  # --debug, or BRAEBURN_DEBUG=1
             raise
         print(f"braeburn {args.verb}: error: {error}\n(run with --debug for the full traceback)", file=sys.stderr)
         return 1

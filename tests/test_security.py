@@ -1,0 +1,160 @@
+"""Safe by default: no pickled code is ever run from a checkpoint, config files are data, and paths from a
+config cannot make braeburn write or delete outside output_dir.
+
+Every payload below would create a marker file if it were unpickled or evaluated (the first test proves
+that the payload is live); each test asserts it is refused with a clear error and the marker never appears.
+The launcher's rendezvous address (127.0.0.1 unless several machines) is tested in tests/test_launch.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from braeburn.accelerator import Accelerator
+from braeburn.errors import UnsafeFileError, is_user_error
+from braeburn.trainer import ConfigError, Trainer, TrainingConfig, parse_config
+from braeburn.trainer.checkpoint import CheckpointCorruptError, write_manifest
+
+
+class Payload:
+    """Unpickling this runs ``open(marker, "w")`` through exec: arbitrary code."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').close()",)
+
+
+def plant(path: Path, marker: Path) -> None:
+    torch.save({"weight": torch.zeros(2), "extra": Payload(marker)}, path)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def test_the_payload_is_live_when_loaded_unsafely(tmp_path):
+    marker = tmp_path / "pwned"
+    plant(tmp_path / "p.pt", marker)
+    torch.load(tmp_path / "p.pt", weights_only=False)  # what braeburn never does
+    assert marker.exists()
+
+
+def prepared(accelerator: Accelerator):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+@pytest.mark.parametrize("name", ["accelerator.pt", "model_0.pt", "optimizer_0.pt", "rng_state_0.pt"])
+def test_accelerator_load_state_refuses_a_pickled_payload(tmp_path, name):
+    accelerator = Accelerator(cpu=True)
+    prepared(accelerator)
+    accelerator.save_state(tmp_path / "state")
+    marker = tmp_path / "pwned"
+    plant(tmp_path / "state" / name, marker)
+    fresh = Accelerator(cpu=True)
+    prepared(fresh)
+    with pytest.raises(UnsafeFileError) as error:
+        fresh.load_state(tmp_path / "state")
+    assert f"{tmp_path / 'state' / name} holds pickled objects other than tensors" in str(error.value)
+    assert "Unsupported global" in str(error.value) and "refuses to load" in str(error.value)
+    assert not marker.exists()
+
+
+def small_trainer(output_dir: Path, **options) -> Trainer:
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
+    config = TrainingConfig(output_dir=str(output_dir), per_device_train_batch_size=4, use_cpu=True,
+                            **{"max_steps": 2, "save_strategy": "steps", "save_steps": 2, "logging_steps": 1, **options})
+    return Trainer(torch.nn.Linear(4, 2), config, train_dataset=data, loss_fn=torch.nn.functional.cross_entropy)
+
+
+def test_trainer_resume_refuses_a_pickled_payload_even_with_a_matching_manifest(tmp_path):
+    out = tmp_path / "out"
+    small_trainer(out).train()
+    checkpoint, marker = out / "checkpoint-2", tmp_path / "pwned"
+    plant(checkpoint / "model_0.pt", marker)
+    with pytest.raises(CheckpointCorruptError, match="model_0.pt is truncated or altered"):  # the manifest sees it
+        small_trainer(out, max_steps=4).train(resume_from_checkpoint=str(checkpoint))
+    write_manifest(checkpoint, 2)  # an attacker who rewrites the manifest too
+    with pytest.raises(UnsafeFileError) as error:
+        small_trainer(out, max_steps=4).train(resume_from_checkpoint="latest")
+    assert f"{checkpoint / 'model_0.pt'} holds pickled objects" in str(error.value) and is_user_error(error.value)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("tag", ["!!python/object/apply:os.system ['touch {m}']",
+                                 "!!python/object/new:subprocess.Popen [['touch', '{m}']]",
+                                 "!!python/name:os.system"])
+def test_yaml_config_with_python_tags_is_refused(tmp_path, tag):
+    marker = tmp_path / "pwned"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"learning_rate: {tag.format(m=marker)}\n")
+    with pytest.raises(ConfigError, match="cannot be read as .yaml") as error:
+        parse_config(TrainingConfig, argv=["--config", str(config)], exit_on_error=False)
+    assert str(config) in str(error.value)
+    assert not marker.exists()
+
+
+def test_toml_config_values_are_data_never_evaluated(tmp_path):
+    marker = tmp_path / "pwned"
+    config = tmp_path / "config.toml"
+    config.write_text(f'learning_rate = "__import__(\'os\').system(\'touch {marker}\') or 1e-3"\n'
+                      f'output_dir = "{tmp_path}/out"\n')
+    with pytest.raises(ConfigError, match="learning_rate=.*expected a number"):
+        parse_config(TrainingConfig, argv=["--config", str(config)], exit_on_error=False)
+    assert not marker.exists()
+
+
+# -- paths ------------------------------------------------------------------------------------------
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def victim(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    (folder / "sub").mkdir(parents=True)
+    (folder / "precious.txt").write_text("a user's file")
+    (folder / "sub" / "model.pt").write_bytes(b"weights")
+    return folder
+
+
+def test_links_planted_in_output_dir_are_never_followed_to_write_or_delete(tmp_path, capsys):
+    """checkpoint-1 and the staging names of step 2 link outside; rotation (limit 1) and saving leave them be."""
+    out = tmp_path / "out"
+    out.mkdir()
+    outside = {name: victim(tmp_path, name) for name in ("rotated", "staged", "accelerator-staged")}
+    before = {name: tree(folder) for name, folder in outside.items()}
+    (out / "checkpoint-1").symlink_to(outside["rotated"], target_is_directory=True)
+    (out / ".checkpoint-2.tmp").symlink_to(outside["staged"], target_is_directory=True)
+    (out / "..checkpoint-2.tmp.partial").symlink_to(outside["accelerator-staged"], target_is_directory=True)
+    small_trainer(out, max_steps=4, save_steps=1, save_total_limit=1, overwrite_output_dir=True).train()
+    assert {name: tree(folder) for name, folder in outside.items()} == before
+    assert "Saving" in capsys.readouterr().out  # the save of step 2 failed cleanly instead of following a link
+    # The link named checkpoint-1 was moved aside (never followed) when step 1 saved over its name.
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4"]
+
+
+def test_output_dir_that_is_a_link_is_followed_and_nothing_is_written_beside_it(tmp_path):
+    """A link as output_dir is the user's own choice (e.g. to a scratch disk): everything goes to its target."""
+    real, link = tmp_path / "scratch" / "run", tmp_path / "outputs"
+    real.mkdir(parents=True)
+    link.symlink_to(real, target_is_directory=True)
+    small_trainer(link, max_steps=3, save_steps=1, save_total_limit=1).train()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["outputs", "scratch"]
+    assert sorted(p.name for p in real.iterdir() if p.name.startswith("checkpoint")) == ["checkpoint-3"]
+    assert not [p for p in real.iterdir() if p.name.startswith(".")]  # no staging left
