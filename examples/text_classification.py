@@ -150,7 +150,9 @@ def main(argv: list[str] | None = None) -> dict:
                                    tokenizer, data_args.max_seq_length)
     eval_dataset = EncodedDataset(eval_examples, label_indices(eval_examples.labels, names, "the validation data"),
                                   tokenizer, data_args.max_seq_length)
-    print(f"{len(train_dataset)} training and {len(eval_dataset)} evaluation examples; labels {names}")
+    print(f"{len(train_dataset)} training and {len(eval_dataset)} evaluation examples; labels {names}; model "
+          f"{model_args.model_name_or_path or 'a small BERT from scratch'} ({model.num_parameters() / 1e6:.1f}M "
+          f"parameters), vocabulary of {len(tokenizer)} tokens")
     collate = partial(pad_batch, pad_token_id=tokenizer.pad_token_id,
                       length=data_args.max_seq_length if data_args.pad_to_max_length else None)
 
