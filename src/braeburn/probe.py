@@ -360,16 +360,22 @@ def _seed_at_import() -> None:
 _seed_at_import()
 
 
+_looked = False  # the environment is read once per run: the hooks run every step
+
+
 def _current() -> _Recorder | None:
-    global _recorder
-    if _recorder is None and active():
-        _recorder = _Recorder(dict(os.environ))
+    global _recorder, _looked
+    if _recorder is None and not _looked:
+        _looked = True
+        if active():
+            _recorder = _Recorder(dict(os.environ))
     return _recorder
 
 
 def _reset() -> None:
     """Forget the current run's recorder (for tests that run several checked loops in one process)."""
-    global _recorder
+    global _recorder, _looked
+    _looked = False
     if _recorder is not None:
         if _recorder.watch is not None:
             _recorder.watch.stop()
