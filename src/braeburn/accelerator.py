@@ -21,6 +21,8 @@ import torch
 from . import probe
 from .data import BatchTracker, DeviceDataLoader, apply_to_tensors, truncate_padding
 from .devices.host import current_host
+from .distributed import checkpoint as dist_ckpt
+from .distributed import fsdp
 from .distributed import process_group as pg
 from .envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, env_default, env_device
 from .fallback import FallbackRecorder, early_env_advice
@@ -272,14 +274,18 @@ class Accelerator:
             return self._prepare_dataloader(obj)
         return obj
 
+    @property
+    def shards_model(self) -> bool:
+        """True when prepared models are sharded with FSDP (strategy="fsdp" on several processes)."""
+        return self.plan.strategy == "fsdp" and self.num_processes > 1
+
     def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        if self.plan.strategy == "fsdp":
-            raise NotImplementedError("strategy='fsdp' is not handled by Accelerator.prepare yet: pass "
-                                      "strategy='ddp' (or leave it at 'auto') to replicate the model on each process")
         model = model.to(self.device)
         if self._policy.dtype is not None:
             _autocast_forward(model, self._policy)
-        if self.num_processes > 1:
+        if self.shards_model:  # in place: the module stays the user's, its parameters become shards
+            model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype)
+        elif self.num_processes > 1:
             model = pg.wrap_ddp(model, self.device)
         if self.plan.compile:
             model = torch.compile(model)
@@ -315,16 +321,19 @@ class Accelerator:
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
-        """One micro-batch: sets ``sync_gradients``; off-boundary DDP skips its gradient all-reduce."""
+        """One micro-batch: sets ``sync_gradients``; off-boundary, DDP and FSDP skip their gradient
+        all-reduce / reduce-scatter (the gradients accumulate locally until the boundary step)."""
         self._accumulation_step += 1
         at_end = self._tracker.end_of_dataloader
         self.sync_gradients = at_end or self._accumulation_step % self.gradient_accumulation_steps == 0
         if at_end:
             self._accumulation_step = 0  # the next epoch starts a fresh accumulation window
         with contextlib.ExitStack() as stack:
-            if not self.sync_gradients and self.num_processes > 1:
-                for model in models:
-                    if hasattr(model, "no_sync"):
+            if self.num_processes > 1:
+                for model in models or self._models:
+                    if fsdp.is_sharded(model):
+                        fsdp.set_gradient_sync(model, self.sync_gradients)
+                    elif not self.sync_gradients and hasattr(model, "no_sync"):
                         stack.enter_context(model.no_sync())
             yield
 
@@ -333,11 +342,12 @@ class Accelerator:
         parameters = [p for p in parameters if p.grad is not None] if not isinstance(parameters, torch.Tensor) \
             else [parameters]
         if not self.sync_gradients:
-            norm = torch.nn.utils.clip_grad_norm_(parameters, float("inf"), norm_type)
+            norm = fsdp.full_value(torch.nn.utils.clip_grad_norm_(parameters, float("inf"), norm_type))
             return norm / self.scaler.get_scale() if self.scaler is not None else norm
         for optimizer in self._optimizers:
             self._unscale_once(optimizer)
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type)
+        # With FSDP the gradients are shards: torch computes the global norm (one all-reduce).
+        return fsdp.full_value(torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type))
 
     def _unscale_once(self, optimizer: AcceleratedOptimizer) -> None:
         if self.scaler is None:
@@ -398,30 +408,50 @@ class Accelerator:
     def save_state(self, output_dir: str | os.PathLike) -> None:
         """Models, optimizers, schedulers, grad scaler, RNG states and dataloader positions, written
         atomically: into a directory beside ``output_dir``, then renamed into place."""
-        if self.is_main_process:
-            staging = state_io.prepare_staging(output_dir)
-        self.wait_for_everyone()
-        staging = state_io.staging_dir(output_dir)
+        # Every rank raises if any rank failed (one all-reduce per phase): the ranks stay in step, and
+        # a failed save never publishes a checkpoint missing one rank's files.
+        self._on_every_rank(lambda: self.is_main_process and state_io.prepare_staging(output_dir))
+        self._on_every_rank(lambda: self._write_state(state_io.staging_dir(output_dir)))
+        self._on_every_rank(lambda: self.is_main_process and state_io.publish(output_dir))
+
+    def _on_every_rank(self, work) -> None:
+        error: BaseException | None = None
+        try:
+            work()
+        except Exception as raised:
+            error = raised
+        if not pg.all_ok(error is None, self.device):
+            raise error or RuntimeError("save_state() failed on another process (its error is in its log); "
+                                        "nothing was published")
+
+    def _write_state(self, staging) -> None:
         state_io.save_file(state_io.rng_state(self.plan.device), staging, f"rng_state_{self.process_index}.pt")
         if not self.sync_gradients:  # mid-accumulation: the partial gradients are part of the state
+            self._check_can_save_gradients()
             state_io.save_file(self._gradients(), staging, f"gradients_{self.process_index}.pt")
+        if self.plan.strategy == "fsdp":  # every rank writes its shards (one process writes the whole)
+            dist_ckpt.save_sharded(self._models, [o.optimizer for o in self._optimizers], staging)
         if self.is_main_process:
             self._save_training_objects(staging)
-        self.wait_for_everyone()
-        if self.is_main_process:
-            state_io.publish(output_dir)
-        self.wait_for_everyone()
+
+    def _check_can_save_gradients(self) -> None:
+        if self.shards_model:
+            raise RuntimeError("save_state() was called in the middle of a gradient-accumulation window with "
+                               "strategy='fsdp', whose partial gradients are held inside FSDP and cannot be saved. "
+                               "Save after an optimizer step (when accelerator.sync_gradients is True).")
 
     def _save_training_objects(self, directory) -> None:
         save = state_io.save_file
-        for i, model in enumerate(self._models):
-            save(self.unwrap_model(model).state_dict(), directory, f"model_{i}.pt")
-        for i, optimizer in enumerate(self._optimizers):
-            save(optimizer.state_dict(), directory, f"optimizer_{i}.pt")
+        if self.plan.strategy != "fsdp":  # replicated: rank 0's copy is everyone's
+            for i, model in enumerate(self._models):
+                save(self.unwrap_model(model).state_dict(), directory, f"model_{i}.pt")
+            for i, optimizer in enumerate(self._optimizers):
+                save(optimizer.state_dict(), directory, f"optimizer_{i}.pt")
         for i, scheduler in enumerate(self._schedulers):
             save(scheduler.state_dict(), directory, f"scheduler_{i}.pt")
-        for i, loader in enumerate(self._dataloaders):
-            save(loader.state_dict(), directory, f"dataloader_{i}.pt")
+        for i, loader in enumerate(self._dataloaders):  # the position in samples, for any world size
+            save({**loader.state_dict(), "num_processes": self.num_processes, "batch_size": loader.batch_size},
+                 directory, f"dataloader_{i}.pt")
         save({"precision": self._policy.state_dict(), "accumulation_step": self._accumulation_step,
               "counts": self._counts(), "num_processes": self.num_processes}, directory, "accelerator.pt")
 
@@ -432,6 +462,20 @@ class Accelerator:
         for model, grads in zip(self._models, saved):
             for parameter, grad in zip(self.unwrap_model(model).parameters(), grads):
                 parameter.grad = None if grad is None else grad.to(parameter.device)
+
+    def _load_models_and_optimizers(self, input_dir) -> None:
+        if dist_ckpt.is_sharded_checkpoint(input_dir):  # written by FSDP: DCP reshards for this world size
+            dist_ckpt.load_sharded([self.unwrap_model(m) for m in self._models],
+                                   [o.optimizer for o in self._optimizers], input_dir)
+            return
+        if self.shards_model:
+            raise ValueError(f"{input_dir} holds whole (replicated) weights, written with strategy='ddp' or one "
+                             "process, but this run shards the model with strategy='fsdp'. Resume it with "
+                             "strategy='ddp' (or one process), or start the FSDP run afresh.")
+        for i, model in enumerate(self._models):
+            self.unwrap_model(model).load_state_dict(state_io.load_file(input_dir, f"model_{i}.pt"))
+        for i, optimizer in enumerate(self._optimizers):
+            optimizer.load_state_dict(state_io.load_file(input_dir, f"optimizer_{i}.pt"))
 
     def _counts(self) -> dict[str, int]:
         return {"models": len(self._models), "optimizers": len(self._optimizers),
@@ -445,14 +489,12 @@ class Accelerator:
             raise ValueError(f"{input_dir} holds {meta['counts']}, but this Accelerator has prepared "
                              f"{self._counts()}: prepare the same models, optimizers, schedulers and dataloaders, "
                              "in the same order, before load_state()")
-        for i, model in enumerate(self._models):
-            self.unwrap_model(model).load_state_dict(load(input_dir, f"model_{i}.pt"))
-        for i, optimizer in enumerate(self._optimizers):
-            optimizer.load_state_dict(load(input_dir, f"optimizer_{i}.pt"))
+        self._load_models_and_optimizers(input_dir)
         for i, scheduler in enumerate(self._schedulers):
             scheduler.load_state_dict(load(input_dir, f"scheduler_{i}.pt"))
         for i, loader in enumerate(self._dataloaders):
-            loader.load_state_dict(load(input_dir, f"dataloader_{i}.pt"))
+            saved = load(input_dir, f"dataloader_{i}.pt")
+            loader.load_state_dict(dist_ckpt.resume_position(saved, loader.batch_size, self.num_processes))
         self._policy.load_state_dict(meta["precision"])
         self._accumulation_step = int(meta["accumulation_step"])
         gradients = f"gradients_{self.process_index}.pt"

@@ -102,9 +102,10 @@ def prepare_staging(output_dir: str | os.PathLike) -> Path:
 def publish(output_dir: str | os.PathLike) -> Path:
     """Move the staged directory into place, replacing an older one."""
     target, staging = Path(output_dir), staging_dir(output_dir)
-    for path in staging.iterdir():  # data on disk before the rename that makes it visible
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
+    for path in staging.rglob("*"):  # data on disk before the rename that makes it visible
+        if path.is_file():  # (sharded checkpoints hold a folder of files)
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
     old = target.parent / f".{target.name}.old"
     if old.exists():
         shutil.rmtree(old)

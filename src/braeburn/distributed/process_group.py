@@ -60,8 +60,21 @@ def init_process_group(backend: str, world: WorldInfo, device: torch.device | No
                            "built without torch.distributed. Run a single process, or install a torch with it.")
     if device is not None and device.index is not None:
         torch.accelerator.set_device_index(device.index)  # before any collective touches the GPU
-    dist.init_process_group(backend=backend, rank=world.rank, world_size=world.world_size)
+    dist.init_process_group(backend=backend, store=_attempt_store(world), rank=world.rank,
+                            world_size=world.world_size)
     return True
+
+
+def _attempt_store(world: WorldInfo) -> "dist.Store":
+    """torchrun's store, under a prefix of its own for each restart of the job.
+
+    A restarted group (``--max-restarts``) meets in the same store as the attempt that failed; without
+    a fresh prefix, a rank can read the dead workers' addresses left there and fail to connect.
+    """
+    from .elastic import restart_count
+
+    store, _, _ = next(dist.rendezvous("env://", rank=world.rank, world_size=world.world_size))
+    return dist.PrefixStore(f"braeburn/attempt-{restart_count()}/", store)
 
 
 def destroy_process_group() -> None:
@@ -79,6 +92,15 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
 def barrier() -> None:
     if is_initialized():
         dist.barrier()
+
+
+def all_ok(ok: bool, device: torch.device) -> bool:
+    """True when ``ok`` is True on every rank (a barrier that also carries a verdict)."""
+    if not is_initialized() or dist.get_world_size() == 1:
+        return ok
+    flag = torch.tensor([1 if ok else 0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
 
 
 def _gather_one(tensor: torch.Tensor) -> torch.Tensor:

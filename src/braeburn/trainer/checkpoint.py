@@ -71,6 +71,12 @@ def step_of(folder: Path) -> int:
     return int(match.group(1)) if match else -1
 
 
+def _barrier(accelerator: Any) -> None:
+    wait = getattr(accelerator, "wait_for_everyone", None)  # anything with save_state will do in one process
+    if wait is not None:
+        wait()
+
+
 def _fsync_dir(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)
@@ -186,18 +192,25 @@ class CheckpointManager:
                 shutil.rmtree(path, ignore_errors=True)
 
     def save(self, accelerator: Any, state: TrainerState) -> Path:
-        """Write ``checkpoint-<global_step>`` atomically; on failure nothing changes on disk."""
+        """Write ``checkpoint-<global_step>`` atomically; on failure nothing changes on disk.
+
+        Called on every process: all of them take part in ``save_state`` (FSDP ranks write their
+        shards), and only the main process writes the trainer state and manifest and renames.
+        """
         target = self.output_dir / f"checkpoint-{state.global_step}"
         staging = self.output_dir / f".checkpoint-{state.global_step}.tmp"
+        main = getattr(accelerator, "is_main_process", True)
         try:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            if staging.exists():
-                shutil.rmtree(staging)
+            if main:
+                self.output_dir.mkdir(parents=True, exist_ok=True)
+                if staging.exists():
+                    shutil.rmtree(staging)
             accelerator.save_state(str(staging))
             state.last_checkpoint = str(target)
-            state.save(staging)
-            write_manifest(staging, state.global_step)
-            self._publish(staging, target)
+            if main:
+                state.save(staging)
+                write_manifest(staging, state.global_step)
+                self._publish(staging, target)
         except Exception as error:
             shutil.rmtree(staging, ignore_errors=True)
             shutil.rmtree(staging_dir(staging), ignore_errors=True)  # the Accelerator's own staging beside it
@@ -206,6 +219,8 @@ class CheckpointManager:
             raise CheckpointError(f"Saving {target} failed: {type(error).__name__}: {error}. Nothing was "
                                   f"replaced ({kept}); training state in memory is unchanged. Free disk space "
                                   f"or fix the permissions of {self.output_dir}.") from error
+        finally:
+            _barrier(accelerator)  # no rank goes on (or resumes) before the checkpoint is in place
         return target
 
     def _publish(self, staging: Path, target: Path) -> None:

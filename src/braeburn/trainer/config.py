@@ -90,6 +90,8 @@ class TrainingConfig:
     """How many devices of that kind to use, or auto."""
     compile: str = "auto"
     """torch.compile the model: auto (where it pays off), true or false."""
+    strategy: str = "auto"
+    """With several processes: auto (ddp), ddp (a model copy per process) or fsdp (parameters sharded)."""
     resume_from_checkpoint: str | None = None
     """Resume from this checkpoint folder, or "latest" for the last complete one in output_dir."""
     nan_policy: str = "stop"
@@ -137,7 +139,7 @@ class TrainingConfig:
         """The device/precision/compile requests, as the plan reads them."""
         return RunOptions(accelerator=self.accelerator, devices=self.devices, cpu=self.use_cpu,
                           mixed_precision=self.mixed_precision, compile=_compile_value(self.compile),
-                          num_processes=num_processes)
+                          num_processes=num_processes, strategy=self.strategy)
 
     def warmup_for(self, total_steps: int) -> int:
         """Warmup steps: warmup_steps if set, else warmup_ratio of ``total_steps``."""

@@ -77,7 +77,7 @@ class Trainer:
             cpu=self.config.use_cpu, mixed_precision=self.config.mixed_precision,
             gradient_accumulation_steps=self.config.gradient_accumulation_steps,
             accelerator=self.config.accelerator, devices=self.config.devices,
-            compile=_compile_value(self.config.compile), seed=self.config.seed)
+            compile=_compile_value(self.config.compile), strategy=self.config.strategy, seed=self.config.seed)
         self.model = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.collate_fn, self.compute_metrics, self.loss_fn = collate_fn, compute_metrics, loss_fn
@@ -100,7 +100,7 @@ class Trainer:
     def train(self, resume_from_checkpoint: str | None = None) -> TrainOutput:
         """Train; resume from a checkpoint folder or "latest" when asked. Returns the final step, loss and metrics."""
         config, acc = self.config, self.accelerator
-        resume = resume_from_checkpoint or config.resume_from_checkpoint
+        resume = resume_from_checkpoint or config.resume_from_checkpoint or self._elastic_resume()
         if self.train_dataset is None:
             raise ValueError("Trainer.train() needs a train_dataset: pass Trainer(..., train_dataset=...)")
         self._check_output_dir(resume)
@@ -195,7 +195,8 @@ class Trainer:
         """The mean loss since the last log (one sync); stops the run at a NaN/inf loss when nan_policy="stop"."""
         if not self._window_losses:
             return None
-        losses = torch.stack(self._window_losses).float()
+        # Averaged over the processes (one all-reduce): every rank logs the global loss and stops together.
+        losses = self.accelerator.reduce(torch.stack(self._window_losses).float())
         bad = (~torch.isfinite(losses)).nonzero()
         if bad.numel():  # .numel() of a nonzero() result waits for the device
             step = self._window_first_step + int(bad[0]) // self.config.gradient_accumulation_steps
@@ -382,11 +383,12 @@ class Trainer:
             raise ValueError(f"train_dataset has {len(self.train_dataset)} samples: with per_device_train_batch_size="
                              f"{config.per_device_train_batch_size} and drop_last that is no batch at all. Pass more "
                              "data or a smaller batch size.")
+        loader = acc.prepare(loader)  # first: sharded, its length is this process's batches per epoch
         steps_per_epoch = math.ceil(len(loader) / config.gradient_accumulation_steps)
         max_steps = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * steps_per_epoch)
         optimizer = self.optimizer or default_optimizer(acc.unwrap_model(model), config, acc.plan.device)
         scheduler = self.lr_scheduler or default_scheduler(optimizer, config, max_steps)
-        self.optimizer, loader, self.lr_scheduler = acc.prepare(optimizer, loader, scheduler)
+        self.optimizer, self.lr_scheduler = acc.prepare(optimizer, scheduler)
         if self.eval_dataset is not None and config.eval_strategy != "no":
             self._eval_loader(self.eval_dataset)  # prepared now, before a checkpoint is loaded
         self.state = TrainerState(max_steps=max_steps, steps_per_epoch=steps_per_epoch,
@@ -399,6 +401,17 @@ class Trainer:
         from .autobatch import find_train_batch_size
 
         self.config.per_device_train_batch_size = find_train_batch_size(self)
+
+    def _elastic_resume(self) -> str | None:
+        """A worker torchrun restarted (braeburn launch --max-restarts) resumes from the latest checkpoint."""
+        from ..distributed import elastic
+
+        if not elastic.is_restarted():
+            return None
+        request = elastic.resume_request(self.checkpoints.latest())
+        if request is None:  # died before the first checkpoint: start again, over what the first attempt wrote
+            self.config.overwrite_output_dir = True
+        return request
 
     def _resume(self, request: str) -> None:
         folder, warnings = self.checkpoints.resolve(request)

@@ -1,0 +1,108 @@
+"""FSDP2: shard a model's parameters, gradients and optimizer state across the processes.
+
+Built on torch's public ``torch.distributed.fsdp.fully_shard`` (torch >= 2.6). Each transformer
+block (or each large child) becomes one FSDP unit, so only one block's full parameters exist at a
+time during forward and backward; the root is wrapped last and holds what is left (embeddings,
+heads). Names no device: the mesh is built on the device type of the tensors the plan chose.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+# A child with at least this share of the parameters is worth its own unit when a model has no
+# list of blocks; smaller ones stay with the root (one more all-gather costs more than it saves).
+CHILD_SHARE = 0.1
+# A list of blocks is the unit of choice when it holds at least this share of the parameters.
+BLOCKS_SHARE = 0.5
+
+
+def _count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _declared_blocks(model: nn.Module) -> list[nn.Module]:
+    """Modules whose class a Transformers model declares unsplittable (its blocks), outermost only."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    found: list[nn.Module] = []
+    for module in model.modules():
+        if module is not model and type(module).__name__ in names and not any(
+                _contains(outer, module) for outer in found):
+            found.append(module)
+    return found
+
+
+def _contains(outer: nn.Module, inner: nn.Module) -> bool:
+    return any(module is inner for module in outer.modules())
+
+
+def shard_units(model: nn.Module) -> list[nn.Module]:
+    """The submodules that each become one FSDP unit (the root is wrapped after them).
+
+    In order of preference: the blocks a Transformers model declares (``_no_split_modules``); the
+    entries of the largest ``nn.ModuleList`` when it holds at least half of the parameters (the
+    layers of most transformers); else each direct child holding at least a tenth of them.
+    """
+    total = _count(model)
+    if total == 0:
+        return []
+    declared = _declared_blocks(model)
+    if declared:
+        return declared
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 1]
+    if lists:
+        largest = max(lists, key=_count)
+        if _count(largest) >= BLOCKS_SHARE * total:
+            return [block for block in largest if _count(block) > 0]
+    return [child for child in model.children() if _count(child) >= CHILD_SHARE * total]
+
+
+def mixed_precision_policy(dtype: torch.dtype | None):
+    """FSDP's policy for the plan's precision: compute in ``dtype``, reduce gradients in float32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if dtype is None:
+        return MixedPrecisionPolicy()
+    # float32 gradient reduction: summing bf16 gradients over many ranks loses too many bits.
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32, output_dtype=torch.float32)
+
+
+def wrap_fsdp(model: nn.Module, device: torch.device, world_size: int,
+              dtype: torch.dtype | None = None) -> nn.Module:
+    """``fully_shard`` each unit of :func:`shard_units`, then the root; returns the same (now sharded) module.
+
+    The model must already be on ``device``; its parameters become DTensors, so build the optimizer
+    from them afterwards (the Trainer and the Accelerator's prepare order do).
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device.type, (world_size,))
+    policy = mixed_precision_policy(dtype)
+    for unit in shard_units(model):
+        fully_shard(unit, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def is_sharded(model: nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def set_gradient_sync(model: nn.Module, enabled: bool) -> None:
+    """Off: backward keeps accumulating unsharded gradients locally (no reduce-scatter) until a boundary."""
+    if is_sharded(model):
+        model.set_requires_gradient_sync(enabled)
+
+
+def full_value(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain tensor for a DTensor (the gradient norm FSDP's clip returns), else ``tensor`` itself."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+__all__ = ["shard_units", "wrap_fsdp", "is_sharded", "set_gradient_sync", "mixed_precision_policy", "full_value"]
