@@ -111,14 +111,19 @@ class AcceleratedScheduler:
 
     def __init__(self, scheduler, accelerator: "Accelerator", step_with_optimizer: bool = True):
         self.scheduler, self.accelerator, self.step_with_optimizer = scheduler, accelerator, step_with_optimizer
+        self._first_step = True
 
     def step(self, *args, **kwargs) -> None:
         if self.step_with_optimizer and (not self.accelerator.sync_gradients
                                          or self.accelerator.optimizer_step_was_skipped):
             return
-        with warnings.catch_warnings():  # the wrapped optimizer's step counter is torch's business
-            warnings.filterwarnings("ignore", message=".*lr_scheduler.step\\(\\)` before `optimizer.step\\(\\)`")
-            self.scheduler.step(*args, **kwargs)
+        if self._first_step:  # torch checks the optimizer's step counter on a scheduler's first step only
+            self._first_step = False
+            with warnings.catch_warnings():  # the wrapped optimizer's step counter is torch's business
+                warnings.filterwarnings("ignore", message=".*lr_scheduler.step\\(\\)` before `optimizer.step\\(\\)`")
+                self.scheduler.step(*args, **kwargs)
+            return
+        self.scheduler.step(*args, **kwargs)  # no warnings machinery on every step: it costs microseconds
 
     def state_dict(self) -> dict:
         return self.scheduler.state_dict()
@@ -133,6 +138,16 @@ class AcceleratedScheduler:
         if name in ("scheduler", "accelerator", "step_with_optimizer"):
             raise AttributeError(name)
         return getattr(self.scheduler, name)
+
+
+def _mostly_convolutions(model: torch.nn.Module) -> bool:
+    """True when 2-D convolutions hold most of the parameters (a CNN rather than a transformer)."""
+    conv = sum(p.numel() for m in model.modules() if isinstance(m, torch.nn.Conv2d) for p in m.parameters(False))
+    total = sum(p.numel() for p in model.parameters())
+    return total > 0 and conv * 2 > total
+
+
+_NO_CONTEXT = contextlib.nullcontext()  # reusable: nullcontext keeps no state
 
 
 def _is_scheduler(obj: Any) -> bool:
@@ -281,6 +296,9 @@ class Accelerator:
 
     def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
         model = model.to(self.device)
+        if self.plan.device.channels_last_helps and _mostly_convolutions(model):
+            # cuDNN's NHWC kernels on tensor cores: the same math, a faster layout for convolutions
+            model = model.to(memory_format=torch.channels_last)
         if self._policy.dtype is not None:
             _autocast_forward(model, self._policy)
         if self.shards_model:  # in place: the module stays the user's, its parameters become shards
@@ -319,8 +337,7 @@ class Accelerator:
         """Autocast to the resolved precision (a no-op for float32)."""
         return self._policy.autocast()
 
-    @contextlib.contextmanager
-    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+    def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager:
         """One micro-batch: sets ``sync_gradients``; off-boundary, DDP and FSDP skip their gradient
         all-reduce / reduce-scatter (the gradients accumulate locally until the boundary step)."""
         self._accumulation_step += 1
@@ -328,14 +345,15 @@ class Accelerator:
         self.sync_gradients = at_end or self._accumulation_step % self.gradient_accumulation_steps == 0
         if at_end:
             self._accumulation_step = 0  # the next epoch starts a fresh accumulation window
-        with contextlib.ExitStack() as stack:
-            if self.num_processes > 1:
-                for model in models or self._models:
-                    if fsdp.is_sharded(model):
-                        fsdp.set_gradient_sync(model, self.sync_gradients)
-                    elif not self.sync_gradients and hasattr(model, "no_sync"):
-                        stack.enter_context(model.no_sync())
-            yield
+        if self.num_processes == 1:
+            return _NO_CONTEXT  # called every step: one process needs no context at all
+        stack = contextlib.ExitStack()
+        for model in models or self._models:
+            if fsdp.is_sharded(model):
+                fsdp.set_gradient_sync(model, self.sync_gradients)
+            elif not self.sync_gradients and hasattr(model, "no_sync"):
+                stack.enter_context(model.no_sync())
+        return stack
 
     def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Unscale (fp16), then clip; returns the total norm. Off-boundary it only measures (no clip)."""

@@ -41,6 +41,8 @@ class DeviceKind(ABC):
     is_accelerator: ClassVar[bool]
     process_group_backend: ClassVar[str | None]
     pin_memory_helps: ClassVar[bool] = False
+    # Convolutions run faster with channels-last (NHWC) weights and activations.
+    channels_last_helps: ClassVar[bool] = False
     supports_float64: ClassVar[bool] = True
     fused_adamw: ClassVar[bool] = False  # torch.optim.AdamW(fused=True) runs on this kind
     # Substrings of the error text this kind raises when memory runs out.

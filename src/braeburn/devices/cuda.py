@@ -15,6 +15,7 @@ class CudaDevice(DeviceKind):
     is_accelerator: ClassVar[bool] = True
     process_group_backend: ClassVar[str | None] = "nccl"
     pin_memory_helps: ClassVar[bool] = True
+    channels_last_helps: ClassVar[bool] = True  # tensor-core convolutions in cuDNN are NHWC-native
     fused_adamw: ClassVar[bool] = True
     visible_devices_var: ClassVar[str | None] = "CUDA_VISIBLE_DEVICES"
     oom_markers: ClassVar[tuple[str, ...]] = ("CUDA out of memory", "CUDA error: out of memory",
