@@ -88,7 +88,7 @@ def run(out: Path, name: str, strategy: str, batch: int, resume: str | None, kil
         output_dir=str(out / name), per_device_train_batch_size=batch, per_device_eval_batch_size=2,
         gradient_accumulation_steps=ACCUMULATION, max_steps=MAX_STEPS, learning_rate=0.02, weight_decay=0.01,
         warmup_steps=2, logging_steps=1, eval_strategy="steps", eval_steps=9, save_strategy="steps",
-        save_steps=SAVE_STEPS, seed=0, mixed_precision="no", strategy=strategy,
+        save_steps=SAVE_STEPS, seed=0, mixed_precision="no", compile="false", strategy=strategy,
         resume_from_checkpoint=str(out / resume) if resume else None)
     trainer = Trainer(Net(), config, train_dataset=dataset(96, 0), eval_dataset=dataset(11, 1),
                       loss_fn=nn.functional.mse_loss, compute_metrics=count_and_mse, callbacks=[KillRank1(kill_at)])
