@@ -66,7 +66,8 @@ def _braeburn(strategy: str):
         out = Path(os.environ.get("SCALING_TMP", "/tmp")) / f"braeburn-{os.getpid()}"
         config = TrainingConfig(output_dir=str(out), overwrite_output_dir=True, max_steps=clock.last,
                                 per_device_train_batch_size=workload.batch_size, save_strategy="no",
-                                learning_rate=1e-4, logging_steps=10_000, strategy=strategy, max_grad_norm=0.0)
+                                learning_rate=1e-4, logging_steps=10_000, strategy=strategy, max_grad_norm=0.0,
+                                compile="false")  # eager, as the peers run here; compiling would eat the time budget
         Trainer(workload.make_model(), config, train_dataset=dataset, collate_fn=collate, callbacks=[Tick()]).train()
 
     return run
