@@ -1,6 +1,8 @@
 """Per-step overhead of braeburn's Trainer against a bare PyTorch loop, on a tiny MLP on the CPU.
 
-    python benchmarks/cpu_overhead.py [--steps 300] [--rounds 3]
+    python benchmarks/cpu_overhead.py [--steps 300] [--rounds 3] [--clock cpu]
+
+Accelerate and Lightning run beside them when they are installed (pip install accelerate lightning).
 
 Both loops do the same math: a shuffled DataLoader (batch 16), forward, cross-entropy, backward,
 gradient clipping at 1.0, AdamW (fused, as the Trainer picks on the CPU) and a linear schedule.
@@ -69,6 +71,65 @@ def braeburn(steps: int) -> float:
             return clock() - started
 
 
+def accelerate(steps: int) -> float:
+    """Hugging Face Accelerate around the same loop (the user's loop, Accelerate's prepare/backward)."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    net, dataset = model(), data(steps)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3, fused=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
+    loader = DataLoader(dataset, batch_size=BATCH, shuffle=True)
+    net, optimizer, loader, scheduler = accelerator.prepare(net, optimizer, loader, scheduler)
+    started = clock()
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        accelerator.backward(loss)
+        accelerator.clip_grad_norm_(net.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+    return clock() - started
+
+
+def lightning(steps: int) -> float:
+    """Lightning's Trainer with its defaults (progress bar, logger), the same math in training_step."""
+    import lightning as L
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = model()
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.cross_entropy(self.net(x), y)
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3, fused=True)
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, gradient_clip_val=1.0, default_root_dir=folder,
+                            enable_checkpointing=False, log_every_n_steps=50, enable_model_summary=False)
+        loader = DataLoader(data(steps), batch_size=BATCH, shuffle=True)
+        started = clock()
+        trainer.fit(Module(), loader)
+        return clock() - started
+
+
+def available(name: str) -> bool:
+    try:
+        __import__(name)
+    except ImportError:
+        return False
+    return True
+
+
 def marginal_rate(run, steps: int) -> float:
     return steps / (run(2 * steps) - run(steps))
 
@@ -83,17 +144,24 @@ def main() -> None:
     global clock
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(1)
-    bare(20), braeburn(20)  # warm up imports and kernels
-    bare_rates, trainer_rates = [], []
-    for _ in range(args.rounds):
-        bare_rates.append(marginal_rate(bare, args.steps))
-        trainer_rates.append(marginal_rate(braeburn, args.steps))
-    bare_rate, trainer_rate = statistics.median(bare_rates), statistics.median(trainer_rates)
-    print(f"bare PyTorch loop : {bare_rate:8.1f} steps/s  (rounds: {', '.join(f'{r:.0f}' for r in bare_rates)})")
-    print(f"braeburn Trainer  : {trainer_rate:8.1f} steps/s  (rounds: {', '.join(f'{r:.0f}' for r in trainer_rates)})")
-    print(f"ratio             : {trainer_rate / bare_rate:.3f}  (goal >= 0.9; {args.clock} clock, "
-          f"{args.steps}/{2 * args.steps} steps, median of {args.rounds} rounds)")
-
+    runners = {"bare PyTorch loop": bare, "braeburn Trainer": braeburn}
+    if available("accelerate"):
+        runners["Accelerate"] = accelerate
+    if available("lightning"):
+        runners["Lightning Trainer"] = lightning
+    for run in runners.values():
+        run(120)  # warm up: imports, kernels, and the end-of-run plot (matplotlib loads once)
+    rates: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(args.rounds):  # alternating, so machine load hits every runner alike
+        for name, run in runners.items():
+            rates[name].append(marginal_rate(run, args.steps))
+    bare_rate = statistics.median(rates["bare PyTorch loop"])
+    print(f"| runner | steps/s (median) | rounds | vs bare loop |\n|---|---|---|---|")
+    for name, values in rates.items():
+        rate = statistics.median(values)
+        print(f"| {name} | {rate:.1f} | {', '.join(f'{r:.0f}' for r in values)} | {rate / bare_rate:.3f} |")
+    print(f"\ngoal: braeburn >= 0.9 of the bare loop; {args.clock} clock, one torch thread, "
+          f"{args.steps}/{2 * args.steps} steps, median of {args.rounds} alternating rounds")
 
 if __name__ == "__main__":
     main()
