@@ -253,8 +253,36 @@ def run_braeburn(w: Workload, ds, clock: StepClock, device, bf16: bool):
         Trainer(w.make_model(), config, train_dataset=ds, collate_fn=collate, callbacks=[Clock()]).train()
 
 
+def run_braeburn_eager(w, ds, clock, device, bf16):
+    """braeburn with compile=False (the channels-last layout still applies to CNNs on CUDA)."""
+    from braeburn import Trainer, TrainingConfig
+    from braeburn.trainer.callbacks import Callback
+
+    class Clock(Callback):
+        def on_step_end(self, trainer, state, **kwargs):
+            clock.step_done(state.global_step)
+
+    with tempfile.TemporaryDirectory() as out:
+        config = TrainingConfig(output_dir=out, overwrite_output_dir=True, per_device_train_batch_size=w.batch_size,
+                                max_steps=clock.last, save_strategy="no", learning_rate=1e-4, compile="false",
+                                use_cpu=device.type == "cpu")
+        Trainer(w.make_model(), config, train_dataset=ds, collate_fn=collate, callbacks=[Clock()]).train()
+
+
+def run_braeburn_eager_nchw(w, ds, clock, device, bf16):
+    """As braeburn-eager, with the channels-last layout turned off (to measure what it buys)."""
+    from braeburn.devices.cuda import CudaDevice
+
+    saved, CudaDevice.channels_last_helps = CudaDevice.channels_last_helps, False
+    try:
+        run_braeburn_eager(w, ds, clock, device, bf16)
+    finally:
+        CudaDevice.channels_last_helps = saved
+
+
 RUNNERS = {"hf-trainer": run_hf_trainer, "accelerate": run_accelerate, "lightning": run_lightning,
-           "bare": run_bare, "bare+compile": run_bare_compiled, "braeburn": run_braeburn}
+           "bare": run_bare, "bare+compile": run_bare_compiled, "braeburn": run_braeburn,
+           "braeburn-eager": run_braeburn_eager, "braeburn-eager-nchw": run_braeburn_eager_nchw}
 PEERS = ("hf-trainer", "accelerate", "lightning")
 
 # ----------------------------------------------------------------------------- main

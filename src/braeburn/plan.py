@@ -66,6 +66,7 @@ class Plan:
     precision_reason: str
     compile: bool
     compile_reason: str
+    compile_auto: bool = False  # compile was left at "auto": the Accelerator may still skip it per model
     env: dict[str, str] = field(default_factory=dict)  # to set before torch loads
     notes: tuple[str, ...] = ()
 
@@ -198,4 +199,5 @@ def make_plan(options: RunOptions, host: HostFacts) -> Plan:
     return Plan(device=kind, device_reason=device_reason, devices=devices, num_processes=options.num_processes,
                 strategy=strategy, backend=kind.process_group_backend if strategy != "single" else None,
                 precision=precision, grad_scaler=scaler, precision_reason=precision_reason,
-                compile=use_compile, compile_reason=compile_reason, env=env)
+                compile=use_compile, compile_reason=compile_reason, env=env,
+                compile_auto=str(options.compile).lower() == "auto")
