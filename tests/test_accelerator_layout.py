@@ -41,3 +41,17 @@ def test_single_process_accumulate_sets_sync_flags_without_a_context():
         with acc.accumulate():
             flags.append(acc.sync_gradients)
     assert flags == [False, True, False, True]
+
+
+def test_auto_compile_leaves_cnns_eager_but_an_explicit_request_compiles_them(monkeypatch):
+    from braeburn.devices.cpu import CpuDevice
+
+    monkeypatch.setattr(CpuDevice, "compile_by_default", lambda self, host: (True, "faked: compile pays here"))
+    cnn_model = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Conv2d(64, 64, 3))
+    mlp_model = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 2))
+    acc = Accelerator(cpu=True)  # compile="auto"
+    assert acc.plan.compile and acc.plan.compile_auto
+    assert not hasattr(acc.prepare(cnn_model), "_orig_mod")  # eager
+    assert hasattr(acc.prepare(mlp_model), "_orig_mod")  # torch.compile's wrapper
+    forced = Accelerator(cpu=True, compile=True)
+    assert hasattr(forced.prepare(nn.Sequential(nn.Conv2d(3, 64, 3), nn.Conv2d(64, 64, 3))), "_orig_mod")
