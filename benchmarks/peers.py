@@ -238,7 +238,7 @@ def run_hf_trainer(w: Workload, ds, clock: StepClock, device, bf16: bool):
         trainer.train()
 
 
-def run_braeburn(w: Workload, ds, clock: StepClock, device, bf16: bool):
+def _run_braeburn(w: Workload, ds, clock: StepClock, device, **overrides):
     from braeburn import Trainer, TrainingConfig
     from braeburn.trainer.callbacks import Callback
 
@@ -249,24 +249,18 @@ def run_braeburn(w: Workload, ds, clock: StepClock, device, bf16: bool):
     with tempfile.TemporaryDirectory() as out:
         config = TrainingConfig(output_dir=out, overwrite_output_dir=True, per_device_train_batch_size=w.batch_size,
                                 max_steps=clock.last, save_strategy="no", learning_rate=1e-4,
-                                use_cpu=device.type == "cpu")
+                                use_cpu=device.type == "cpu", **overrides)
         Trainer(w.make_model(), config, train_dataset=ds, collate_fn=collate, callbacks=[Clock()]).train()
+
+
+def run_braeburn(w: Workload, ds, clock: StepClock, device, bf16: bool):
+    """braeburn's defaults: the user picks only the model, the data and the batch size."""
+    _run_braeburn(w, ds, clock, device)
 
 
 def run_braeburn_eager(w, ds, clock, device, bf16):
     """braeburn with compile=False (the channels-last layout still applies to CNNs on CUDA)."""
-    from braeburn import Trainer, TrainingConfig
-    from braeburn.trainer.callbacks import Callback
-
-    class Clock(Callback):
-        def on_step_end(self, trainer, state, **kwargs):
-            clock.step_done(state.global_step)
-
-    with tempfile.TemporaryDirectory() as out:
-        config = TrainingConfig(output_dir=out, overwrite_output_dir=True, per_device_train_batch_size=w.batch_size,
-                                max_steps=clock.last, save_strategy="no", learning_rate=1e-4, compile="false",
-                                use_cpu=device.type == "cpu")
-        Trainer(w.make_model(), config, train_dataset=ds, collate_fn=collate, callbacks=[Clock()]).train()
+    _run_braeburn(w, ds, clock, device, compile="false")
 
 
 def run_braeburn_eager_nchw(w, ds, clock, device, bf16):
