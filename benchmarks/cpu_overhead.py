@@ -156,7 +156,7 @@ def main() -> None:
         for name, run in runners.items():
             rates[name].append(marginal_rate(run, args.steps))
     bare_rate = statistics.median(rates["bare PyTorch loop"])
-    print(f"| runner | steps/s (median) | rounds | vs bare loop |\n|---|---|---|---|")
+    print("| runner | steps/s (median) | rounds | vs bare loop |\n|---|---|---|---|")
     for name, values in rates.items():
         rate = statistics.median(values)
         print(f"| {name} | {rate:.1f} | {', '.join(f'{r:.0f}' for r in values)} | {rate / bare_rate:.3f} |")

@@ -13,7 +13,6 @@ import contextlib
 import functools
 import os
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import torch
