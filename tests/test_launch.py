@@ -152,7 +152,8 @@ def test_mps_fallback_is_in_the_environment_before_torch_loads(tmp_path, clean_e
     env = seen["env"]
     assert env["PYTORCH_ENABLE_MPS_FALLBACK"] == "1"
     assert env["PYTORCH_MPS_HIGH_WATERMARK_RATIO"] == "1.0" and env["PYTORCH_MPS_LOW_WATERMARK_RATIO"] == "0.8"
-    assert (env["BRAEBURN_DEVICE"], env["BRAEBURN_MIXED_PRECISION"], env["BRAEBURN_COMPILE"]) == ("mps", "bf16", "false")
+    # the device the launcher chose; precision and compile as asked ("auto"), resolved in the child
+    assert (env["BRAEBURN_DEVICE"], env["BRAEBURN_MIXED_PRECISION"], env["BRAEBURN_COMPILE"]) == ("mps", "auto", "auto")
     assert seen["argv"] == ["--epochs", "1"]
 
 
@@ -216,3 +217,13 @@ def test_elastic_command_binds_to_localhost_unless_several_machines(tmp_path):
 def test_a_missing_script_is_named(tmp_path, clean_env, capsys):
     assert main(["launch", str(tmp_path / "nope.py")]) == 1
     assert "nope.py' was not found" in capsys.readouterr().err
+
+
+def test_explicit_choices_reach_the_child_as_asked_and_auto_stays_auto():
+    asked = LaunchSettings(mixed_precision="fp16", compile=False, num_processes=1)
+    plan = plan_launch(resolve_settings({"mixed_precision": "fp16", "compile": False}, {}, None), CUDA_BOX, env={})
+    env = child_environment(plan, asked, {})
+    assert (env["BRAEBURN_DEVICE"], env["BRAEBURN_MIXED_PRECISION"], env["BRAEBURN_COMPILE"]) == ("cuda", "fp16", "false")
+    auto = LaunchSettings(num_processes=1)
+    env = child_environment(plan_launch(resolve_settings({}, {}, None), CUDA_BOX, env={}), auto, {})
+    assert (env["BRAEBURN_MIXED_PRECISION"], env["BRAEBURN_COMPILE"]) == ("auto", "auto")

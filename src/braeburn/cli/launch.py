@@ -119,9 +119,11 @@ def child_environment(plan: Plan, settings: LaunchSettings, parent: Mapping[str,
     for name, value in plan.env.items():
         env.setdefault(name, value)  # a value the user exported wins
     env[DEVICE_VAR] = plan.device.name
-    env[MIXED_PRECISION_VAR] = plan.precision
+    # What the user asked, not what "auto" resolved to here: the child resolves "auto" to the same
+    # plan, keeps the per-model rules of "auto" (CNNs stay eager), and says "auto" in its messages.
+    env[MIXED_PRECISION_VAR] = str(settings.mixed_precision)
     env[STRATEGY_VAR] = plan.strategy if plan.strategy in ("ddp", "fsdp") else "auto"
-    env[COMPILE_VAR] = "true" if plan.compile else "false"
+    env[COMPILE_VAR] = settings.compile if isinstance(settings.compile, str) else str(settings.compile).lower()
     var = plan.device.visible_devices_var
     if settings.gpu_ids != "all" and var is not None:
         env[var] = _visible_devices(settings.gpu_ids, parent.get(var))
