@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
 
 from braeburn.devices.host import HostFacts, current_host, use_host
 from braeburn.devices.registry import get_kind
@@ -35,6 +38,36 @@ def fake_host():
     yield install
     for context in reversed(stack):
         context.__exit__(None, None, None)
+
+
+LAUNCHER_VARS = ("BRAEBURN_DEVICE", "BRAEBURN_MIXED_PRECISION", "BRAEBURN_STRATEGY", "BRAEBURN_COMPILE",
+                 "WORLD_SIZE", "RANK", "LOCAL_RANK")
+
+
+@pytest.fixture
+def no_launcher_env(monkeypatch):
+    """No variable that `braeburn launch` or torchrun sets: the code under test decides for itself."""
+    for name in LAUNCHER_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread: tiny models run faster and steadier on a 2-core machine shared by two workers."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    """No braeburn or MPS variable, and a private XDG config folder; returns the config file's path."""
+    for name in list(os.environ):
+        if name.startswith(("BRAEBURN_", "PYTORCH_MPS", "PYTORCH_ENABLE_MPS")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "braeburn" / "config.toml"
 
 
 def pytest_configure(config):

@@ -13,11 +13,7 @@ from braeburn.data import DeviceDataLoader
 from braeburn.devices.mps import FALLBACK_VAR
 
 
-@pytest.fixture(autouse=True)
-def _no_launcher_env(monkeypatch):
-    for name in ("BRAEBURN_DEVICE", "BRAEBURN_MIXED_PRECISION", "BRAEBURN_STRATEGY", "BRAEBURN_COMPILE",
-                 "WORLD_SIZE", "RANK", "LOCAL_RANK"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("no_launcher_env")
 
 
 def _regression(n=256, seed=0):

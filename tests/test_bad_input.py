@@ -28,12 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 IMAGE_EXAMPLE = ROOT / "examples" / "image_classification.py"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # -- helpers for the cases ----------------------------------------------------------------------

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 from braeburn.cli.main import main
 from braeburn.launch_config import LaunchSettings, read_config_file
@@ -19,13 +18,6 @@ def braeburn(*args: str, stdin: str = "", env: dict | None = None) -> subprocess
                           capture_output=True, env={**os.environ, **(env or {})}, timeout=60)
 
 
-@pytest.fixture
-def clean_env(monkeypatch, tmp_path):
-    for name in list(os.environ):
-        if name.startswith(("BRAEBURN_", "PYTORCH_MPS", "PYTORCH_ENABLE_MPS")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    return tmp_path / "xdg" / "braeburn" / "config.toml"
 
 
 def answer(monkeypatch, capsys, lines: list[str], *args: str) -> tuple[int, str]:

@@ -68,12 +68,6 @@ def finish(process: subprocess.Popen, timeout: float = 90) -> tuple[int, str]:
     return process.returncode, out
 
 
-@pytest.fixture
-def clean_env(monkeypatch, tmp_path):
-    for name in list(os.environ):
-        if name.startswith(("BRAEBURN_", "PYTORCH_MPS", "PYTORCH_ENABLE_MPS")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
 
 
 def test_two_cpu_processes_all_reduce_through_gloo(tmp_path, clean_env):

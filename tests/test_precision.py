@@ -10,11 +10,7 @@ from braeburn.plan import PlanError
 from braeburn.precision import AutocastPolicy, PrecisionPolicy, ScaledFp16Policy, make_policy
 
 
-@pytest.fixture(autouse=True)
-def _no_launcher_env(monkeypatch):
-    for name in ("BRAEBURN_DEVICE", "BRAEBURN_MIXED_PRECISION", "BRAEBURN_STRATEGY", "BRAEBURN_COMPILE",
-                 "WORLD_SIZE", "RANK", "LOCAL_RANK"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("no_launcher_env")
 
 
 def _autocast_dtype(accelerator: Accelerator) -> torch.dtype:

@@ -34,12 +34,7 @@ def plant(path: Path, marker: Path) -> None:
     torch.save({"weight": torch.zeros(2), "extra": Payload(marker)}, path)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_the_payload_is_live_when_loaded_unsafely(tmp_path):

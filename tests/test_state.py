@@ -16,10 +16,7 @@ from braeburn import state as state_io
 from braeburn.devices.cpu import CpuDevice
 
 
-@pytest.fixture(autouse=True)
-def _no_launcher_env(monkeypatch):
-    for name in ("BRAEBURN_DEVICE", "BRAEBURN_MIXED_PRECISION", "WORLD_SIZE", "RANK", "LOCAL_RANK"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("no_launcher_env")
 
 
 def _setup(precision: str, init_seed: int):

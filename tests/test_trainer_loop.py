@@ -13,12 +13,7 @@ from braeburn.trainer.metrics_log import read_metrics
 from braeburn.trainer.optim import parameter_groups, schedule_factor
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: threads only add contention on a small CI machine
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def digits():
