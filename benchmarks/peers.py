@@ -197,7 +197,8 @@ def run_accelerate(w: Workload, ds, clock: StepClock, device, bf16: bool):
         clock.step_done(step)
 
 
-def run_lightning(w: Workload, ds, clock: StepClock, device, bf16: bool):
+def lightning_parts(w: Workload, clock: StepClock):
+    """The LightningModule around the workload's model, and the callback that ticks the clock."""
     import lightning as L
 
     class Module(L.LightningModule):
@@ -215,11 +216,18 @@ def run_lightning(w: Workload, ds, clock: StepClock, device, bf16: bool):
         def on_train_batch_end(self, trainer, *args):
             clock.step_done(trainer.global_step)
 
+    return Module(), Clock()
+
+
+def run_lightning(w: Workload, ds, clock: StepClock, device, bf16: bool):
+    import lightning as L
+
+    module, tick = lightning_parts(w, clock)
     dl = torch.utils.data.DataLoader(ds, batch_size=w.batch_size, shuffle=True, collate_fn=collate, drop_last=True)
     trainer = L.Trainer(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1,
                         precision="bf16-mixed" if bf16 else "32-true", max_steps=clock.last, logger=False,
-                        enable_checkpointing=False, callbacks=[Clock()], enable_model_summary=False)
-    trainer.fit(Module(), dl)
+                        enable_checkpointing=False, callbacks=[tick], enable_model_summary=False)
+    trainer.fit(module, dl)
 
 
 def run_hf_trainer(w: Workload, ds, clock: StepClock, device, bf16: bool):

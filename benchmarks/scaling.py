@@ -96,31 +96,17 @@ def _accelerate(workload, dataset, clock, tiny: bool) -> None:
 def _lightning(workload, dataset, clock, tiny: bool) -> None:
     import lightning as L
     import torch
-    from peers import collate
+    from peers import collate, lightning_parts
 
-    class Module(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.model = workload.make_model()
-
-        def training_step(self, batch, batch_idx):
-            return self.model(**batch)["loss"]
-
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=1e-4)
-
-    class Tick(L.Callback):
-        def on_train_batch_end(self, trainer, *args):
-            clock.step_done(trainer.global_step)
-
+    module, tick = lightning_parts(workload, clock)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     loader = torch.utils.data.DataLoader(dataset, batch_size=workload.batch_size, shuffle=True, collate_fn=collate,
                                          drop_last=True)
     trainer = L.Trainer(accelerator="cpu" if tiny else "gpu", devices=world, num_nodes=1,
                         strategy="ddp" if world > 1 else "auto", precision="32-true" if tiny else "bf16-mixed",
-                        max_steps=clock.last, logger=False, enable_checkpointing=False, callbacks=[Tick()],
+                        max_steps=clock.last, logger=False, enable_checkpointing=False, callbacks=[tick],
                         enable_model_summary=False, enable_progress_bar=False)
-    trainer.fit(Module(), loader)
+    trainer.fit(module, loader)
 
 
 RUNNERS = {"braeburn-ddp": _braeburn("ddp"), "braeburn-fsdp": _braeburn("fsdp"), "accelerate": _accelerate,
