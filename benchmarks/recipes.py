@@ -369,7 +369,7 @@ def braeburn_clm(args) -> None:
 
 def _overrides(args) -> dict:
     """--set key=value pairs for the braeburn runners (e.g. compile=true, save_strategy=no)."""
-    pairs = dict(item.split("=", 1) for item in args.set)
+    pairs = dict(item.split("=", 1) for item in args.set if item)
     return {key: (value == "true" if value in ("true", "false") else value) for key, value in pairs.items()}
 
 
@@ -394,7 +394,16 @@ CHILDREN = {("mrpc", "bare"): bare_mrpc, ("mrpc", "transformers"): transformers_
             ("digits", "bare"): bare_digits}
 
 
+def _variant(args, runner: str):
+    """``braeburn[save_strategy=no,compile=true]``: the braeburn runner with those settings added."""
+    if "[" not in runner:
+        return args, runner
+    name, settings = runner.rstrip("]").split("[", 1)
+    return argparse.Namespace(**{**vars(args), "set": [*args.set, *settings.split(",")]}), name
+
+
 def _command(args, recipe: str, runner: str, workdir: str) -> list[str]:
+    args, runner = _variant(args, runner)
     if runner == "braeburn" and recipe in ("mrpc", "digits"):
         return _example_command(args, recipe, workdir)
     command = [sys.executable, __file__, "--child", f"{recipe}:{runner}", "--workdir", workdir]
@@ -417,7 +426,8 @@ def _example_result(workdir: str, output: str) -> dict:
 
 
 def run_one(args, recipe: str, runner: str, round_index: int) -> dict:
-    workdir = str(Path(args.out) / "work" / f"{recipe}-{runner}-{round_index}")
+    label = "".join(c if c.isalnum() or c in "-_" else "_" for c in f"{recipe}-{runner}-{round_index}")
+    workdir = str(Path(args.out) / "work" / label)
     command = _command(args, recipe, runner, workdir)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
@@ -425,7 +435,7 @@ def run_one(args, recipe: str, runner: str, round_index: int) -> dict:
     completed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     output = completed.stdout + completed.stderr
-    log = Path(args.out) / "logs" / f"{recipe}-{runner}-{round_index}.log"
+    log = Path(args.out) / "logs" / f"{label}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(" ".join(command) + "\n\n" + output)
     result = {"recipe": recipe, "runner": runner, "round": round_index, "process_seconds": seconds,
@@ -470,7 +480,7 @@ def table(results: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipes", default="mrpc,clm,digits")
-    parser.add_argument("--runners", default=None, help="comma-separated subset, e.g. bare,braeburn")
+    parser.add_argument("--runners", default=None, help="semicolon-separated, e.g. 'bare;braeburn;braeburn[save_strategy=no]'")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/recipes")
     parser.add_argument("--cpu", action="store_true", help="every runner on the CPU")
@@ -483,9 +493,9 @@ def main() -> None:
         recipe, runner = args.child.split(":")
         CHILDREN[(recipe, runner)](args)
         return
-    wanted = set(args.runners.split(",")) if args.runners else None
-    plan = [(recipe, runner) for recipe in args.recipes.split(",") for runner in RUNNERS[recipe]
-            if wanted is None or runner in wanted]
+    plan = [(recipe, runner) for recipe in args.recipes.split(",")
+            for runner in (args.runners.split(";") if args.runners else RUNNERS[recipe])
+            if runner.split("[")[0] in RUNNERS[recipe]]
     results = []
     for round_index in range(1, args.rounds + 1):
         print(f"round {round_index}/{args.rounds}", flush=True)
