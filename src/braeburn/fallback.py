@@ -30,6 +30,21 @@ def parse_fallback_warning(text: str) -> str | None:
     return match.group(1) if match else None
 
 
+_warn_always_users = 0
+_warn_always_before = False
+
+
+def _warn_always(change: int) -> None:
+    """torch.set_warn_always(True) while any recorder counts every call; the user's setting after."""
+    global _warn_always_users, _warn_always_before
+    import torch
+
+    if change > 0 and _warn_always_users == 0:
+        _warn_always_before = torch.is_warn_always_enabled()
+    _warn_always_users = max(0, _warn_always_users + change)
+    torch.set_warn_always(True if _warn_always_users else _warn_always_before)
+
+
 class FallbackRecorder:
     """Counts MPS fallback warnings while active; other warnings reach the previous handler untouched.
 
@@ -46,7 +61,6 @@ class FallbackRecorder:
         self._previous = None
         self._hook = None
         self._filter = None
-        self._warn_always_before: bool | None = None
 
     def record(self, message: object) -> str | None:
         op = parse_fallback_warning(str(message))
@@ -72,10 +86,7 @@ class FallbackRecorder:
         return self
 
     def _count_every_call(self) -> None:
-        import torch
-
-        self._warn_always_before = torch.is_warn_always_enabled()
-        torch.set_warn_always(True)
+        _warn_always(+1)
         warnings.filterwarnings("always", message=_FALLBACK_TEXT.pattern)
         self._filter = warnings.filters[0]
 
@@ -91,11 +102,8 @@ class FallbackRecorder:
             if self._filter in warnings.filters:
                 warnings.filters.remove(self._filter)
             self._filter = None
-        if self._warn_always_before is not None:
-            import torch
-
-            torch.set_warn_always(self._warn_always_before)
-            self._warn_always_before = None
+        if self.count_every_call:
+            _warn_always(-1)
 
     @property
     def active(self) -> bool:
