@@ -192,13 +192,17 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 
 ON_A_MAC = "import platform; platform.system = lambda: 'Darwin'\n"
+ON_LINUX = "import platform; platform.system = lambda: 'Linux'\n"
 SHOW = "import os, sys, braeburn; print(os.environ.get('PYTORCH_ENABLE_MPS_FALLBACK'), 'torch' in sys.modules)"
 
 
 def test_row3_importing_braeburn_before_torch_turns_the_fallback_on_on_macos():
     assert run_python(ON_A_MAC + SHOW).stdout.split() == ["1", "False"]  # set before torch loads
     assert run_python(ON_A_MAC + SHOW, PYTORCH_ENABLE_MPS_FALLBACK="0").stdout.split() == ["0", "False"]
-    assert run_python(SHOW).stdout.split() == ["None", "False"]  # Linux: nothing to set
+    assert run_python(ON_LINUX + SHOW).stdout.split() == ["None", "False"]  # nothing to set there
+    # `braeburn doctor` then reports it as set before torch loaded: it is what torch will see
+    seen = run_python(ON_A_MAC + "from braeburn import _early; print(_early.ENV_AT_IMPORT.get('PYTORCH_ENABLE_MPS_FALLBACK'))")
+    assert seen.stdout.strip() == "1"
 
 
 def test_row3_a_value_libtorch_cannot_parse_is_explained_before_torch_aborts():

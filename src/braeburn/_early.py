@@ -17,6 +17,8 @@ import warnings
 from collections.abc import MutableMapping
 
 TORCH_LOADED_FIRST: bool = "torch" in sys.modules
+# The environment at braeburn's import, plus the defaults apply_import_defaults() put in place then:
+# what torch sees when it loads after braeburn.
 ENV_AT_IMPORT: dict[str, str] = dict(os.environ)
 
 
@@ -35,5 +37,7 @@ def import_defaults(environ: MutableMapping[str, str], system: str, torch_loaded
 
 
 def apply_import_defaults() -> None:
-    for problem in import_defaults(os.environ, platform.system(), "torch" in sys.modules):
+    problems = import_defaults(os.environ, platform.system(), "torch" in sys.modules)
+    ENV_AT_IMPORT.update({name: value for name, value in os.environ.items() if name not in ENV_AT_IMPORT})
+    for problem in problems:
         warnings.warn(f"braeburn: {problem}", RuntimeWarning, stacklevel=3)

@@ -290,7 +290,9 @@ class _Recorder:
             entry["grad"] = self._compare_and_force(number, params, grads)
         self.record["steps"].append(entry)
         # Every op and call the Accelerator counted (stderr shows each op's warning only once).
-        self.record["fallback_ops"] = dict(accelerator.fallback_report())
+        report = getattr(accelerator, "fallback_report", None)
+        if report is not None:
+            self.record["fallback_ops"] = dict(report())
         if number >= self.steps:
             self.record["stopped_by_check"] = True
             self.write()
