@@ -102,8 +102,9 @@ def find_batch_size(try_step: Callable[[int], None], start: int = 8, max_batch: 
     size doubles while a step fits (never beyond ``max_batch``); once a step runs out of memory, the
     last size that fitted is the answer. If ``start`` itself does not fit, the size halves until one
     fits. A size that ran but held more memory than the device keeps without paging (on MPS: above
-    the recommended working set, which torch's limit exceeds 1.7 times) counts as not fitting. Between tries, garbage is collected and ``device_kind.empty_cache()`` returns cached
-    memory. ``on_try(batch_size, fitted)`` is called after every try (for progress output).
+    the recommended working set, which torch's limit exceeds 1.7 times) counts as not fitting; if
+    even 1 pages, 1 is returned. Between tries, garbage is collected and
+    ``device_kind.empty_cache()`` returns cached memory. ``on_try(batch_size, fitted)`` is called after every try (for progress output).
 
     Raises :class:`BatchSizeError` when not even a batch of 1 fits, ``ValueError`` for bad
     arguments, and re-raises any error that is not out-of-memory.

@@ -168,9 +168,9 @@ class MpsDevice(DeviceKind):
                                   "before torch 2.7 and only a prototype in 2.7): the first step fails with "
                                   "BackendCompilerFailed. Pass compile=False (eager), or upgrade to torch 2.13 or newer")
         if host.torch_version < TRUSTED_TORCH_COMPILE:
-            return CompileSupport(warning=f"torch.compile on MPS with torch {tv} can give wrong results (pytorch#170360, "
-                                  "#191976, fixed in 2.13); run `braeburn check script.py` to compare a few steps "
-                                  "with the CPU, or upgrade to torch 2.13 or newer")
+            return CompileSupport(warning=f"torch.compile on MPS with torch {tv} can give wrong results "
+                                  "(pytorch#170360, #191976, fixed in 2.13); run `braeburn check script.py` to "
+                                  "compare a few steps with the CPU, or upgrade to torch 2.13 or newer")
         return CompileSupport()
 
     def fused_optimizers_honour_grad_scaler(self, host: HostFacts) -> bool:
