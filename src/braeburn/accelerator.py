@@ -180,7 +180,8 @@ class Accelerator:
             self._owns_process_group = pg.init_process_group(self.plan.backend, world, self.device)
         if seed is not None:
             state_io.seed_everything(seed, kind)
-        self._policy = make_policy(self.plan.precision, self.plan.grad_scaler, self.device)
+        self._policy = make_policy(self.plan.precision, self.plan.grad_scaler, self.device,
+                                   kind.fused_optimizers_honour_grad_scaler(current_host()))
         self._tracker = BatchTracker()
         self._accumulation_step = 0
         self._models: list[torch.nn.Module] = []
@@ -190,7 +191,7 @@ class Accelerator:
         self._data_seed: int | None = seed
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps
-        self._fallback = FallbackRecorder().start()
+        self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
         self._announce()
 
     @staticmethod
@@ -223,6 +224,8 @@ class Accelerator:
         advice = early_env_advice(plan.env, current_host(), os.environ)
         if advice:
             _say_once(f"braeburn: {advice}", as_warning=True)
+        for note in plan.notes:
+            _say_once(f"braeburn: {note}", as_warning=True)
 
     # -- who am I -----------------------------------------------------------------------------
     @property
@@ -338,7 +341,8 @@ class Accelerator:
             self._data_seed = pg.broadcast_int(drawn) if self.num_processes > 1 else drawn
         prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
                                     num_processes=self.num_processes, process_index=self.process_index,
-                                    seed=self._data_seed, tracker=self._tracker, host=current_host())
+                                    seed=self._data_seed, tracker=self._tracker, host=current_host(),
+                                    float64_to_float32=not self.plan.device.supports_float64)
         self._dataloaders.append(prepared)
         return prepared
 

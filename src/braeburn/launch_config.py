@@ -170,11 +170,11 @@ class LaunchSettings:
     mps_fallback: bool = _setting(True, _bool, "on Apple-silicon GPUs, run operators MPS lacks on the CPU "
                                   "instead of failing (PYTORCH_ENABLE_MPS_FALLBACK)")
     mps_high_watermark_ratio: float | None = _setting(
-        None, _ratio, "on Apple-silicon GPUs, the memory limit as a share of the recommended maximum; 0.0 lifts "
-        "it (PYTORCH_MPS_HIGH_WATERMARK_RATIO; torch's default 1.7)", metavar="RATIO")
+        None, _ratio, "on Apple-silicon GPUs, the memory limit as a share of the recommended maximum, 0.0 to 2.0; "
+        "0.0 lifts it (PYTORCH_MPS_HIGH_WATERMARK_RATIO; torch's default 1.7)", metavar="RATIO")
     mps_low_watermark_ratio: float | None = _setting(
         None, _ratio, "on Apple-silicon GPUs, the level at which cached memory is given back; at most the high "
-        "ratio (PYTORCH_MPS_LOW_WATERMARK_RATIO; torch's default 1.4)", metavar="RATIO")
+        "ratio (1.7 when unset, 2.0 when it is 0.0) (PYTORCH_MPS_LOW_WATERMARK_RATIO; torch's default 1.4)", metavar="RATIO")
 
 
 SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(LaunchSettings))

@@ -32,7 +32,7 @@ from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
 from .optim import default_optimizer, default_scheduler
 from .plots import PlotCallback
-from .progress import ProgressCallback, human_bytes
+from .progress import ProgressCallback, memory_line
 from .signals import SignalCallback, TrainingInterrupted
 from .state import TrainerState
 
@@ -441,7 +441,8 @@ class Trainer:
         loader = acc.prepare(loader)  # first: sharded, its length is this process's batches per epoch
         steps_per_epoch = math.ceil(len(loader) / config.gradient_accumulation_steps)
         max_steps = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * steps_per_epoch)
-        optimizer = self.optimizer or default_optimizer(acc.unwrap_model(model), config, acc.plan.device)
+        optimizer = self.optimizer or default_optimizer(acc.unwrap_model(model), config, acc.plan.device,
+                                                        grad_scaler=acc.plan.grad_scaler)
         scheduler = self.lr_scheduler or default_scheduler(optimizer, config, max_steps)
         self.optimizer, self.lr_scheduler = acc.prepare(optimizer, scheduler)
         if self.eval_dataset is not None and config.eval_strategy != "no":
@@ -496,7 +497,7 @@ class Trainer:
 
     def _summary(self, seconds: float, steps: int) -> str:
         acc, state, plan = self.accelerator, self.state, self.accelerator.plan
-        memory = acc.memory_stats().get("peak_bytes")
+        memory = memory_line(acc.memory_stats())
         samples = steps * self._samples_per_batch * self.config.gradient_accumulation_steps
         evals = ", ".join(f"{k} {v:.4g}" for k, v in self._last_eval_metrics().items()
                           if not k.endswith(("_runtime", "_per_second"))) or "none"
@@ -510,7 +511,7 @@ class Trainer:
             f"  steps      {state.global_step}/{state.max_steps} optimizer steps ({steps} in this run), "
             f"epoch {state.epoch_progress:.2f}",
             f"  speed      {samples / seconds if seconds > 0 else 0:.1f} samples/s",
-            f"  peak mem   {human_bytes(memory)}",
+            f"  {memory}",
             *compiled,
             f"  last eval  {evals}",
             f"  CPU fallback ops  {fallback}",
