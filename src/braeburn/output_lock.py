@@ -138,6 +138,10 @@ def _check_lock_works(lock_file: Path, fd: int) -> None:
 
 
 def _unsupported(directory: Path, error: OSError) -> OutputLockUnsupportedError:
+    if fcntl is None and msvcrt is None:
+        return OutputLockUnsupportedError(
+            f"output_dir={str(directory)!r} cannot be locked: this platform has no file locks (neither fcntl nor "
+            "msvcrt), so braeburn cannot make sure that only one run writes there. Run on Linux, macOS or Windows.")
     return OutputLockUnsupportedError(
         f"output_dir={str(directory)!r} is on a file system where file locks do not work ({error.strerror or error}; "
         "common on some network file systems), so braeburn cannot make sure that only one run writes there: two "
