@@ -62,10 +62,16 @@ def load_sharded(models: list[nn.Module], optimizers: list[torch.optim.Optimizer
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
+    from torch.distributed.checkpoint.api import CheckpointException
+
     state = _state(models, optimizers)
     folder = Path(directory) / SHARDED_DIR
-    with _single_process_quiet():
-        dcp.load(state, storage_reader=_safe_reader(folder), planner=_safe_planner())
+    metadata = read_metadata(folder / ".metadata")  # checked before DCP opens anything
+    try:
+        with _single_process_quiet():
+            dcp.load(state, storage_reader=_safe_reader(folder, metadata), planner=_safe_planner())
+    except CheckpointException as error:  # a BaseException that wraps each rank's error: give the first back
+        raise _first_failure(error, folder) from None
     for i, model in enumerate(models):
         set_model_state_dict(model, state[f"model_{i}"])
     for i, optimizer in enumerate(optimizers):
@@ -124,14 +130,27 @@ def read_metadata(path: Path) -> Any:
     return metadata
 
 
-def _safe_reader(folder: Path):
+def _first_failure(error: BaseException, folder: Path) -> Exception:
+    from ..errors import UnsafeFileError
+
+    failures = list(getattr(error, "failures", {}).values())
+    cause = failures[0][0] if failures and isinstance(failures[0], tuple) else error
+    if isinstance(cause, UnsafeFileError):
+        return cause
+    reason = (str(cause).strip().splitlines() or [""])[0][:300]
+    if isinstance(cause, pickle.UnpicklingError):
+        return UnsafeFileError(f"{folder} holds pickled objects other than plain data, which braeburn refuses to "
+                               f"load ({reason}); nothing in it ran. Use another checkpoint.")
+    return RuntimeError(f"{folder} cannot be read as torch checkpoint data for these models: "
+                        f"{type(cause).__name__}: {reason}")
+
+
+def _safe_reader(folder: Path, metadata: Any):
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import StorageMeta
 
     class SafeReader(FileSystemReader):
-        def read_metadata(self, *args: Any, **kwargs: Any):
-            rank = kwargs.get("rank")
-            metadata = read_metadata(folder / (".metadata" if rank is None else f"__{rank}.metadata"))
+        def read_metadata(self, *args: Any, **kwargs: Any):  # read and checked already, never re-read
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = self.load_id
