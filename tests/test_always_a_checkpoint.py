@@ -184,3 +184,20 @@ def test_sigkill_anywhere_in_a_trainer_save_of_the_same_step_keeps_that_step(tmp
         assert (tmp_path / "checkpoint-5").is_dir()
         set_version(model, optimizer, 5)
         manager.save(accelerator, state)
+
+
+def test_metrics_readers_never_see_half_a_record_and_the_next_run_drops_a_torn_one(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from braeburn.trainer.metrics_log import METRICS_FILE, MetricsLogCallback, read_metrics
+
+    path = tmp_path / METRICS_FILE
+    path.write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "lo')  # a record being written, or a run killed mid-write
+    assert read_metrics(tmp_path) == [{"step": 1, "loss": 0.5}]
+    log = MetricsLogCallback(tensorboard=False)
+    trainer = SimpleNamespace(is_main_process=True, output_dir=tmp_path)
+    log.on_train_begin(trainer, TrainerState())
+    log.on_log(trainer, TrainerState(global_step=2), {"loss": 0.25})
+    log.on_train_end(trainer, TrainerState())
+    assert read_metrics(tmp_path) == [{"step": 1, "loss": 0.5}, {"step": 2, "loss": 0.25}]
+    assert "ended in half a record" in capsys.readouterr().out
