@@ -156,9 +156,13 @@ def acquire(directory: str | os.PathLike, purpose: str = "training") -> Path:
     if held is not None:
         held.count += 1
         return directory
-    directory.mkdir(parents=True, exist_ok=True)
     lock_file = directory / LOCK_FILE
-    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:  # a read-only parent, a folder of someone else's, a full disk
+        raise type(error)(f"output_dir={str(directory)!r} cannot be written: {error.strerror or error} ({lock_file}). "
+                          "Pass an --output_dir in a folder you can write to.") from None
     try:
         _os_lock(fd)
         _check_lock_works(lock_file, fd)
