@@ -177,16 +177,20 @@ def acquire(directory: str | os.PathLike, purpose: str = "training") -> Path:
             raise _unsupported(directory, error) from None
         raise
     os.ftruncate(fd, 0)
-    os.pwrite(fd, _holder_record(purpose).encode(), 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, _holder_record(purpose).encode())  # (os.pwrite does not exist on Windows)
     _held[directory] = _Held(fd, 1)
     return directory
 
 
 def ensure_free(directory: str | os.PathLike) -> None:
-    """Raise :class:`OutputDirBusyError` when another process holds ``directory``'s lock; writes nothing."""
+    """Raise :class:`OutputDirBusyError` when another process holds ``directory``'s lock.
+
+    Creates nothing: a folder without the lock file was never locked (a holder always has the file).
+    """
     directory = Path(directory).resolve()
     if directory in _held or not (directory / LOCK_FILE).is_file():
-        return  # ours, or never locked (a holder always has the file)
+        return  # ours, or never locked
     acquire(directory)
     release(directory)
 
