@@ -90,6 +90,7 @@ _METADATA_CLASSES = {
     "torch": {"Size"},
     "collections": {"OrderedDict"},
     "pathlib": {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path"},
+    "pathlib._local": {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path"},  # Python 3.13+
 }
 
 
