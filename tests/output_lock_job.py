@@ -72,6 +72,7 @@ def main(argv: list[str]) -> None:
     y = (x.sum(1) > 0).long()
     config = TrainingConfig(output_dir=output_dir, per_device_train_batch_size=4, max_steps=12, logging_steps=2,
                             save_strategy="steps", save_steps=4, seed=3, use_cpu=True,
+                            save_in_background=False,  # paused inside a save, the whole run stands still
                             overwrite_output_dir="--overwrite" in argv,
                             resume_from_checkpoint="latest" if "--resume" in argv else None)
     trainer = Trainer(torch.nn.Linear(4, 2), config, train_dataset=TensorDataset(x, y),

@@ -48,10 +48,12 @@ def _sha256(path: Path) -> str:
 
 def write_manifest(folder: Path, step: int) -> Path:
     """The checkpoint's manifest: the Accelerator's (sizes, layout) with checksums and the step added."""
+    written_sharded = (folder / manifest_io.SHARDED_METADATA).is_file()  # (a background save writes no manifest)
     try:
-        layout = (manifest_io.read(folder) or {}).get("layout", manifest_io.WHOLE)
+        layout = (manifest_io.read(folder) or {}).get("layout")
     except manifest_io.ManifestError:
-        layout = manifest_io.WHOLE
+        layout = None
+    layout = layout or (manifest_io.SHARDED if written_sharded else manifest_io.WHOLE)
     files = {name: {"size": (folder / name).stat().st_size, "sha256": _sha256(folder / name)}
              for name in manifest_io.listed_files(folder)}
     return manifest_io.write(folder, {"format": 1, "step": step, "layout": layout, "files": files})
