@@ -418,8 +418,8 @@ class Trainer:
         if self.is_main_process:
             try:
                 (output_lock.ensure_free if only_check else output_lock.acquire)(self.output_dir)
-            except (output_lock.OutputDirBusyError, output_lock.OutputLockUnsupportedError) as error:
-                refusal = error
+            except (output_lock.OutputDirBusyError, output_lock.OutputLockUnsupportedError, OSError) as error:
+                refusal = error  # raised after the other ranks heard of it, so that none waits forever
         if not pg.all_ok(refusal is None, self.accelerator.device):
             raise refusal or output_lock.OutputDirBusyError(
                 f"output_dir={str(self.output_dir)!r} could not be locked by rank 0 (its error says why); this rank "
