@@ -16,6 +16,8 @@ from torch.utils.data import TensorDataset
 
 from braeburn.accelerator import Accelerator
 from braeburn.errors import UnsafeFileError, is_user_error
+from braeburn.output_lock import LOCK_FILE
+from braeburn.manifest import WHOLE, ManifestError, write_sizes
 from braeburn.trainer import ConfigError, Trainer, TrainingConfig, parse_config
 from braeburn.trainer.checkpoint import CheckpointCorruptError, write_manifest
 
@@ -63,6 +65,9 @@ def test_accelerator_load_state_refuses_a_pickled_payload(tmp_path, name):
     plant(tmp_path / "state" / name, marker)
     fresh = Accelerator(cpu=True)
     prepared(fresh)
+    with pytest.raises(ManifestError, match=f"{name} is truncated or altered"):  # the manifest's size sees it
+        fresh.load_state(tmp_path / "state")
+    write_sizes(tmp_path / "state", WHOLE)  # an attacker who rewrites the manifest too
     with pytest.raises(UnsafeFileError) as error:
         fresh.load_state(tmp_path / "state")
     assert f"{tmp_path / 'state' / name} holds pickled objects other than tensors" in str(error.value)
@@ -152,4 +157,5 @@ def test_output_dir_that_is_a_link_is_followed_and_nothing_is_written_beside_it(
     small_trainer(link, max_steps=3, save_steps=1, save_total_limit=1).train()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["outputs", "scratch"]
     assert sorted(p.name for p in real.iterdir() if p.name.startswith("checkpoint")) == ["checkpoint-3"]
-    assert not [p for p in real.iterdir() if p.name.startswith(".")]  # no staging left
+    # no staging left; the lock file (empty once the run ended) is the one hidden file a run keeps
+    assert [p.name for p in real.iterdir() if p.name.startswith(".")] == [LOCK_FILE]

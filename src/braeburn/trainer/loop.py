@@ -18,8 +18,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from .. import output_lock
 from ..accelerator import Accelerator
 from ..collate import BucketPadding, batch_signature, position_limit
+from ..distributed import process_group as pg
 from ..plan import PlanError
 from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss, model_logits
@@ -110,6 +112,12 @@ class Trainer:
     # -- the run --------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | None = None) -> TrainOutput:
         """Train; resume from a checkpoint folder or "latest" when asked. Returns the final step, loss and metrics."""
+        try:
+            return self._train(resume_from_checkpoint)
+        finally:
+            output_lock.release(self.output_dir)  # taken by _check_output_dir (rank 0); a no-op when not held
+
+    def _train(self, resume_from_checkpoint: str | None) -> TrainOutput:
         config, acc = self.config, self.accelerator
         resume = resume_from_checkpoint or config.resume_from_checkpoint or self._elastic_resume()
         if self.train_dataset is None:
@@ -392,8 +400,10 @@ class Trainer:
         out = self.output_dir
         if out.exists() and not out.is_dir():
             raise FileExistsError(f"output_dir={str(out)!r} is a file, not a folder. Pass a folder to --output_dir.")
-        entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-        if entries and not (self.config.overwrite_output_dir or resume):
+        entries = sorted(p.name for p in out.iterdir() if p.name != output_lock.LOCK_FILE) if out.is_dir() else []
+        refused = bool(entries) and not (self.config.overwrite_output_dir or resume)
+        self._lock_output_dir(only_check=refused)  # a run that holds it is named first, whatever the folder holds
+        if refused:
             shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
             raise FileExistsError(
                 f"output_dir={str(out)!r} is not empty ({len(entries)} entries: {shown}), and training there could "
@@ -401,6 +411,19 @@ class Trainer:
                 "latest to continue the run saved there, or choose another --output_dir.")
         if self.is_main_process:
             out.mkdir(parents=True, exist_ok=True)
+
+    def _lock_output_dir(self, only_check: bool) -> None:
+        """Rank 0 holds output_dir's lock for the run (one writer); every rank learns if it was refused."""
+        refusal: Exception | None = None
+        if self.is_main_process:
+            try:
+                (output_lock.ensure_free if only_check else output_lock.acquire)(self.output_dir)
+            except (output_lock.OutputDirBusyError, output_lock.OutputLockUnsupportedError, OSError) as error:
+                refusal = error  # raised after the other ranks heard of it, so that none waits forever
+        if not pg.all_ok(refusal is None, self.accelerator.device):
+            raise refusal or output_lock.OutputDirBusyError(
+                f"output_dir={str(self.output_dir)!r} could not be locked by rank 0 (its error says why); this rank "
+                "stops with it")
 
     def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
         # A generator of its own, so that starting an epoch does not draw from torch's global generator

@@ -37,6 +37,7 @@ class MetricsLogCallback(Callback):
             return
         self.path = Path(trainer.output_dir) / METRICS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _drop_torn_last_line(self.path)  # (this process holds output_dir's lock: the only writer)
         self._file = open(self.path, "a", encoding="utf-8")
         if self.tensorboard:
             self._writer = _tensorboard_writer(Path(trainer.output_dir) / "tensorboard")
@@ -84,7 +85,20 @@ def _tensorboard_writer(folder: Path):
     return SummaryWriter(log_dir=str(folder))
 
 
+def _drop_torn_last_line(path: Path) -> None:
+    """A run killed inside a write can leave half a record; the next append would glue onto it."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    with open(path, "r+b") as handle:
+        handle.truncate(data.rfind(b"\n") + 1)
+    print(f"braeburn: {path} ended in half a record (a run was stopped while writing it); that line was dropped.")
+
+
 def read_metrics(output_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of ``output_dir/metrics.jsonl``, in order."""
+    """The complete records of ``output_dir/metrics.jsonl``, in order (a line still being written is left out)."""
     path = Path(output_dir) / METRICS_FILE
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return [json.loads(line) for line in lines[:-1] if line.strip()]  # lines[-1]: "" or a line not yet ended
