@@ -26,7 +26,7 @@ from ..plan import PlanError
 from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss, model_logits
 from .callbacks import CallbackList
-from .background_save import BackgroundSaver, capture_files
+from .background_save import BackgroundSaver, Snapshot, capture_files
 from .checkpoint import CheckpointError, CheckpointManager
 from .config import ConfigError, TrainingConfig, _compile_value
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
@@ -300,7 +300,7 @@ class Trainer:
             return
         self._after_save(folder, None)
 
-    def _snapshot_for_background(self) -> dict[str, bytes] | None:
+    def _snapshot_for_background(self) -> Snapshot | None:
         acc = self.accelerator
         if not self.config.save_in_background or acc.num_processes > 1 or acc.plan.strategy == "fsdp":
             return None
