@@ -77,6 +77,12 @@ def _attempt_store(world: WorldInfo) -> "dist.Store":
     return dist.PrefixStore(f"braeburn/attempt-{restart_count()}/", store)
 
 
+def new_host_group() -> "dist.ProcessGroup":
+    """A gloo group of every rank, for small CPU tensors checked on the host: on any device backend, a
+    collective on it never syncs the device. A collective call: every rank must make it, in the same order."""
+    return dist.new_group(backend="gloo")
+
+
 def destroy_process_group() -> None:
     if is_initialized():
         dist.destroy_process_group()

@@ -114,6 +114,7 @@ class Trainer:
         self.callbacks.on_train_begin(self, self.state)
         try:
             self._train_epochs(train_loader)
+            self.signals.settle(self.state)  # a signal on any rank during the last step: all ranks save and stop
             self._save_at_stop()
         finally:
             seconds = time.perf_counter() - started
