@@ -32,6 +32,7 @@ from .plots import PlotCallback
 from .progress import ProgressCallback, human_bytes
 from .signals import SignalCallback, TrainingInterrupted
 from .state import TrainerState
+from .write_faults import prepare_output_dir
 
 
 class NonFiniteLossError(RuntimeError):
@@ -349,7 +350,7 @@ class Trainer:
                 "overwrite an earlier run. Pass --overwrite_output_dir to train there anyway, --resume_from_checkpoint "
                 "latest to continue the run saved there, or choose another --output_dir.")
         if self.is_main_process:
-            out.mkdir(parents=True, exist_ok=True)
+            prepare_output_dir(out)  # a read-only parent or disk: one clear error now, not a traceback later
 
     def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
         # A generator of its own, so that starting an epoch does not draw from torch's global generator
