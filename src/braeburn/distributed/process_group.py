@@ -136,10 +136,17 @@ def _attempt_store(world: WorldInfo) -> "dist.Store":
     return dist.PrefixStore(f"braeburn/attempt-{restart_count()}/", store)
 
 
-def new_host_group() -> "dist.ProcessGroup":
+_host_group: tuple[Any, Any] | None = None  # (the default group it was made in, the gloo group)
+
+
+def host_group() -> "dist.ProcessGroup":
     """A gloo group of every rank, for small CPU tensors checked on the host: on any device backend, a
-    collective on it never syncs the device. A collective call: every rank must make it, in the same order."""
-    return dist.new_group(backend="gloo")
+    collective on it never syncs the device. Made once per process group; the first call is a collective
+    call (every rank must make it, at the same point)."""
+    global _host_group
+    if _host_group is None or _host_group[0] is not dist.group.WORLD:
+        _host_group = (dist.group.WORLD, dist.new_group(backend="gloo"))
+    return _host_group[1]
 
 
 def destroy_process_group() -> None:

@@ -93,7 +93,7 @@ class SignalCallback(Callback):
     def on_train_begin(self, trainer: "Trainer", state: TrainerState) -> None:
         self.received = None
         several = trainer.accelerator.num_processes > 1 and pg.is_initialized()
-        self._agreement = StopAgreement(pg.new_host_group()) if several else None  # every rank calls it here
+        self._agreement = StopAgreement(pg.host_group()) if several else None  # every rank calls it here
         if threading.current_thread() is not threading.main_thread():
             return  # only the main thread may install handlers
         for signum in HANDLED:
