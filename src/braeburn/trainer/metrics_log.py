@@ -61,10 +61,13 @@ class MetricsLogCallback(Callback):
         if self.path is None:
             return
         record = {"step": state.global_step, **{key: _json_value(value) for key, value in logs.items()}}
-        self._pending = (self._pending + [json.dumps(record) + "\n"])[-self.MAX_PENDING:]
-        self._write_pending()
+        self._append(json.dumps(record))
         if self._writer is not None:
             self._tensorboard_scalars(state.global_step, logs)
+
+    def _append(self, line: str) -> None:
+        self._pending = (self._pending + [line + "\n"])[-self.MAX_PENDING:]
+        self._write_pending()
 
     def _write_pending(self) -> None:
         if self._file is None and not self._reopen(repair=True):
@@ -113,6 +116,11 @@ class MetricsLogCallback(Callback):
             writer, self._writer = self._writer, None
             _close_quietly(writer)
 
+    def write_record(self, record: dict[str, Any]) -> None:
+        """One more line that is not a log (the run's compile and shape report): metrics.jsonl only."""
+        if self.path is not None:
+            self._append(json.dumps(record, default=str))
+
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
         if self._pending and self.path is not None:  # a last try for the records the full disk held back
             self._write_pending()
@@ -124,6 +132,7 @@ class MetricsLogCallback(Callback):
                 writer.close()
             except OSError as error:
                 self._warnings.failed(Path(writer.log_dir), error, "the last TensorBoard values may be missing")
+
 
 def _close_quietly(writer) -> None:
     try:
