@@ -2,7 +2,7 @@
 (tests/test_distributed_signals.py). The test starts both ranks itself (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, as torchrun would set them) so that it can signal one of them by its pid.
 
-    python signal_job.py OUT
+    python signal_job.py OUT [cpu|gpu]      (gpu: one GPU per rank, NCCL; the stop flag still goes over gloo)
 
 Trains a tiny model for up to 400 optimizer steps (a few milliseconds each), saving no checkpoint but
 the stop one; writes OUT/ready-RANK after the first step, and OUT/result-RANK.json (the step it
@@ -36,12 +36,12 @@ class Pace(Callback):
         time.sleep(0.004)
 
 
-def main(out: Path) -> None:
+def main(out: Path, device: str) -> None:
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(64, 4), torch.randn(64))
     config = TrainingConfig(output_dir=str(out / "run"), per_device_train_batch_size=4, max_steps=400,
                             logging_steps=1000, save_strategy="steps", save_steps=100_000, mixed_precision="no",
-                            compile="false", use_cpu=True, learning_rate=1e-3)
+                            compile="false", use_cpu=device == "cpu", learning_rate=1e-3)
     trainer = Trainer(nn.Linear(4, 1), config, train_dataset=data, loss_fn=lambda out, y: ((out[:, 0] - y) ** 2).mean(),
                       callbacks=[Pace(out)])
     status = 0
@@ -57,4 +57,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "cpu")

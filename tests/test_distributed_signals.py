@@ -20,10 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from braeburn.trainer.checkpoint import CheckpointManager
 
-pytestmark = pytest.mark.slow  # ~6 s a trial on 2 shared CPU cores
+pytestmark = pytest.mark.slow  # ~6 s a trial on 2 CPU cores (more when they are shared)
 JOB = Path(__file__).with_name("signal_job.py")
 TRIALS = int(os.environ.get("BRAEBURN_SIGNAL_TRIALS", "2"))
 
@@ -34,11 +35,18 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _device() -> str:
+    """One GPU per rank (NCCL) where two are visible, else the CPU (gloo)."""
+    two = torch.accelerator.is_available() and torch.accelerator.device_count() >= 2
+    return "gpu" if two else "cpu"
+
+
 def _start_ranks(out: Path) -> list[subprocess.Popen]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAEBURN_", "TORCHELASTIC_"))}
     env.update(OMP_NUM_THREADS="1", XDG_CONFIG_HOME=str(out), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-               WORLD_SIZE="2", BRAEBURN_DEVICE="cpu")
-    return [subprocess.Popen([sys.executable, str(JOB), str(out)], env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+               WORLD_SIZE="2")
+    command = [sys.executable, str(JOB), str(out), _device()]
+    return [subprocess.Popen(command, env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
 
 

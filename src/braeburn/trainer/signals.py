@@ -8,8 +8,8 @@ With several processes the ranks must stop at the same step: the stop checkpoint
 them together, and a rank that ran one step further would wait in that step's all-reduce for a peer
 that is saving. So the ranks agree (:class:`StopAgreement`): every step each rank adds its flag to an
 all-reduce on a small CPU (gloo) group, started without waiting and read one step later, when it is
-long done. A signal on any rank thus stops every rank at the same step, one step after it arrived,
-and costs no device sync and no wait on the step's critical path.
+done. A signal on any rank thus stops every rank at the same step, one step after it arrived, at the
+cost of no device sync (and on the CPU no wait).
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ class StopAgreement:
     :meth:`exchange` at the end of step N starts an all-reduce (MAX) of this rank's signal number and
     returns the result of the one started at step N-1 (on a CPU run finished by then, as the ranks met
     in step N's gradient all-reduce since; on GPUs at most a wait for a peer's host to finish queueing
-    step N). All ranks call it at every step, so they read the same value at the same step. :meth:`settle` at the end of the loop (reached by every rank at the same step) reads the
-    last one and asks once more, blocking, for a signal that came during the last step.
+    step N). All ranks call it at every step, so they read the same value at the same step.
+    :meth:`settle` at the end of the loop (reached by every rank at the same step) reads the last one
+    and asks once more, blocking, for a signal that came during the last step.
     """
 
     def __init__(self, group: Any):
