@@ -73,7 +73,7 @@ def world_from_env(env: Mapping[str, str] | None = None) -> WorldInfo:
             errors.append(OptionError(name, value, f"must be from 0 to WORLD_SIZE-1 ({world - 1}): no process of a "
                                       f"{world}-process job has it, so its peers would wait for it forever; "
                                       f"{_SET_BY_LAUNCHER}"))
-    if world > 1:
+    if world > 1 and not is_initialized():  # a group the script joined itself needs no rendezvous here
         errors.extend(_rendezvous_errors(env))
     if errors:
         raise DistributedEnvironmentError(errors)
