@@ -93,6 +93,7 @@ def test_the_plot_on_a_full_disk_warns_and_leaves_no_temporary_file(full_disk, c
     full_disk.fill()
     plot = PlotCallback()
     plot.on_train_end(fake_trainer(full_disk.folder), state)
+    plot.wait()  # drawn in a thread while the last checkpoint is written
     assert plot.path is None and not (full_disk.folder / PLOT_FILE).exists()
     assert [p.name for p in full_disk.folder.iterdir() if p.name != ".ballast"] == []  # no .training_curves.png.tmp
     err = capsys.readouterr().err

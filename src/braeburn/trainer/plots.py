@@ -8,6 +8,7 @@ that fails (a full disk) warns once and leaves no temporary file; training still
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,17 +69,32 @@ def plot_history(history: list[dict[str, Any]], path: Path) -> Path | None:
 
 
 class PlotCallback(Callback):
-    """Writes output_dir/training_curves.png when training ends."""
+    """Writes output_dir/training_curves.png when training ends.
+
+    The drawing (importing matplotlib and rendering: about a second) runs in a thread while the last
+    checkpoint is written; the Trainer calls :meth:`wait` before ``train()`` returns.
+    """
 
     def __init__(self) -> None:
         self.path: Path | None = None
+        self._thread: threading.Thread | None = None
         self._warnings = WriteWarnings()
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
         if not (trainer.is_main_process and state.log_history):
             return
-        target = Path(trainer.output_dir) / PLOT_FILE
-        try:
-            self.path = plot_history(state.log_history, target)
-        except OSError as error:  # a full disk at the end must not end the run (or skip the user's code after it)
-            self._warnings.failed(target, error, "no plot this time (the numbers are in metrics.jsonl)")
+        history, target = [dict(record) for record in state.log_history], Path(trainer.output_dir) / PLOT_FILE
+
+        def draw() -> None:
+            try:
+                self.path = plot_history(history, target)
+            except OSError as error:  # a full disk at the end must not end the run (nor skip the user's code after)
+                self._warnings.failed(target, error, "no plot this time (the numbers are in metrics.jsonl)")
+
+        self._thread = threading.Thread(target=draw, name="braeburn-plot", daemon=False)
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
