@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .config_files import excerpt
 from .devices.base import PRECISIONS, DeviceKind
 from .devices.host import HostFacts
 from .devices.registry import ACCELERATOR_CHOICES, GPU_ALIAS, KINDS, accelerator_kinds, fallback_kind, get_kind
@@ -40,7 +41,7 @@ class OptionError:
     message: str  # why it cannot work, and the fix
 
     def __str__(self) -> str:
-        return f"{self.option}={self.value!r}: {self.message}"
+        return f"{self.option}={excerpt(self.value)}: {self.message}"  # a huge value is shown cut short
 
 
 class PlanError(ValueError):

@@ -37,6 +37,7 @@ from .plots import PlotCallback
 from .progress import ProgressCallback, memory_line
 from .signals import SignalCallback, TrainingInterrupted
 from .state import TrainerState
+from .write_faults import prepare_output_dir
 
 
 _KEEP = object()  # _after_save: leave state.last_checkpoint as it is
@@ -134,6 +135,7 @@ class Trainer:
         self.callbacks.on_train_begin(self, self.state)
         try:
             self._train_epochs(train_loader)
+            self.signals.settle(self.state)  # a signal on any rank during the last step: all ranks save and stop
             self._metrics_log.write_record({"step": self.state.global_step,
                                             "run": self._compile_window.record(len(self._shapes))})
             self._save_at_stop()
@@ -410,7 +412,7 @@ class Trainer:
                 "overwrite an earlier run. Pass --overwrite_output_dir to train there anyway, --resume_from_checkpoint "
                 "latest to continue the run saved there, or choose another --output_dir.")
         if self.is_main_process:
-            out.mkdir(parents=True, exist_ok=True)
+            prepare_output_dir(out)  # a read-only parent or disk: one clear error now, not a traceback later
 
     def _lock_output_dir(self, only_check: bool) -> None:
         """Rank 0 holds output_dir's lock for the run (one writer); every rank learns if it was refused."""
