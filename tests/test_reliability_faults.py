@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from braeburn.trainer.checkpoint import MANIFEST, CheckpointCorruptError, CheckpointManager
+from braeburn.trainer.config import tensorboard_installed
 
 JOB = Path(__file__).with_name("reliability_job.py")
 CHOICES = random.Random(9)  # seeded: the same "random" kill points on every run, printed on failure
@@ -73,7 +74,8 @@ def test_kills_full_disk_and_torn_save_then_resume_bitwise(tmp_path, reference):
     assert killed(stage), (PLAN, stage.stderr)
     assert (f"Saving {out / 'checkpoint-10'} failed: OSError: [Errno 27] File too large. Nothing was replaced (the "
             f"previous checkpoint {out / 'checkpoint-5'} is intact); training state in memory is unchanged") in stage.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-15", "checkpoint-5", "metrics.jsonl"]  # no debris
+    logs = ["metrics.jsonl", *(["tensorboard"] if tensorboard_installed() else [])]  # report_to="all"
+    assert sorted(p.name for p in out.iterdir()) == sorted(["checkpoint-15", "checkpoint-5", *logs])  # no debris
 
     # 2. Resume from 15 (written by the process that survived the failed save); SIGKILL half-way through
     #    an accumulation window (gradients of one micro-batch summed, no optimizer step yet).

@@ -13,7 +13,7 @@ from braeburn.trainer.metrics_log import read_metrics
 from braeburn.trainer.optim import parameter_groups, schedule_factor
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("one_thread", "cpu_only")  # about the CPU on any machine
 
 
 def digits():

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..accelerator import Accelerator
 from ..plan import PlanError
+from ..state import enable_full_determinism
 from .batches import batch_inputs, compute_loss, model_logits
 from .callbacks import CallbackList
 from .checkpoint import CheckpointError, CheckpointManager
@@ -73,6 +74,8 @@ class Trainer:
         errors = self.config.validate()
         if errors:
             raise ConfigError(errors)
+        if self.config.full_determinism:  # before the Accelerator: its variables must precede any GPU work
+            enable_full_determinism()
         self.accelerator = accelerator or Accelerator(
             cpu=self.config.use_cpu, mixed_precision=self.config.mixed_precision,
             gradient_accumulation_steps=self.config.gradient_accumulation_steps,
@@ -85,7 +88,8 @@ class Trainer:
         self.output_dir = Path(self.config.output_dir).resolve()
         self.checkpoints = CheckpointManager(self.output_dir, self.config.save_total_limit)
         self.signals = SignalCallback()
-        builtins = [ProgressCallback(), MetricsLogCallback(), PlotCallback(), self.signals]
+        builtins = [ProgressCallback(), MetricsLogCallback(tensorboard=self.config.report_to != "none"),
+                    PlotCallback(), self.signals]
         self.callbacks = CallbackList(builtins + list(callbacks or []))
         self.state = TrainerState()
         self._prepared_model: torch.nn.Module | None = None
