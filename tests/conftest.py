@@ -61,6 +61,20 @@ def cpu_only(no_launcher_env, monkeypatch):
 
 
 @pytest.fixture
+def restore_determinism(monkeypatch):
+    """For a test that turns full_determinism on: torch's switch, cuDNN's and the variables come back after."""
+    from braeburn.state import INDUCTOR_DETERMINISTIC_VAR
+
+    for name in ("CUBLAS_WORKSPACE_CONFIG", INDUCTOR_DETERMINISTIC_VAR):
+        monkeypatch.delenv(name, raising=False)  # unset now; the previous value (or none) restored after
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+              torch.backends.cudnn.benchmark)
+    yield
+    torch.use_deterministic_algorithms(before[0])
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1:]
+
+
+@pytest.fixture
 def one_thread():
     """One torch thread: tiny models run faster and steadier on a 2-core machine shared by two workers."""
     previous = torch.get_num_threads()
