@@ -5,9 +5,11 @@
 #
 #   bash benchmarks/gpu_lane.sh            from the repository root; braeburn installed or not (src/ is put
 #                                          on PYTHONPATH); results in $OUT (default benchmarks/results/gpu-lane)
+#   PART=lane bash benchmarks/gpu_lane.sh  the GPU tests only (PART=suite: every other test; default: both)
 #
 # First the lane alone (verbose: each GPU test's outcome is in lane.txt), then every other test. Uses
-# pytest-xdist when installed (4 workers) and pytest-timeout when installed; runs without them otherwise.
+# pytest-xdist when installed ($WORKERS workers, default 4) and pytest-timeout when installed (the
+# pyproject's `timeout` is then honoured; without it pytest only warns that the option is unknown).
 set -uo pipefail
 OUT=${OUT:-benchmarks/results/gpu-lane}
 PY=${PYTHON:-python3}
@@ -20,13 +22,19 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
   $PY -m pip list 2>/dev/null | grep -i -E "^(torch|transformers|accelerate|lightning|tensorboard|pytest|scikit-learn|matplotlib) "
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
+PART=${PART:-all}
 parallel=()
-$PY -c "import xdist" 2>/dev/null && parallel=(-n 4)
-$PY -m pytest -m requires -v -rs -p no:cacheprovider --junitxml="$OUT/lane.xml" 2>&1 | tee "$OUT/lane.txt"
-lane=${PIPESTATUS[0]}
-$PY -m pytest -m "not requires" -q -rfEs -p no:cacheprovider "${parallel[@]}" --junitxml="$OUT/suite.xml" 2>&1 \
-  | tee "$OUT/suite.txt"
-suite=${PIPESTATUS[0]}
+$PY -c "import xdist" 2>/dev/null && parallel=(-n "${WORKERS:-4}")
+lane=0 suite=0
+if [ "$PART" != suite ]; then
+  $PY -m pytest -m requires -v -rs -p no:cacheprovider --junitxml="$OUT/lane.xml" 2>&1 | tee "$OUT/lane.txt"
+  lane=${PIPESTATUS[0]}
+fi
+if [ "$PART" != lane ]; then
+  $PY -m pytest -m "not requires" -q -rfEs -p no:cacheprovider "${parallel[@]}" --junitxml="$OUT/suite.xml" 2>&1 \
+    | tee "$OUT/suite.txt"
+  suite=${PIPESTATUS[0]}
+fi
 echo "GPU lane exit $lane, rest of the suite exit $suite" | tee "$OUT/summary.txt"
-grep -h -E "^(=+ )?[0-9]+ (passed|failed)|passed|failed" "$OUT/lane.txt" "$OUT/suite.txt" | tail -2 >> "$OUT/summary.txt"
+tail -n 1 "$OUT"/lane.txt "$OUT"/suite.txt 2>/dev/null >> "$OUT/summary.txt"
 [ "$lane" -eq 0 ] && [ "$suite" -eq 0 ]

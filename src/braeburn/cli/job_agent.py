@@ -57,6 +57,9 @@ def run_agent(argv: list[str]) -> int:
     except SignalException as stop:  # the workers are stopped already: torchrun did it before raising
         print(f"braeburn launch: stopped by {stop.sigval.name}; every worker has ended", file=sys.stderr)
         return 128 + int(stop.sigval)
+    except KeyboardInterrupt:  # SIGINT before torchrun put its handler in place: no worker has started yet
+        print("braeburn launch: stopped by SIGINT before any worker started", file=sys.stderr)
+        return 128 + int(signal.SIGINT)
     except SystemExit as done:
         return _exit_status(done)
     except BaseException:  # a failed worker's summary (ChildFailedError), or a real error: as Python shows it

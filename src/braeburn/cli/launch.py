@@ -176,8 +176,8 @@ STOP_GRACE_S = 30.0
 
 @dataclass
 class _Job:
-    """The running job, and the stop signal received. The handler passes the first signal on and starts
-    the grace period; a second signal, or the end of the grace period, kills every process of the job."""
+    """The running job, and the stop signal received. The first signal is passed on and starts the grace
+    period; a second signal, or the end of the grace period, kills every process of the job."""
 
     forward_always: bool  # the job runs in its own session: no terminal signal reaches it but ours
     process: subprocess.Popen | None = None
@@ -185,16 +185,20 @@ class _Job:
     _deadline: threading.Timer | None = None
 
     def __call__(self, signum: int, frame) -> None:
-        first = self.received is None
-        self.received = self.received or signum
-        if self.process is None or self.process.poll() is not None:
-            return  # not started yet (run_child then starts nothing), or over
-        if not first:
+        if self.received is None:
+            self.received = signum
+            self.stop()
+        elif self.process is not None and self.process.poll() is None:
             kill_tree(self.process.pid)  # a second Ctrl-C: stop now
+
+    def stop(self) -> None:
+        """Pass the first signal on, once, as soon as the job exists (run_child calls it after the start)."""
+        if self.process is None or self._deadline is not None or self.process.poll() is not None:
             return
         self._deadline = threading.Timer(STOP_GRACE_S, kill_tree, [self.process.pid])
         self._deadline.daemon = True
         self._deadline.start()
+        signum = self.received
         if self.forward_always or not (signum == signal.SIGINT and _terminal_already_signals_child()):
             self.process.send_signal(signum)  # else Ctrl-C in a terminal reached the child's group already
 
@@ -266,6 +270,18 @@ def _die_with_launcher():
     return arm
 
 
+def _start(command: list[str], env: Mapping[str, str], watch_read: int | None) -> subprocess.Popen:
+    if watch_read is None:
+        return subprocess.Popen(command, env=dict(env), preexec_fn=_die_with_launcher())
+    from .job_agent import LAUNCHER_PIPE_VAR
+
+    try:
+        return subprocess.Popen(command, env={**env, LAUNCHER_PIPE_VAR: str(watch_read)}, start_new_session=True,
+                                pass_fds=(watch_read,))
+    finally:
+        os.close(watch_read)  # the agent has its copy; the launcher keeps only the write end
+
+
 def run_child(command: list[str], env: Mapping[str, str], *, own_session: bool = False) -> int:
     """Run ``command`` until it ends; its exit status is ours (128 + N when signal N ended it, as a shell
     reports). With ``own_session`` (torchrun's agent) the job gets a session of its own, every SIGINT and
@@ -278,18 +294,9 @@ def run_child(command: list[str], env: Mapping[str, str], *, own_session: bool =
     try:
         if job.received is not None:
             return 128 + job.received  # stopped before anything started
-        env = dict(env)
-        if own_session:
-            from .job_agent import LAUNCHER_PIPE_VAR
-
-            env[LAUNCHER_PIPE_VAR] = str(watch_read)
-            job.process = subprocess.Popen(command, env=env, start_new_session=True, pass_fds=(watch_read,))
-            os.close(watch_read)
-        else:
-            job.process = subprocess.Popen(command, env=env, preexec_fn=_die_with_launcher())
-        if job.received is not None:  # arrived while starting: pass it on now
-            signum, job.received = job.received, None
-            job(signum, None)
+        job.process = _start(command, env, watch_read)
+        if job.received is not None:
+            job.stop()  # it arrived while the job was starting: pass it on now
         code = job.wait()
     finally:
         for sig, handler in previous.items():
