@@ -29,8 +29,9 @@ FROZEN_FLAGS = [
     "warmup_steps", "warmup_ratio", "logging_steps", "eval_strategy", "eval_steps", "save_strategy", "save_steps",
     "save_total_limit", "metric_for_best_model", "greater_is_better", "seed", "full_determinism", "mixed_precision",
     "use_cpu",
-    "accelerator", "devices", "compile", "strategy", "resume_from_checkpoint", "nan_policy", "auto_find_batch_size",
-    "dataloader_num_workers", "dataloader_drop_last", "report_to",
+    "accelerator", "devices", "compile", "torch_compile_backend", "torch_compile_mode", "pad_to_buckets", "strategy",
+    "resume_from_checkpoint", "nan_policy", "auto_find_batch_size", "dataloader_num_workers", "dataloader_drop_last",
+    "report_to",
 ]
 
 

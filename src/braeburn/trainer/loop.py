@@ -19,8 +19,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..accelerator import Accelerator
+from ..collate import BucketPadding, batch_signature, position_limit
 from ..plan import PlanError
 from ..state import enable_full_determinism
+from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss, model_logits
 from .callbacks import CallbackList
 from .checkpoint import CheckpointError, CheckpointManager
@@ -80,7 +82,9 @@ class Trainer:
             cpu=self.config.use_cpu, mixed_precision=self.config.mixed_precision,
             gradient_accumulation_steps=self.config.gradient_accumulation_steps,
             accelerator=self.config.accelerator, devices=self.config.devices,
-            compile=_compile_value(self.config.compile), strategy=self.config.strategy, seed=self.config.seed)
+            compile=_compile_value(self.config.compile), strategy=self.config.strategy, seed=self.config.seed,
+            compile_backend=self.config.torch_compile_backend, compile_mode=self.config.torch_compile_mode)
+        self.accelerator.defer_compile = True  # compiled (or not) once the first steps are measured
         self.model = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.collate_fn, self.compute_metrics, self.loss_fn = collate_fn, compute_metrics, loss_fn
@@ -88,13 +92,14 @@ class Trainer:
         self.output_dir = Path(self.config.output_dir).resolve()
         self.checkpoints = CheckpointManager(self.output_dir, self.config.save_total_limit)
         self.signals = SignalCallback()
-        builtins = [ProgressCallback(), MetricsLogCallback(tensorboard=self.config.report_to != "none"),
-                    PlotCallback(), self.signals]
+        self._metrics_log = MetricsLogCallback(tensorboard=self.config.report_to != "none")
+        builtins = [ProgressCallback(), self._metrics_log, PlotCallback(), self.signals]
         self.callbacks = CallbackList(builtins + list(callbacks or []))
         self.state = TrainerState()
         self._prepared_model: torch.nn.Module | None = None
         self._eval_loaders: dict[int, tuple[Dataset, Any]] = {}
         self._inputs_checked = False  # the first training batch is checked once (input_checks.py)
+        self._shapes: set[tuple] = set()  # distinct training batch shapes: each costs kernel plans, or a graph
 
     @property
     def is_main_process(self) -> bool:
@@ -118,6 +123,8 @@ class Trainer:
         self.callbacks.on_train_begin(self, self.state)
         try:
             self._train_epochs(train_loader)
+            self._metrics_log.write_record({"step": self.state.global_step,
+                                            "run": self._compile_window.record(len(self._shapes))})
             self._save_at_stop()
         finally:
             seconds = time.perf_counter() - started
@@ -133,6 +140,8 @@ class Trainer:
         """The loop. Host-device syncs happen only in _log, _evaluate_and_save and _check_finite."""
         state, config, acc = self.state, self.config, self.accelerator
         model, optimizer, scheduler = self._prepared_model, self.optimizer, self.lr_scheduler
+        window = self._compile_window
+        window.begin(model, state.global_step, state.max_steps)
         model.train()
         for epoch in range(loader.epoch, state.num_epochs):  # loader.epoch: 0, or where a resumed run stopped
             state.epoch = epoch
@@ -153,6 +162,8 @@ class Trainer:
                 if not acc.sync_gradients:
                     continue
                 state.global_step += 1
+                if window.pending:  # compile=auto decides from the measured eager steps (two syncs, once)
+                    model = self._prepared_model = window.after_step(state.global_step, model, self._shapes)
                 self.callbacks.on_step_end(self, state)
                 if state.global_step % config.logging_steps == 0:
                     self._log()
@@ -166,6 +177,7 @@ class Trainer:
                 return
 
     def _forward_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        self._shapes.add(batch_signature(batch))
         args, kwargs, labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
         if not self._inputs_checked:
             check_batch_inputs(kwargs)
@@ -358,7 +370,10 @@ class Trainer:
         # A generator of its own, so that starting an epoch does not draw from torch's global generator
         # (DataLoader draws a worker seed at every iter()): a resumed run then draws the same dropout masks.
         generator = torch.Generator().manual_seed(self.config.seed)
-        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=self.collate_fn,
+        collate = self.collate_fn
+        if self.config.pad_to_buckets:  # text batches padded to a few lengths: few kernel plans and graphs
+            collate = BucketPadding(collate, position_limit(self.accelerator.unwrap_model(self.model)))
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
                           num_workers=self.config.dataloader_num_workers, generator=generator,
                           drop_last=self.config.dataloader_drop_last and shuffle)
 
@@ -399,6 +414,7 @@ class Trainer:
                                   num_epochs=math.ceil(max_steps / steps_per_epoch))
         self._samples_per_batch = config.per_device_train_batch_size * acc.num_processes
         self._parameters = [p for p in model.parameters() if p.requires_grad]  # walked once, not every step
+        self._compile_window = CompileWindow(acc)
         return loader
 
     def _find_batch_size(self) -> None:
@@ -449,6 +465,7 @@ class Trainer:
         evals = ", ".join(f"{k} {v:.4g}" for k, v in self._last_eval_metrics().items()
                           if not k.endswith(("_runtime", "_per_second"))) or "none"
         fallback = ", ".join(f"{op} x{count}" for op, count in acc.fallback_report()) or "none"
+        compiled = self._compile_window.summary(len(self._shapes), self.config.pad_to_buckets)
         ending = state.stop_reason or ("max_steps reached" if state.global_step >= state.max_steps else "done")
         return "\n".join([
             f"braeburn: training ended ({ending}) after {seconds:.1f} s",
@@ -458,6 +475,7 @@ class Trainer:
             f"epoch {state.epoch_progress:.2f}",
             f"  speed      {samples / seconds if seconds > 0 else 0:.1f} samples/s",
             f"  peak mem   {human_bytes(memory)}",
+            *compiled,
             f"  last eval  {evals}",
             f"  CPU fallback ops  {fallback}",
             f"  output     {self.output_dir}"])
