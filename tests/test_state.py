@@ -126,7 +126,7 @@ def test_load_state_with_different_objects_says_what_differs(tmp_path):
 
 
 class _StartedGpu(CpuDevice):
-    """A kind whose runtime already started in this process, with a variable its library reads once."""
+    """A kind whose runtime already ran work in this process, with a variable its library reads once."""
 
     def deterministic_env(self):
         return {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
@@ -136,7 +136,7 @@ class _StartedGpu(CpuDevice):
 
 
 def test_full_determinism_says_when_a_variable_comes_too_late(restore_determinism, monkeypatch):
-    with pytest.warns(UserWarning, match="CUBLAS_WORKSPACE_CONFIG=:4096:8 was set after the GPU runtime started.*"
+    with pytest.warns(UserWarning, match="CUBLAS_WORKSPACE_CONFIG=:4096:8 was set after the GPU had run work.*"
                                          "Export CUBLAS_WORKSPACE_CONFIG=:4096:8 before starting Python"):
         state_io.enable_full_determinism([_StartedGpu()])
     assert torch.are_deterministic_algorithms_enabled()

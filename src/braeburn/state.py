@@ -82,7 +82,7 @@ def enable_full_determinism(kinds: list[DeviceKind] | None = None) -> str | None
     Sets each device kind's variables (CUBLAS_WORKSPACE_CONFIG on CUDA) where the user set none,
     ``torch.use_deterministic_algorithms(True)`` (an operator without a deterministic version then
     raises, naming itself) and the kinds' own library switches (cuDNN). Seeding is the caller's.
-    Warns (and returns the warning) when a variable came too late: the kind's runtime already started
+    Warns (and returns the warning) when a variable came too late: the kind already ran work
     in this process, so a library may have read the old value.
     """
     from .devices.registry import KINDS
@@ -98,7 +98,7 @@ def enable_full_determinism(kinds: list[DeviceKind] | None = None) -> str | None
     torch.use_deterministic_algorithms(True)
     if not late:
         return None
-    message = (f"full_determinism: {', '.join(late)} was set after the GPU runtime started in this process; a "
+    message = (f"full_determinism: {', '.join(late)} was set after the GPU had run work in this process; a "
                "library that already ran keeps its earlier setting, so results may still differ between runs. "
                f"Export {' '.join(late)} before starting Python, or create the Trainer before any GPU work.")
     warnings.warn(message, stacklevel=3)

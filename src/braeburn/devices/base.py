@@ -97,7 +97,7 @@ class DeviceKind(ABC):
         """Make this kind's own libraries choose deterministic algorithms (beyond torch's switch)."""
 
     def libraries_started(self) -> bool:
-        """Whether this kind's runtime already started in this process (too late for :meth:`deterministic_env`)."""
+        """Whether this kind already ran work in this process (then too late for :meth:`deterministic_env`)."""
         return False
 
     def rng_state(self) -> Any:

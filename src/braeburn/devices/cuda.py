@@ -89,7 +89,9 @@ class CudaDevice(DeviceKind):
     def libraries_started(self) -> bool:
         import torch
 
-        return torch.cuda.is_initialized()
+        # GPU memory held (a tensor, or cuBLAS's workspace) means GPU work ran; reading the host facts
+        # starts CUDA but allocates nothing, so a parsed config does not count as too late.
+        return torch.cuda.is_initialized() and torch.cuda.memory_reserved() > 0
 
     def rng_state(self) -> Any:
         import torch
