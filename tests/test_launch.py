@@ -120,7 +120,7 @@ def test_a_module_runs_with_dash_m(tmp_path, clean_env):
 def test_signals_stop_every_child(tmp_path, clean_env, signum, workers):
     path = script(tmp_path, "wait.py", PID_THEN_WAIT)
     process = launcher("--cpu", "--num-processes", str(workers), str(path), str(tmp_path), xdg=str(tmp_path))
-    pids = wait_for_pids(tmp_path, workers)
+    pids = wait_for_pids(tmp_path, workers, process)
     process.send_signal(signum)  # to the launcher only: it must pass the signal on
     code, out = finish(process, timeout=40)
     assert code == 128 + signum, out  # the shell's convention for "ended by a signal", with 1 or 2 workers
@@ -142,10 +142,15 @@ def alive(pid: int) -> bool:
         return True
 
 
-def wait_for_pids(tmp_path: Path, workers: int) -> list[int]:
+def wait_for_pids(tmp_path: Path, workers: int, process: subprocess.Popen) -> list[int]:
+    """The workers' pids once every worker runs. Starting takes seconds (three processes import torch, on
+    a loaded machine much longer): wait as long as the launcher lives, up to a generous bound."""
     pid_files = [tmp_path / f"pid{rank}" for rank in range(workers)]
-    deadline = time.monotonic() + 60
-    while not all(f.exists() and f.read_text() for f in pid_files) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 240
+    while not all(f.exists() and f.read_text() for f in pid_files):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"the workers did not start (launcher status {process.poll()}):\n{finish(process)[1]}")
         time.sleep(0.1)
     return [int(f.read_text()) for f in pid_files]
 
@@ -164,7 +169,7 @@ def ended_within(pids: list[int], seconds: float) -> bool:
 def test_kill_9_of_the_launcher_ends_the_agent_and_every_worker(tmp_path, clean_env, workers):
     path = script(tmp_path, "wait.py", PID_THEN_WAIT)
     process = launcher("--cpu", "--num-processes", str(workers), str(path), str(tmp_path), xdg=str(tmp_path))
-    workers_pids = wait_for_pids(tmp_path, workers)
+    workers_pids = wait_for_pids(tmp_path, workers, process)
     job = [pid for pid in process_tree(process.pid) if pid != process.pid]  # torchrun's agent and the workers
     assert set(workers_pids) <= set(job)
     process.kill()  # SIGKILL: no handler runs, what a scheduler's grace-period kill or the OOM killer does
@@ -183,7 +188,7 @@ time.sleep(120)
 def test_a_second_ctrl_c_kills_a_job_that_does_not_stop(tmp_path, clean_env):
     path = script(tmp_path, "stuck.py", IGNORES_SIGINT)
     process = launcher("--cpu", "--num-processes", "2", str(path), str(tmp_path), xdg=str(tmp_path))
-    pids = wait_for_pids(tmp_path, 2)
+    pids = wait_for_pids(tmp_path, 2, process)
     process.send_signal(signal.SIGINT)
     time.sleep(1.0)
     assert all(alive(pid) for pid in pids)  # passed on, and ignored: torchrun would wait 30 s, then kill
