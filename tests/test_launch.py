@@ -79,8 +79,10 @@ def test_two_cpu_processes_all_reduce_through_gloo(tmp_path, clean_env):
 
 
 def test_a_crashed_rank_ends_the_job_within_seconds_with_its_error(tmp_path, clean_env):
+    # The budget that matters is from the crash to the end (below); starting three torch processes on a
+    # loaded machine can take minutes, so the wait for the whole job is generous.
     code, out = finish(launcher("--cpu", "--num-processes", "2", str(script(tmp_path, "crash.py", CRASH_RANK_1)),
-                                xdg=str(tmp_path)), timeout=100)
+                                xdg=str(tmp_path)), timeout=280)
     ended = time.time()
     assert code != 0
     crashed = float(out.split("crashing at ")[1].split()[0])
