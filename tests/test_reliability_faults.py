@@ -10,6 +10,7 @@ accumulation and SIGINT/SIGTERM saving (tests/test_trainer_resume.py), truncated
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import shutil
@@ -34,9 +35,10 @@ PLAN = (f"kill at step {KILL_AT_STEP}, mid-accumulation after {KILL_MID_ACCUMULA
         f"{KILL_AFTER_SAVE}, inside the save of {KILL_INSIDE_SAVE}")
 
 
-def run_job(output_dir: Path, result: Path, *args: str) -> subprocess.CompletedProcess:
+def run_job(output_dir: Path, result: Path, *args: str, device: str = "cpu") -> subprocess.CompletedProcess:
+    env = {**os.environ, "BRAEBURN_DEVICE": device}  # these tests are about the CPU, on any machine
     return subprocess.run([sys.executable, str(JOB), str(output_dir), str(result), *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=env)
 
 
 def checkpoint_steps(output_dir: Path) -> list[int]:

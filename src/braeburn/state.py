@@ -12,6 +12,7 @@ import os
 import pickle
 import random
 import shutil
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,41 @@ def seed_everything(seed: int, kind: DeviceKind) -> None:
         np_random.seed(seed % 2**32)
     torch.manual_seed(seed)
     kind.manual_seed(seed)
+
+
+# -- full determinism ---------------------------------------------------------------------------
+# Inductor (torch.compile) skips its on-device benchmarking where the choice changes numerics. Read
+# when torch.compile first loads its configuration; torch versions without the setting ignore it.
+INDUCTOR_DETERMINISTIC_VAR = "TORCHINDUCTOR_DETERMINISTIC"
+
+
+def enable_full_determinism(kinds: list[DeviceKind] | None = None) -> str | None:
+    """Deterministic algorithms everywhere, as the Transformers Trainer's ``full_determinism`` does.
+
+    Sets each device kind's variables (CUBLAS_WORKSPACE_CONFIG on CUDA) where the user set none,
+    ``torch.use_deterministic_algorithms(True)`` (an operator without a deterministic version then
+    raises, naming itself) and the kinds' own library switches (cuDNN). Seeding is the caller's.
+    Warns (and returns the warning) when a variable came too late: the kind already ran work
+    in this process, so a library may have read the old value.
+    """
+    from .devices.registry import KINDS
+
+    late = []
+    for kind in KINDS if kinds is None else kinds:
+        for name, value in {**kind.deterministic_env(), INDUCTOR_DETERMINISTIC_VAR: "1"}.items():
+            if name not in os.environ:
+                os.environ[name] = value
+                if kind.libraries_started() and name != INDUCTOR_DETERMINISTIC_VAR:
+                    late.append(f"{name}={value}")
+        kind.use_deterministic_libraries()
+    torch.use_deterministic_algorithms(True)
+    if not late:
+        return None
+    message = (f"full_determinism: {', '.join(late)} was set after the GPU had run work in this process; a "
+               "library that already ran keeps its earlier setting, so results may still differ between runs. "
+               f"Export {' '.join(late)} before starting Python, or create the Trainer before any GPU work.")
+    warnings.warn(message, stacklevel=3)
+    return message
 
 
 # -- atomic directory writes --------------------------------------------------------------------

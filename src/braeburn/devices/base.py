@@ -83,6 +83,10 @@ class DeviceKind(ABC):
         """Variables that must be in the environment before torch loads."""
         return {}
 
+    def deterministic_env(self) -> dict[str, str]:
+        """Variables this kind's libraries read, once, for bitwise-reproducible results (full_determinism)."""
+        return {}
+
     def compile_by_default(self, host: HostFacts) -> tuple[bool, str]:
         return False, f"torch.compile is off by default on {self.name}"
 
@@ -121,6 +125,13 @@ class DeviceKind(ABC):
 
     def manual_seed(self, seed: int) -> None:
         """Seed this kind's own generators (the CPU one is seeded by torch.manual_seed)."""
+
+    def use_deterministic_libraries(self) -> None:
+        """Make this kind's own libraries choose deterministic algorithms (beyond torch's switch)."""
+
+    def libraries_started(self) -> bool:
+        """Whether this kind already ran work in this process (then too late for :meth:`deterministic_env`)."""
+        return False
 
     def rng_state(self) -> Any:
         return None

@@ -19,6 +19,13 @@ from ._argparse import ConfigError, parse_dataclasses
 SCHEDULERS = ("linear", "cosine", "constant")
 STRATEGIES = ("no", "steps", "epoch")
 NAN_POLICIES = ("stop", "skip")
+REPORT_TO = ("all", "tensorboard", "none")
+
+
+def tensorboard_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorboard") is not None
 
 
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -85,6 +92,8 @@ class TrainingConfig:
     """Whether a larger metric_for_best_model is better (accuracy: true; loss: false)."""
     seed: int = 42
     """Seed of every random generator (python, torch, the device) set at the start."""
+    full_determinism: bool = False
+    """Deterministic algorithms everywhere (torch's switch, cuDNN, CUBLAS_WORKSPACE_CONFIG=:4096:8, compile without on-device tuning): bitwise-equal runs and resumes on a GPU, somewhat slower. CPU runs are bitwise without it."""
     mixed_precision: str = "auto"
     """auto (the best the device does well), no (float32), fp16 or bf16."""
     use_cpu: bool = field(default=False, metadata={"aliases": ("--cpu",)})
@@ -113,6 +122,8 @@ class TrainingConfig:
     """DataLoader worker processes (0 loads in the main process, often fastest for in-memory data)."""
     dataloader_drop_last: bool = False
     """Drop the last incomplete training batch."""
+    report_to: str = "all"
+    """Where metrics go besides metrics.jsonl: all (every integration installed: TensorBoard), tensorboard (required), or none."""
 
     def validate(self) -> list[OptionError]:
         """Every problem with this config's own fields (device rules are the plan's)."""
@@ -140,8 +151,11 @@ class TrainingConfig:
         need(self.save_total_limit is None or self.save_total_limit >= 1, "save_total_limit",
              "must be >= 1, or unset to keep every checkpoint")
         for name, choices in (("lr_scheduler_type", SCHEDULERS), ("eval_strategy", STRATEGIES),
-                              ("save_strategy", STRATEGIES), ("nan_policy", NAN_POLICIES)):
+                              ("save_strategy", STRATEGIES), ("nan_policy", NAN_POLICIES), ("report_to", REPORT_TO)):
             need(getattr(self, name) in choices, name, f"choose one of {', '.join(choices)}")
+        need(self.report_to != "tensorboard" or tensorboard_installed(), "report_to",
+             "needs the tensorboard package, which is not installed; pip install tensorboard, or pass "
+             "--report_to all (TensorBoard when installed) or none")
         need(self.torch_compile_mode in COMPILE_MODES, "torch_compile_mode",
              f"choose one of {', '.join(str(m) for m in COMPILE_MODES[1:])} (or leave it unset)")
         need(bool(str(self.output_dir).strip()), "output_dir", "must name a folder, e.g. --output_dir outputs")

@@ -23,6 +23,7 @@ from ..accelerator import Accelerator
 from ..collate import BucketPadding, batch_signature, position_limit
 from ..distributed import process_group as pg
 from ..plan import PlanError
+from ..state import enable_full_determinism
 from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss, model_logits
 from .callbacks import CallbackList
@@ -82,6 +83,8 @@ class Trainer:
         errors = self.config.validate()
         if errors:
             raise ConfigError(errors)
+        if self.config.full_determinism:  # before the Accelerator: its variables must precede any GPU work
+            enable_full_determinism()
         self.accelerator = accelerator or Accelerator(
             cpu=self.config.use_cpu, mixed_precision=self.config.mixed_precision,
             gradient_accumulation_steps=self.config.gradient_accumulation_steps,
@@ -97,7 +100,8 @@ class Trainer:
         self.checkpoints = CheckpointManager(self.output_dir, self.config.save_total_limit)
         self._saver = BackgroundSaver(self.checkpoints)
         self.signals = SignalCallback()
-        self._metrics_log, self._plot = MetricsLogCallback(), PlotCallback()
+        self._metrics_log = MetricsLogCallback(tensorboard=self.config.report_to != "none")
+        self._plot = PlotCallback()
         builtins = [ProgressCallback(), self._metrics_log, self._plot, self.signals]
         self.callbacks = CallbackList(builtins + list(callbacks or []))
         self.state = TrainerState()
