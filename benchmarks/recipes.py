@@ -283,7 +283,7 @@ def _hf_args(args, output_dir, epochs, lr, **extra):
     from transformers import TrainingArguments
 
     device, dtype = _device(args.cpu)
-    return TrainingArguments(output_dir=output_dir, per_device_train_batch_size=32, per_device_eval_batch_size=64,
+    return TrainingArguments(output_dir=output_dir, per_device_train_batch_size=32,
                              learning_rate=lr, num_train_epochs=epochs, bf16=dtype is not None,
                              use_cpu=device.type == "cpu", save_strategy="no", report_to="none", logging_steps=50,
                              max_steps=args.max_steps or -1, seed=42, **extra)
@@ -329,7 +329,8 @@ def transformers_clm(args) -> None:
     model, tokenizer = _clm_model_and_tokenizer()
     train, dev = _clm_datasets(tokenizer)
     data_done = time.perf_counter()
-    trainer = Trainer(model=model, args=_hf_args(args, args.workdir, 1, 5e-4), train_dataset=train, eval_dataset=dev,
+    trainer = Trainer(model=model, args=_hf_args(args, args.workdir, 1, 5e-4, per_device_eval_batch_size=64),
+                      train_dataset=train, eval_dataset=dev,
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
     train_started = time.perf_counter()
     trainer.train()

@@ -20,6 +20,7 @@ def test_bucket_lengths():
     assert len({bucket_length(n) for n in range(1, 129)}) == 8
     assert len({bucket_length(n) for n in range(1, 513)}) == 16
     assert bucket_length(100, limit=104) == 104 and bucket_length(120, limit=100) == 120  # never cut
+    assert [bucket_length(n, coarse=True) for n in (1, 64, 65, 103, 257, 600)] == [64, 64, 128, 128, 384, 768]
 
 
 def test_pads_every_sequence_key_with_its_own_value():

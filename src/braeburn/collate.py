@@ -6,7 +6,9 @@ first time a length is seen on an H100, issue 20), a compiled graph recompiles, 
 cache grows by one entry per shape. Padding to the longest length wastes compute on short
 batches. :func:`bucket_length` takes the middle way: multiples of 16 up to 128 tokens, of 32 up
 to 256, of 64 beyond: at most 8 lengths up to 128, 16 up to 512, at most 15% more tokens than
-dynamic padding on lengths above 100 (MRPC: 3 lengths in place of ~29 per epoch).
+dynamic padding on lengths above 100 (MRPC: 3 lengths in place of ~29 per epoch). Devices where
+each new shape costs a plan or a graph (CUDA, MPS: ``DeviceKind.new_shapes_cost``) take coarse
+buckets: multiples of 64 up to 256, of 128 up to 512 (MRPC: 2 lengths).
 
 :class:`BucketPadding` wraps any collate function whose batches are Transformers-style mappings
 (``input_ids`` with an ``attention_mask`` of the same shape) and pads them further to the bucket
@@ -33,9 +35,13 @@ PAD_VALUES: dict[str, int | None] = {
 }
 
 
-def bucket_length(length: int, limit: int | None = None) -> int:
-    """``length`` rounded up to the next bucket (16s to 128, 32s to 256, 64s beyond), at most ``limit``."""
-    step = 16 if length <= 128 else 32 if length <= 256 else 64
+def bucket_length(length: int, limit: int | None = None, coarse: bool = False) -> int:
+    """``length`` rounded up to the next bucket (16s to 128, 32s to 256, 64s beyond; ``coarse``: 64s to 256,
+    128s to 512, 256s beyond), at most ``limit``."""
+    if coarse:
+        step = 64 if length <= 256 else 128 if length <= 512 else 256
+    else:
+        step = 16 if length <= 128 else 32 if length <= 256 else 64
     padded = -(-length // step) * step
     return max(length, min(padded, limit)) if limit else padded
 
@@ -46,7 +52,7 @@ def _pad_id(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
     return int(input_ids[padded][0]) if bool(padded.any()) else 0
 
 
-def pad_to_bucket(batch: Any, limit: int | None = None) -> Any:
+def pad_to_bucket(batch: Any, limit: int | None = None, coarse: bool = False) -> Any:
     """``batch`` with its sequences padded on the right to :func:`bucket_length`; other batches unchanged."""
     if not isinstance(batch, Mapping):
         return batch
@@ -54,7 +60,7 @@ def pad_to_bucket(batch: Any, limit: int | None = None) -> Any:
     if not (isinstance(ids, torch.Tensor) and isinstance(mask, torch.Tensor)) or ids.dim() != 2 or mask.shape != ids.shape:
         return batch
     length = ids.shape[1]
-    target = bucket_length(length, limit)
+    target = bucket_length(length, limit, coarse)
     if target == length:
         return batch
     rows = ids.shape[0]
@@ -83,12 +89,12 @@ def _same_mapping_type(original: Mapping, items: dict) -> Mapping:
 class BucketPadding:
     """A collate function that pads what ``collate_fn`` (torch's default when None) returns to few lengths."""
 
-    def __init__(self, collate_fn: Callable | None = None, limit: int | None = None):
+    def __init__(self, collate_fn: Callable | None = None, limit: int | None = None, coarse: bool = False):
         self.collate_fn = collate_fn or default_collate
-        self.limit = limit
+        self.limit, self.coarse = limit, coarse
 
     def __call__(self, features: list) -> Any:
-        return pad_to_bucket(self.collate_fn(features), self.limit)
+        return pad_to_bucket(self.collate_fn(features), self.limit, self.coarse)
 
     def __repr__(self) -> str:
         return f"BucketPadding({self.collate_fn!r}, limit={self.limit})"

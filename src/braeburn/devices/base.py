@@ -53,6 +53,9 @@ class DeviceKind(ABC):
     # Convolutions run faster with channels-last (NHWC) weights and activations.
     channels_last_helps: ClassVar[bool] = False
     supports_float64: ClassVar[bool] = True
+    # Each new input shape costs this kind a new kernel plan or graph (cuDNN attention plans, MPS graphs), so
+    # text is padded to coarse lengths (multiples of 64); elsewhere compute saved by fine buckets wins.
+    new_shapes_cost: ClassVar[bool] = False
     fused_adamw: ClassVar[bool] = False  # torch.optim.AdamW(fused=True) runs on this kind
     # Ops this kind lacks run on the CPU with a warning torch gives once per process (TORCH_WARN_ONCE),
     # so counting every op and call needs torch.set_warn_always(True) while recording.

@@ -110,6 +110,7 @@ class MpsDevice(DeviceKind):
     is_accelerator: ClassVar[bool] = True
     process_group_backend: ClassVar[str | None] = None  # neither gloo nor nccl takes MPS tensors
     supports_float64: ClassVar[bool] = False
+    new_shapes_cost: ClassVar[bool] = True  # the MPS graph cache compiles and keeps one graph per shape (#132596)
     fused_adamw: ClassVar[bool] = True  # MPS kernel since torch 2.5
     cpu_fallback_warns_once: ClassVar[bool] = True  # MPSFallback.mm: TORCH_WARN_ONCE, one call site for all ops
     # MPSAllocator.mm: the watermark limit, and before it Metal's per-buffer limit (pytorch#141909).

@@ -437,7 +437,8 @@ class Trainer:
         generator = torch.Generator().manual_seed(self.config.seed)
         collate = self.collate_fn
         if self.config.pad_to_buckets:  # text batches padded to a few lengths: few kernel plans and graphs
-            collate = BucketPadding(collate, position_limit(self.accelerator.unwrap_model(self.model)))
+            collate = BucketPadding(collate, position_limit(self.accelerator.unwrap_model(self.model)),
+                                    coarse=self.accelerator.plan.device.new_shapes_cost)
         return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
                           num_workers=self.config.dataloader_num_workers, generator=generator,
                           drop_last=self.config.dataloader_drop_last and shuffle)
