@@ -80,10 +80,11 @@ def test_saved_files_load_with_weights_only(tmp_path):
     accelerator, *_ = _setup("no", init_seed=0)
     accelerator.save_state(tmp_path / "ckpt")
     names = sorted(path.name for path in (tmp_path / "ckpt").iterdir())
-    assert names == ["accelerator.pt", "dataloader_0.pt", "model_0.pt", "optimizer_0.pt", "rng_state_0.pt",
-                     "scheduler_0.pt"]
+    assert names == ["accelerator.pt", "dataloader_0.pt", "manifest.json", "model_0.pt", "optimizer_0.pt",
+                     "rng_state_0.pt", "scheduler_0.pt"]
     for name in names:
-        torch.load(tmp_path / "ckpt" / name, weights_only=True)
+        if name.endswith(".pt"):
+            torch.load(tmp_path / "ckpt" / name, weights_only=True)  # (manifest.json is JSON)
 
 
 def test_rng_state_round_trip():

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import compile_policy, probe
+from . import compile_policy, manifest, output_lock, probe
 from .data import BatchTracker, DeviceDataLoader, apply_to_tensors, truncate_padding
 from .devices.host import current_host
 from .distributed import checkpoint as dist_ckpt
@@ -180,7 +180,8 @@ class Accelerator:
             self._owns_process_group = pg.init_process_group(self.plan.backend, world, self.device)
         if seed is not None:
             state_io.seed_everything(seed, kind)
-        self._policy = make_policy(self.plan.precision, self.plan.grad_scaler, self.device)
+        self._policy = make_policy(self.plan.precision, self.plan.grad_scaler, self.device,
+                                   kind.fused_optimizers_honour_grad_scaler(current_host()))
         self._tracker = BatchTracker()
         self._accumulation_step = 0
         self._models: list[torch.nn.Module] = []
@@ -190,7 +191,8 @@ class Accelerator:
         self._data_seed: int | None = seed
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps
-        self._fallback = FallbackRecorder().start()
+        self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
+        self._locked: set[str] = set()  # folders save_state() holds the lock of (one writer each)
         self._announce()
 
     @staticmethod
@@ -223,6 +225,8 @@ class Accelerator:
         advice = early_env_advice(plan.env, current_host(), os.environ)
         if advice:
             _say_once(f"braeburn: {advice}", as_warning=True)
+        for note in plan.notes:
+            _say_once(f"braeburn: {note}", as_warning=True)
 
     # -- who am I -----------------------------------------------------------------------------
     @property
@@ -338,7 +342,8 @@ class Accelerator:
             self._data_seed = pg.broadcast_int(drawn) if self.num_processes > 1 else drawn
         prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
                                     num_processes=self.num_processes, process_index=self.process_index,
-                                    seed=self._data_seed, tracker=self._tracker, host=current_host())
+                                    seed=self._data_seed, tracker=self._tracker, host=current_host(),
+                                    float64_to_float32=not self.plan.device.supports_float64)
         self._dataloaders.append(prepared)
         return prepared
 
@@ -450,9 +455,22 @@ class Accelerator:
         atomically: into a directory beside ``output_dir``, then renamed into place."""
         # Every rank raises if any rank failed (one all-reduce per phase): the ranks stay in step, and
         # a failed save never publishes a checkpoint missing one rank's files.
-        self._on_every_rank(lambda: self.is_main_process and state_io.prepare_staging(output_dir))
+        self._on_every_rank(lambda: self.is_main_process and self._start_save(output_dir))
         self._on_every_rank(lambda: self._write_state(state_io.staging_dir(output_dir)))
-        self._on_every_rank(lambda: self.is_main_process and state_io.publish(output_dir))
+        self._on_every_rank(lambda: self.is_main_process and self._finish_save(output_dir))
+
+    def _start_save(self, output_dir) -> None:
+        """Rank 0 holds the lock of the folder it writes in (until end_training), unless a Trainer does."""
+        parent = os.path.dirname(os.path.abspath(output_dir))
+        if parent not in self._locked and not output_lock.held_over(parent):
+            output_lock.acquire(parent, purpose="save_state")
+            self._locked.add(parent)
+        state_io.prepare_staging(output_dir)
+
+    def _finish_save(self, output_dir) -> None:
+        staging = state_io.staging_dir(output_dir)
+        manifest.write_sizes(staging, manifest.SHARDED if self.plan.strategy == "fsdp" else manifest.WHOLE)
+        state_io.publish(output_dir)
 
     def _on_every_rank(self, work) -> None:
         error: BaseException | None = None
@@ -503,8 +521,8 @@ class Accelerator:
             for parameter, grad in zip(self.unwrap_model(model).parameters(), grads):
                 parameter.grad = None if grad is None else grad.to(parameter.device)
 
-    def _load_models_and_optimizers(self, input_dir) -> None:
-        if dist_ckpt.is_sharded_checkpoint(input_dir):  # written by FSDP: DCP reshards for this world size
+    def _load_models_and_optimizers(self, input_dir, layout: str) -> None:
+        if layout == manifest.SHARDED:  # written by FSDP: DCP reshards for this world size
             dist_ckpt.load_sharded([self.unwrap_model(m) for m in self._models],
                                    [o.optimizer for o in self._optimizers], input_dir)
             return
@@ -524,12 +542,14 @@ class Accelerator:
     def load_state(self, input_dir: str | os.PathLike) -> None:
         """Restore what :meth:`save_state` wrote, into the objects prepared (in the same order)."""
         load = state_io.load_file
+        input_dir = state_io.readable_dir(input_dir)
+        layout = manifest.layout_of(input_dir)  # nothing is read that the manifest does not list
         meta = load(input_dir, "accelerator.pt")
         if meta["counts"] != self._counts():
             raise ValueError(f"{input_dir} holds {meta['counts']}, but this Accelerator has prepared "
                              f"{self._counts()}: prepare the same models, optimizers, schedulers and dataloaders, "
                              "in the same order, before load_state()")
-        self._load_models_and_optimizers(input_dir)
+        self._load_models_and_optimizers(input_dir, layout)
         for i, scheduler in enumerate(self._schedulers):
             scheduler.load_state_dict(load(input_dir, f"scheduler_{i}.pt"))
         for i, loader in enumerate(self._dataloaders):
@@ -561,6 +581,9 @@ class Accelerator:
             lines = ", ".join(f"{op} x{count}" for op, count in report)
             builtins.print(f"braeburn: ops that ran on the CPU instead of {self.device.type}: {lines}")
         self._fallback.stop()
+        for folder in self._locked:
+            output_lock.release(folder)
+        self._locked.clear()
         if self._owns_process_group:
             pg.destroy_process_group()
             self._owns_process_group = False

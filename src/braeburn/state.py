@@ -7,6 +7,7 @@ Everything is written with ``torch.save`` in a form ``torch.load(weights_only=Tr
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
 import random
@@ -135,25 +136,83 @@ def prepare_staging(output_dir: str | os.PathLike) -> Path:
     return staging
 
 
+def old_dir(output_dir: str | os.PathLike) -> Path:
+    """Where :func:`publish` keeps the previous state while the new one is renamed into place."""
+    target = Path(output_dir)
+    return target.parent / f".{target.name}.old"
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make the renames inside ``folder`` durable (a power loss can otherwise undo a rename)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # some systems cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def publish(output_dir: str | os.PathLike) -> Path:
-    """Move the staged directory into place, replacing an older one."""
-    target, staging = Path(output_dir), staging_dir(output_dir)
+    """Move the staged directory into place, replacing an older one; a complete state is always visible.
+
+    The old state is renamed to ``.<name>.old`` before the new one takes its name, and deleted only
+    after: a kill between the two renames leaves ``.<name>.old`` complete, and :func:`readable_dir`
+    falls back to it. Every rename is fsynced in the parent directory.
+    """
+    target, staging, old = Path(output_dir), staging_dir(output_dir), old_dir(output_dir)
     for path in staging.rglob("*"):  # data on disk before the rename that makes it visible
         if path.is_file():  # (sharded checkpoints hold a folder of files)
             with open(path, "rb") as handle:
                 os.fsync(handle.fileno())
-    old = target.parent / f".{target.name}.old"
-    if old.exists():
-        shutil.rmtree(old)
-    if target.exists():
+    if target.exists():  # the target is complete, so an older copy is not needed
+        if old.exists():
+            shutil.rmtree(old)
         os.replace(target, old)
+        fsync_dir(target.parent)
+    # (no target but an old one: a kill came between the renames last time; the old one is the good copy)
     os.replace(staging, target)
+    fsync_dir(target.parent)
     if old.exists():
         shutil.rmtree(old)
+        fsync_dir(target.parent)
     return target
 
 
+def readable_dir(input_dir: str | os.PathLike) -> Path:
+    """``input_dir``, or the previous state kept beside it when a save was killed between its renames."""
+    target, old = Path(input_dir), old_dir(input_dir)
+    if not target.exists() and old.is_dir():
+        print(f"braeburn: {target} is missing: a save_state() was stopped while replacing it. Loading the previous "
+              f"state, kept in {old}, instead.", flush=True)
+        return old
+    return target
+
+
+_captured: dict[str, bytes] | None = None
+
+
+@contextlib.contextmanager
+def capture_writes() -> Iterator[dict[str, bytes]]:
+    """While active, :func:`save_file` serialises into the yielded dict (name -> bytes) instead of writing:
+    a snapshot of the state at this moment, to be written later (trainer/background_save.py)."""
+    global _captured
+    previous, _captured = _captured, {}
+    try:
+        yield _captured
+    finally:
+        _captured = previous
+
+
 def save_file(obj: Any, directory: Path, name: str) -> None:
+    if _captured is not None:
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)  # copies device tensors to the host now: the snapshot is of this moment
+        _captured[name] = buffer.getvalue()
+        return
     with open(directory / name, "wb") as handle:  # a full disk then raises OSError with its errno, not a torch enforce
         torch.save(obj, handle)
 
@@ -178,4 +237,4 @@ def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu"
 
 
 __all__ = ["rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
-           "staging_dir", "save_file", "load_file"]
+           "staging_dir", "old_dir", "readable_dir", "fsync_dir", "save_file", "load_file"]

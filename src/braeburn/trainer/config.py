@@ -8,6 +8,7 @@ plan's (``braeburn.plan.make_plan``), which :func:`parse_config` asks.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +82,8 @@ class TrainingConfig:
     """When to save a checkpoint: no, steps (every save_steps) or epoch."""
     save_steps: int = 500
     """Optimizer steps between checkpoints with save_strategy=steps."""
+    save_in_background: bool = True
+    """Snapshot the state at the save step and write the checkpoint in a thread while training goes on (one process); false writes it before the next step."""
     save_total_limit: int | None = None
     """Keep at most this many checkpoints (the best one is never deleted); none: keep all."""
     metric_for_best_model: str = "eval_loss"
@@ -124,10 +127,11 @@ class TrainingConfig:
 
     def validate(self) -> list[OptionError]:
         """Every problem with this config's own fields (device rules are the plan's)."""
-        errors: list[OptionError] = []
+        errors: list[OptionError] = self._range_errors()
+        out_of_range = {error.option for error in errors}  # said once: the rules below would only repeat it
 
         def need(ok: bool, name: str, message: str) -> None:
-            if not ok:
+            if not ok and name not in out_of_range:
                 errors.append(OptionError(name, getattr(self, name), message))
 
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
@@ -159,6 +163,34 @@ class TrainingConfig:
              "is a file, not a folder; pass a folder path to --output_dir")
         return errors
 
+    def _range_errors(self) -> list[OptionError]:
+        """Numbers that no rule below can use: infinite or NaN floats, integers beyond what torch holds."""
+        errors = []
+        for name in _FLOAT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, float) and not math.isfinite(value):
+                errors.append(OptionError(name, value, f"must be a finite number; pass --{name} with a number "
+                                          "such as the default " + repr(TrainingConfig.__dataclass_fields__[name].default)))
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, int) and not -INT64_MAX <= value <= INT64_MAX:
+                errors.append(OptionError(name, value, f"is beyond a 64-bit integer (torch counts steps and sizes "
+                                          f"in int64); pass --{name} {TrainingConfig.__dataclass_fields__[name].default}"
+                                          " or another sensible value"))
+        if isinstance(self.seed, int) and not SEED_MIN <= self.seed <= SEED_MAX:
+            errors.append(OptionError("seed", self.seed, f"is outside torch's seed range [{SEED_MIN}, {SEED_MAX}] "
+                                      "(torch.manual_seed refuses it); pass --seed 42 or any number in that range"))
+        if isinstance(self.num_train_epochs, float) and math.isfinite(self.num_train_epochs) and \
+                self.num_train_epochs > MAX_EPOCHS:
+            errors.append(OptionError("num_train_epochs", self.num_train_epochs, f"is more than {MAX_EPOCHS:,.0f} "
+                                      "passes over the data, which no run finishes; pass --num_train_epochs 3, or "
+                                      "--max_steps N to train for N optimizer steps"))
+        if isinstance(self.dataloader_num_workers, int) and self.dataloader_num_workers > MAX_DATALOADER_WORKERS:
+            errors.append(OptionError("dataloader_num_workers", self.dataloader_num_workers, f"starts more than "
+                                      f"{MAX_DATALOADER_WORKERS} worker processes per training process; pass "
+                                      "--dataloader_num_workers 0 to 8 (about the CPU cores per process)"))
+        return errors
+
     def run_options(self, num_processes: int = 1) -> RunOptions:
         """The device/precision/compile requests, as the plan reads them."""
         return RunOptions(accelerator=self.accelerator, devices=self.devices, cpu=self.use_cpu,
@@ -170,6 +202,15 @@ class TrainingConfig:
         if self.warmup_steps > 0:
             return self.warmup_steps
         return int(self.warmup_ratio * total_steps + 0.5)
+
+
+INT64_MAX = 2**63 - 1
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed accepts
+MAX_EPOCHS = 1e6
+MAX_DATALOADER_WORKERS = 256
+_FLOAT_FIELDS = tuple(name for name, f in TrainingConfig.__dataclass_fields__.items() if f.type in ("float", float))
+_INT_FIELDS = tuple(name for name, f in TrainingConfig.__dataclass_fields__.items()
+                    if f.type in ("int", int, "int | None") and name != "seed")
 
 
 def _compile_value(value: Any) -> str | bool:

@@ -18,13 +18,16 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from .. import output_lock
 from ..accelerator import Accelerator
 from ..collate import BucketPadding, batch_signature, position_limit
+from ..distributed import process_group as pg
 from ..plan import PlanError
 from ..state import enable_full_determinism
 from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss, model_logits
 from .callbacks import CallbackList
+from .background_save import BackgroundSaver, Snapshot, capture_files
 from .checkpoint import CheckpointError, CheckpointManager
 from .config import ConfigError, TrainingConfig, _compile_value
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
@@ -32,9 +35,13 @@ from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
 from .optim import default_optimizer, default_scheduler
 from .plots import PlotCallback
-from .progress import ProgressCallback, human_bytes
+from .progress import ProgressCallback, memory_line
 from .signals import SignalCallback, TrainingInterrupted
 from .state import TrainerState
+from .write_faults import prepare_output_dir
+
+
+_KEEP = object()  # _after_save: leave state.last_checkpoint as it is
 
 
 class NonFiniteLossError(RuntimeError):
@@ -91,9 +98,11 @@ class Trainer:
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.output_dir = Path(self.config.output_dir).resolve()
         self.checkpoints = CheckpointManager(self.output_dir, self.config.save_total_limit)
+        self._saver = BackgroundSaver(self.checkpoints)
         self.signals = SignalCallback()
         self._metrics_log = MetricsLogCallback(tensorboard=self.config.report_to != "none")
-        builtins = [ProgressCallback(), self._metrics_log, PlotCallback(), self.signals]
+        self._plot = PlotCallback()
+        builtins = [ProgressCallback(), self._metrics_log, self._plot, self.signals]
         self.callbacks = CallbackList(builtins + list(callbacks or []))
         self.state = TrainerState()
         self._prepared_model: torch.nn.Module | None = None
@@ -108,10 +117,17 @@ class Trainer:
     # -- the run --------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | None = None) -> TrainOutput:
         """Train; resume from a checkpoint folder or "latest" when asked. Returns the final step, loss and metrics."""
+        try:
+            return self._train(resume_from_checkpoint)
+        finally:
+            output_lock.release(self.output_dir)  # taken by _check_output_dir (rank 0); a no-op when not held
+
+    def _train(self, resume_from_checkpoint: str | None) -> TrainOutput:
         config, acc = self.config, self.accelerator
         resume = resume_from_checkpoint or config.resume_from_checkpoint or self._elastic_resume()
         if self.train_dataset is None:
             raise ValueError("Trainer.train() needs a train_dataset: pass Trainer(..., train_dataset=...)")
+        self._saver.wait()  # an earlier train()'s last checkpoint is on disk before this one looks
         self._check_output_dir(resume)
         train_loader = self._setup_training()
         if resume:
@@ -123,12 +139,17 @@ class Trainer:
         self.callbacks.on_train_begin(self, self.state)
         try:
             self._train_epochs(train_loader)
+            self.signals.settle(self.state)  # a signal on any rank during the last step: all ranks save and stop
             self._metrics_log.write_record({"step": self.state.global_step,
                                             "run": self._compile_window.record(len(self._shapes))})
             self._save_at_stop()
         finally:
             seconds = time.perf_counter() - started
-            self.callbacks.on_train_end(self, self.state)
+            try:
+                self.callbacks.on_train_end(self, self.state)  # the plot renders while the last save writes
+            finally:
+                self._saver.wait()
+                self._plot.wait()
         summary = self._summary(seconds, self.state.global_step - start_step)
         acc.print(summary)
         acc.end_training()
@@ -225,6 +246,7 @@ class Trainer:
         return mean
 
     def _non_finite_message(self, step: int, value: float) -> str:
+        self._saver.wait()  # a checkpoint still being written is the last good one
         last = self.checkpoints.latest() if self.is_main_process else None
         where = (f"The last good checkpoint is {last}: resume from it with --resume_from_checkpoint {last}"
                  if last else "No checkpoint was saved before it")
@@ -272,14 +294,42 @@ class Trainer:
         if state.last_checkpoint and Path(state.last_checkpoint).name == f"checkpoint-{state.global_step}":
             return  # this step is saved already
         self._check_finite()  # never save weights that a NaN step has spoiled
+        files = self._snapshot_for_background()
+        if files is not None:  # a thread writes the snapshot while training goes on (background_save.py)
+            previous, state.last_checkpoint = state.last_checkpoint, str(self.output_dir / f"checkpoint-{state.global_step}")
+            self._saver.submit(files, state, lambda folder, error: self._after_save(folder, error, previous))
+            return
         try:
             folder = self.checkpoints.save(self.accelerator, state)
         except CheckpointError as error:  # keep training: the previous checkpoint is intact
+            self._after_save(None, error)
+            return
+        self._after_save(folder, None)
+
+    def _snapshot_for_background(self) -> Snapshot | None:
+        acc = self.accelerator
+        if not self.config.save_in_background or acc.num_processes > 1 or acc.plan.strategy == "fsdp":
+            return None
+        self._saver.wait()  # one save in flight at a time
+        files = capture_files(acc)
+        if BackgroundSaver.fits(files):
+            return files
+        self._saver.submit(files, self.state, lambda folder, error: self._after_save(folder, error))
+        self._saver.wait()  # too large to hold while training: written now, from the snapshot taken
+        return None
+
+    def _after_save(self, folder: Path | None, error: BaseException | None, previous: Any = _KEEP) -> None:
+        """A checkpoint is on disk (or failed): rotate the old ones and tell the callbacks."""
+        if error is not None:
+            if not isinstance(error, CheckpointError):
+                raise error
+            if previous is not _KEEP:  # a background save failed: the last checkpoint is the one before
+                self.state.last_checkpoint = previous
             self.accelerator.print(f"braeburn: warning: {error}")
             return
         if self.is_main_process:
-            self.checkpoints.rotate(keep=state.best_checkpoint)
-        self.callbacks.on_save(self, state, folder)
+            self.checkpoints.rotate(keep=self.state.best_checkpoint)
+        self.callbacks.on_save(self, self.state, folder)
 
     def _save_at_stop(self) -> None:
         """The end of the loop saves (unless save_strategy="no"); so does a stop asked with save=True (signals)."""
@@ -356,15 +406,30 @@ class Trainer:
         out = self.output_dir
         if out.exists() and not out.is_dir():
             raise FileExistsError(f"output_dir={str(out)!r} is a file, not a folder. Pass a folder to --output_dir.")
-        entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-        if entries and not (self.config.overwrite_output_dir or resume):
+        entries = sorted(p.name for p in out.iterdir() if p.name != output_lock.LOCK_FILE) if out.is_dir() else []
+        refused = bool(entries) and not (self.config.overwrite_output_dir or resume)
+        self._lock_output_dir(only_check=refused)  # a run that holds it is named first, whatever the folder holds
+        if refused:
             shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
             raise FileExistsError(
                 f"output_dir={str(out)!r} is not empty ({len(entries)} entries: {shown}), and training there could "
                 "overwrite an earlier run. Pass --overwrite_output_dir to train there anyway, --resume_from_checkpoint "
                 "latest to continue the run saved there, or choose another --output_dir.")
         if self.is_main_process:
-            out.mkdir(parents=True, exist_ok=True)
+            prepare_output_dir(out)  # a read-only parent or disk: one clear error now, not a traceback later
+
+    def _lock_output_dir(self, only_check: bool) -> None:
+        """Rank 0 holds output_dir's lock for the run (one writer); every rank learns if it was refused."""
+        refusal: Exception | None = None
+        if self.is_main_process:
+            try:
+                (output_lock.ensure_free if only_check else output_lock.acquire)(self.output_dir)
+            except (output_lock.OutputDirBusyError, output_lock.OutputLockUnsupportedError, OSError) as error:
+                refusal = error  # raised after the other ranks heard of it, so that none waits forever
+        if not pg.all_ok(refusal is None, self.accelerator.device):
+            raise refusal or output_lock.OutputDirBusyError(
+                f"output_dir={str(self.output_dir)!r} could not be locked by rank 0 (its error says why); this rank "
+                "stops with it")
 
     def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
         # A generator of its own, so that starting an epoch does not draw from torch's global generator
@@ -405,7 +470,8 @@ class Trainer:
         loader = acc.prepare(loader)  # first: sharded, its length is this process's batches per epoch
         steps_per_epoch = math.ceil(len(loader) / config.gradient_accumulation_steps)
         max_steps = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * steps_per_epoch)
-        optimizer = self.optimizer or default_optimizer(acc.unwrap_model(model), config, acc.plan.device)
+        optimizer = self.optimizer or default_optimizer(acc.unwrap_model(model), config, acc.plan.device,
+                                                        grad_scaler=acc.plan.grad_scaler)
         scheduler = self.lr_scheduler or default_scheduler(optimizer, config, max_steps)
         self.optimizer, self.lr_scheduler = acc.prepare(optimizer, scheduler)
         if self.eval_dataset is not None and config.eval_strategy != "no":
@@ -460,7 +526,7 @@ class Trainer:
 
     def _summary(self, seconds: float, steps: int) -> str:
         acc, state, plan = self.accelerator, self.state, self.accelerator.plan
-        memory = acc.memory_stats().get("peak_bytes")
+        memory = memory_line(acc.memory_stats())
         samples = steps * self._samples_per_batch * self.config.gradient_accumulation_steps
         evals = ", ".join(f"{k} {v:.4g}" for k, v in self._last_eval_metrics().items()
                           if not k.endswith(("_runtime", "_per_second"))) or "none"
@@ -474,7 +540,7 @@ class Trainer:
             f"  steps      {state.global_step}/{state.max_steps} optimizer steps ({steps} in this run), "
             f"epoch {state.epoch_progress:.2f}",
             f"  speed      {samples / seconds if seconds > 0 else 0:.1f} samples/s",
-            f"  peak mem   {human_bytes(memory)}",
+            f"  {memory}",
             *compiled,
             f"  last eval  {evals}",
             f"  CPU fallback ops  {fallback}",

@@ -7,6 +7,7 @@ import math
 import torch
 
 from ..devices.base import DeviceKind
+from ..devices.host import HostFacts, current_host
 from .config import TrainingConfig
 
 
@@ -25,15 +26,26 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [group for group in groups if group["params"]]
 
 
-def default_optimizer(model: torch.nn.Module, config: TrainingConfig, kind: DeviceKind) -> torch.optim.AdamW:
-    """AdamW with decoupled weight decay, fused into one kernel where the device kind has it."""
+def use_fused_adamw(kind: DeviceKind, grad_scaler: bool, host: HostFacts | None = None) -> bool:
+    """Fused where the kind has the kernel, unless a grad scaler is active and the kernel would apply
+    an overflow step anyway (it must honour GradScaler's found_inf: see ``ScaledFp16Policy``)."""
+    if not kind.fused_adamw:
+        return False
+    return not grad_scaler or kind.fused_optimizers_honour_grad_scaler(host or current_host())
+
+
+def default_optimizer(model: torch.nn.Module, config: TrainingConfig, kind: DeviceKind, *,
+                      grad_scaler: bool = False) -> torch.optim.AdamW:
+    """AdamW with decoupled weight decay, fused into one kernel where the device kind has it and
+    ``grad_scaler`` (the plan's: fp16 with a GradScaler) does not rule the fused kernel out."""
     groups = parameter_groups(model, config.weight_decay)
     if not groups:
         raise ValueError("the model has no parameter with requires_grad=True, so there is nothing to train; "
                          "unfreeze some parameters or pass your own optimizer=")
     floating = all(p.is_floating_point() for group in groups for p in group["params"])
+    fused = use_fused_adamw(kind, grad_scaler) and floating
     return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
-                             eps=config.adam_epsilon, fused=True if kind.fused_adamw and floating else None)
+                             eps=config.adam_epsilon, fused=True if fused else None)
 
 
 def schedule_factor(step: int, *, kind: str, warmup: int, total: int) -> float:

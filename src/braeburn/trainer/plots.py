@@ -1,17 +1,20 @@
 """A PNG of the training curves (loss, eval metrics, learning rate) in output_dir at the end of training.
 
 matplotlib is optional (the ``plot`` extra): without it, this says so once and draws nothing.
-Only matplotlib's object API is used (no pyplot), so no global backend or figure state changes.
+Only matplotlib's object API is used (no pyplot), so no global backend or figure state changes. A write
+that fails (a full disk) warns once and leaves no temporary file; training still ends normally.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .callbacks import Callback
 from .state import TrainerState
+from .write_faults import WriteWarnings
 
 if TYPE_CHECKING:
     from .loop import Trainer
@@ -56,17 +59,42 @@ def plot_history(history: list[dict[str, Any]], path: Path) -> Path | None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
     temporary = path.with_name(f".{path.name}.tmp")
-    figure.savefig(temporary, format="png", dpi=100)
-    os.replace(temporary, path)
+    try:
+        figure.savefig(temporary, format="png", dpi=100)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # never leave a half-written picture behind
+        raise
     return path
 
 
 class PlotCallback(Callback):
-    """Writes output_dir/training_curves.png when training ends."""
+    """Writes output_dir/training_curves.png when training ends.
+
+    The drawing (importing matplotlib and rendering: about a second) runs in a thread while the last
+    checkpoint is written; the Trainer calls :meth:`wait` before ``train()`` returns.
+    """
 
     def __init__(self) -> None:
         self.path: Path | None = None
+        self._thread: threading.Thread | None = None
+        self._warnings = WriteWarnings()
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
-        if trainer.is_main_process and state.log_history:
-            self.path = plot_history(state.log_history, Path(trainer.output_dir) / PLOT_FILE)
+        if not (trainer.is_main_process and state.log_history):
+            return
+        history, target = [dict(record) for record in state.log_history], Path(trainer.output_dir) / PLOT_FILE
+
+        def draw() -> None:
+            try:
+                self.path = plot_history(history, target)
+            except OSError as error:  # a full disk at the end must not end the run (nor skip the user's code after)
+                self._warnings.failed(target, error, "no plot this time (the numbers are in metrics.jsonl)")
+
+        self._thread = threading.Thread(target=draw, name="braeburn-plot", daemon=False)
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
