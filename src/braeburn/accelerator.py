@@ -325,7 +325,8 @@ class Accelerator:
         if self.num_processes > 1 or forward is None:
             # DDP/FSDP: torch.compile over the wrapper, so Dynamo's DDP optimizer splits the graph at the
             # gradient buckets and the all-reduce still overlaps the backward.
-            forward.stats.compiled, forward.stats.reason = True, decision.reason
+            if forward is not None:
+                forward.stats.compiled, forward.stats.reason, forward.stats.over_wrapper = True, decision.reason, True
             return torch.compile(model, backend=self.compile_backend, mode=self.compile_mode)
         forward.enable_compile(decision, self.compile_backend, self.compile_mode)
         return model  # the same module: only training batches of the compiled size take the compiled path
