@@ -27,7 +27,7 @@ FROZEN_FLAGS = [
     "per_device_eval_batch_size", "gradient_accumulation_steps", "learning_rate", "weight_decay", "adam_beta1",
     "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps", "lr_scheduler_type",
     "warmup_steps", "warmup_ratio", "logging_steps", "eval_strategy", "eval_steps", "save_strategy", "save_steps",
-    "save_total_limit", "metric_for_best_model", "greater_is_better", "seed", "full_determinism", "mixed_precision",
+    "save_in_background", "save_total_limit", "metric_for_best_model", "greater_is_better", "seed", "full_determinism", "mixed_precision",
     "use_cpu",
     "accelerator", "devices", "compile", "torch_compile_backend", "torch_compile_mode", "pad_to_buckets", "strategy",
     "resume_from_checkpoint", "nan_policy", "auto_find_batch_size", "dataloader_num_workers", "dataloader_drop_last",
