@@ -26,8 +26,8 @@ def _json_value(value: Any) -> Any:
 class MetricsLogCallback(Callback):
     """Appends every log (training and evaluation) to metrics.jsonl; a resumed run appends to the same file."""
 
-    def __init__(self, tensorboard: bool = True):
-        self.tensorboard = tensorboard
+    def __init__(self, tensorboard: bool = True, tensorboard_dir: str | Path | None = None):
+        self.tensorboard, self.tensorboard_dir = tensorboard, tensorboard_dir
         self._file: IO[str] | None = None
         self._writer = None
         self.path: Path | None = None
@@ -39,7 +39,7 @@ class MetricsLogCallback(Callback):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")
         if self.tensorboard:
-            self._writer = _tensorboard_writer(Path(trainer.output_dir) / "tensorboard")
+            self._writer = _tensorboard_writer(Path(self.tensorboard_dir or Path(trainer.output_dir) / "tensorboard"))
 
     def on_log(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float]) -> None:
         if self._file is None:
