@@ -529,23 +529,28 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
 
 
 def find_executable_batch_size(function: Callable | None = None, starting_batch_size: int = 128,
-                               reduce_batch_size_fn: Callable[[int], int] | None = None) -> Callable:
-    """Decorator (Accelerate's): call ``function(batch_size, ...)`` and halve the batch size after each
-    out-of-memory error until it runs; RuntimeError when it reaches zero."""
+                               reduce_batch_size_fn: Callable[[], int] | None = None) -> Callable:
+    """Decorator (Accelerate's): call ``function(batch_size, ...)``; after each out-of-memory error, free memory
+    and retry with ``reduce_batch_size_fn()`` (default: 90% of the size, as Accelerate); RuntimeError at zero.
+    The size found is kept for the next call, as in Accelerate."""
     if function is None:
         return functools.partial(find_executable_batch_size, starting_batch_size=starting_batch_size,
                                  reduce_batch_size_fn=reduce_batch_size_fn)
     from .batch_size import free_memory, is_out_of_memory
 
-    def reduce(size: int) -> int:
-        return reduce_batch_size_fn(size) if reduce_batch_size_fn is not None else size // 2
+    batch_size = starting_batch_size
+    if reduce_batch_size_fn is None:
+        def reduce_batch_size_fn() -> int:
+            nonlocal batch_size
+            batch_size = int(batch_size * 0.9)
+            return batch_size
 
     @functools.wraps(function)
     def decorator(*args: Any, **kwargs: Any) -> Any:
-        batch_size = starting_batch_size
+        nonlocal batch_size
         params = list(inspect.signature(function).parameters)
         if len(params) < len(args) + 1:
-            shown = ", ".join(f"{p}={a!r}" for p, a in zip(params[1:], args))
+            shown = ", ".join(f"{p}={a!r}" for p, a in zip(params[1:], args[1:]))
             raise TypeError(f"Batch size was passed into `{function.__name__}` as the first argument when called. "
                             f"Remove this as the decorator already does so: `{function.__name__}({shown})`")
         while True:
@@ -561,7 +566,7 @@ def find_executable_batch_size(function: Callable | None = None, starting_batch_
             if failed:  # outside the except block, so the failed try's frames are gone
                 free_memory()
                 _empty_accelerator_caches()
-                batch_size = reduce(batch_size)
+                batch_size = reduce_batch_size_fn()
 
     return decorator
 
