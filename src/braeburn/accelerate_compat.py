@@ -232,12 +232,13 @@ class AccelerateCompat:
         """Decorator: runs on process ``process_index`` only (``@accelerator.on_process(process_index=1)``)."""
         if function is None:
             return functools.partial(self.on_process, process_index=process_index)
-        return self._only_on(self.process_index == process_index, function)
+        # As Accelerate: on one process every such function runs.
+        return self._only_on(self.process_index == process_index or not self.use_distributed, function)
 
     def on_local_process(self, function: Callable | None = None, local_process_index: int | None = None) -> Callable:
         if function is None:
             return functools.partial(self.on_local_process, local_process_index=local_process_index)
-        return self._only_on(self.local_process_index == local_process_index, function)
+        return self._only_on(self.local_process_index == local_process_index or not self.use_distributed, function)
 
     # -- prepare, one object at a time -------------------------------------------------------------
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
