@@ -221,7 +221,8 @@ def concat_padded(parts: list[Any], padding_index: int = -100) -> Any:
 
 # -- batches ---------------------------------------------------------------------------------------------
 def forward_arguments(model: Any) -> set[str] | None:
-    """The keyword names the model's forward takes, or None when it takes **kwargs (anything goes)."""
+    """The names the model's forward declares (as Transformers' signature columns), or None when it
+    declares none besides *args/**kwargs (then nothing is removed)."""
     import torch
 
     forward = model.forward if isinstance(model, torch.nn.Module) else model
@@ -229,9 +230,8 @@ def forward_arguments(model: Any) -> set[str] | None:
         params = inspect.signature(forward).parameters.values()
     except (TypeError, ValueError):
         return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return {p.name for p in params}
+    named = {p.name for p in params if p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)}
+    return named or None
 
 
 def _with_labels_renamed(feature: Mapping) -> dict:
