@@ -68,10 +68,17 @@ class HfStateView:
 
     def __init__(self, trainer: "Trainer"):
         self._trainer = trainer
+        self._overrides: dict[str, Any] = {}
 
     @property
     def _state(self) -> TrainerState:
         return self._trainer.state
+
+    @property
+    def best_metric(self) -> float | None:
+        # During on_evaluate Transformers' best_metric is still the best before this evaluation
+        # (it is updated at the save that follows); braeburn updates it first, so the adapter keeps the old one.
+        return self._overrides.get("best_metric", self._state.best_metric)
 
     @property
     def epoch(self) -> float:
@@ -115,7 +122,7 @@ class HfStateView:
         return getattr(self._state, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "_trainer":
+        if name in ("_trainer", "_overrides"):
             object.__setattr__(self, name, value)
         else:
             setattr(self._state, name, value)
@@ -147,6 +154,7 @@ class HfCallbackAdapter(Callback):
         self.inner, self.trainer = inner, trainer
         self.control = TrainerControl()
         self.view = HfStateView(trainer)
+        self._best_before: float | None = None
 
     def call(self, hook: str, **extra: Any) -> None:
         method = getattr(self.inner, hook, None)
@@ -203,7 +211,12 @@ class HfCallbackAdapter(Callback):
         self.call("on_log", logs=logs)
 
     def on_evaluate(self, trainer: "Trainer", state: TrainerState, metrics: dict[str, float]) -> None:
-        self.call("on_evaluate", metrics=metrics)
+        self.view._overrides["best_metric"] = self._best_before
+        try:
+            self.call("on_evaluate", metrics=metrics)
+        finally:
+            self.view._overrides.clear()
+            self._best_before = state.best_metric
 
     def on_save(self, trainer: "Trainer", state: TrainerState, checkpoint_dir: Path) -> None:
         self.call("on_save")
