@@ -158,3 +158,22 @@ def test_transformers_early_stopping_callback_works(no_launcher_env, tmp_path):
                                callbacks=[transformers.EarlyStoppingCallback(early_stopping_patience=2)])
     trainer.train()
     assert trainer.state.global_step == 12  # best at epoch 1, then two epochs without improvement
+
+
+def test_subclass_overriding_compute_loss(no_launcher_env, tmp_path):
+    seen = []
+
+    class WeightedTrainer(braeburn.Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            labels = inputs.pop("labels")
+            outputs = model(**inputs)
+            seen.append(sorted(inputs))
+            loss = torch.nn.functional.cross_entropy(outputs["logits"], labels, weight=torch.tensor([1.0, 2.0]))
+            return (loss, outputs) if return_outputs else loss
+
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, max_steps=2, per_device_train_batch_size=4,
+                             save_strategy="no", report_to="none", disable_tqdm=True)
+    trainer = WeightedTrainer(model=_Tiny(), args=args, train_dataset=_rows())
+    trainer.train()
+    assert seen == [["features"], ["features"]]  # the unused "text" column was removed, labels renamed
+    assert trainer.get_num_trainable_parameters() == 10 and trainer.get_total_train_batch_size() == 4

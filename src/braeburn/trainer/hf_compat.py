@@ -443,6 +443,46 @@ class HfTrainerMixin:
                 return item
         return None
 
+    def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        """The loss of one batch (override it in a subclass, as with Transformers; the loop then calls it)."""
+        from .batches import batch_inputs, compute_loss
+
+        args, kwargs, labels = batch_inputs(inputs, pass_labels=self.loss_fn is None)
+        outputs = model(*args, **kwargs)
+        loss = compute_loss(outputs, labels, self.loss_fn)
+        return (loss, outputs) if return_outputs else loss
+
+    def get_train_dataloader(self) -> Any:
+        """The training DataLoader as the Trainer builds it (shuffled, collated; not yet prepared)."""
+        if self.train_dataset is None:
+            raise ValueError("get_train_dataloader() needs a train_dataset")
+        return self._loader(self.train_dataset, self.config.per_device_train_batch_size, shuffle=True)
+
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if dataset is None:
+            raise ValueError("get_eval_dataloader() needs an eval_dataset")
+        return self._loader(dataset, self.config.per_device_eval_batch_size, shuffle=False)
+
+    def get_test_dataloader(self, test_dataset: Any) -> Any:
+        return self._loader(test_dataset, self.config.per_device_eval_batch_size, shuffle=False)
+
+    def num_examples(self, dataloader: Any) -> int:
+        return len(dataloader.dataset)
+
+    def get_num_trainable_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+    def get_learning_rates(self) -> list[float]:
+        if self.optimizer is None:
+            raise ValueError("get_learning_rates() needs an optimizer: call it after train() has started")
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def get_total_train_batch_size(self, args: Any = None) -> int:
+        args = args or self.config
+        return args.per_device_train_batch_size * args.gradient_accumulation_steps * self.accelerator.num_processes
+
     def _train_metrics(self, seconds: float, steps_done: int, samples: int) -> dict[str, float]:
         """Transformers' train() metrics, also appended to log_history."""
         metrics = {"train_runtime": round(seconds, 4),

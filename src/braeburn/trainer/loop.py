@@ -98,6 +98,7 @@ class Trainer(HfTrainerMixin):
         self._prepared_model: torch.nn.Module | None = None
         self._eval_loaders: dict[int, tuple[Dataset, Any]] = {}
         self._inputs_checked = False  # the first training batch is checked once (input_checks.py)
+        self._custom_compute_loss = type(self).compute_loss is not HfTrainerMixin.compute_loss
         self._call_hf_hook("on_init_end")
 
     @property
@@ -182,6 +183,8 @@ class Trainer(HfTrainerMixin):
                 return
 
     def _forward_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        if self._custom_compute_loss:  # a subclass overrode Transformers' compute_loss(model, inputs)
+            return self.compute_loss(model, batch)
         args, kwargs, labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
         if not self._inputs_checked:
             check_batch_inputs(kwargs)
