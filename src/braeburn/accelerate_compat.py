@@ -175,8 +175,12 @@ class AccelerateCompat:
         return True
 
     @property
+    def use_stateful_dataloader(self) -> bool:
+        return False  # prepared DataLoaders resume mid-epoch without torchdata's StatefulDataLoader
+
+    @property
     def is_fsdp2(self) -> bool:
-        return False
+        return self.shards_model  # braeburn's FSDP is torch's fully_shard (FSDP2)
 
     @property
     def deepspeed_plugin(self) -> None:
@@ -270,6 +274,13 @@ class AccelerateCompat:
         return contextlib.nullcontext()
 
     def trigger_sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def join_uneven_inputs(self, joinables: Any, even_batches: bool | None = None) -> contextlib.AbstractContextManager:
+        """A no-op, as in Accelerate with even_batches=True: prepared loaders give every process the same count."""
+        if even_batches is False:
+            raise ValueError("join_uneven_inputs(even_batches=False) is not supported: prepared DataLoaders always "
+                             "give every process the same number of batches (gather_for_metrics drops the padding)")
         return contextlib.nullcontext()
 
     def unscale_gradients(self, optimizer: Any = None) -> None:

@@ -128,6 +128,10 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     """Recompute activations in the backward pass to save memory (model.gradient_checkpointing_enable())."""
     gradient_checkpointing_kwargs: dict | str | None = None
     """Keyword arguments (JSON) for model.gradient_checkpointing_enable, e.g. {"use_reentrant": false}."""
+    activation_checkpointing: bool | None = None
+    """Transformers' newer name of gradient_checkpointing."""
+    activation_checkpointing_kwargs: dict | str | None = None
+    """Transformers' newer name of gradient_checkpointing_kwargs."""
     label_smoothing_factor: float = 0.0
     """Label smoothing of the cross-entropy loss computed from the logits (0: the model's own loss)."""
     optim: str = "adamw_torch_fused"

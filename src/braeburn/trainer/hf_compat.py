@@ -54,6 +54,10 @@ def apply_hf_aliases(config: Any) -> None:
         config.strategy = "fsdp"
     if config.greater_is_better is None:
         config.greater_is_better = not str(config.metric_for_best_model).endswith("loss")
+    if config.activation_checkpointing:
+        config.gradient_checkpointing = True
+    if config.activation_checkpointing_kwargs is not None and config.gradient_checkpointing_kwargs is None:
+        config.gradient_checkpointing_kwargs = config.activation_checkpointing_kwargs
     if isinstance(config.report_to, str):
         config.report_to = [config.report_to]
     if isinstance(config.label_names, str):
