@@ -66,6 +66,9 @@ class Trainer(HfTrainerMixin):
 
         resolve_log_with(self.config.report_to)  # a tracker asked for but not installed: say so now
         model = model if model is not None else _from_model_init(model_init)
+        if isinstance(eval_dataset, Mapping):
+            raise ValueError("eval_dataset is a dict of datasets, which braeburn's Trainer does not take: call "
+                             "trainer.evaluate(dataset, metric_key_prefix=f'eval_{name}') for each one")
         optimizer, lr_scheduler = optimizer or optimizers[0], lr_scheduler or optimizers[1]
         if optimizer is None and optimizer_cls_and_kwargs is not None:
             cls, kwargs = optimizer_cls_and_kwargs
