@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import functools
 import os
 import warnings
 from typing import Any
 
 import torch
 
-from . import probe
+from . import compile_policy, probe
 from .accelerate_compat import AccelerateCompat, accelerate_options
 from .data import BatchTracker, DeviceDataLoader, apply_to_tensors, truncate_padding
 from .devices.host import current_host
@@ -154,22 +153,6 @@ def _is_scheduler(obj: Any) -> bool:
     return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
 
 
-def _autocast_forward(module: torch.nn.Module, policy: PrecisionPolicy) -> None:
-    """Run ``module``'s forward under autocast and hand float32 outputs back (like Accelerate)."""
-    if getattr(module.forward, "_braeburn_autocast", False):
-        return
-    original = module.forward
-
-    @functools.wraps(original)
-    def forward(*args, **kwargs):
-        with policy.autocast():
-            output = original(*args, **kwargs)
-        return apply_to_tensors(lambda t: t.float() if t.dtype in (torch.float16, torch.bfloat16) else t, output)
-
-    forward._braeburn_autocast = True
-    module.forward = forward
-
-
 class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other names
     """Make a hand-written training loop run on the best device, with the right precision, on 1..N processes.
 
@@ -180,7 +163,7 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
     def __init__(self, cpu: bool = False, mixed_precision: str = "auto", gradient_accumulation_steps: int = 1,
                  accelerator: str = "auto", devices="auto", strategy: str = "auto", compile="auto",
                  seed: int | None = None, mps_fallback: bool = True, step_scheduler_with_optimizer: bool = True,
-                 **accelerate_kwargs: Any):
+                 compile_backend: str = "inductor", compile_mode: str | None = None, **accelerate_kwargs: Any):
         mixed_precision, steps, accelerate_kwargs = accelerate_options(mixed_precision, accelerate_kwargs)
         gradient_accumulation_steps, compile = steps or gradient_accumulation_steps, accelerate_kwargs.pop("compile") or compile
         world = pg.world_from_env()
@@ -208,6 +191,8 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[DeviceDataLoader] = []
         self._data_seed: int | None = seed
+        self.compile_backend, self.compile_mode = compile_backend, compile_mode
+        self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps
         self._fallback = FallbackRecorder().start()
         self._init_accelerate_compat(**accelerate_kwargs)
         self._announce()
@@ -303,18 +288,53 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         if self.plan.device.channels_last_helps and _mostly_convolutions(model):
             # cuDNN's NHWC kernels on tensor cores: the same math, a faster layout for convolutions
             model = model.to(memory_format=torch.channels_last)
-        if self._policy.dtype is not None:
-            _autocast_forward(model, self._policy)
+        forward = compile_policy.install_forward(
+            model, self._policy.autocast if self._policy.dtype is not None else None, self.plan.device.synchronize)
         if self.shards_model:  # in place: the module stays the user's, its parameters become shards
             model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype)
         elif self.num_processes > 1:
             model = pg.wrap_ddp(model, self.device)
-        if self.plan.compile and not (self.plan.compile_auto and _mostly_convolutions(model)):
-            # "auto" leaves CNNs eager: measured on an H200, compiling ResNet-50 made it 28% slower
-            # (docs/benchmarks.md); compile=True still compiles them.
-            model = torch.compile(model)
+        decision = self.compile_decision(model)
+        forward.stats.reason = decision.reason
+        if decision.compile and not self.defer_compile:
+            model = self._compile(model, forward, decision)
         self._models.append(model)
         return model
+
+    def compile_decision(self, model: torch.nn.Module, remaining_steps: int | None = None,
+                         eager_step_seconds: float | None = None, shapes_vary: bool = False):
+        """Whether to compile ``model`` (see :func:`braeburn.compile_policy.decide`): compile=true or false as
+        asked; "auto" compiles only where the device gains from it and the eager time still ahead (known to
+        the Trainer, which measures it) earns the compile back."""
+        plan = self.plan
+        requested = "auto" if plan.compile_auto else plan.compile
+        return compile_policy.decide(
+            requested=requested, device_compiles=plan.compile, device_reason=plan.compile_reason,
+            convolutional=_mostly_convolutions(self.unwrap_model(model)), num_processes=self.num_processes,
+            remaining_steps=remaining_steps, eager_step_seconds=eager_step_seconds, shapes_vary=shapes_vary)
+
+    def compile_model(self, model: torch.nn.Module, decision) -> torch.nn.Module:
+        """Switch a prepared model to its compiled forward now (the Trainer calls this once it has measured
+        the eager steps); returns the model to call from now on."""
+        forward = compile_policy.prepared_forward(self.unwrap_model(model))
+        compiled = self._compile(model, forward, decision)
+        self._models = [compiled if m is model else m for m in self._models]
+        return compiled
+
+    def _compile(self, model: torch.nn.Module, forward, decision) -> torch.nn.Module:
+        if self.num_processes > 1 or forward is None:
+            # DDP/FSDP: torch.compile over the wrapper, so Dynamo's DDP optimizer splits the graph at the
+            # gradient buckets and the all-reduce still overlaps the backward.
+            forward.stats.compiled, forward.stats.reason = True, decision.reason
+            return torch.compile(model, backend=self.compile_backend, mode=self.compile_mode)
+        forward.enable_compile(decision, self.compile_backend, self.compile_mode)
+        return model  # the same module: only training batches of the compiled size take the compiled path
+
+    def compile_stats(self, model: torch.nn.Module | None = None):
+        """What compiling did for ``model`` (the first prepared model by default): a CompileStats or None."""
+        model = model if model is not None else (self._models[0] if self._models else None)
+        forward = compile_policy.prepared_forward(self.unwrap_model(model)) if model is not None else None
+        return forward.stats if forward is not None else None
 
     def _prepare_dataloader(self, loader: torch.utils.data.DataLoader) -> DeviceDataLoader:
         if self._data_seed is None:  # drawn from torch's generator, so torch.manual_seed governs it

@@ -25,6 +25,8 @@ STRATEGIES = ("no", "steps", "epoch")
 NAN_POLICIES = ("stop", "skip")
 
 
+COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
 @dataclass
 class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     """How to train: batch sizes, optimisation, logging, evaluation, checkpoints and the device.
@@ -98,7 +100,13 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     devices: int | str = "auto"
     """How many devices of that kind to use, or auto."""
     compile: str = "auto"
-    """torch.compile the model: auto (where it pays off), true or false."""
+    """torch.compile the model: auto (only when the measured eager time still ahead earns the compile back), true or false."""
+    torch_compile_backend: str = "inductor"
+    """The torch.compile backend when compiling (Transformers' name): inductor, or another of torch.compiler.list_backends()."""
+    torch_compile_mode: str | None = None
+    """torch.compile's mode when compiling: default, reduce-overhead, max-autotune (unset: default)."""
+    pad_to_buckets: bool = True
+    """Pad text batches (input_ids with an attention_mask) further, to a few lengths (multiples of 16 up to 128 tokens, 32 to 256, 64 beyond), so kernels and compiled graphs see few shapes; false keeps the collator's lengths."""
     strategy: str = "auto"
     """With several processes: auto (ddp), ddp (a model copy per process) or fsdp (parameters sharded)."""
     resume_from_checkpoint: str | None = None
@@ -219,6 +227,8 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
         for name, choices in (("lr_scheduler_type", SCHEDULERS), ("eval_strategy", STRATEGIES),
                               ("save_strategy", STRATEGIES), ("nan_policy", NAN_POLICIES)):
             need(getattr(self, name) in choices, name, f"choose one of {', '.join(choices)}")
+        need(self.torch_compile_mode in COMPILE_MODES, "torch_compile_mode",
+             f"choose one of {', '.join(str(m) for m in COMPILE_MODES[1:])} (or leave it unset)")
         need(bool(str(self.output_dir).strip()), "output_dir", "must name a folder, e.g. --output_dir outputs")
         need(not os.path.isfile(self.output_dir), "output_dir",
              "is a file, not a folder; pass a folder path to --output_dir")

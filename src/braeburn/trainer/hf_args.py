@@ -58,8 +58,6 @@ class UnsupportedFields:
     neftune_noise_alpha: float | None = _no(None, "braeburn has no NEFTune; add embedding noise in your model's forward")
     optim_target_modules: str | None = _no(None, "GaLore/APOLLO optimizers are not available; pass "
                                            "optimizers=(your_optimizer, None) to Trainer")
-    torch_compile_backend: str | None = _no(None, "braeburn chooses torch.compile's backend; pass --compile true")
-    torch_compile_mode: str | None = _no(None, "braeburn chooses torch.compile's mode; pass --compile true")
     bf16_full_eval: bool = _no(False, "evaluation runs under the training precision's autocast; pass --bf16")
     fp16_full_eval: bool = _no(False, "evaluation runs under the training precision's autocast; pass --fp16")
     use_cache: bool = _no(False, "set model.config.use_cache yourself before training")

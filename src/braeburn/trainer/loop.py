@@ -18,7 +18,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..accelerator import Accelerator
+from ..collate import BucketPadding, batch_signature, position_limit
 from ..plan import PlanError
+from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss, model_logits
 from .callbacks import CallbackList
 from .checkpoint import CheckpointError, CheckpointManager
@@ -84,7 +86,9 @@ class Trainer(HfTrainerMixin):
             cpu=self.config.use_cpu, mixed_precision=self.config.mixed_precision,
             gradient_accumulation_steps=self.config.gradient_accumulation_steps,
             accelerator=self.config.accelerator, devices=self.config.devices,
-            compile=_compile_value(self.config.compile), strategy=self.config.strategy, seed=self.config.seed)
+            compile=_compile_value(self.config.compile), strategy=self.config.strategy, seed=self.config.seed,
+            compile_backend=self.config.torch_compile_backend, compile_mode=self.config.torch_compile_mode)
+        self.accelerator.defer_compile = True  # compiled (or not) once the first steps are measured
         self.model = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.data_collator = collate_fn or data_collator
@@ -94,13 +98,15 @@ class Trainer(HfTrainerMixin):
         self.output_dir = Path(self.config.output_dir).resolve()
         self.checkpoints = CheckpointManager(self.output_dir, self.config.save_total_limit)
         self.signals = SignalCallback()
-        builtins = [ProgressCallback(disable=self.config.disable_tqdm), _metrics_log(self.config), PlotCallback(),
+        self._metrics_log = _metrics_log(self.config)
+        builtins = [ProgressCallback(disable=self.config.disable_tqdm), self._metrics_log, PlotCallback(),
                     self.signals, HfOptionsCallback()]
         self.callbacks = CallbackList(builtins + [adapt_callback(c, self) for c in callbacks or []])
         self.state = TrainerState()
         self._prepared_model: torch.nn.Module | None = None
         self._eval_loaders: dict[int, tuple[Dataset, Any]] = {}
         self._inputs_checked = False  # the first training batch is checked once (input_checks.py)
+        self._shapes: set[tuple] = set()  # distinct training batch shapes: each costs kernel plans, or a graph
         self._custom_compute_loss = type(self).compute_loss is not HfTrainerMixin.compute_loss
         self._call_hf_hook("on_init_end")
 
@@ -135,6 +141,8 @@ class Trainer(HfTrainerMixin):
         self.callbacks.on_train_begin(self, self.state)
         try:
             self._train_epochs(train_loader)
+            self._metrics_log.write_record({"step": self.state.global_step,
+                                            "run": self._compile_window.record(len(self._shapes))})
             self._save_at_stop()
         finally:
             seconds = time.perf_counter() - started
@@ -153,6 +161,8 @@ class Trainer(HfTrainerMixin):
         """The loop. Host-device syncs happen only in _log, _evaluate_and_save and _check_finite."""
         state, config, acc = self.state, self.config, self.accelerator
         model, optimizer, scheduler = self._prepared_model, self.optimizer, self.lr_scheduler
+        window = self._compile_window
+        window.begin(model, state.global_step, state.max_steps)
         model.train()
         for epoch in range(loader.epoch, state.num_epochs):  # loader.epoch: 0, or where a resumed run stopped
             state.epoch = epoch
@@ -173,6 +183,8 @@ class Trainer(HfTrainerMixin):
                 if not acc.sync_gradients:
                     continue
                 state.global_step += 1
+                if window.pending:  # compile=auto decides from the measured eager steps (two syncs, once)
+                    model = self._prepared_model = window.after_step(state.global_step, model, self._shapes)
                 self.callbacks.on_step_end(self, state)
                 if config.logging_strategy == "steps" and state.global_step % config.logging_steps == 0:
                     self._log()
@@ -186,6 +198,7 @@ class Trainer(HfTrainerMixin):
                 return
 
     def _forward_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        self._shapes.add(batch_signature(batch))
         if self._custom_compute_loss:  # a subclass overrode Transformers' compute_loss(model, inputs)
             return self.compute_loss(model, batch)
         args, kwargs, labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
@@ -392,11 +405,14 @@ class Trainer(HfTrainerMixin):
         # (DataLoader draws a worker seed at every iter()): a resumed run then draws the same dropout masks.
         config = self.config
         generator = torch.Generator().manual_seed(config.seed if config.data_seed is None else config.data_seed)
+        collate = self.collate_fn
+        if config.pad_to_buckets:  # text batches padded to a few lengths: few kernel plans and graphs
+            collate = BucketPadding(collate, position_limit(self.accelerator.unwrap_model(self.model)))
         workers = {"persistent_workers": config.dataloader_persistent_workers,
                    "prefetch_factor": config.dataloader_prefetch_factor,
                    "multiprocessing_context": config.dataloader_multiprocessing_context} \
             if config.dataloader_num_workers > 0 else {}
-        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=self.collate_fn,
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
                           num_workers=config.dataloader_num_workers, generator=generator,
                           drop_last=config.dataloader_drop_last and shuffle, **workers)
 
@@ -437,6 +453,7 @@ class Trainer(HfTrainerMixin):
                                   num_epochs=math.ceil(max_steps / steps_per_epoch))
         self._samples_per_batch = config.per_device_train_batch_size * acc.num_processes
         self._parameters = [p for p in model.parameters() if p.requires_grad]  # walked once, not every step
+        self._compile_window = CompileWindow(acc)
         return loader
 
     def _find_batch_size(self) -> None:
@@ -487,6 +504,7 @@ class Trainer(HfTrainerMixin):
         evals = ", ".join(f"{k} {v:.4g}" for k, v in self._last_eval_metrics().items()
                           if not k.endswith(("_runtime", "_per_second"))) or "none"
         fallback = ", ".join(f"{op} x{count}" for op, count in acc.fallback_report()) or "none"
+        compiled = self._compile_window.summary(len(self._shapes), self.config.pad_to_buckets)
         ending = state.stop_reason or ("max_steps reached" if state.global_step >= state.max_steps else "done")
         return "\n".join([
             f"braeburn: training ended ({ending}) after {seconds:.1f} s",
@@ -496,6 +514,7 @@ class Trainer(HfTrainerMixin):
             f"epoch {state.epoch_progress:.2f}",
             f"  speed      {samples / seconds if seconds > 0 else 0:.1f} samples/s",
             f"  peak mem   {human_bytes(memory)}",
+            *compiled,
             f"  last eval  {evals}",
             f"  CPU fallback ops  {fallback}",
             f"  output     {self.output_dir}"])

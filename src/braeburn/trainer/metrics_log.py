@@ -52,6 +52,13 @@ class MetricsLogCallback(Callback):
                 if isinstance(value, (int, float)) and key not in ("step", "epoch"):
                     self._writer.add_scalar(key, value, state.global_step)
 
+    def write_record(self, record: dict[str, Any]) -> None:
+        """One more line that is not a log (the run's compile and shape report): metrics.jsonl only."""
+        if self._file is None:
+            return
+        self._file.write(json.dumps(record, default=str) + "\n")
+        self._file.flush()
+
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
         if self._file is not None:
             self._file.close()

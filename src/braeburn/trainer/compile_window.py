@@ -1,0 +1,145 @@
+"""The Trainer's compile decision: measure a few eager steps, then compile only if the run will earn it back.
+
+``compile="auto"`` cannot know before training whether compiling pays: that depends on how long
+an eager step takes on this device and how many steps are left. So the Trainer runs eagerly,
+times steps ``WARMUP_STEPS+1 .. WARMUP_STEPS+MEASURE_STEPS`` (one device sync at each end), and
+asks :func:`braeburn.compile_policy.decide`. ``compile=true`` compiles after as many steps (fewer
+in a short run), once the batch shapes have been seen (varying lengths compile with dynamic shapes, so a
+new length is no recompilation). After compiling it times as many compiled steps, so the summary
+can say whether compiling paid off in this run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..compile_policy import CompileDecision
+
+WARMUP_STEPS = 3  # allocator growth, kernel plans, cuDNN autotuning: not representative
+MEASURE_STEPS = 10
+
+
+def _lengths_vary(signatures: set) -> bool:
+    """Whether the batches seen differ in more than their batch size (dim 0): varying sequence lengths."""
+    def without_batch(signature: tuple) -> tuple:
+        return tuple((item[0], item[1][1:]) if isinstance(item[0], str) else item[1:] for item in signature)
+    return len({without_batch(signature) for signature in signatures}) > 1
+
+
+class CompileWindow:
+    """Decides once per run; :attr:`pending` is False once there is nothing left to measure."""
+
+    def __init__(self, accelerator: Any):
+        self.acc = accelerator
+        self.pending = False
+        self.decision: CompileDecision | None = None
+        self._decide_at = self._clock_at = self._compiled_at = -1
+        self._started = 0.0
+        self._max_steps = 0
+        self.eager_step_seconds: float | None = None
+        self.compiled_step_seconds: float | None = None
+        self.compiled_steps_timed = 0
+
+    def begin(self, model: Any, step: int, max_steps: int) -> None:
+        stats = self.acc.compile_stats(model)
+        if stats is not None and stats.compiled:  # compiled already (an earlier train() call)
+            self.pending = False
+            return
+        plan, remaining = self.acc.plan, max_steps - step
+        self._max_steps = max_steps
+        first = self.acc.compile_decision(model)
+        measurable = plan.compile_auto and plan.compile and "not known" in first.reason
+        if first.compile:  # asked for: compile once the shapes of some batches are known
+            self._decide_at = step + min(WARMUP_STEPS + MEASURE_STEPS, max(1, remaining // 2))
+        elif measurable and remaining > WARMUP_STEPS + MEASURE_STEPS:
+            self._clock_at, self._decide_at = step + WARMUP_STEPS, step + WARMUP_STEPS + MEASURE_STEPS
+        else:
+            reason = (f"auto: {remaining} steps are too few to earn a compile back" if measurable else first.reason)
+            self._finish(model, CompileDecision(False, reason))
+            return
+        self.pending = True
+
+    def after_step(self, step: int, model: Any, shapes: set) -> Any:
+        """Called after each optimizer step while :attr:`pending`; returns the model to train from now on."""
+        if step == self._clock_at:
+            self._started = self._now()
+        elif step == self._decide_at:
+            if self._clock_at >= 0:
+                self.eager_step_seconds = (self._now() - self._started) / (step - self._clock_at)
+            decision = self.acc.compile_decision(model, remaining_steps=self._remaining(step),
+                                                 eager_step_seconds=self.eager_step_seconds,
+                                                 shapes_vary=_lengths_vary(shapes))
+            model = self._finish(model, decision, step)
+        elif self._compiled_at < 0:
+            pass
+        elif step == self._compiled_at:
+            self._started = self._now()
+        elif step == self._compiled_at + MEASURE_STEPS:
+            self.compiled_step_seconds = (self._now() - self._started) / MEASURE_STEPS
+            self.compiled_steps_timed = MEASURE_STEPS
+            self.pending = False
+        return model
+
+    def _remaining(self, step: int) -> int:
+        return max(0, self._max_steps - step)
+
+    def _finish(self, model: Any, decision: CompileDecision, step: int | None = None) -> Any:
+        self.decision, self.pending = decision, False
+        stats = self.acc.compile_stats(model)
+        if stats is not None:
+            stats.reason, stats.decided_at_step, stats.eager_step_seconds = decision.reason, step, self.eager_step_seconds
+        if step is not None:
+            self.acc.print(f"braeburn: compile {'on' if decision.compile else 'off'} at step {step}: {decision.reason}")
+        if not decision.compile:
+            return model
+        model = self.acc.compile_model(model, decision)
+        self._compiled_at, self.pending = step + 2, True  # step+1 compiles; time the steps after it
+        return model
+
+    def _now(self) -> float:
+        self.acc.plan.device.synchronize()  # the queued device work must finish before the clock is read
+        return time.perf_counter()
+
+    # -- the report -------------------------------------------------------------------------------
+    def summary(self, shapes: int, bucketing: bool) -> list[str]:
+        """Lines for the end-of-run summary: what compile did and whether it paid, and the shapes seen."""
+        lines = [f"  compile    {self._compile_line()}"]
+        lines.append(f"  shapes     {shapes} distinct training batch shape{'s' if shapes != 1 else ''}"
+                     + (" (text padded to a few lengths; --pad_to_buckets false keeps the collator's)"
+                        if bucketing else ""))
+        return lines
+
+    def _compile_line(self) -> str:
+        decision = self.decision
+        if decision is None:
+            return "off (undecided: the run ended first)"
+        if not decision.compile:
+            return f"off ({decision.reason})"
+        stats = self.acc.compile_stats()
+        if stats is None or not stats.compiled_calls:
+            return f"on ({decision.reason}); no compiled step ran"
+        graphs = "?" if stats.graphs is None else stats.graphs
+        text = (f"on ({decision.reason}); first compiled step {stats.compile_seconds:.1f} s, {graphs} graph(s), "
+                f"{stats.recompiles if stats.recompiles is not None else '?'} recompilation(s), "
+                f"{stats.eager_calls} eager call(s) after compiling (short batches, evaluation)")
+        return text + self._payoff(stats)
+
+    def _payoff(self, stats: Any) -> str:
+        eager, compiled = self.eager_step_seconds, self.compiled_step_seconds
+        if eager is None or compiled is None:
+            return ""
+        saved = (eager - compiled) * stats.compiled_calls
+        verdict = ("paid off" if saved > stats.compile_seconds else
+                   "did not pay off in this run: --compile false would have been faster")
+        return (f"; {eager * 1000:.1f} ms/step eager -> {compiled * 1000:.1f} ms/step compiled, "
+                f"saved {saved:.1f} s against {stats.compile_seconds:.1f} s of compiling: {verdict}")
+
+    def record(self, shapes: int) -> dict[str, Any]:
+        """The run's compile report and shape count, for metrics.jsonl."""
+        stats = self.acc.compile_stats()
+        compiled = stats.as_dict() if stats is not None else {}
+        compiled.update(compiled=bool(self.decision and self.decision.compile),
+                        reason=self.decision.reason if self.decision else "undecided",
+                        eager_step_seconds=self.eager_step_seconds, compiled_step_seconds=self.compiled_step_seconds)
+        return {"batch_shapes": shapes, "compile": compiled}

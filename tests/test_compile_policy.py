@@ -1,0 +1,145 @@
+"""compile="auto" compiles only where it pays; once compiled, braeburn's own steps never recompile."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from braeburn import compile_policy
+from braeburn.compile_policy import MIN_EAGER_SECONDS, decide
+from braeburn.devices.cpu import CpuDevice
+from braeburn.trainer import TrainingConfig
+from braeburn.trainer.loop import Trainer
+
+AUTO = dict(requested="auto", device_compiles=True, device_reason="compiles here", convolutional=False,
+            num_processes=1)
+
+
+@pytest.mark.parametrize("overrides, compiles, words", [
+    (dict(requested=True), True, "as asked"),
+    (dict(requested=False), False, "as asked"),
+    (dict(device_compiles=False, device_reason="off on cpu"), False, "off on cpu"),
+    (dict(convolutional=True), False, "CNN"),
+    (dict(num_processes=2), False, "several processes"),
+    ({}, False, "not known"),
+    (dict(remaining_steps=332, eager_step_seconds=0.027), False, "would not earn back"),  # MRPC on an H100
+    (dict(remaining_steps=20000, eager_step_seconds=0.1), True, "pays back"),  # a 33-minute run
+])
+def test_decide_table(overrides, compiles, words):
+    decision = decide(**{**AUTO, **overrides})
+    assert decision.compile is compiles
+    assert words in decision.reason
+
+
+def test_decide_threshold_and_dynamic_shapes():
+    just_below = decide(**AUTO, remaining_steps=1000, eager_step_seconds=MIN_EAGER_SECONDS / 1000 * 0.99)
+    just_above = decide(**AUTO, remaining_steps=1000, eager_step_seconds=MIN_EAGER_SECONDS / 1000 * 1.01,
+                        shapes_vary=True)
+    assert not just_below.compile and just_above.compile
+    assert just_above.dynamic is True
+    assert decide(**AUTO, remaining_steps=10**6, eager_step_seconds=1.0).dynamic is None
+
+
+class TinyText(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 16)
+        self.head = torch.nn.Linear(16, 2)
+
+    def forward(self, input_ids, attention_mask, labels=None):
+        hidden = self.embed(input_ids) * attention_mask.unsqueeze(-1)
+        logits = self.head(hidden.sum(1) / attention_mask.sum(1, keepdim=True))
+        return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+class VariableText(Dataset):
+    """Sequences of 5..59 tokens: many lengths, as real text has."""
+
+    def __init__(self, count: int, seed: int = 0):
+        generator = torch.Generator().manual_seed(seed)
+        lengths = torch.randint(5, 60, (count,), generator=generator).tolist()
+        self.items = [(torch.randint(1, 50, (n,), generator=generator), i % 2) for i, n in enumerate(lengths)]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, index):
+        return self.items[index]
+
+
+def pad_longest(items):
+    length = max(len(ids) for ids, _ in items)
+    ids = torch.zeros(len(items), length, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, (tokens, _) in enumerate(items):
+        ids[row, :len(tokens)], mask[row, :len(tokens)] = tokens, 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([label for _, label in items])}
+
+
+def train_tiny(tmp_path, **overrides):
+    config = TrainingConfig(output_dir=str(tmp_path / "out"), use_cpu=True, torch_compile_backend="eager",
+                            num_train_epochs=3, per_device_train_batch_size=8, eval_strategy="epoch",
+                            save_strategy="epoch", logging_steps=5, **overrides)
+    model = TinyText()
+    trainer = Trainer(model, config, train_dataset=VariableText(70), eval_dataset=VariableText(20, seed=1),
+                      collate_fn=pad_longest)
+    trainer.train()
+    return trainer, model
+
+
+@pytest.mark.usefixtures("no_launcher_env", "one_thread")
+def test_no_recompilation_from_short_batches_saves_evaluation_or_new_lengths(tmp_path, capsys):
+    """70 samples in batches of 8: a short last batch every epoch, an evaluation and a save every epoch, and
+    text of many lengths. One graph is compiled, and none of that compiles another."""
+    trainer, model = train_tiny(tmp_path, compile="true")
+    stats = trainer.accelerator.compile_stats()
+    assert stats.compiled and stats.dynamic is True  # the lengths seen before compiling varied
+    assert stats.graphs == 1 and stats.recompiles == 0
+    assert stats.compiled_calls > 0 and stats.eager_calls >= 3  # the short batches and evaluation ran eagerly
+    assert type(trainer._prepared_model) is TinyText and trainer._prepared_model is model  # still the user's module
+    summary = capsys.readouterr().out
+    assert "1 graph(s), 0 recompilation(s)" in summary
+    run = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()][-1]["run"]
+    assert run["compile"]["graphs"] == 1 and run["compile"]["recompiles"] == 0
+    assert run["batch_shapes"] >= 2
+
+
+@pytest.mark.usefixtures("no_launcher_env", "one_thread")
+def test_auto_stays_eager_when_the_run_is_too_short_to_earn_a_compile(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(CpuDevice, "compile_by_default", lambda self, host: (True, "pretend the CPU compiles"))
+    trainer, _ = train_tiny(tmp_path)
+    stats = trainer.accelerator.compile_stats()
+    assert not stats.compiled and stats.compiled_calls == 0
+    assert "would not earn back" in stats.reason and "ms/step eager" in stats.reason
+    assert "compile    off (auto:" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("no_launcher_env", "one_thread")
+def test_auto_compiles_when_the_measured_time_ahead_pays(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(CpuDevice, "compile_by_default", lambda self, host: (True, "pretend the CPU compiles"))
+    monkeypatch.setattr(compile_policy, "MIN_EAGER_SECONDS", 0.0)
+    trainer, _ = train_tiny(tmp_path)
+    stats = trainer.accelerator.compile_stats()
+    assert stats.compiled and stats.decided_at_step == 13 and stats.eager_step_seconds > 0
+    assert stats.recompiles == 0
+    out = capsys.readouterr().out
+    assert "braeburn: compile on at step 13: auto:" in out and "ms/step compiled" in out
+
+
+@pytest.mark.usefixtures("no_launcher_env")
+def test_accelerator_compile_true_keeps_the_module_and_runs_eval_eagerly():
+    from braeburn import Accelerator
+
+    accelerator = Accelerator(cpu=True, compile=True, compile_backend="eager")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    prepared = accelerator.prepare(model)
+    assert prepared is model  # compiled in place: the user's module, the user's type
+    for size in (8, 8, 3):  # the third, short batch runs eagerly
+        prepared(torch.randn(size, 4)).sum().backward()
+    with torch.no_grad():
+        prepared(torch.randn(8, 4))
+    stats = accelerator.compile_stats()
+    assert stats.compiled_calls == 2 and stats.eager_calls == 2 and stats.recompiles == 0
