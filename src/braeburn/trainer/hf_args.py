@@ -174,19 +174,23 @@ class HfArgumentsMixin:
     def should_save(self) -> bool:
         return self.process_index == 0
 
-    @property
-    def device(self):
-        """The torch.device this process trains on (the plan's choice: CUDA, MPS or the CPU)."""
+    def _device_kind(self):
         from ..devices.host import current_host
         from ..envvars import env_device
         from ..plan import RunOptions, make_plan
 
         options = RunOptions(**{**self.run_options(self.world_size).__dict__, "env_device": env_device()})
-        return make_plan(options, current_host()).device.torch_device(self.local_process_index)
+        return make_plan(options, current_host()).device
+
+    @property
+    def device(self):
+        """The torch.device this process trains on (the plan's choice: CUDA, MPS or the CPU)."""
+        return self._device_kind().torch_device(self.local_process_index)
 
     @property
     def n_gpu(self) -> int:
-        return 1 if self.device.type == "cuda" else 0
+        """GPUs this process uses: 1 on an accelerator (one device per process), 0 on the CPU."""
+        return 1 if self._device_kind().is_accelerator else 0
 
     @property
     def parallel_mode(self) -> ParallelMode:
