@@ -266,6 +266,11 @@ def run_braeburn(w: Workload, ds, clock: StepClock, device, bf16: bool):
     _run_braeburn(w, ds, clock, device)
 
 
+def run_braeburn_compiled(w, ds, clock, device, bf16):
+    """braeburn with compile=True: what compile=auto does once a run is long enough to earn the compile back."""
+    _run_braeburn(w, ds, clock, device, compile="true")
+
+
 def run_braeburn_eager(w, ds, clock, device, bf16):
     """braeburn with compile=False (the channels-last layout still applies to CNNs on CUDA)."""
     _run_braeburn(w, ds, clock, device, compile="false")
@@ -284,7 +289,7 @@ def run_braeburn_eager_nchw(w, ds, clock, device, bf16):
 
 RUNNERS = {"hf-trainer": run_hf_trainer, "accelerate": run_accelerate, "lightning": run_lightning,
            "bare": run_bare, "bare+compile": run_bare_compiled, "braeburn": run_braeburn,
-           "braeburn-eager": run_braeburn_eager, "braeburn-eager-nchw": run_braeburn_eager_nchw}
+           "braeburn-compile": run_braeburn_compiled, "braeburn-eager": run_braeburn_eager, "braeburn-eager-nchw": run_braeburn_eager_nchw}
 PEERS = ("hf-trainer", "accelerate", "lightning")
 
 # ----------------------------------------------------------------------------- main

@@ -427,7 +427,7 @@ def _example_result(workdir: str, output: str) -> dict:
 
 def run_one(args, recipe: str, runner: str, round_index: int) -> dict:
     label = "".join(c if c.isalnum() or c in "-_" else "_" for c in f"{recipe}-{runner}-{round_index}")
-    workdir = str(Path(args.out) / "work" / label)
+    workdir = str(Path(args.work or Path(args.out) / "work") / label)
     command = _command(args, recipe, runner, workdir)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
@@ -483,6 +483,7 @@ def main() -> None:
     parser.add_argument("--runners", default=None, help="semicolon-separated, e.g. 'bare;braeburn;braeburn[save_strategy=no]'")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/recipes")
+    parser.add_argument("--work", default=None, help="where the runs write their output folders (default: OUT/work)")
     parser.add_argument("--cpu", action="store_true", help="every runner on the CPU")
     parser.add_argument("--max-steps", type=int, default=0, help="cut each run short (a quick check, not a result)")
     parser.add_argument("--set", action="append", default=[], help="key=value for the braeburn runners")

@@ -99,6 +99,7 @@ def main(argv: list[str]) -> None:
     config = TrainingConfig(output_dir=output_dir, per_device_train_batch_size=8, gradient_accumulation_steps=2,
                             num_train_epochs=4, learning_rate=1e-2, weight_decay=0.01, warmup_steps=3,
                             logging_steps=4, save_strategy="steps", save_steps=5, seed=7,
+                            save_in_background=False,  # the faults are timed against saves on the loop's thread
                             resume_from_checkpoint="latest" if "--resume" in argv else None)
     trainer = Trainer(model, config, train_dataset=TensorDataset(x, y), collate_fn=collate,
                       loss_fn=torch.nn.functional.cross_entropy, callbacks=[Faults(argv)])

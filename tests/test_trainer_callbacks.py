@@ -119,6 +119,7 @@ def test_plot_png_written(tmp_path):
                                       {"step": 2, "loss": 0.5, "learning_rate": 5e-4},
                                       {"step": 2, "eval_loss": 0.6, "eval_accuracy": 0.8}])
     plot = PlotCallback()
-    plot.on_train_end(fake_trainer(tmp_path), state)
+    plot.on_train_end(fake_trainer(tmp_path), state)  # draws in a thread
+    plot.wait()  # the Trainer waits before train() returns
     assert plot.path == tmp_path / "training_curves.png"
     assert plot.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -7,6 +7,7 @@ Everything is written with ``torch.save`` in a form ``torch.load(weights_only=Tr
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
 import random
@@ -117,7 +118,27 @@ def publish(output_dir: str | os.PathLike) -> Path:
     return target
 
 
+_captured: dict[str, bytes] | None = None
+
+
+@contextlib.contextmanager
+def capture_writes() -> Iterator[dict[str, bytes]]:
+    """While active, :func:`save_file` serialises into the yielded dict (name -> bytes) instead of writing:
+    a snapshot of the state at this moment, to be written later (trainer/background_save.py)."""
+    global _captured
+    previous, _captured = _captured, {}
+    try:
+        yield _captured
+    finally:
+        _captured = previous
+
+
 def save_file(obj: Any, directory: Path, name: str) -> None:
+    if _captured is not None:
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)  # copies device tensors to the host now: the snapshot is of this moment
+        _captured[name] = buffer.getvalue()
+        return
     with open(directory / name, "wb") as handle:  # a full disk then raises OSError with its errno, not a torch enforce
         torch.save(obj, handle)
 

@@ -83,6 +83,8 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     """When to save a checkpoint: no, steps (every save_steps) or epoch."""
     save_steps: int = 500
     """Optimizer steps between checkpoints with save_strategy=steps."""
+    save_in_background: bool = True
+    """Snapshot the state at the save step and write the checkpoint in a thread while training goes on (one process); false writes it before the next step."""
     save_total_limit: int | None = None
     """Keep at most this many checkpoints (the best one is never deleted); none: keep all."""
     metric_for_best_model: str = "eval_loss"

@@ -296,6 +296,9 @@ def _load_best(trainer: "Trainer", folder: Path) -> None:
     from .. import state as state_io
 
     acc = trainer.accelerator
+    saver = getattr(trainer, "_saver", None)
+    if saver is not None:
+        saver.wait()  # the best checkpoint may be the last one, still being written in the background
     model = acc.unwrap_model(trainer._prepared_model)
     if not (folder / "model_0.pt").exists():
         acc.print(f"braeburn: warning: load_best_model_at_end: {folder} holds sharded (FSDP) weights; the model "

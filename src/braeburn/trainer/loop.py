@@ -23,6 +23,7 @@ from ..plan import PlanError
 from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss, model_logits
 from .callbacks import CallbackList
+from .background_save import BackgroundSaver, capture_files
 from .checkpoint import CheckpointError, CheckpointManager
 from .config import ConfigError, TrainingConfig, _compile_value
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
@@ -36,6 +37,9 @@ from .plots import PlotCallback
 from .progress import ProgressCallback, human_bytes
 from .signals import SignalCallback, TrainingInterrupted
 from .state import TrainerState
+
+
+_KEEP = object()  # _after_save: leave state.last_checkpoint as it is
 
 
 class NonFiniteLossError(RuntimeError):
@@ -97,10 +101,11 @@ class Trainer(HfTrainerMixin):
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.output_dir = Path(self.config.output_dir).resolve()
         self.checkpoints = CheckpointManager(self.output_dir, self.config.save_total_limit)
+        self._saver = BackgroundSaver(self.checkpoints)
         self.signals = SignalCallback()
-        self._metrics_log = _metrics_log(self.config)
-        builtins = [ProgressCallback(disable=self.config.disable_tqdm), self._metrics_log, PlotCallback(),
-                    self.signals, HfOptionsCallback()]
+        self._metrics_log, self._plot = _metrics_log(self.config), PlotCallback()
+        builtins = [ProgressCallback(disable=self.config.disable_tqdm), self._metrics_log, self._plot, self.signals,
+                    HfOptionsCallback()]
         self.callbacks = CallbackList(builtins + [adapt_callback(c, self) for c in callbacks or []])
         self.state = TrainerState()
         self._prepared_model: torch.nn.Module | None = None
@@ -130,6 +135,7 @@ class Trainer(HfTrainerMixin):
         resume = resume_from_checkpoint or config.resume_from_checkpoint or self._elastic_resume()
         if self.train_dataset is None:
             raise ValueError("Trainer.train() needs a train_dataset: pass Trainer(..., train_dataset=...)")
+        self._saver.wait()  # an earlier train()'s last checkpoint is on disk before this one looks
         self._check_output_dir(resume)
         train_loader = self._setup_training()
         if resume:
@@ -146,7 +152,11 @@ class Trainer(HfTrainerMixin):
             self._save_at_stop()
         finally:
             seconds = time.perf_counter() - started
-            self.callbacks.on_train_end(self, self.state)
+            try:
+                self.callbacks.on_train_end(self, self.state)  # the plot renders while the last save writes
+            finally:
+                self._saver.wait()
+                self._plot.wait()
         summary = self._summary(seconds, self.state.global_step - start_step)
         acc.print(summary)
         acc.end_training()
@@ -248,6 +258,7 @@ class Trainer(HfTrainerMixin):
         return mean
 
     def _non_finite_message(self, step: int, value: float) -> str:
+        self._saver.wait()  # a checkpoint still being written is the last good one
         last = self.checkpoints.latest() if self.is_main_process else None
         where = (f"The last good checkpoint is {last}: resume from it with --resume_from_checkpoint {last}"
                  if last else "No checkpoint was saved before it")
@@ -295,14 +306,42 @@ class Trainer(HfTrainerMixin):
         if state.last_checkpoint and Path(state.last_checkpoint).name == f"checkpoint-{state.global_step}":
             return  # this step is saved already
         self._check_finite()  # never save weights that a NaN step has spoiled
+        files = self._snapshot_for_background()
+        if files is not None:  # a thread writes the snapshot while training goes on (background_save.py)
+            previous, state.last_checkpoint = state.last_checkpoint, str(self.output_dir / f"checkpoint-{state.global_step}")
+            self._saver.submit(files, state, lambda folder, error: self._after_save(folder, error, previous))
+            return
         try:
             folder = self.checkpoints.save(self.accelerator, state)
         except CheckpointError as error:  # keep training: the previous checkpoint is intact
+            self._after_save(None, error)
+            return
+        self._after_save(folder, None)
+
+    def _snapshot_for_background(self) -> dict[str, bytes] | None:
+        acc = self.accelerator
+        if not self.config.save_in_background or acc.num_processes > 1 or acc.plan.strategy == "fsdp":
+            return None
+        self._saver.wait()  # one save in flight at a time
+        files = capture_files(acc)
+        if BackgroundSaver.fits(files):
+            return files
+        self._saver.submit(files, self.state, lambda folder, error: self._after_save(folder, error))
+        self._saver.wait()  # too large to hold while training: written now, from the snapshot taken
+        return None
+
+    def _after_save(self, folder: Path | None, error: BaseException | None, previous: Any = _KEEP) -> None:
+        """A checkpoint is on disk (or failed): rotate the old ones and tell the callbacks."""
+        if error is not None:
+            if not isinstance(error, CheckpointError):
+                raise error
+            if previous is not _KEEP:  # a background save failed: the last checkpoint is the one before
+                self.state.last_checkpoint = previous
             self.accelerator.print(f"braeburn: warning: {error}")
             return
         if self.is_main_process:
-            self.checkpoints.rotate(keep=state.best_checkpoint)
-        self.callbacks.on_save(self, state, folder)
+            self.checkpoints.rotate(keep=self.state.best_checkpoint)
+        self.callbacks.on_save(self, self.state, folder)
 
     def _save_at_stop(self) -> None:
         """The end of the loop saves (unless save_strategy="no"); so does a stop asked with save=True (signals)."""

@@ -7,6 +7,7 @@ Only matplotlib's object API is used (no pyplot), so no global backend or figure
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,11 +63,28 @@ def plot_history(history: list[dict[str, Any]], path: Path) -> Path | None:
 
 
 class PlotCallback(Callback):
-    """Writes output_dir/training_curves.png when training ends."""
+    """Writes output_dir/training_curves.png when training ends.
+
+    The drawing (importing matplotlib and rendering: about a second) runs in a thread while the last
+    checkpoint is written; the Trainer calls :meth:`wait` before ``train()`` returns.
+    """
 
     def __init__(self) -> None:
         self.path: Path | None = None
+        self._thread: threading.Thread | None = None
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
-        if trainer.is_main_process and state.log_history:
-            self.path = plot_history(state.log_history, Path(trainer.output_dir) / PLOT_FILE)
+        if not (trainer.is_main_process and state.log_history):
+            return
+        history, target = [dict(record) for record in state.log_history], Path(trainer.output_dir) / PLOT_FILE
+
+        def draw() -> None:
+            self.path = plot_history(history, target)
+
+        self._thread = threading.Thread(target=draw, name="braeburn-plot", daemon=False)
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None

@@ -1,0 +1,53 @@
+"""A tiny CPU training run for the background-save tests.
+
+    python background_save_job.py OUTPUT_DIR RESULT_FILE [--resume] [--kill-in-save N] [--foreground]
+
+``--kill-in-save N``: SIGKILL the process from the checkpoint thread once the first file of
+``checkpoint-N`` is written, while the loop's thread trains on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import torch
+from torch.utils.data import TensorDataset
+
+from braeburn.trainer import TrainingConfig, background_save
+from braeburn.trainer.loop import Trainer
+
+
+def kill_inside_background_save(step: int) -> None:
+    original = background_save._Replay.save_state
+
+    def save_state(self, output_dir):
+        if not output_dir.endswith(f"checkpoint-{step}.tmp"):
+            return original(self, output_dir)
+        first = dict(list(self.files.items())[:1])
+        original(background_save._Replay(first), output_dir)  # one file staged (and published in the staging)
+        print(f"job: killed inside the background save of checkpoint-{step}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    background_save._Replay.save_state = save_state
+
+
+def main(argv: list[str]) -> None:
+    output_dir, result = argv[0], argv[1]
+    torch.manual_seed(0)
+    x, y = torch.randn(96, 6), torch.randint(0, 3, (96,))
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    if "--kill-in-save" in argv:
+        kill_inside_background_save(int(argv[argv.index("--kill-in-save") + 1]))
+    config = TrainingConfig(output_dir=output_dir, use_cpu=True, per_device_train_batch_size=8, num_train_epochs=2,
+                            learning_rate=1e-2, logging_steps=4, save_strategy="steps", save_steps=3, seed=3,
+                            save_in_background="--foreground" not in argv,
+                            resume_from_checkpoint="latest" if "--resume" in argv else None)
+    trainer = Trainer(model, config, train_dataset=TensorDataset(x, y), loss_fn=torch.nn.functional.cross_entropy)
+    trainer.train()
+    torch.save({k: v.clone() for k, v in model.state_dict().items()}, result)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
