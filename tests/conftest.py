@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import site
+from pathlib import Path
 
 import pytest
 import torch
 
+import braeburn
 from braeburn.devices.host import HostFacts, current_host, use_host
 from braeburn.devices.registry import get_kind
 
@@ -52,6 +55,26 @@ def no_launcher_env(monkeypatch):
 
 
 @pytest.fixture
+def cpu_only(no_launcher_env, monkeypatch):
+    """Pin the CPU (BRAEBURN_DEVICE=cpu, as `--cpu` does) for a test about the CPU, on any machine."""
+    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
+
+
+@pytest.fixture
+def restore_determinism(monkeypatch):
+    """For a test that turns full_determinism on: torch's switch, cuDNN's and the variables come back after."""
+    from braeburn.state import INDUCTOR_DETERMINISTIC_VAR
+
+    for name in ("CUBLAS_WORKSPACE_CONFIG", INDUCTOR_DETERMINISTIC_VAR):
+        monkeypatch.delenv(name, raising=False)  # unset now; the previous value (or none) restored after
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+              torch.backends.cudnn.benchmark)
+    yield
+    torch.use_deterministic_algorithms(before[0])
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1:]
+
+
+@pytest.fixture
 def one_thread():
     """One torch thread: tiny models run faster and steadier on a 2-core machine shared by two workers."""
     previous = torch.get_num_threads()
@@ -70,8 +93,25 @@ def clean_env(monkeypatch, tmp_path):
     return tmp_path / "xdg" / "braeburn" / "config.toml"
 
 
+# Where the braeburn under test was imported from: a checkout's src/ (PYTHONPATH) or an install.
+BRAEBURN_ROOT = Path(braeburn.__file__).resolve().parents[1]
+
+
+def _child_python_path() -> None:
+    """Child processes (examples, `braeburn launch`, jobs) import the braeburn under test, not another copy.
+
+    With braeburn importable only through PYTHONPATH (a relative one, even) a child started in another
+    folder would not find it, and with an older copy installed it would find that one instead.
+    """
+    if str(BRAEBURN_ROOT) in site.getsitepackages() + [site.getusersitepackages()]:
+        return  # an ordinary install: every child finds the same copy
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(BRAEBURN_ROOT), *(p for p in parts if Path(p).resolve() != BRAEBURN_ROOT)])
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "requires(device, min_devices=1): needs real hardware")
+    _child_python_path()
 
 
 def pytest_runtest_setup(item):

@@ -1,4 +1,8 @@
-"""The Accelerator end to end on this CPU: hand-written loops learn, and prepare() keeps its promises."""
+"""The Accelerator end to end on the CPU: hand-written loops learn, and prepare() keeps its promises.
+
+Every test pins the CPU (a CUDA box or a Mac would otherwise pick its GPU, move the model there and
+compile it); the same promises on a real GPU are in tests/test_gpu_lane.py.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from braeburn.data import DeviceDataLoader
 from braeburn.devices.mps import FALLBACK_VAR
 
 
-pytestmark = pytest.mark.usefixtures("no_launcher_env")
+pytestmark = pytest.mark.usefixtures("cpu_only")
 
 
 def _regression(n=256, seed=0):
@@ -187,6 +191,7 @@ def test_mps_env_advice_when_torch_loaded_first(fake_host, monkeypatch):
 
     module._said_once.clear()
     monkeypatch.delenv(FALLBACK_VAR, raising=False)
+    monkeypatch.delenv("BRAEBURN_DEVICE")  # a test of the device choice: the faked host decides, not the CPU pin
     # faked MPS host facts: plan and advice only (the torch device is not touched before prepare)
     fake_host("apple", torch_loaded_before_braeburn=True, env={})
     with pytest.warns(UserWarning, match=f"braeburn launch script.py.*export {FALLBACK_VAR}=1"):

@@ -24,7 +24,8 @@ def _bench_json(capsys, *args) -> tuple[int, dict | str]:
 
 
 def test_tiny_mlp_and_cnn_on_the_cpu(capsys):
-    code, result = _bench_json(capsys, "--size", "tiny", "--workload", "mlp,cnn", "--steps", 3, "--warmup", 1)
+    code, result = _bench_json(capsys, "--devices", "cpu", "--size", "tiny", "--workload", "mlp,cnn", "--steps", 3,
+                               "--warmup", 1)
     assert code == 0, result
     (cpu,) = result["devices"]
     assert cpu["device"] == "cpu" and cpu["matmul_tflops"]["fp32"] > 0 and cpu["h2d_gbps"] is None
@@ -140,7 +141,7 @@ def test_bench_times_a_users_script_through_the_probe(capsys, tmp_path):
             optimizer.zero_grad()
         raise SystemExit("bench should have stopped the script after its steps")
     '''))
-    code, result = _bench_json(capsys, "--steps", 3, "--warmup", 1, script)
+    code, result = _bench_json(capsys, "--devices", "cpu", "--steps", 3, "--warmup", 1, script)
     assert code == 0, result
     (row,) = result["devices"]
     assert row["device"] == "cpu" and row["steps"] == 3 and row["step_ms"] > 0

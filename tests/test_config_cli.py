@@ -7,14 +7,19 @@ import json
 import os
 import subprocess
 import sys
-
+from pathlib import Path
 
 from braeburn.cli.main import main
 from braeburn.launch_config import LaunchSettings, read_config_file
 
 
-def braeburn(*args: str, stdin: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "braeburn.cli.main", *args], input=stdin, text=True,
+FAKE_HOST_CLI = Path(__file__).with_name("fake_host_cli.py")
+
+
+def braeburn(*args: str, stdin: str = "", env: dict | None = None, host: str | None = None) -> subprocess.CompletedProcess:
+    """The real command in a child process; on faked host facts (a HOSTS name) where the questions depend on them."""
+    command = [str(FAKE_HOST_CLI), host] if host else ["-m", "braeburn.cli.main"]
+    return subprocess.run([sys.executable, *command, *args], input=stdin, text=True,
                           capture_output=True, env={**os.environ, **(env or {})}, timeout=60)
 
 
@@ -28,8 +33,10 @@ def answer(monkeypatch, capsys, lines: list[str], *args: str) -> tuple[int, str]
 
 
 def test_piped_answers_write_the_xdg_file(clean_env):
-    # This machine (no GPU): no device question; precision, then compile.
-    result = braeburn("config", stdin="bf16\nfalse\n", env={"XDG_CONFIG_HOME": str(clean_env.parents[1])})
+    # A machine without an accelerator (faked, so a GPU here changes nothing): no device question;
+    # precision, then compile.
+    result = braeburn("config", stdin="bf16\nfalse\n", env={"XDG_CONFIG_HOME": str(clean_env.parents[1])},
+                      host="linux_cpu")
     assert result.returncode == 0, result.stderr
     assert "Mixed precision [auto/no/fp16/bf16]" in result.stdout
     values, problems = read_config_file(clean_env)
@@ -37,7 +44,8 @@ def test_piped_answers_write_the_xdg_file(clean_env):
 
 
 def test_a_wrong_answer_is_asked_again_and_early_end_of_input_is_explained(clean_env):
-    result = braeburn("config", stdin="fp8\nno\n", env={"XDG_CONFIG_HOME": str(clean_env.parents[1])})
+    result = braeburn("config", stdin="fp8\nno\n", env={"XDG_CONFIG_HOME": str(clean_env.parents[1])},
+                      host="linux_cpu")
     assert "Please select one of the available options" in result.stdout
     assert result.returncode == 1 and not clean_env.exists()
     assert "standard input ended before this question was answered: 'torch.compile'" in result.stderr

@@ -19,6 +19,8 @@ mps, cuda, cpu = get_kind("mps"), get_kind("cuda"), get_kind("cpu")
     (APPLE_M.replace(mps_built=False, mps_available=False), False, True, "built without MPS"),
     (APPLE_M.replace(macos_version=(13, 6), mps_available=False), False, True, "macOS 13.6 is older than torch"),
     (APPLE_M.replace(macos_version=(12, 5), torch_version=(2, 7, 1), torch_version_str="2.7.1",
+                     mps_available=False), False, True, "older than torch 2.7.1 needs for MPS (13.0)"),
+    (APPLE_M.replace(macos_version=(13, 6), torch_version=(2, 7, 1), torch_version_str="2.7.1",
                      mps_available=False), False, True, "reports MPS as unavailable"),
 ])
 def test_mps_diagnosis(facts, usable, fixable, words):

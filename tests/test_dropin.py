@@ -94,7 +94,8 @@ def test_automatic_checkpoint_naming(no_launcher_env, tmp_path):
         with torch.no_grad():
             model.weight.fill_(value)
         accelerator.save_state()
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["checkpoint_1", "checkpoint_2"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if not p.name.startswith(".")) == \
+        ["checkpoint_1", "checkpoint_2"]
     with torch.no_grad():
         model.weight.zero_()
     accelerator.load_state()

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from tests.conftest import BRAEBURN_ROOT
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
@@ -80,7 +82,10 @@ def test_image_example_runs_from_the_command_line(tmp_path):
     command = [sys.executable, str(EXAMPLES / "image_classification.py"), "--cpu", "--max_steps", "2",
                "--max_train_samples", "64", "--max_eval_samples", "40", "--output_dir", str(tmp_path),
                "--learning_rate", "1e-3", "--per_device_train_batch_size", "16"]
-    finished = subprocess.run(command, capture_output=True, text=True, timeout=120, env=os.environ | {"PYTHONPATH": ""})
+    # Only the braeburn under test on the path (an install or a checkout's src/), not the tests' sys.path:
+    # the example finds its own helpers (_images.py) beside it, as it does for a user.
+    only_braeburn = {"PYTHONPATH": str(BRAEBURN_ROOT)}
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=120, env=os.environ | only_braeburn)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert "accuracy" in finished.stdout and is_png(tmp_path / "confusion_matrix.png")
 

@@ -140,3 +140,26 @@ def test_every_setting_has_a_flag_and_a_commented_line():
     assert flag_values(args) == {"num_processes": "2", "mps_fallback": False, "gpu_ids": "0,1"}
     text = settings_to_toml(LaunchSettings())
     assert all(name in text for name in SETTING_NAMES)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("num_processes = " + "[" * 5000 + "]" * 5000 + "\n", "more than 32 levels deep"),
+    ("[" + ".".join(["a"] * 40) + "]\nx = 1\n", "more than 32 levels deep"),
+    ("# padding\n" * 100_001 + "num_processes = 2\n", "more than the 1,000,000"),
+])
+def test_a_config_file_too_deep_or_too_large_is_refused_in_one_line(tmp_path, text, words):
+    problems = resolve_settings({}, {}, write(tmp_path, text)).problems
+    assert len(problems) == 1 and words in str(problems[0]) and len(str(problems[0])) < 600
+
+
+def test_infinite_and_huge_numbers_are_refused_all_at_once(tmp_path):
+    path = write(tmp_path, "mps_low_watermark_ratio = inf\nmax_restarts = 100000000000000000000\n")
+    flags = {"num_processes": "100000", "cpu": "true", "mps_high_watermark_ratio": "nan", "num_machines": "10000000"}
+    problems = resolve_settings(flags, {}, path).problems
+    by_key = {p.key: str(p) for p in problems}
+    assert set(by_key) == {"mps_low_watermark_ratio", "max_restarts", "mps_high_watermark_ratio", "num_machines",
+                           "num_processes"}  # all at once
+    assert "finite" in by_key["mps_low_watermark_ratio"] and "finite" in by_key["mps_high_watermark_ratio"]
+    assert "from 0 to 10000" in by_key["max_restarts"] and "from 1 to 65536" in by_key["num_machines"]
+    assert "100,000 processes on each machine" in by_key["num_processes"]
+    assert not resolve_settings({"num_processes": "64", "cpu": "true"}, {"XDG_CONFIG_HOME": str(tmp_path)}).problems

@@ -8,6 +8,7 @@ The launcher's rendezvous address (127.0.0.1 unless several machines) is tested 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from torch.utils.data import TensorDataset
 
 from braeburn.accelerator import Accelerator
 from braeburn.errors import UnsafeFileError, is_user_error
+from braeburn.output_lock import LOCK_FILE
+from braeburn.manifest import WHOLE, ManifestError, write_sizes
 from braeburn.trainer import ConfigError, Trainer, TrainingConfig, parse_config
 from braeburn.trainer.checkpoint import CheckpointCorruptError, write_manifest
 
@@ -63,6 +66,9 @@ def test_accelerator_load_state_refuses_a_pickled_payload(tmp_path, name):
     plant(tmp_path / "state" / name, marker)
     fresh = Accelerator(cpu=True)
     prepared(fresh)
+    with pytest.raises(ManifestError, match=f"{name} is truncated or altered"):  # the manifest's size sees it
+        fresh.load_state(tmp_path / "state")
+    write_sizes(tmp_path / "state", WHOLE)  # an attacker who rewrites the manifest too
     with pytest.raises(UnsafeFileError) as error:
         fresh.load_state(tmp_path / "state")
     assert f"{tmp_path / 'state' / name} holds pickled objects other than tensors" in str(error.value)
@@ -115,6 +121,54 @@ def test_toml_config_values_are_data_never_evaluated(tmp_path):
     assert not marker.exists()
 
 
+def _alias_bomb(levels: int) -> str:
+    """Nested YAML aliases ("billion laughs"): 9**levels values from a few hundred bytes."""
+    names = "abcdefghij"
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"{names[i]}: &{names[i]} [{','.join([f'*{names[i - 1]}'] * 9)}]" for i in range(1, levels)]
+    lines.append(f"learning_rate: [{','.join([f'*{names[levels - 1]}'] * 9)}]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("levels", [5, 9])  # 9**5 values (main formatted them all), and the 360-byte 9**9 one
+def test_yaml_alias_bomb_is_refused_before_it_expands(tmp_path, levels):
+    config = tmp_path / "bomb.yaml"
+    config.write_text(_alias_bomb(levels))
+    assert config.stat().st_size < 420
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match="expands to more than 10,000 values") as error:
+        parse_config(TrainingConfig, argv=["--config", str(config)], exit_on_error=False)
+    assert time.perf_counter() - started < 2 and len(str(error.value)) < 600
+    assert str(config) in str(error.value) and "without nested aliases" in str(error.value)
+
+
+@pytest.mark.parametrize("name, text, words", [
+    ("self.yaml", "learning_rate: &a [1, *a]\n", "refers to itself"),
+    ("deep.yaml", "learning_rate: " + "[" * 5000 + "]" * 5000 + "\n", "more than 32 levels deep"),
+    ("deeper.yaml", "learning_rate: " + "[" * 40 + "]" * 40 + "\n", "more than 32 levels deep"),
+    ("deep.toml", "learning_rate = " + "[" * 5000 + "]" * 5000 + "\n", "more than 32 levels deep"),
+    ("tables.toml", "[" + ".".join(["a"] * 40) + "]\nx = 1\n", "more than 32 levels deep"),
+    ("huge.yaml", "# padding\n" * 100_001 + "learning_rate: 1e-3\n", "more than the 1,000,000"),
+    ("huge.toml", "# padding\n" * 100_001 + "learning_rate = 1e-3\n", "more than the 1,000,000"),
+])
+def test_config_files_too_deep_too_large_or_self_referring_are_refused(tmp_path, name, text, words):
+    config = tmp_path / name
+    config.write_text(text)
+    with pytest.raises(ConfigError, match=words) as error:
+        parse_config(TrainingConfig, argv=["--config", str(config)], exit_on_error=False)
+    assert len(error.value.errors) == 1 and len(str(error.value)) < 600
+
+
+def test_a_huge_value_is_shown_as_a_short_excerpt(tmp_path):
+    config = tmp_path / "long.yaml"
+    config.write_text("learning_rate: [" + ", ".join(["1"] * 9000) + "]\nseed: '" + "9" * 100_000 + "'\n")
+    with pytest.raises(ConfigError) as error:
+        parse_config(TrainingConfig, argv=["--config", str(config)], exit_on_error=False)
+    message = str(error.value)
+    assert "learning_rate=[1, 1, 1" in message and "..." in message and "seed='99999" in message
+    assert len(message) < 1000
+
+
 # -- paths ------------------------------------------------------------------------------------------
 def tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -152,4 +206,5 @@ def test_output_dir_that_is_a_link_is_followed_and_nothing_is_written_beside_it(
     small_trainer(link, max_steps=3, save_steps=1, save_total_limit=1).train()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["outputs", "scratch"]
     assert sorted(p.name for p in real.iterdir() if p.name.startswith("checkpoint")) == ["checkpoint-3"]
-    assert not [p for p in real.iterdir() if p.name.startswith(".")]  # no staging left
+    # no staging left; the lock file (empty once the run ended) is the one hidden file a run keeps
+    assert [p.name for p in real.iterdir() if p.name.startswith(".")] == [LOCK_FILE]

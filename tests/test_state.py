@@ -3,6 +3,7 @@ and atomic directory writes."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy
@@ -16,7 +17,7 @@ from braeburn import state as state_io
 from braeburn.devices.cpu import CpuDevice
 
 
-pytestmark = pytest.mark.usefixtures("no_launcher_env")
+pytestmark = pytest.mark.usefixtures("cpu_only")  # bitwise resume on the CPU on any machine (the GPU lane: test_gpu_lane.py)
 
 
 def _setup(precision: str, init_seed: int):
@@ -79,10 +80,11 @@ def test_saved_files_load_with_weights_only(tmp_path):
     accelerator, *_ = _setup("no", init_seed=0)
     accelerator.save_state(tmp_path / "ckpt")
     names = sorted(path.name for path in (tmp_path / "ckpt").iterdir())
-    assert names == ["accelerator.pt", "dataloader_0.pt", "model_0.pt", "optimizer_0.pt", "rng_state_0.pt",
-                     "scheduler_0.pt"]
+    assert names == ["accelerator.pt", "dataloader_0.pt", "manifest.json", "model_0.pt", "optimizer_0.pt",
+                     "rng_state_0.pt", "scheduler_0.pt"]
     for name in names:
-        torch.load(tmp_path / "ckpt" / name, weights_only=True)
+        if name.endswith(".pt"):
+            torch.load(tmp_path / "ckpt" / name, weights_only=True)  # (manifest.json is JSON)
 
 
 def test_rng_state_round_trip():
@@ -122,3 +124,23 @@ def test_load_state_with_different_objects_says_what_differs(tmp_path):
         other.load_state(tmp_path / "ckpt")
     with pytest.raises(FileNotFoundError, match="save_state"):
         other.load_state(tmp_path / "missing")
+
+
+class _StartedGpu(CpuDevice):
+    """A kind whose runtime already ran work in this process, with a variable its library reads once."""
+
+    def deterministic_env(self):
+        return {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+
+    def libraries_started(self):
+        return True
+
+
+def test_full_determinism_says_when_a_variable_comes_too_late(restore_determinism, monkeypatch):
+    with pytest.warns(UserWarning, match="CUBLAS_WORKSPACE_CONFIG=:4096:8 was set after the GPU had run work.*"
+                                         "Export CUBLAS_WORKSPACE_CONFIG=:4096:8 before starting Python"):
+        state_io.enable_full_determinism([_StartedGpu()])
+    assert torch.are_deterministic_algorithms_enabled()
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")  # the user's own value wins and is in time
+    assert state_io.enable_full_determinism([_StartedGpu()]) is None
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"

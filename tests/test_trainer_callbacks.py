@@ -7,7 +7,11 @@ import json
 from types import SimpleNamespace
 
 import pytest
+import torch
+from torch.utils.data import TensorDataset
 
+from braeburn.trainer import Trainer, TrainingConfig
+from braeburn.trainer import config as config_module
 from braeburn.trainer.callbacks import HOOKS, Callback, CallbackList
 from braeburn.trainer.early_stopping import EarlyStoppingCallback
 from braeburn.trainer.metrics_log import MetricsLogCallback, read_metrics
@@ -123,3 +127,23 @@ def test_plot_png_written(tmp_path):
     plot.wait()  # the Trainer waits before train() returns
     assert plot.path == tmp_path / "training_curves.png"
     assert plot.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("report_to", ["all", "none"])
+def test_report_to_decides_whether_tensorboard_is_written(tmp_path, report_to, cpu_only):
+    config = TrainingConfig(output_dir=str(tmp_path), max_steps=2, logging_steps=1, save_strategy="no",
+                            report_to=report_to)
+    data = TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,)))
+    Trainer(torch.nn.Linear(4, 2), config, train_dataset=data, loss_fn=torch.nn.functional.cross_entropy).train()
+    # "all": TensorBoard exactly when the package is installed here; "none": never
+    expected = report_to == "all" and config_module.tensorboard_installed()
+    assert (tmp_path / "tensorboard").is_dir() == expected
+    assert bool(list(tmp_path.glob("tensorboard/events.out.tfevents.*"))) == expected
+    assert [r["step"] for r in read_metrics(tmp_path) if "loss" in r] == [1, 2]  # metrics.jsonl either way
+
+
+def test_report_to_tensorboard_without_the_package_is_refused(monkeypatch):
+    monkeypatch.setattr(config_module, "tensorboard_installed", lambda: False)
+    (error,) = [e for e in TrainingConfig(report_to="tensorboard").validate() if e.option == "report_to"]
+    assert "pip install tensorboard" in str(error) and "--report_to all" in str(error)
+    assert [e.option for e in TrainingConfig(report_to="wandb").validate()] == ["report_to"]

@@ -28,14 +28,14 @@ FROZEN_FLAGS = [
     "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps", "lr_scheduler_type",
     "warmup_steps", "warmup_ratio", "logging_steps", "eval_strategy", "eval_steps", "save_strategy", "save_steps",
     "save_in_background", "save_total_limit", "metric_for_best_model", "greater_is_better", "seed",
-    "mixed_precision", "use_cpu", "accelerator", "devices", "compile", "torch_compile_backend",
+    "full_determinism", "mixed_precision", "use_cpu", "accelerator", "devices", "compile", "torch_compile_backend",
     "torch_compile_mode", "pad_to_buckets", "strategy", "resume_from_checkpoint", "nan_policy",
     "auto_find_batch_size", "dataloader_num_workers", "dataloader_drop_last", "bf16", "fp16", "torch_compile",
     "use_mps_device", "fsdp", "tf32", "gradient_checkpointing", "gradient_checkpointing_kwargs",
     "activation_checkpointing", "activation_checkpointing_kwargs", "label_smoothing_factor", "optim", "optim_args",
     "lr_scheduler_kwargs", "average_tokens_across_devices", "logging_strategy", "logging_first_step", "logging_dir",
     "log_level", "log_level_replica", "disable_tqdm", "report_to", "run_name", "project", "prediction_loss_only",
-    "eval_on_start", "eval_accumulation_steps", "load_best_model_at_end", "full_determinism", "data_seed",
+    "eval_on_start", "eval_accumulation_steps", "load_best_model_at_end", "data_seed",
     "dataloader_persistent_workers", "dataloader_prefetch_factor", "dataloader_multiprocessing_context",
     "remove_unused_columns", "label_names", "torch_empty_cache_steps", "local_rank",
 ]
@@ -182,3 +182,19 @@ def test_config_file_is_data_only(tmp_path):
     path.write_text("learning_rate: !!python/object/apply:os.system ['echo hacked']\n")
     with pytest.raises(ConfigError, match="cannot be read"):
         parse("--config", str(path))
+
+
+def test_infinite_and_huge_numbers_are_refused_all_at_once():
+    with pytest.raises(ConfigError) as caught:
+        parse("--num_train_epochs", "inf", "--learning_rate", "inf", "--seed", str(2**64), "--warmup_ratio", "nan",
+              "--save_steps", str(2**70), "--dataloader_num_workers", "100000", "--lr_scheduler_type", "x",
+              "--cpu", types=(TrainingConfig,))
+    by_option = {e.option: e.message for e in caught.value.errors}
+    assert set(by_option) == {"num_train_epochs", "learning_rate", "seed", "warmup_ratio", "save_steps",
+                              "dataloader_num_workers", "lr_scheduler_type"}  # each once, all at once
+    assert "finite" in by_option["learning_rate"] and "finite" in by_option["num_train_epochs"]
+    assert "torch's seed range" in by_option["seed"] and "64-bit" in by_option["save_steps"]
+    errors = TrainingConfig(num_train_epochs=1e308, max_steps=-1).validate()
+    assert [e.option for e in errors] == ["num_train_epochs"] and "--max_steps" in errors[0].message
+    assert not TrainingConfig(seed=2**64 - 1, num_train_epochs=1000.0).validate()
+    assert not TrainingConfig(seed=-(2**63)).validate()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from braeburn.trainer.metrics_log import read_metrics
 from braeburn.trainer.optim import parameter_groups, schedule_factor
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("one_thread", "cpu_only")  # about the CPU on any machine
 
 
 def digits():
@@ -191,24 +192,43 @@ class StopAt(Callback):
             state.request_stop("test stop", save=True)
 
 
-def test_resume_in_process_matches_uninterrupted_with_accumulation(tmp_path):
-    """Stopped mid-epoch (inside an accumulation window's epoch), then resumed: bitwise equal weights."""
-    x, y = torch.randn(50, 64), torch.randint(0, 10, (50,))
+def resume_with_accumulation(tmp_path, **settings) -> tuple[dict, dict, dict]:
+    """Weights at the start, at the end of an uninterrupted run, and at the end of the same run stopped
+    mid-epoch (inside an accumulation window's epoch) at step 3 and resumed in this process. On the
+    device the environment chooses (tests here pin the CPU); ``settings`` go to TrainingConfig."""
+    generator = torch.Generator().manual_seed(5)
+    x, y = torch.randn(50, 64, generator=generator), torch.randint(0, 10, (50,), generator=generator)
 
-    def run(out, callbacks=(), resume=None, overwrite=False):
+    def run(out, callbacks=(), resume=None):
         model = mlp(seed=3, dropout=0.3)
         config = TrainingConfig(output_dir=str(tmp_path / out), num_train_epochs=2, per_device_train_batch_size=4,
                                 gradient_accumulation_steps=3, logging_steps=2, save_strategy="no",
-                                weight_decay=0.05, warmup_steps=2, overwrite_output_dir=overwrite)
+                                weight_decay=0.05, warmup_steps=2, **settings)
         Trainer(model, config, train_dataset=TensorDataset(x, y), loss_fn=torch.nn.functional.cross_entropy,
                 callbacks=list(callbacks)).train(resume_from_checkpoint=resume)
-        return model.state_dict()
+        return {name: value.detach().cpu() for name, value in model.state_dict().items()}
 
     reference = run("a")
     run("b", callbacks=[StopAt(3)])  # 13 batches per epoch: step 3 is mid-epoch
     assert sorted(p.name for p in (tmp_path / "b").glob("checkpoint-*")) == ["checkpoint-3"]
-    resumed = run("b", resume="latest")
-    assert all(torch.equal(reference[k], resumed[k]) for k in reference)
+    return mlp(seed=3, dropout=0.3).state_dict(), reference, run("b", resume="latest")
+
+
+def bitwise_equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_in_process_matches_uninterrupted_with_accumulation(tmp_path):
+    """On the CPU a resumed run ends bitwise equal to an uninterrupted one, with no setting needed."""
+    _, reference, resumed = resume_with_accumulation(tmp_path)
+    assert bitwise_equal(reference, resumed)
+
+
+def test_full_determinism_switches_torch_to_deterministic_algorithms_and_stays_bitwise(tmp_path, restore_determinism):
+    _, reference, resumed = resume_with_accumulation(tmp_path, full_determinism=True)
+    assert bitwise_equal(reference, resumed)
+    assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"  # set where the user had not
 
 
 class MemoryHungry(torch.nn.Module):

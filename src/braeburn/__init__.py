@@ -1,6 +1,8 @@
 """braeburn: train PyTorch models fast on MPS, CUDA or the CPU, and on many GPUs, with one script."""
 
-from . import _early  # noqa: F401  (first: records the environment before anything loads torch)
+from . import _early  # first: records the environment before anything loads torch
+
+_early.apply_import_defaults()  # PYTORCH_ENABLE_MPS_FALLBACK=1 on macOS for `python train.py` (user's value wins)
 
 __version__ = "0.1.0"
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import compile_policy, probe
+from . import compile_policy, manifest, output_lock, probe
 from .accelerate_compat import AccelerateCompat, accelerate_options
 from .data import BatchTracker, DeviceDataLoader, apply_to_tensors, truncate_padding
 from .devices.host import current_host
@@ -183,7 +183,8 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
             self._owns_process_group = pg.init_process_group(self.plan.backend, world, self.device)
         if seed is not None:
             state_io.seed_everything(seed, kind)
-        self._policy = make_policy(self.plan.precision, self.plan.grad_scaler, self.device)
+        self._policy = make_policy(self.plan.precision, self.plan.grad_scaler, self.device,
+                                   kind.fused_optimizers_honour_grad_scaler(current_host()))
         self._tracker = BatchTracker()
         self._accumulation_step = 0
         self._models: list[torch.nn.Module] = []
@@ -193,7 +194,8 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         self._data_seed: int | None = seed
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps
-        self._fallback = FallbackRecorder().start()
+        self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
+        self._locked: set[str] = set()  # folders save_state() holds the lock of (one writer each)
         self._init_accelerate_compat(**accelerate_kwargs)
         self._announce()
 
@@ -227,6 +229,8 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         advice = early_env_advice(plan.env, current_host(), os.environ)
         if advice:
             _say_once(f"braeburn: {advice}", as_warning=True)
+        for note in plan.notes:
+            _say_once(f"braeburn: {note}", as_warning=True)
 
     # -- who am I -----------------------------------------------------------------------------
     @property
@@ -325,7 +329,8 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         if self.num_processes > 1 or forward is None:
             # DDP/FSDP: torch.compile over the wrapper, so Dynamo's DDP optimizer splits the graph at the
             # gradient buckets and the all-reduce still overlaps the backward.
-            forward.stats.compiled, forward.stats.reason = True, decision.reason
+            if forward is not None:
+                forward.stats.compiled, forward.stats.reason, forward.stats.over_wrapper = True, decision.reason, True
             return torch.compile(model, backend=self.compile_backend, mode=self.compile_mode)
         forward.enable_compile(decision, self.compile_backend, self.compile_mode)
         return model  # the same module: only training batches of the compiled size take the compiled path
@@ -342,7 +347,8 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
             self._data_seed = pg.broadcast_int(drawn) if self.num_processes > 1 else drawn
         prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
                                     num_processes=self.num_processes, process_index=self.process_index,
-                                    seed=self._data_seed, tracker=self._tracker, host=current_host())
+                                    seed=self._data_seed, tracker=self._tracker, host=current_host(),
+                                    float64_to_float32=not self.plan.device.supports_float64)
         self._dataloaders.append(prepared)
         return prepared
 
@@ -455,10 +461,23 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         output_dir = self._checkpoint_dir(output_dir)
         # Every rank raises if any rank failed (one all-reduce per phase): the ranks stay in step, and
         # a failed save never publishes a checkpoint missing one rank's files.
-        self._on_every_rank(lambda: self.is_main_process and state_io.prepare_staging(output_dir))
+        self._on_every_rank(lambda: self.is_main_process and self._start_save(output_dir))
         self._on_every_rank(lambda: self._write_state(state_io.staging_dir(output_dir)))
-        self._on_every_rank(lambda: self.is_main_process and state_io.publish(output_dir))
+        self._on_every_rank(lambda: self.is_main_process and self._finish_save(output_dir))
         self._after_automatic_save(output_dir)
+
+    def _start_save(self, output_dir) -> None:
+        """Rank 0 holds the lock of the folder it writes in (until end_training), unless a Trainer does."""
+        parent = os.path.dirname(os.path.abspath(output_dir))
+        if parent not in self._locked and not output_lock.held_over(parent):
+            output_lock.acquire(parent, purpose="save_state")
+            self._locked.add(parent)
+        state_io.prepare_staging(output_dir)
+
+    def _finish_save(self, output_dir) -> None:
+        staging = state_io.staging_dir(output_dir)
+        manifest.write_sizes(staging, manifest.SHARDED if self.plan.strategy == "fsdp" else manifest.WHOLE)
+        state_io.publish(output_dir)
 
     def _on_every_rank(self, work) -> None:
         error: BaseException | None = None
@@ -510,8 +529,8 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
             for parameter, grad in zip(self.unwrap_model(model).parameters(), grads):
                 parameter.grad = None if grad is None else grad.to(parameter.device)
 
-    def _load_models_and_optimizers(self, input_dir) -> None:
-        if dist_ckpt.is_sharded_checkpoint(input_dir):  # written by FSDP: DCP reshards for this world size
+    def _load_models_and_optimizers(self, input_dir, layout: str) -> None:
+        if layout == manifest.SHARDED:  # written by FSDP: DCP reshards for this world size
             dist_ckpt.load_sharded([self.unwrap_model(m) for m in self._models],
                                    [o.optimizer for o in self._optimizers], input_dir)
             return
@@ -532,12 +551,14 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         """Restore what :meth:`save_state` wrote, into the objects prepared (in the same order)."""
         input_dir = input_dir if input_dir is not None else self._latest_automatic_checkpoint()
         load = state_io.load_file
+        input_dir = state_io.readable_dir(input_dir)
+        layout = manifest.layout_of(input_dir)  # nothing is read that the manifest does not list
         meta = load(input_dir, "accelerator.pt")
         if meta["counts"] != self._counts():
             raise ValueError(f"{input_dir} holds {meta['counts']}, but this Accelerator has prepared "
                              f"{self._counts()}: prepare the same models, optimizers, schedulers and dataloaders, "
                              "in the same order, before load_state()")
-        self._load_models_and_optimizers(input_dir)
+        self._load_models_and_optimizers(input_dir, layout)
         for i, scheduler in enumerate(self._schedulers):
             scheduler.load_state_dict(load(input_dir, f"scheduler_{i}.pt"))
         for i, loader in enumerate(self._dataloaders):
@@ -571,6 +592,9 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
             builtins.print(f"braeburn: ops that ran on the CPU instead of {self.device.type}: {lines}")
         self._fallback.stop()
         self._end_trackers()
+        for folder in self._locked:
+            output_lock.release(folder)
+        self._locked.clear()
         if self._owns_process_group:
             pg.destroy_process_group()
             self._owns_process_group = False

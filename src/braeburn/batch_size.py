@@ -15,8 +15,9 @@ and by the Trainer (``TrainingConfig.auto_find_batch_size``): pass a ``try_step`
 forward, backward and optimizer step at the given batch size (on throwaway copies of the weights
 and optimizer state if the real ones must not move), the configured batch size as ``start`` and the
 plan's device kind. Out-of-memory errors of every registered device kind are recognised (CUDA's
-"CUDA out of memory", MPS's "MPS backend out of memory", the CPU allocator's "can't allocate
-memory", Python's MemoryError); any other error propagates unchanged.
+"CUDA out of memory", MPS's "MPS backend out of memory" and Metal's per-buffer "Invalid buffer size",
+the CPU allocator's "can't allocate memory", Python's MemoryError); any other error propagates
+unchanged.
 """
 
 from __future__ import annotations
@@ -60,18 +61,25 @@ def free_memory(device_kind: DeviceKind | None = None) -> None:
         device_kind.empty_cache()
 
 
-def _fits(try_step: Callable[[int], None], batch: int, device_kind: DeviceKind | None) -> bool:
-    out_of_memory = False
+FITS, OUT_OF_MEMORY, PAGES = "fits", "out of memory", "pages"
+
+
+def _try(try_step: Callable[[int], None], batch: int, device_kind: DeviceKind | None) -> str:
+    """FITS, OUT_OF_MEMORY, or PAGES: it ran, but held more memory than the device keeps without
+    paging (``device_kind.memory_beyond_comfort()``, read before cached memory is given back)."""
+    outcome = FITS
     try:
         try_step(batch)
     except Exception as error:  # noqa: BLE001 - anything but out-of-memory is re-raised
         if not is_out_of_memory(error, device_kind):
             raise
-        out_of_memory = True
+        outcome = OUT_OF_MEMORY
+    if outcome == FITS and device_kind is not None and device_kind.memory_beyond_comfort():
+        outcome = PAGES
     # Freed outside the except block: until it ends, the traceback keeps the failed try's
     # frames (and their tensors) alive.
     free_memory(device_kind)
-    return not out_of_memory
+    return outcome
 
 
 def _check_arguments(start: int, max_batch: int) -> None:
@@ -93,8 +101,10 @@ def find_batch_size(try_step: Callable[[int], None], start: int = 8, max_batch: 
     raise the device's out-of-memory error when the size does not fit. Starting at ``start``, the
     size doubles while a step fits (never beyond ``max_batch``); once a step runs out of memory, the
     last size that fitted is the answer. If ``start`` itself does not fit, the size halves until one
-    fits. Between tries, garbage is collected and ``device_kind.empty_cache()`` returns cached
-    memory. ``on_try(batch_size, fitted)`` is called after every try (for progress output).
+    fits. A size that ran but held more memory than the device keeps without paging (on MPS: above
+    the recommended working set, which torch's limit exceeds 1.7 times) counts as not fitting; if
+    even 1 pages, 1 is returned. Between tries, garbage is collected and
+    ``device_kind.empty_cache()`` returns cached memory. ``on_try(batch_size, fitted)`` is called after every try (for progress output).
 
     Raises :class:`BatchSizeError` when not even a batch of 1 fits, ``ValueError`` for bad
     arguments, and re-raises any error that is not out-of-memory.
@@ -102,7 +112,8 @@ def find_batch_size(try_step: Callable[[int], None], start: int = 8, max_batch: 
     _check_arguments(start, max_batch)
     batch, best, ceiling = start, None, max_batch + 1  # ceiling: the smallest size known not to fit
     while True:
-        fitted = _fits(try_step, batch, device_kind)
+        outcome = _try(try_step, batch, device_kind)
+        fitted = outcome == FITS
         if on_try is not None:
             on_try(batch, fitted)
         if fitted:
@@ -112,6 +123,8 @@ def find_batch_size(try_step: Callable[[int], None], start: int = 8, max_batch: 
             batch = min(batch * 2, max_batch)
         elif best is not None:
             return best
+        elif batch == 1 and outcome == PAGES:
+            return 1  # it runs, only slower: better than no batch at all
         elif batch == 1:
             where = device_kind.name if device_kind is not None else "device"
             raise BatchSizeError(f"find_batch_size: even a batch of 1 runs out of {where} memory (tried "

@@ -105,6 +105,7 @@ class CompileStats:
     graphs: int | None = 0  # graphs compiled for this model
     compiled_calls: int = 0
     eager_calls: int = 0  # calls run eagerly after compiling (short batches, evaluation)
+    over_wrapper: bool = False  # compiled as torch.compile(DDP/FSDP model): no per-call report
     decided_at_step: int | None = None
     eager_step_seconds: float | None = None
     _graphs_before: int | None = field(default=None, repr=False)

@@ -68,6 +68,33 @@ def _has_to(data: Any) -> bool:
     return callable(getattr(data, "to", None)) and not isinstance(data, (str, bytes))
 
 
+def _float64_names(data: Any, name: str = "batch") -> list[str]:
+    """Where ``data`` holds float64 tensors: "batch['x']", "batch[0]"..."""
+    if isinstance(data, torch.Tensor):
+        return [name] if data.dtype == torch.float64 else []
+    if isinstance(data, (tuple, list)):
+        return [found for i, item in enumerate(data) for found in _float64_names(item, f"{name}[{i}]")]
+    if isinstance(data, Mapping):
+        return [found for key, value in data.items() for found in _float64_names(value, f"{name}[{key!r}]")]
+    return []
+
+
+def cast_float64(batch: Any, device: torch.device, announced: set[str]) -> Any:
+    """``batch`` with float64 tensors cast to float32, on the CPU before the copy, for a device without
+    float64; the first time a name is cast, one line says so (``announced`` remembers the names)."""
+    names = _float64_names(batch)
+    if not names:
+        return batch
+    new = [name for name in names if name not in announced]
+    if new:
+        announced.update(new)
+        warnings.warn(f"braeburn: {', '.join(new)} {'is' if len(new) == 1 else 'are'} float64, which {device.type} "
+                      "does not support: casting to float32 on the way to the device (build the dataset with "
+                      "float32, e.g. torch.tensor(x, dtype=torch.float32), to skip the cast)", UserWarning,
+                      stacklevel=3)
+    return apply_to_tensors(lambda t: t.float() if t.dtype == torch.float64 else t, batch)
+
+
 def first_dim(data: Any) -> int | None:
     """The batch size of the first tensor found in ``data``."""
     found: list[int] = []
@@ -167,8 +194,11 @@ class DeviceDataLoader:
 
     def __init__(self, loader: DataLoader, device: torch.device, *, pin_memory: bool = False,
                  num_processes: int = 1, process_index: int = 0, seed: int = 0,
-                 tracker: BatchTracker | None = None, host: HostFacts | None = None):
+                 tracker: BatchTracker | None = None, host: HostFacts | None = None,
+                 float64_to_float32: bool = False):
         self.original, self.device = loader, device
+        self.float64_to_float32 = float64_to_float32  # the device has no float64 (see cast_float64)
+        self._cast_names: set[str] = set()
         self.non_blocking = pin_memory  # async copies only from pinned memory
         self.tracker = tracker if tracker is not None else BatchTracker()
         self.num_processes, self.seed = num_processes, seed
@@ -218,6 +248,8 @@ class DeviceDataLoader:
             last = self.batches_yielded >= total
             self.tracker.end_of_dataloader = last
             self.tracker.remainder = self._remainder() if last else -1
+            if self.float64_to_float32:
+                batch = cast_float64(batch, self.device, self._cast_names)
             yield move_to_device(batch, self.device, non_blocking=self.non_blocking)
         self.epoch, self.batches_yielded = self.epoch + 1, 0
 
@@ -298,4 +330,4 @@ def truncate_padding(data: Any, keep: int) -> Any:
 
 
 __all__ = ["DeviceDataLoader", "ShardSampler", "BatchTracker", "move_to_device", "apply_to_tensors",
-           "truncate_padding", "first_dim"]
+           "truncate_padding", "first_dim", "cast_float64"]

@@ -43,6 +43,14 @@ def _raised_in(error: BaseException, folders: tuple[Path, ...]) -> bool:
     return any(where.is_relative_to(folder) for folder in folders)
 
 
+def _raised_by_the_script_itself(error: BaseException, script_dir: Path) -> bool:
+    """Whether every frame below ``run_main`` is in ``script_dir``: the script's own check, not a function of
+    it (a ``collate_fn``, a loss, a model) that braeburn or torch called back, where a raise is a bug."""
+    frames = [Path(f.filename).resolve() for f in traceback.extract_tb(error.__traceback__)]
+    frames = [where for where in frames if where != Path(__file__).resolve()]  # run_main's own frame
+    return bool(frames) and all(where.is_relative_to(script_dir) for where in frames)
+
+
 def is_user_error(error: BaseException, script_dir: Path | None = None) -> bool:
     """A configuration or input error that braeburn (or the script beside it) raised with its fix."""
     from .plan import PlanError
@@ -50,9 +58,10 @@ def is_user_error(error: BaseException, script_dir: Path | None = None) -> bool:
 
     if isinstance(error, (ConfigError, PlanError, UnsafeFileError)):
         return True
-    folders = (_PACKAGE_DIR,) + ((script_dir,) if script_dir is not None else ())
-    expected = (ValueError, TypeError, OSError, RuntimeError, LookupError)
-    return isinstance(error, expected) and _raised_in(error, folders)
+    if not isinstance(error, (ValueError, TypeError, OSError, RuntimeError, LookupError)):
+        return False
+    return _raised_in(error, (_PACKAGE_DIR,)) or (script_dir is not None
+                                                   and _raised_by_the_script_itself(error, script_dir))
 
 
 def exit_status(error: BaseException) -> int:

@@ -1,10 +1,14 @@
-"""The MPS CPU fallback: which ops ran on the CPU, and whether the fallback could be on at all.
+"""The MPS CPU fallback: which ops ran on the CPU, how often, and whether the fallback could be on at all.
 
-With ``PYTORCH_ENABLE_MPS_FALLBACK=1`` PyTorch warns once per op that MPS lacks:
+With ``PYTORCH_ENABLE_MPS_FALLBACK=1`` PyTorch warns when an op MPS lacks runs on the CPU:
 "The operator 'aten::X' is not currently supported on the MPS backend and will fall back to run on
-the CPU. This may have performance implications." :class:`FallbackRecorder` counts those warnings
-without swallowing them or any other warning. The variable is read only when libtorch loads, so
-:func:`early_env_advice` says when it came too late. Imports no torch.
+the CPU. This may have performance implications." It does so through ``TORCH_WARN_ONCE`` at one call
+site shared by every op (``aten/src/ATen/mps/MPSFallback.mm``): once per process in total, unless
+``torch.set_warn_always(True)``. :class:`FallbackRecorder` (``count_every_call=True``) turns that on
+while it records, and lets every fallback warning through Python's filters, so it counts every op and
+every call; the user still sees each op's warning once. Other warnings are untouched. The variable is
+read only when libtorch loads, so :func:`early_env_advice` says when it came too late or holds a value
+libtorch cannot parse. Imports no torch at module level.
 """
 
 from __future__ import annotations
@@ -26,18 +30,37 @@ def parse_fallback_warning(text: str) -> str | None:
     return match.group(1) if match else None
 
 
+_warn_always_users = 0
+_warn_always_before = False
+
+
+def _warn_always(change: int) -> None:
+    """torch.set_warn_always(True) while any recorder counts every call; the user's setting after."""
+    global _warn_always_users, _warn_always_before
+    import torch
+
+    if change > 0 and _warn_always_users == 0:
+        _warn_always_before = torch.is_warn_always_enabled()
+    _warn_always_users = max(0, _warn_always_users + change)
+    torch.set_warn_always(True if _warn_always_users else _warn_always_before)
+
+
 class FallbackRecorder:
-    """Counts MPS fallback warnings while active; every warning still reaches the previous handler.
+    """Counts MPS fallback warnings while active; other warnings reach the previous handler untouched.
 
     Use as a context manager, or :meth:`start` / :meth:`stop`. It wraps ``warnings.showwarning`` (the
     hook Python calls for every warning the filters let through), so pytest's and the user's own
-    warning capture keep working.
+    warning capture keep working. With ``count_every_call`` it also makes torch warn at every fallback
+    (``torch.set_warn_always(True)``) and lets those warnings past Python's once-per-location filter,
+    showing each op's warning once and counting the rest; both are restored by :meth:`stop`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, count_every_call: bool = False) -> None:
         self.counts: Counter[str] = Counter()
+        self.count_every_call = count_every_call
         self._previous = None
         self._hook = None
+        self._filter = None
 
     def record(self, message: object) -> str | None:
         op = parse_fallback_warning(str(message))
@@ -51,13 +74,21 @@ class FallbackRecorder:
         previous = warnings.showwarning
 
         def showwarning(message, category, filename, lineno, file=None, line=None):
-            if self._hook is not None:  # stopped while a later hook still chains through this one
-                self.record(message)
+            op = self.record(message) if self._hook is not None else None  # None: stopped, still chained
+            if op is not None and self.count_every_call and self.counts[op] > 1:
+                return  # shown once already; the rest are only counted
             previous(message, category, filename, lineno, file, line)
 
         self._previous, self._hook = previous, showwarning
         warnings.showwarning = showwarning
+        if self.count_every_call:
+            self._count_every_call()
         return self
+
+    def _count_every_call(self) -> None:
+        _warn_always(+1)
+        warnings.filterwarnings("always", message=_FALLBACK_TEXT.pattern)
+        self._filter = warnings.filters[0]
 
     def stop(self) -> None:
         if self._hook is None:
@@ -65,6 +96,14 @@ class FallbackRecorder:
         if warnings.showwarning is self._hook:  # someone hooked after us: leave their chain intact
             warnings.showwarning = self._previous
         self._hook = None
+        if self._filter is not None:
+            # Only fallback warnings matched it and "always" records nothing in the once-registries,
+            # so removing it leaves every other warning's state as it would have been.
+            if self._filter in warnings.filters:
+                warnings.filters.remove(self._filter)
+            self._filter = None
+        if self.count_every_call:
+            _warn_always(-1)
 
     @property
     def active(self) -> bool:

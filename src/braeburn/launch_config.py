@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -25,11 +26,16 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from .config_files import ConfigFileError, excerpt, load_toml, read_text
 from .devices.base import PRECISIONS
 from .envvars import DEVICE_VAR
 from .plan import STRATEGIES
 
 CONFIG_DIR_NAME = "braeburn"
+MAX_PROCESSES = 1_048_576  # world sizes: far above the largest jobs run, far below what breaks int math
+MAX_MACHINES = 65_536
+MAX_PROCESSES_PER_MACHINE = 1_024  # each loads torch (hundreds of MB): more is a typo, never a job
+MAX_RESTARTS = 10_000
 CONFIG_FILE_NAME = "config.toml"
 SOURCES = ("default", "file", "environment", "flag")
 
@@ -84,8 +90,8 @@ def _ratio(value: Any, from_text: bool) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Invalid("must be a number", "write a number >= 0 such as 1.0 (0.0 lifts the limit), or remove it "
                       "to keep torch's default")
-    if value < 0:
-        raise Invalid("must be >= 0", "write a number >= 0 such as 1.0 (0.0 lifts the limit)")
+    if not math.isfinite(value) or value < 0:
+        raise Invalid("must be a finite number >= 0", "write a number >= 0 such as 1.0 (0.0 lifts the limit)")
     return float(value)
 
 
@@ -150,16 +156,16 @@ class LaunchSettings:
     mixed_precision: str = _setting("auto", _choice("auto", *PRECISIONS),
                                     "mixed precision: auto (the best the device does well), no, fp16 or bf16",
                                     metavar="{auto,no,fp16,bf16}")
-    num_processes: int = _setting(1, _whole(1), "processes in total, on all machines (one per device)",
+    num_processes: int = _setting(1, _whole(1, MAX_PROCESSES), "processes in total, on all machines (one per device)",
                                   metavar="N")
-    num_machines: int = _setting(1, _whole(1), "machines taking part in the job", metavar="N")
-    machine_rank: int = _setting(0, _whole(0), "this machine's rank, 0 to num_machines-1 (0 hosts the rendezvous)",
+    num_machines: int = _setting(1, _whole(1, MAX_MACHINES), "machines taking part in the job", metavar="N")
+    machine_rank: int = _setting(0, _whole(0, MAX_MACHINES - 1), "this machine's rank, 0 to num_machines-1 (0 hosts the rendezvous)",
                                  metavar="RANK")
     main_process_ip: str | None = _setting(None, _address, "address of machine 0, for jobs on several machines "
                                            "(without it the rendezvous is bound to 127.0.0.1)", metavar="ADDRESS")
     main_process_port: int | None = _setting(None, _whole(1, 65535), "rendezvous port (default: a free port on "
                                              "one machine, 29500 on several)", metavar="PORT")
-    max_restarts: int = _setting(0, _whole(0), "restart all workers up to this many times when one fails "
+    max_restarts: int = _setting(0, _whole(0, MAX_RESTARTS), "restart all workers up to this many times when one fails "
                                  "(elastic launch)", metavar="N")
     gpu_ids: str = _setting("all", _gpu_ids, "which devices to use: all, or indices such as 0,1",
                             flags=("--gpu-ids", "--gpu_ids", "--devices"), metavar="IDS")
@@ -170,11 +176,11 @@ class LaunchSettings:
     mps_fallback: bool = _setting(True, _bool, "on Apple-silicon GPUs, run operators MPS lacks on the CPU "
                                   "instead of failing (PYTORCH_ENABLE_MPS_FALLBACK)")
     mps_high_watermark_ratio: float | None = _setting(
-        None, _ratio, "on Apple-silicon GPUs, the memory limit as a share of the recommended maximum; 0.0 lifts "
-        "it (PYTORCH_MPS_HIGH_WATERMARK_RATIO; torch's default 1.7)", metavar="RATIO")
+        None, _ratio, "on Apple-silicon GPUs, the memory limit as a share of the recommended maximum, 0.0 to 2.0; "
+        "0.0 lifts it (PYTORCH_MPS_HIGH_WATERMARK_RATIO; torch's default 1.7)", metavar="RATIO")
     mps_low_watermark_ratio: float | None = _setting(
         None, _ratio, "on Apple-silicon GPUs, the level at which cached memory is given back; at most the high "
-        "ratio (PYTORCH_MPS_LOW_WATERMARK_RATIO; torch's default 1.4)", metavar="RATIO")
+        "ratio (1.7 when unset, 2.0 when it is 0.0) (PYTORCH_MPS_LOW_WATERMARK_RATIO; torch's default 1.4)", metavar="RATIO")
 
 
 SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(LaunchSettings))
@@ -206,7 +212,7 @@ class SettingProblem:
     fix: str
 
     def __str__(self) -> str:
-        value = "" if self.value is _NO_VALUE else f" = {self.value!r}"
+        value = "" if self.value is _NO_VALUE else f" = {excerpt(self.value)}"  # a huge value is cut short
         return f"{self.where}: {self.key}{value}: {self.why}. Fix: {self.fix}."
 
 
@@ -239,7 +245,7 @@ def _toml_syntax_problem(path: Path, text: str, error: Exception) -> SettingProb
     line_no = int(found.group(1)) if found else None
     reason = re.sub(r"\s*\(at .*\)$", "", message)
     lines = text.splitlines()
-    shown = f": {lines[line_no - 1].strip()!r}" if line_no and line_no <= len(lines) else ""
+    shown = f": {excerpt(lines[line_no - 1].strip())}" if line_no and line_no <= len(lines) else ""
     where = f"{path}, line {line_no}" if line_no else str(path)
     return SettingProblem(where, "(syntax)", _NO_VALUE, f"not valid TOML ({reason}){shown}",
                           "correct that line (strings need quotes: mixed_precision = \"bf16\"), or rewrite the "
@@ -249,17 +255,22 @@ def _toml_syntax_problem(path: Path, text: str, error: Exception) -> SettingProb
 def read_config_file(path: Path) -> tuple[dict[str, Any], list[SettingProblem]]:
     """The file's valid settings, and a problem for every bad line, key or value."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         return {}, [SettingProblem(str(path), "(file)", _NO_VALUE, "the config file does not exist",
                                    f"check the path, or write one with `braeburn config --config-file {path}`")]
     except (OSError, UnicodeDecodeError) as error:
         return {}, [SettingProblem(str(path), "(file)", _NO_VALUE, f"cannot be read ({error})",
                                    "check the file's permissions and that it is UTF-8 text")]
+    except ConfigFileError as error:  # too large: refused before it is read
+        return {}, [SettingProblem(str(path), "(file)", _NO_VALUE, str(error), "keep only the launch settings "
+                                   f"in it, or rewrite it with `braeburn config --default --force --config-file {path}`")]
     try:
-        raw = tomllib.loads(text)
+        raw = load_toml(text)
     except tomllib.TOMLDecodeError as error:
         return {}, [_toml_syntax_problem(path, text, error)]
+    except ConfigFileError as error:  # nested too deep
+        return {}, [SettingProblem(str(path), "(file)", _NO_VALUE, str(error), "write one key = value per line")]
     return _values_from_table(path, raw)
 
 
@@ -316,6 +327,14 @@ def check_settings(settings: LaunchSettings, where: Mapping[str, str]) -> list[S
         problems.append(SettingProblem(where["num_machines"], "num_machines", s.num_machines,
                                        "several machines need the address of machine 0 to meet there",
                                        "pass --main-process-ip ADDRESS (the same on every machine)"))
+    per_machine = -(-s.num_processes // s.num_machines)
+    if per_machine > MAX_PROCESSES_PER_MACHINE:
+        problems.append(SettingProblem(where["num_processes"], "num_processes", s.num_processes,
+                                       f"would start {per_machine:,} processes on each machine, more than the "
+                                       f"{MAX_PROCESSES_PER_MACHINE:,} braeburn allows (each loads torch; one per "
+                                       "device or CPU core is the most that helps)",
+                                       "pass --num-processes with one process per device (per CPU core with --cpu) "
+                                       "of every machine"))
     if s.num_processes % s.num_machines:
         problems.append(SettingProblem(where["num_processes"], "num_processes", s.num_processes,
                                        f"is the total on all machines and must divide evenly by num_machines "

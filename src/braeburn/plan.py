@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .config_files import excerpt
 from .devices.base import PRECISIONS, DeviceKind
 from .devices.host import HostFacts
 from .devices.registry import ACCELERATOR_CHOICES, GPU_ALIAS, KINDS, accelerator_kinds, fallback_kind, get_kind
@@ -40,7 +41,7 @@ class OptionError:
     message: str  # why it cannot work, and the fix
 
     def __str__(self) -> str:
-        return f"{self.option}={self.value!r}: {self.message}"
+        return f"{self.option}={excerpt(self.value)}: {self.message}"  # a huge value is shown cut short
 
 
 class PlanError(ValueError):
@@ -68,7 +69,7 @@ class Plan:
     compile_reason: str
     compile_auto: bool = False  # compile was left at "auto": the Accelerator may still skip it per model
     env: dict[str, str] = field(default_factory=dict)  # to set before torch loads
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # warnings the user should see (the Accelerator prints them once)
 
 
 def _requested_accelerator(options: RunOptions) -> tuple[str, str, object]:
@@ -161,27 +162,41 @@ def _choose_precision(options: RunOptions, kind: DeviceKind, host: HostFacts,
     return asked, support.needs_grad_scaler, f"{asked}{scaler}, as asked"
 
 
-def _choose_compile(options: RunOptions, kind: DeviceKind, host: HostFacts, errors: list[OptionError]) -> tuple[bool, str]:
+def _choose_compile(options: RunOptions, kind: DeviceKind, host: HostFacts, errors: list[OptionError],
+                    notes: list[str]) -> tuple[bool, str]:
     value = options.compile
     if isinstance(value, str) and value.lower() in ("true", "false"):
         value = value.lower() == "true"
     if value == "auto":
         return kind.compile_by_default(host)
-    if value is True or value is False:
-        return value, f"compile={value}, as asked"
+    if value is True:
+        support = kind.explicit_compile(host)
+        if support.refusal:
+            errors.append(OptionError("compile", options.compile, support.refusal))
+            return False, "refused"
+        if support.warning:
+            notes.append(support.warning)
+        return True, "compile=True, as asked"
+    if value is False:
+        return False, "compile=False, as asked"
     errors.append(OptionError("compile", options.compile, "choose auto, true or false"))
     return False, "refused"
 
 
 def _mps_env(options: RunOptions, kind: DeviceKind, errors: list[OptionError]) -> dict[str, str]:
     high, low = options.mps_high_watermark_ratio, options.mps_low_watermark_ratio
+    found = False
     for name, ratio in (("mps_high_watermark_ratio", high), ("mps_low_watermark_ratio", low)):
         if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio < 0):
             errors.append(OptionError(name, ratio, "must be a number >= 0 (0.0 lifts the limit)"))
-            return {}
-    if high is not None and low is not None and high > 0 and low > high:
-        errors.append(OptionError("mps_low_watermark_ratio", low, f"must not exceed mps_high_watermark_ratio "
-                                  f"({high}); torch refuses to start the MPS allocator otherwise"))
+            found = True
+    if found:
+        return {}
+    # Every kind's rules, whichever device this host picks: the same options travel to other machines.
+    problems = [OptionError(*problem) for each in KINDS for problem in each.watermark_problems(high, low)]
+    errors.extend(problems)
+    if problems:
+        return {}
     return kind.env_before_torch(fallback=options.mps_fallback, high_watermark=high, low_watermark=low)
 
 
@@ -192,12 +207,13 @@ def make_plan(options: RunOptions, host: HostFacts) -> Plan:
     devices = _check_devices(options, kind, host, errors)
     strategy = _check_processes(options, kind, host, errors)
     precision, scaler, precision_reason = _choose_precision(options, kind, host, errors)
-    use_compile, compile_reason = _choose_compile(options, kind, host, errors)
+    notes: list[str] = []
+    use_compile, compile_reason = _choose_compile(options, kind, host, errors, notes)
     env = _mps_env(options, kind, errors)
     if errors:
         raise PlanError(errors)
     return Plan(device=kind, device_reason=device_reason, devices=devices, num_processes=options.num_processes,
                 strategy=strategy, backend=kind.process_group_backend if strategy != "single" else None,
                 precision=precision, grad_scaler=scaler, precision_reason=precision_reason,
-                compile=use_compile, compile_reason=compile_reason, env=env,
+                compile=use_compile, compile_reason=compile_reason, env=env, notes=tuple(notes),
                 compile_auto=str(options.compile).lower() == "auto")

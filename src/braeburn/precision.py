@@ -61,11 +61,18 @@ class AutocastPolicy(PrecisionPolicy):
 
 
 class ScaledFp16Policy(AutocastPolicy):
-    """fp16 autocast plus a grad scaler, which keeps small fp16 gradients from flushing to zero."""
+    """fp16 autocast plus a grad scaler, which keeps small fp16 gradients from flushing to zero.
 
-    def __init__(self, device: torch.device):
+    ``GradScaler.step`` does not skip an overflow step itself for a fused optimizer
+    (``_step_supports_amp_scaling``): it hands the optimizer ``grad_scale`` and ``found_inf`` and trusts
+    the fused kernel to skip. Where the device kind says its fused kernels ignore them
+    (``fused_honours_scaler=False``), this policy unscales, looks for inf/NaN itself and skips the step.
+    """
+
+    def __init__(self, device: torch.device, fused_honours_scaler: bool = True):
         super().__init__(device, "fp16")
         self.scaler = torch.amp.GradScaler(device.type)
+        self.fused_honours_scaler = fused_honours_scaler
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         self.scaler.scale(loss).backward(**kwargs)
@@ -74,11 +81,27 @@ class ScaledFp16Policy(AutocastPolicy):
         self.scaler.unscale_(optimizer)
 
     def step(self, optimizer: torch.optim.Optimizer, closure=None) -> bool:
+        if not self.fused_honours_scaler and getattr(optimizer, "_step_supports_amp_scaling", False):
+            return self._step_skipping_overflow(optimizer, closure)
         # get_scale() reads the scale back to the host: one sync per optimizer step.
         scale_before = self.scaler.get_scale()
         self.scaler.step(optimizer, closure) if closure is not None else self.scaler.step(optimizer)
         self.scaler.update()
         return self.scaler.get_scale() >= scale_before
+
+    def _step_skipping_overflow(self, optimizer: torch.optim.Optimizer, closure=None) -> bool:
+        try:
+            self.scaler.unscale_(optimizer)  # the fused kernel then gets true gradients and no scale
+        except RuntimeError as error:  # already unscaled (gradient clipping) since the last update
+            if "unscale_() has already been called" not in str(error):
+                raise
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        # One host-device sync, as get_scale() costs on the other path.
+        finite = not grads or bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
+        if finite:
+            self.scaler.step(optimizer, closure) if closure is not None else self.scaler.step(optimizer)
+        self.scaler.update()  # lowers the scale after an overflow, from the inf check unscale_ recorded
+        return finite
 
     def state_dict(self) -> dict:
         return {"scaler": self.scaler.state_dict()}
@@ -88,14 +111,18 @@ class ScaledFp16Policy(AutocastPolicy):
             self.scaler.load_state_dict(state["scaler"])
 
 
-def make_policy(precision: str, grad_scaler: bool, device: torch.device) -> PrecisionPolicy:
-    """The policy for a plan's ``precision`` ("no" | "fp16" | "bf16") and ``grad_scaler`` choice."""
+def make_policy(precision: str, grad_scaler: bool, device: torch.device,
+                fused_honours_scaler: bool = True) -> PrecisionPolicy:
+    """The policy for a plan's ``precision`` ("no" | "fp16" | "bf16") and ``grad_scaler`` choice.
+
+    ``fused_honours_scaler``: the device kind's ``fused_optimizers_honour_grad_scaler(host)``.
+    """
     if precision == "no":
         return PrecisionPolicy(device)
     if precision not in _DTYPES:
         raise ValueError(f"precision={precision!r} is not a mixed-precision mode; expected one of no, fp16, bf16")
     if grad_scaler:
-        return ScaledFp16Policy(device)
+        return ScaledFp16Policy(device, fused_honours_scaler)
     return AutocastPolicy(device, precision)
 
 

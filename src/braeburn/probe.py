@@ -289,6 +289,10 @@ class _Recorder:
         elif self.side == "accelerator" and self.reference is not None:
             entry["grad"] = self._compare_and_force(number, params, grads)
         self.record["steps"].append(entry)
+        # Every op and call the Accelerator counted (stderr shows each op's warning only once).
+        report = getattr(accelerator, "fallback_report", None)
+        if report is not None:
+            self.record["fallback_ops"] = dict(report())
         if number >= self.steps:
             self.record["stopped_by_check"] = True
             self.write()

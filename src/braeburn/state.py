@@ -12,6 +12,7 @@ import os
 import pickle
 import random
 import shutil
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,41 @@ def seed_everything(seed: int, kind: DeviceKind) -> None:
     kind.manual_seed(seed)
 
 
+# -- full determinism ---------------------------------------------------------------------------
+# Inductor (torch.compile) skips its on-device benchmarking where the choice changes numerics. Read
+# when torch.compile first loads its configuration; torch versions without the setting ignore it.
+INDUCTOR_DETERMINISTIC_VAR = "TORCHINDUCTOR_DETERMINISTIC"
+
+
+def enable_full_determinism(kinds: list[DeviceKind] | None = None) -> str | None:
+    """Deterministic algorithms everywhere, as the Transformers Trainer's ``full_determinism`` does.
+
+    Sets each device kind's variables (CUBLAS_WORKSPACE_CONFIG on CUDA) where the user set none,
+    ``torch.use_deterministic_algorithms(True)`` (an operator without a deterministic version then
+    raises, naming itself) and the kinds' own library switches (cuDNN). Seeding is the caller's.
+    Warns (and returns the warning) when a variable came too late: the kind already ran work
+    in this process, so a library may have read the old value.
+    """
+    from .devices.registry import KINDS
+
+    late = []
+    for kind in KINDS if kinds is None else kinds:
+        for name, value in {**kind.deterministic_env(), INDUCTOR_DETERMINISTIC_VAR: "1"}.items():
+            if name not in os.environ:
+                os.environ[name] = value
+                if kind.libraries_started() and name != INDUCTOR_DETERMINISTIC_VAR:
+                    late.append(f"{name}={value}")
+        kind.use_deterministic_libraries()
+    torch.use_deterministic_algorithms(True)
+    if not late:
+        return None
+    message = (f"full_determinism: {', '.join(late)} was set after the GPU had run work in this process; a "
+               "library that already ran keeps its earlier setting, so results may still differ between runs. "
+               f"Export {' '.join(late)} before starting Python, or create the Trainer before any GPU work.")
+    warnings.warn(message, stacklevel=3)
+    return message
+
+
 # -- atomic directory writes --------------------------------------------------------------------
 def staging_dir(output_dir: str | os.PathLike) -> Path:
     """Where a state directory is written before it is renamed into place (same filesystem)."""
@@ -100,21 +136,59 @@ def prepare_staging(output_dir: str | os.PathLike) -> Path:
     return staging
 
 
+def old_dir(output_dir: str | os.PathLike) -> Path:
+    """Where :func:`publish` keeps the previous state while the new one is renamed into place."""
+    target = Path(output_dir)
+    return target.parent / f".{target.name}.old"
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make the renames inside ``folder`` durable (a power loss can otherwise undo a rename)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # some systems cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def publish(output_dir: str | os.PathLike) -> Path:
-    """Move the staged directory into place, replacing an older one."""
-    target, staging = Path(output_dir), staging_dir(output_dir)
+    """Move the staged directory into place, replacing an older one; a complete state is always visible.
+
+    The old state is renamed to ``.<name>.old`` before the new one takes its name, and deleted only
+    after: a kill between the two renames leaves ``.<name>.old`` complete, and :func:`readable_dir`
+    falls back to it. Every rename is fsynced in the parent directory.
+    """
+    target, staging, old = Path(output_dir), staging_dir(output_dir), old_dir(output_dir)
     for path in staging.rglob("*"):  # data on disk before the rename that makes it visible
         if path.is_file():  # (sharded checkpoints hold a folder of files)
             with open(path, "rb") as handle:
                 os.fsync(handle.fileno())
-    old = target.parent / f".{target.name}.old"
-    if old.exists():
-        shutil.rmtree(old)
-    if target.exists():
+    if target.exists():  # the target is complete, so an older copy is not needed
+        if old.exists():
+            shutil.rmtree(old)
         os.replace(target, old)
+        fsync_dir(target.parent)
+    # (no target but an old one: a kill came between the renames last time; the old one is the good copy)
     os.replace(staging, target)
+    fsync_dir(target.parent)
     if old.exists():
         shutil.rmtree(old)
+        fsync_dir(target.parent)
+    return target
+
+
+def readable_dir(input_dir: str | os.PathLike) -> Path:
+    """``input_dir``, or the previous state kept beside it when a save was killed between its renames."""
+    target, old = Path(input_dir), old_dir(input_dir)
+    if not target.exists() and old.is_dir():
+        print(f"braeburn: {target} is missing: a save_state() was stopped while replacing it. Loading the previous "
+              f"state, kept in {old}, instead.", flush=True)
+        return old
     return target
 
 
@@ -163,4 +237,4 @@ def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu"
 
 
 __all__ = ["rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
-           "staging_dir", "save_file", "load_file"]
+           "staging_dir", "old_dir", "readable_dir", "fsync_dir", "save_file", "load_file"]

@@ -108,13 +108,19 @@ _FLOAT64_FAILURE = "doesn't support float64"
 
 
 def read_stderr(run: SideRun) -> None:
-    """Fallback ops (counted per warning line), failed ops and the final error, from the child's stderr."""
+    """Fallback ops, failed ops and the final error, from the child's stderr and record.
+
+    The record's counts (every op and call, from the child's Accelerator) win; warning lines on
+    stderr, which show each op once, fill in ops the record missed (a run that died before a step).
+    """
     from ..fallback import parse_fallback_warning
 
     for line in run.stderr.splitlines():
         op = parse_fallback_warning(line)
         if op is not None:
             run.fallback_ops[op] += 1
+    for op, count in ((run.record or {}).get("fallback_ops") or {}).items():
+        run.fallback_ops[op] = max(run.fallback_ops[op], int(count))
     run.failed_ops = [m.strip() for m in _FAILED_OP.findall(run.stderr)]
     if run.returncode != 0:
         lines = [line for line in run.stderr.strip().splitlines() if line.strip()]

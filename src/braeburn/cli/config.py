@@ -130,8 +130,8 @@ def _ask_pre_torch_environment(kind: DeviceKind, asker: Asker) -> dict:
         return {}
     answers = {"mps_fallback": asker.confirm(f"Run operators {kind.name} lacks on the CPU instead of failing "
                                              "(slower for those operators, but the script runs)?", default=True)}
-    high = asker.setting(f"{kind.name} memory limit as a share of the recommended maximum (e.g. 1.0; 0 lifts "
-                         "it; empty keeps torch's default)", "mps_high_watermark_ratio", None)
+    high = asker.setting(f"{kind.name} memory limit as a share of the recommended maximum, 0 to 2.0 (e.g. "
+                         "1.0; 0 lifts it; empty keeps torch's default 1.7)", "mps_high_watermark_ratio", None)
     if high is not None:
         answers["mps_high_watermark_ratio"] = high
         if high > 0:

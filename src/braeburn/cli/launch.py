@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -37,7 +38,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="print the command and the environment it would set, and run nothing")
     parser.add_argument("script", help="the training script (or, with -m, the module)")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed to the script")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, exit_at_once=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         for name, value in sorted(added.items()):
             print(f"  {name}={value}")
         return 0
-    return run_child(command, env)
+    return run_child(command, env, own_session=uses_elastic_launch(settings))
 
 
 # -- the plan ---------------------------------------------------------------------------------------
@@ -156,7 +157,7 @@ def build_command(settings: LaunchSettings, plan: Plan, target: str, target_args
     if not uses_elastic_launch(settings):
         return [sys.executable, *run_target]
     address = settings.main_process_ip or LOCALHOST  # one machine: nothing outside it need reach us
-    return [sys.executable, "-m", "torch.distributed.run",
+    return [sys.executable, "-m", "braeburn.cli.job_agent",  # torch.distributed.run, ended with the launcher
             "--nnodes", str(settings.num_machines),
             "--nproc-per-node", str(settings.num_processes // settings.num_machines),
             "--node-rank", str(settings.machine_rank),
@@ -167,17 +168,46 @@ def build_command(settings: LaunchSettings, plan: Plan, target: str, target_args
 
 # -- running it -------------------------------------------------------------------------------------
 
-@dataclass
-class _Forwarder:
-    """Passes SIGINT and SIGTERM on to the child, so Ctrl-C or a scheduler's SIGTERM stops every process."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# After a stop signal the job has this long to end by itself (a Trainer saves a checkpoint first;
+# torchrun gives its workers the same 30 s); then, or at a second signal, every process is killed.
+STOP_GRACE_S = 30.0
 
-    child: subprocess.Popen
+
+@dataclass
+class _Job:
+    """The running job, and the stop signal received. The first signal is passed on and starts the grace
+    period; a second signal, or the end of the grace period, kills every process of the job."""
+
+    forward_always: bool  # the job runs in its own session: no terminal signal reaches it but ours
+    process: subprocess.Popen | None = None
+    received: int | None = None
+    _deadline: threading.Timer | None = None
 
     def __call__(self, signum: int, frame) -> None:
-        if signum == signal.SIGINT and _terminal_already_signals_child():
-            return  # Ctrl-C in a terminal reaches the whole foreground group, the child included
-        if self.child.poll() is None:
-            self.child.send_signal(signum)
+        if self.received is None:
+            self.received = signum
+            self.stop()
+        elif self.process is not None and self.process.poll() is None:
+            kill_tree(self.process.pid)  # a second Ctrl-C: stop now
+
+    def stop(self) -> None:
+        """Pass the first signal on, once, as soon as the job exists (run_child calls it after the start)."""
+        if self.process is None or self._deadline is not None or self.process.poll() is not None:
+            return
+        self._deadline = threading.Timer(STOP_GRACE_S, kill_tree, [self.process.pid])
+        self._deadline.daemon = True
+        self._deadline.start()
+        signum = self.received
+        if self.forward_always or not (signum == signal.SIGINT and _terminal_already_signals_child()):
+            self.process.send_signal(signum)  # else Ctrl-C in a terminal reached the child's group already
+
+    def wait(self) -> int:
+        try:
+            return self.process.wait()
+        finally:
+            if self._deadline is not None:
+                self._deadline.cancel()
 
 
 def _terminal_already_signals_child() -> bool:
@@ -187,14 +217,92 @@ def _terminal_already_signals_child() -> bool:
         return False
 
 
-def run_child(command: list[str], env: Mapping[str, str]) -> int:
-    """Run ``command``; its exit status is ours (128 + N when signal N ended it, as a shell reports)."""
-    child = subprocess.Popen(command, env=dict(env))
-    forward = _Forwarder(child)
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+def process_tree(root: int) -> list[int]:
+    """``root`` and every process descending from it, parents first (Linux /proc, else ps)."""
+    parents: dict[int, int] = {}
+    if os.path.isdir("/proc/self"):
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    else:
+        listing = subprocess.run(["ps", "-A", "-o", "pid=", "-o", "ppid="], capture_output=True, text=True)
+        for line in listing.stdout.splitlines():
+            pid, _, ppid = line.strip().partition(" ")
+            parents[int(pid)] = int(ppid.strip())
+    tree = [root]
+    for pid in tree:  # grows while walked: breadth first
+        tree.extend(child for child, parent in parents.items() if parent == pid)
+    return tree
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL ``root`` and its descendants (torchrun's workers run in sessions of their own)."""
+    for pid in reversed(process_tree(root)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_launcher():
+    """What the child runs before its program: ask Linux for SIGTERM when the launcher dies; None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
-        code = child.wait()
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the forked child only calls it
+    except (OSError, AttributeError):
+        return None
+    launcher = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != launcher:  # the launcher died before the request took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
+
+
+def _start(command: list[str], env: Mapping[str, str], watch_read: int | None) -> subprocess.Popen:
+    if watch_read is None:
+        return subprocess.Popen(command, env=dict(env), preexec_fn=_die_with_launcher())
+    from .job_agent import LAUNCHER_PIPE_VAR
+
+    try:
+        return subprocess.Popen(command, env={**env, LAUNCHER_PIPE_VAR: str(watch_read)}, start_new_session=True,
+                                pass_fds=(watch_read,))
+    finally:
+        os.close(watch_read)  # the agent has its copy; the launcher keeps only the write end
+
+
+def run_child(command: list[str], env: Mapping[str, str], *, own_session: bool = False) -> int:
+    """Run ``command`` until it ends; its exit status is ours (128 + N when signal N ended it, as a shell
+    reports). With ``own_session`` (torchrun's agent) the job gets a session of its own, every SIGINT and
+    SIGTERM is passed on, the job stops with 128 + N, and it ends when the launcher dies, even by SIGKILL
+    (see job_agent.py). A single script stays in the terminal's group (it may read from it) and, on Linux,
+    gets SIGTERM when the launcher dies."""
+    job = _Job(forward_always=own_session)
+    previous = {sig: signal.signal(sig, job) for sig in STOP_SIGNALS}  # before the start: no signal is lost
+    watch_read, watch_write = os.pipe() if own_session else (None, None)
+    try:
+        if job.received is not None:
+            return 128 + job.received  # stopped before anything started
+        job.process = _start(command, env, watch_read)
+        if job.received is not None:
+            job.stop()  # it arrived while the job was starting: pass it on now
+        code = job.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if watch_write is not None:
+            os.close(watch_write)  # the agent sees end of file, if it is somehow still running
+    if own_session and job.received is not None and code != 0:
+        return 128 + job.received
     return 128 - code if code < 0 else code

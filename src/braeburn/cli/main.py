@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from .. import __version__
@@ -43,6 +44,7 @@ def _verb_named(argv: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = _verb_named(argv)
     parser = build_parser(only=verb)
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("braeburn: interrupted", file=sys.stderr)
         return 130
@@ -60,6 +62,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"braeburn {args.verb}: error: {error}\n(run with --debug for the full traceback)", file=sys.stderr)
         return 1
+    if from_command_line and getattr(args, "exit_at_once", False):
+        # `braeburn launch` after its job: nothing to clean up, so skip the seconds the interpreter takes to
+        # tear down torch's modules (it loaded torch for the host facts); Ctrl-C gives the prompt back at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from .host import HostFacts
@@ -34,6 +35,14 @@ class PrecisionSupport:
     reason: str = ""  # when unsupported: what is missing, naming the version needed
 
 
+@dataclass(frozen=True)
+class CompileSupport:
+    """What ``compile=True`` meets on a kind: refused (``refusal`` says why and the fix) or warned."""
+
+    refusal: str = ""
+    warning: str = ""
+
+
 class DeviceKind(ABC):
     """One kind of device: every fact braeburn knows about it lives in a subclass."""
 
@@ -45,6 +54,9 @@ class DeviceKind(ABC):
     channels_last_helps: ClassVar[bool] = False
     supports_float64: ClassVar[bool] = True
     fused_adamw: ClassVar[bool] = False  # torch.optim.AdamW(fused=True) runs on this kind
+    # Ops this kind lacks run on the CPU with a warning torch gives once per process (TORCH_WARN_ONCE),
+    # so counting every op and call needs torch.set_warn_always(True) while recording.
+    cpu_fallback_warns_once: ClassVar[bool] = False
     # Substrings of the error text this kind raises when memory runs out.
     oom_markers: ClassVar[tuple[str, ...]] = ()
     # (name, what it does, read only once when libtorch loads)
@@ -71,8 +83,33 @@ class DeviceKind(ABC):
         """Variables that must be in the environment before torch loads."""
         return {}
 
+    def deterministic_env(self) -> dict[str, str]:
+        """Variables this kind's libraries read, once, for bitwise-reproducible results (full_determinism)."""
+        return {}
+
     def compile_by_default(self, host: HostFacts) -> tuple[bool, str]:
         return False, f"torch.compile is off by default on {self.name}"
+
+    def explicit_compile(self, host: HostFacts) -> CompileSupport:
+        """What ``compile=True`` (asked for, not "auto") meets here with this torch."""
+        return CompileSupport()
+
+    def fused_optimizers_honour_grad_scaler(self, host: HostFacts) -> bool:
+        """The fused Adam/AdamW kernels skip an overflow step when GradScaler hands them ``found_inf``."""
+        return True
+
+    def env_at_import(self, host_system: str) -> dict[str, str]:
+        """Defaults braeburn's import puts in the environment (never over a user's value) when torch has
+        not loaded yet, so that a plain ``python train.py`` gets them."""
+        return {}
+
+    def env_problems(self, env: Mapping[str, str], host_system: str) -> list[str]:
+        """Values in ``env`` that would make torch fail when it loads or first allocates: why and the fix."""
+        return []
+
+    def watermark_problems(self, high: float | None, low: float | None) -> list[tuple[str, object, str]]:
+        """(option, value, why and fix) for memory-limit ratios torch would refuse on this kind."""
+        return []
 
     def describe(self, host: HostFacts) -> str:
         return self.name
@@ -89,6 +126,13 @@ class DeviceKind(ABC):
     def manual_seed(self, seed: int) -> None:
         """Seed this kind's own generators (the CPU one is seeded by torch.manual_seed)."""
 
+    def use_deterministic_libraries(self) -> None:
+        """Make this kind's own libraries choose deterministic algorithms (beyond torch's switch)."""
+
+    def libraries_started(self) -> bool:
+        """Whether this kind already ran work in this process (then too late for :meth:`deterministic_env`)."""
+        return False
+
     def rng_state(self) -> Any:
         return None
 
@@ -104,6 +148,13 @@ class DeviceKind(ABC):
 
     def reset_peak_memory(self) -> None:
         """Start a new peak-memory window."""
+
+    def memory_beyond_comfort(self) -> str | None:
+        """Why the memory this process holds now would page (swap) although it fit; None when it is fine.
+
+        Read right after a step, before cached memory is given back (the batch-size search asks it).
+        """
+        return None
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         text = str(error)

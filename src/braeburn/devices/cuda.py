@@ -54,6 +54,11 @@ class CudaDevice(DeviceKind):
         return PrecisionSupport("bf16", False, reason=f"bf16 needs an NVIDIA GPU of compute capability 8.0 "
                                 f"(Ampere) or newer; this one is {lowest[0]}.{lowest[1]}; use fp16")
 
+    def deterministic_env(self) -> dict[str, str]:
+        # cuBLAS picks a reduction split per call from its workspace; a fixed small workspace makes the
+        # choice, and so the result, the same on every run. Read when cuBLAS first runs in a process.
+        return {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+
     def compile_by_default(self, host: HostFacts) -> tuple[bool, str]:
         return True, "torch.compile pays off on CUDA once a run has more than a few hundred steps"
 
@@ -74,6 +79,19 @@ class CudaDevice(DeviceKind):
         import torch
 
         torch.cuda.manual_seed_all(seed)
+
+    def use_deterministic_libraries(self) -> None:
+        import torch
+
+        torch.backends.cudnn.deterministic = True  # no atomics-based convolution algorithms
+        torch.backends.cudnn.benchmark = False  # no timing-based choice that can differ between runs
+
+    def libraries_started(self) -> bool:
+        import torch
+
+        # GPU memory held (a tensor, or cuBLAS's workspace) means GPU work ran; reading the host facts
+        # starts CUDA but allocates nothing, so a parsed config does not count as too late.
+        return torch.cuda.is_initialized() and torch.cuda.memory_reserved() > 0
 
     def rng_state(self) -> Any:
         import torch

@@ -1,28 +1,58 @@
 """Apple-silicon GPUs through torch's MPS backend.
 
-Facts (see MPS_NOTES.md): one device per Mac; no process-group backend handles
-MPS tensors; no float64; fp16 autocast from torch 2.5, bf16 from 2.6 on macOS 14+;
-GradScaler("mps") from torch 2.8; torch 2.9+ needs macOS 14; the CPU fallback and
-the memory watermarks are read only when libtorch loads.
+Facts (see MPS_NOTES.md and docs/devices.md, "Mac: what braeburn does for you"): one device per Mac;
+no process-group backend handles MPS tensors; no float64; fp16 autocast from torch 2.5, bf16 from 2.6
+on macOS 14+; GradScaler("mps") from torch 2.8; MPS needs macOS 13.0 for torch 2.5-2.8 and 14.0 from
+torch 2.9; no x86_64 macOS wheels after torch 2.2.2; the CPU fallback is read when libtorch loads and
+the memory watermarks at the first MPS allocation.
 """
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from .base import Availability, DeviceKind, PrecisionSupport
+from .base import Availability, CompileSupport, DeviceKind, PrecisionSupport
 from .host import HostFacts, version_text
 
 FALLBACK_VAR = "PYTORCH_ENABLE_MPS_FALLBACK"
 HIGH_WATERMARK_VAR = "PYTORCH_MPS_HIGH_WATERMARK_RATIO"
 LOW_WATERMARK_VAR = "PYTORCH_MPS_LOW_WATERMARK_RATIO"
-# torch's defaults on unified memory; the allocator refuses to start when low > high.
+# torch's defaults on unified memory (MPSAllocator.h); setHighWatermarkRatio refuses a high ratio
+# outside [0, 2.0], setLowWatermarkRatio a low one above the high (2.0 when the high is 0: no limit).
 DEFAULT_HIGH_WATERMARK = 1.7
 DEFAULT_LOW_WATERMARK = 1.4
+WATERMARK_UPPER_BOUND = 2.0
+# The last torch with macOS x86_64 wheels (pytorch#114602, #137281): an Intel Mac or a Rosetta
+# Python cannot `pip install` a newer torch ("Could not find a version that satisfies the requirement").
+LAST_X86_64_MAC_TORCH = "2.2.2"
+# Inductor has no MPS code generation before torch 2.7 and a prototype in 2.7 (pytorch#125254,
+# #150121); wrong results were reported up to 2.12 (#170360, #191976, LayerNorm fixed in 2.13).
+MIN_TORCH_COMPILE = (2, 8)
+TRUSTED_TORCH_COMPILE = (2, 13)
+# libtorch parses PYTORCH_ENABLE_MPS_FALLBACK with std::stoi while it loads (MPSFallback.mm): a value
+# that does not start with a whole number ("true", "yes") throws there and aborts `import torch`.
+_STOI_PARSES = re.compile(r"\s*[+-]?\d")
 
 
 def min_macos_for(torch_version: tuple[int, ...]) -> tuple[int, ...]:
-    return (14, 0) if torch_version >= (2, 9) else (12, 3)
+    """The oldest macOS whose MPS this torch supports (pytorch#133141, #139425, #162921)."""
+    if torch_version >= (2, 9):
+        return (14, 0)
+    if torch_version >= (2, 5):
+        return (13, 0)
+    return (12, 3)
+
+
+def _old_macos(host: HostFacts, need: tuple[int, ...]) -> Availability:
+    # torch 2.5-2.8 run MPS on macOS 13; braeburn needs torch 2.6+, so below 13 only a macOS update helps.
+    older = (", or install torch<2.9 (torch 2.6-2.8 run MPS on macOS 13)" if host.macos_version >= (13,)
+             else " (every torch braeburn supports, 2.6 and newer, needs macOS 13.0 or newer for MPS)")
+    return Availability(False, f"macOS {version_text(host.macos_version)} is older than torch "
+                        f"{host.torch_version_str} needs for MPS ({version_text(need)})",
+                        f"update macOS to {version_text(need)} or newer{older}", fixable=True)
 
 
 def _not_available_reason(host: HostFacts) -> Availability:
@@ -30,25 +60,49 @@ def _not_available_reason(host: HostFacts) -> Availability:
         return Availability(False, f"MPS needs macOS on Apple silicon; this is {host.system}")
     if host.rosetta:
         return Availability(False, "this Python runs under Rosetta (x86_64) on an Apple-silicon Mac, "
-                            "so torch cannot see the GPU",
+                            "so torch cannot see the GPU; PyPI has no x86_64 macOS torch newer than "
+                            f"{LAST_X86_64_MAC_TORCH}, so `pip install torch>=2.6` in this Python fails with "
+                            "'Could not find a version that satisfies the requirement'",
                             "install an arm64 Python (python.org's universal2 installer, or an arm64 "
                             "conda/Homebrew) and reinstall torch in it, or pass --cpu", fixable=True)
     if not host.apple_silicon:
-        return Availability(False, f"this Mac has an Intel CPU ({host.machine}); MPS training needs Apple silicon")
+        return Availability(False, f"this Mac has an Intel CPU ({host.machine}); MPS training needs Apple "
+                            f"silicon, and torch {LAST_X86_64_MAC_TORCH} was the last release for Intel Macs")
     if not host.mps_built:
         return Availability(False, f"this torch ({host.torch_version_str}) was built without MPS",
                             "reinstall torch from PyPI in an arm64 Python: pip install --force-reinstall torch",
                             fixable=True)
     need = min_macos_for(host.torch_version)
     if host.macos_version and host.macos_version < need:
-        return Availability(False, f"macOS {version_text(host.macos_version)} is older than torch "
-                            f"{host.torch_version_str} needs for MPS ({version_text(need)})",
-                            f"update macOS to {version_text(need)} or newer, or install torch<2.9",
-                            fixable=True)
+        return _old_macos(host, need)
     return Availability(False, "torch reports MPS as unavailable on this Apple-silicon Mac "
                         "(torch.backends.mps.is_available() is False)",
                         "update macOS and torch; run `python -c \"import torch; "
                         "torch.zeros(1, device='mps')\"` to see torch's own error", fixable=True)
+
+
+def _watermark_problems(high: float | None, low: float | None) -> list[tuple[str, object, str]]:
+    """torch's setHighWatermarkRatio / setLowWatermarkRatio rules, checked before torch sees them."""
+    problems = []
+    if high is not None and high > WATERMARK_UPPER_BOUND:
+        problems.append(("mps_high_watermark_ratio", high, f"torch accepts 0.0 to {WATERMARK_UPPER_BOUND} "
+                         "(a share of the recommended working set; 0.0 lifts the limit) and stops at the first "
+                         f"MPS allocation with 'invalid high watermark ratio'. Pass {WATERMARK_UPPER_BOUND} or less, "
+                         "or 0.0 for no limit"))
+        return problems
+    if low is None:
+        return problems
+    if high is None:
+        ceiling, because = DEFAULT_HIGH_WATERMARK, f"torch's default high ratio ({DEFAULT_HIGH_WATERMARK})"
+    elif high == 0:
+        ceiling, because = WATERMARK_UPPER_BOUND, f"{WATERMARK_UPPER_BOUND} when the high ratio is 0.0 (no limit)"
+    else:
+        ceiling, because = high, f"mps_high_watermark_ratio ({high})"
+    if low > ceiling:
+        problems.append(("mps_low_watermark_ratio", low, f"must not exceed {because}; torch refuses to start the "
+                         f"MPS allocator otherwise ('invalid low watermark ratio'). Pass {ceiling} or less"
+                         + ("" if high is not None else ", or raise mps_high_watermark_ratio with it")))
+    return problems
 
 
 class MpsDevice(DeviceKind):
@@ -57,7 +111,9 @@ class MpsDevice(DeviceKind):
     process_group_backend: ClassVar[str | None] = None  # neither gloo nor nccl takes MPS tensors
     supports_float64: ClassVar[bool] = False
     fused_adamw: ClassVar[bool] = True  # MPS kernel since torch 2.5
-    oom_markers: ClassVar[tuple[str, ...]] = ("MPS backend out of memory",)
+    cpu_fallback_warns_once: ClassVar[bool] = True  # MPSFallback.mm: TORCH_WARN_ONCE, one call site for all ops
+    # MPSAllocator.mm: the watermark limit, and before it Metal's per-buffer limit (pytorch#141909).
+    oom_markers: ClassVar[tuple[str, ...]] = ("MPS backend out of memory", "Invalid buffer size: ")
     environment_variables: ClassVar[tuple[tuple[str, str, bool], ...]] = (
         (FALLBACK_VAR, "run ops MPS lacks on the CPU instead of failing", True),
         (HIGH_WATERMARK_VAR, "MPS memory limit as a share of recommended memory (0.0: none)", True),
@@ -105,6 +161,38 @@ class MpsDevice(DeviceKind):
     def compile_by_default(self, host: HostFacts) -> tuple[bool, str]:
         return False, "torch.compile on MPS is a prototype with known backward bugs; eager is the safe default"
 
+    def explicit_compile(self, host: HostFacts) -> CompileSupport:
+        tv = host.torch_version_str
+        if host.torch_version < MIN_TORCH_COMPILE:
+            return CompileSupport(refusal=f"torch {tv} cannot compile for MPS (Inductor has no MPS code generation "
+                                  "before torch 2.7 and only a prototype in 2.7): the first step fails with "
+                                  "BackendCompilerFailed. Pass compile=False (eager), or upgrade to torch 2.13 or newer")
+        if host.torch_version < TRUSTED_TORCH_COMPILE:
+            return CompileSupport(warning=f"torch.compile on MPS with torch {tv} can give wrong results "
+                                  "(pytorch#170360, #191976, fixed in 2.13); run `braeburn check script.py` to "
+                                  "compare a few steps with the CPU, or upgrade to torch 2.13 or newer")
+        return CompileSupport()
+
+    def fused_optimizers_honour_grad_scaler(self, host: HostFacts) -> bool:
+        # FusedAdamWKernelImpl.mm / FusedAdamKernelImpl.mm take grad_scale and found_inf and ignore both,
+        # and GradScaler.step leaves the overflow skip to a fused optimizer, so an fp16 overflow step
+        # would be applied. Fixed by pytorch PR #186360; the release it landed in is not verified, so no
+        # torch version is trusted yet.
+        return False
+
+    def env_at_import(self, host_system: str) -> dict[str, str]:
+        return {FALLBACK_VAR: "1"} if host_system == "Darwin" else {}
+
+    def env_problems(self, env: Mapping[str, str], host_system: str) -> list[str]:
+        value = env.get(FALLBACK_VAR)
+        if host_system != "Darwin" or value is None or _STOI_PARSES.match(value):
+            return []
+        return [f"{FALLBACK_VAR}={value!r} is not a whole number: libtorch reads it with std::stoi when it loads "
+                "and throws, so `import torch` aborts. Use 1 (ops MPS lacks run on the CPU) or 0 (they fail)"]
+
+    def watermark_problems(self, high: float | None, low: float | None) -> list[tuple[str, object, str]]:
+        return _watermark_problems(high, low)
+
     def describe(self, host: HostFacts) -> str:
         return "Apple-silicon GPU (mps)"
 
@@ -140,10 +228,37 @@ class MpsDevice(DeviceKind):
         torch.mps.empty_cache()
 
     def memory_stats(self) -> dict[str, int]:
+        """In use now, the recommended working set and the out-of-memory limit; torch.mps has no peak counter."""
         import torch
 
         stats = {"allocated_bytes": torch.mps.current_allocated_memory(),
                  "driver_bytes": torch.mps.driver_allocated_memory()}
         if hasattr(torch.mps, "recommended_max_memory"):
-            stats["total_bytes"] = torch.mps.recommended_max_memory()
+            recommended = torch.mps.recommended_max_memory()
+            stats["recommended_bytes"] = recommended
+            ratio = high_watermark_in_effect(os.environ)
+            if ratio > 0:  # 0.0: no limit at all
+                stats["limit_bytes"] = int(ratio * recommended)
         return stats
+
+    def memory_beyond_comfort(self) -> str | None:
+        # Past the recommended working set (~75% of RAM) macOS starts to page, although torch's limit
+        # (1.7 x that by default) lets the allocation succeed. Cached buffers still count here: read
+        # right after a step, the driver's figure is the step's high-water mark.
+        import torch
+
+        if not hasattr(torch.mps, "recommended_max_memory"):
+            return None
+        held, recommended = torch.mps.driver_allocated_memory(), torch.mps.recommended_max_memory()
+        if held <= recommended:
+            return None
+        return (f"the step held {held / 2**30:.1f} GiB of MPS memory, above the recommended working set "
+                f"({recommended / 2**30:.1f} GiB), so macOS would page")
+
+
+def high_watermark_in_effect(environ: Mapping[str, str]) -> float:
+    """The high watermark ratio torch's allocator uses (read at the first MPS allocation)."""
+    try:
+        return float(environ.get(HIGH_WATERMARK_VAR, DEFAULT_HIGH_WATERMARK))
+    except ValueError:
+        return DEFAULT_HIGH_WATERMARK

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from ..data import apply_to_tensors
+from ..plan import OptionError, PlanError
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,26 @@ class WorldInfo:
         return self.world_size > 1
 
 
+class DistributedEnvironmentError(PlanError):
+    """The variables that describe this process's place in the job (WORLD_SIZE, RANK, MASTER_ADDR, ...)
+    cannot work; ``errors`` lists every one, each with the value, why and the fix."""
+
+    def __init__(self, errors: list[OptionError]):
+        super().__init__(errors)
+        lines = "\n".join(f"  - {error}" for error in self.errors)
+        noun = "variable" if len(self.errors) == 1 else "variables"
+        self.args = (f"{len(self.errors)} distributed environment {noun} cannot work:\n{lines}",)
+
+
+_SET_BY_LAUNCHER = ("torchrun sets it: start the script with `braeburn launch --num-processes N` (or torchrun) "
+                    "rather than setting it by hand")
+
+
 def world_from_env(env: Mapping[str, str] | None = None) -> WorldInfo:
+    """This process's place in the job, checked: every bad or missing variable is reported at once, before
+    anything connects (a RANK beyond WORLD_SIZE would otherwise wait forever for a peer that never comes)."""
     env = os.environ if env is None else env
+    errors: list[OptionError] = []
 
     def number(name: str, default: int) -> int:
         text = env.get(name, "").strip()
@@ -40,11 +59,41 @@ def world_from_env(env: Mapping[str, str] | None = None) -> WorldInfo:
         try:
             return int(text)
         except ValueError:
-            raise ValueError(f"{name}={text!r} is not a whole number; torchrun sets it, so start the script "
-                             "with `braeburn launch` or `torchrun` rather than setting it by hand") from None
+            errors.append(OptionError(name, text, f"is not a whole number; {_SET_BY_LAUNCHER}"))
+            return default
 
     world = number("WORLD_SIZE", 1)
-    return WorldInfo(world_size=world, rank=number("RANK", 0), local_rank=number("LOCAL_RANK", 0))
+    rank, local_rank = number("RANK", 0), number("LOCAL_RANK", 0)
+    if world < 1:
+        errors.append(OptionError("WORLD_SIZE", world, f"must be 1 or more (the number of processes); "
+                                  f"{_SET_BY_LAUNCHER}"))
+        world = 1
+    for name, value in (("RANK", rank), ("LOCAL_RANK", local_rank)):
+        if not 0 <= value < world:
+            errors.append(OptionError(name, value, f"must be from 0 to WORLD_SIZE-1 ({world - 1}): no process of a "
+                                      f"{world}-process job has it, so its peers would wait for it forever; "
+                                      f"{_SET_BY_LAUNCHER}"))
+    if world > 1 and not is_initialized():  # a group the script joined itself needs no rendezvous here
+        errors.extend(_rendezvous_errors(env))
+    if errors:
+        raise DistributedEnvironmentError(errors)
+    return WorldInfo(world_size=world, rank=rank, local_rank=local_rank)
+
+
+def _rendezvous_errors(env: Mapping[str, str]) -> list[OptionError]:
+    """MASTER_ADDR and MASTER_PORT: where the processes of a job meet (torch's env:// rendezvous)."""
+    errors = []
+    if not env.get("MASTER_ADDR", "").strip():
+        errors.append(OptionError("MASTER_ADDR", env.get("MASTER_ADDR"), "is not set, and WORLD_SIZE > 1 needs the "
+                                  "address of the rank-0 machine to meet there; start the script with `braeburn "
+                                  "launch` (which sets it), or export MASTER_ADDR=127.0.0.1 on one machine"))
+    port = env.get("MASTER_PORT", "").strip()
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        why = "is not set" if not port else "is not a port number from 1 to 65535"
+        errors.append(OptionError("MASTER_PORT", env.get("MASTER_PORT"), f"{why}, and WORLD_SIZE > 1 needs the port "
+                                  "of the rendezvous on MASTER_ADDR; start the script with `braeburn launch` (which "
+                                  "picks a free one), or export MASTER_PORT=29500 (the same on every process)"))
+    return errors
 
 
 def is_initialized() -> bool:
@@ -73,8 +122,31 @@ def _attempt_store(world: WorldInfo) -> "dist.Store":
     """
     from .elastic import restart_count
 
-    store, _, _ = next(dist.rendezvous("env://", rank=world.rank, world_size=world.world_size))
+    try:
+        store, _, _ = next(dist.rendezvous("env://", rank=world.rank, world_size=world.world_size))
+    except RuntimeError as error:  # torch's DistNetworkError: rank 0 could not open the rendezvous port
+        if "EADDRINUSE" not in str(error) and "address already in use" not in str(error).lower():
+            raise
+        port = os.environ.get("MASTER_PORT")
+        raise DistributedEnvironmentError([OptionError(
+            "MASTER_PORT", port, f"is already in use on this machine (another job, or a process still holding "
+            f"it), so rank 0 cannot open the rendezvous there; `braeburn launch` picks a free port by itself, or "
+            f"pass --main-process-port / export MASTER_PORT with a free one (`ss -ltnp | grep :{port}` shows "
+            "who holds it)")]) from None
     return dist.PrefixStore(f"braeburn/attempt-{restart_count()}/", store)
+
+
+_host_group: tuple[Any, Any] | None = None  # (the default group it was made in, the gloo group)
+
+
+def host_group() -> "dist.ProcessGroup":
+    """A gloo group of every rank, for small CPU tensors checked on the host: on any device backend, a
+    collective on it never syncs the device. Made once per process group; the first call is a collective
+    call (every rank must make it, at the same point)."""
+    global _host_group
+    if _host_group is None or _host_group[0] is not dist.group.WORLD:
+        _host_group = (dist.group.WORLD, dist.new_group(backend="gloo"))
+    return _host_group[1]
 
 
 def destroy_process_group() -> None:

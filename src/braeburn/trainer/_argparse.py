@@ -2,8 +2,9 @@
 
 Generic over dataclasses (the script's own and TrainingConfig). Field docstrings (the string
 literal under a field) or ``metadata={"help": ...}`` become the --help text; ``metadata=
-{"aliases": ("--cpu",)}`` adds extra flag names. Config files are data only: ``yaml.safe_load``
-and ``tomllib``, nothing is evaluated.
+{"aliases": ("--cpu",)}`` adds extra flag names. Config files are data only: YAML through
+``yaml.SafeLoader`` and ``tomllib``, bounded in size, depth and alias expansion (``config_files``);
+nothing is evaluated.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
+from .. import config_files
 from ..plan import OptionError
 
 _TRUE = ("true", "yes", "y", "1", "on")
@@ -214,22 +216,20 @@ def build_parser(specs: list[_Spec], argv: list[str]) -> _Parser:
 
 
 def read_config_file(path: str) -> dict[str, Any]:
-    """A TOML or YAML file of ``field = value`` pairs (tables are not code: nothing is evaluated)."""
+    """A TOML or YAML file of ``field = value`` pairs (tables are not code: nothing is evaluated).
+
+    Bounded (``config_files``): a file too large, nested too deep, or whose YAML aliases expand too far
+    is refused before any value is built.
+    """
     file = Path(path)
     if not file.is_file():
         raise ConfigError([OptionError("config", path, "no such file; pass the path of a .toml or .yaml file")])
-    text = file.read_text(encoding="utf-8-sig")
     try:
-        if file.suffix.lower() == ".toml":
-            if sys.version_info >= (3, 11):
-                import tomllib
-            else:  # pragma: no cover
-                import tomli as tomllib
-            data = tomllib.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text) or {}
+        text = config_files.read_text(file)
+        is_toml = file.suffix.lower() == ".toml"
+        data = config_files.load_toml(text) if is_toml else (config_files.load_yaml(text) or {})
+    except config_files.ConfigFileError as error:
+        raise ConfigError([OptionError("config", path, f"{error}")]) from None
     except Exception as error:  # a syntax error in the user's file: say where
         raise ConfigError([OptionError("config", path, f"cannot be read as {file.suffix or 'YAML'}: {error}")]) from None
     if not isinstance(data, dict):

@@ -14,7 +14,7 @@ from torch.utils.data import default_collate
 
 from .. import state as state_io
 from ..batch_size import find_batch_size
-from ..data import move_to_device
+from ..data import cast_float64, move_to_device
 
 if TYPE_CHECKING:
     from .loop import Trainer
@@ -27,17 +27,22 @@ def find_train_batch_size(trainer: "Trainer") -> int:
     dataset, collate = trainer.train_dataset, trainer.collate_fn or default_collate
     kind = acc.plan.device
     saved_rng = state_io.rng_state(kind)
+    announced: set[str] = set()
 
     def try_step(batch_size: int) -> None:
         samples = [dataset[i] for i in range(min(batch_size, len(dataset)))]
-        batch = move_to_device(collate(samples), acc.device)
+        batch = collate(samples)
+        if not kind.supports_float64:
+            batch = cast_float64(batch, acc.device, announced)
+        batch = move_to_device(batch, acc.device)
         model.train()
         trainer._forward_loss(model, batch).backward()
         model.zero_grad(set_to_none=True)
 
     def report(batch_size: int, fitted: bool) -> None:
         if not fitted:
-            acc.print(f"braeburn: per_device_train_batch_size={batch_size} ran out of {kind.name} memory; halving")
+            acc.print(f"braeburn: per_device_train_batch_size={batch_size} does not fit in {kind.name} memory "
+                      "(out of memory, or more than it holds without paging); halving")
 
     try:
         found = find_batch_size(try_step, start=config.per_device_train_batch_size,

@@ -27,11 +27,22 @@ from .state import TrainerState
 MAX_SNAPSHOT_SHARE = 0.25  # of the machine's memory: larger snapshots are written in the foreground
 
 
-def capture_files(accelerator: Any) -> dict[str, bytes]:
-    """The files ``accelerator.save_state`` would write, serialised now, in memory."""
-    with state_io.capture_writes() as files:
-        accelerator._write_state(Path("."))
-    return files
+class Snapshot:
+    """The files ``accelerator.save_state`` would write, serialised at one moment, in memory."""
+
+    def __init__(self, accelerator: Any):
+        with state_io.capture_writes() as files:
+            accelerator._write_state(Path("."))
+        self.files: dict[str, bytes] = files
+        self.finish = accelerator._finish_save  # the Accelerator's manifest and publish, as in save_state
+
+    @property
+    def size(self) -> int:
+        return sum(len(data) for data in self.files.values())
+
+
+def capture_files(accelerator: Any) -> Snapshot:
+    return Snapshot(accelerator)
 
 
 class _Replay:
@@ -39,14 +50,15 @@ class _Replay:
 
     is_main_process = True
 
-    def __init__(self, files: dict[str, bytes]):
-        self.files = files
+    def __init__(self, snapshot: Snapshot):
+        self.snapshot = snapshot
 
     def save_state(self, output_dir: str) -> None:
-        with state_io.atomic_directory(output_dir) as staging:
-            for name, data in self.files.items():
-                with open(staging / name, "wb") as handle:
-                    handle.write(data)
+        staging = state_io.prepare_staging(output_dir)
+        for name, data in self.snapshot.files.items():
+            with open(staging / name, "wb") as handle:
+                handle.write(data)
+        self.snapshot.finish(output_dir)
 
     def wait_for_everyone(self) -> None:
         """One process: nobody to wait for."""
@@ -69,19 +81,19 @@ class BackgroundSaver:
         self._on_done: Callable[[Path | None, BaseException | None], None] | None = None
 
     @staticmethod
-    def fits(files: dict[str, bytes]) -> bool:
+    def fits(snapshot: Snapshot) -> bool:
         memory = _memory_bytes()
-        return memory is None or sum(len(data) for data in files.values()) < MAX_SNAPSHOT_SHARE * memory
+        return memory is None or snapshot.size < MAX_SNAPSHOT_SHARE * memory
 
-    def submit(self, files: dict[str, bytes], state: TrainerState,
+    def submit(self, snapshot: Snapshot, state: TrainerState,
                on_done: Callable[[Path | None, BaseException | None], None]) -> None:
         self.wait()
-        snapshot = copy.deepcopy(state)
+        state_copy = copy.deepcopy(state)
         self._on_done = on_done
 
         def work() -> None:
             try:
-                self._outcome = (self.checkpoints.save(_Replay(files), snapshot), None)
+                self._outcome = (self.checkpoints.save(_Replay(snapshot), state_copy), None)
             except BaseException as error:  # handed to the main thread by wait()
                 self._outcome = (None, error)
 

@@ -8,6 +8,7 @@ Every hook receives the Trainer and its :class:`TrainerState`; a hook stops the 
 from __future__ import annotations
 
 import difflib
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,8 +87,19 @@ class CallbackList:
             handler(trainer, state)
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        """Every hook runs, even after one failed (they close files and restore signal handlers); the first
+        failure is raised after the last hook, the others are printed."""
+        failures: list[BaseException] = []
         for handler in self._handlers["on_train_end"]:
-            handler(trainer, state)
+            try:
+                handler(trainer, state)
+            except Exception as error:
+                failures.append(error)
+        for error in failures[1:]:
+            print(f"braeburn: warning: another on_train_end hook failed too: {type(error).__name__}: {error}",
+                  file=sys.stderr)
+        if failures:
+            raise failures[0]
 
     def on_epoch_begin(self, trainer: "Trainer", state: TrainerState) -> None:
         for handler in self._handlers["on_epoch_begin"]:

@@ -10,18 +10,20 @@ as they were. Nothing outside ``output_dir`` is ever written or deleted.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
+from .. import manifest as manifest_io
+from ..manifest import MANIFEST
+from ..state import fsync_dir as _fsync_dir
 from ..state import staging_dir
-from .state import TrainerState
+from .state import TrainerState, TrainerStateError
 
-MANIFEST = "manifest.json"
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+REPLACED_RE = re.compile(r"^\.(checkpoint-\d+)\.tmp\.old$")  # a checkpoint being replaced by a save of its step
 STAGING_RE = re.compile(r"^\.+checkpoint-\d+\.tmp")  # ours, and the Accelerator's staging around it
 
 
@@ -44,30 +46,33 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
-
-
 def write_manifest(folder: Path, step: int) -> Path:
-    files = {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in _files(folder)}
-    path = folder / MANIFEST
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump({"format": 1, "step": step, "files": files}, handle, indent=1)
-        handle.flush()
-        os.fsync(handle.fileno())
-    return path
+    """The checkpoint's manifest: the Accelerator's (sizes, layout) with checksums and the step added."""
+    written_sharded = (folder / manifest_io.SHARDED_METADATA).is_file()  # (a background save writes no manifest)
+    try:
+        layout = (manifest_io.read(folder) or {}).get("layout")
+    except manifest_io.ManifestError:
+        layout = None
+    layout = layout or (manifest_io.SHARDED if written_sharded else manifest_io.WHOLE)
+    files = {name: {"size": (folder / name).stat().st_size, "sha256": _sha256(folder / name)}
+             for name in manifest_io.listed_files(folder)}
+    return manifest_io.write(folder, {"format": 1, "step": step, "layout": layout, "files": files})
 
 
 def _read_manifest(folder: Path) -> dict[str, Any] | None:
+    """The manifest when it is readable and every name in it stays inside ``folder``; else None."""
     try:
-        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = manifest_io.read(folder)
+    except manifest_io.ManifestError:
         return None
-    return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
+    if data is None or any(manifest_io.name_problem(folder, n, e) for n, e in data["files"].items()):
+        return None
+    return data
 
 
 def step_of(folder: Path) -> int:
-    match = CHECKPOINT_RE.match(folder.name)
+    replaced = REPLACED_RE.match(folder.name)
+    match = CHECKPOINT_RE.match(replaced.group(1) if replaced else folder.name)
     return int(match.group(1)) if match else -1
 
 
@@ -75,19 +80,6 @@ def _barrier(accelerator: Any) -> None:
     wait = getattr(accelerator, "wait_for_everyone", None)  # anything with save_state will do in one process
     if wait is not None:
         wait()
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # some systems cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class CheckpointManager:
@@ -103,17 +95,26 @@ class CheckpointManager:
         return (CHECKPOINT_RE.match(path.name) is not None and path.is_dir() and not path.is_symlink()
                 and path.resolve().parent == self.output_dir)
 
+    def _replaced(self) -> list[Path]:
+        """``.checkpoint-N.tmp.old`` folders whose ``checkpoint-N`` is missing: a save of the same step was
+        killed between its two renames, and this is the complete checkpoint of that step."""
+        if not self.output_dir.is_dir():
+            return []
+        return [p for p in self.output_dir.iterdir() if (match := REPLACED_RE.match(p.name)) and p.is_dir()
+                and not p.is_symlink() and not (self.output_dir / match.group(1)).exists()
+                and (p / MANIFEST).is_file()]
+
     def checkpoints(self) -> list[Path]:
-        """Every ``checkpoint-N`` folder with a manifest, oldest first."""
+        """Every ``checkpoint-N`` folder with a manifest (or the kept copy of one being replaced), oldest first."""
         if not self.output_dir.is_dir():
             return []
         found = [p for p in self.output_dir.iterdir() if self._own(p) and (p / MANIFEST).is_file()]
-        return sorted(found, key=step_of)
+        return sorted(found + self._replaced(), key=step_of)
 
     def is_complete(self, folder: Path) -> bool:
         """Quick check: a manifest, and every file it lists present with its size."""
         manifest = _read_manifest(folder)
-        if manifest is None:
+        if manifest is None or not manifest["files"]:
             return False
         return all((folder / name).is_file() and (folder / name).stat().st_size == entry.get("size")
                    for name, entry in manifest["files"].items())
@@ -131,18 +132,22 @@ class CheckpointManager:
 
     # -- verifying -------------------------------------------------------------------------------
     def _problem(self, folder: Path) -> str | None:
-        manifest = _read_manifest(folder)
+        try:
+            manifest = manifest_io.read(folder)
+        except manifest_io.ManifestError:
+            manifest = None
         if manifest is None:
             return f"{folder / MANIFEST} is missing or unreadable, so the checkpoint is incomplete"
+        problem = manifest_io.problem(folder, manifest)  # names inside the folder, sizes, nothing unlisted
+        if problem is not None:
+            return problem
         for name, entry in manifest["files"].items():
-            path = folder / name
-            if not path.is_file():
-                return f"{path} is missing"
-            size = path.stat().st_size
-            if size != entry.get("size"):
-                return f"{path} is truncated or altered: {size} bytes, the manifest says {entry.get('size')}"
-            if _sha256(path) != entry.get("sha256"):
-                return f"{path} is corrupted: its sha256 does not match the manifest"
+            if _sha256(folder / name) != entry.get("sha256"):
+                return f"{folder / name} is corrupted: its sha256 does not match the manifest"
+        try:
+            TrainerState.load(folder)
+        except TrainerStateError as error:
+            return str(error)
         return None
 
     def verify(self, folder: Path) -> None:
@@ -187,6 +192,9 @@ class CheckpointManager:
         """Remove half-written checkpoints left by a crash (only our own hidden staging folders)."""
         if not self.output_dir.is_dir():
             return
+        for kept in self._replaced():  # the good copy of a checkpoint whose replacement was killed: restore it
+            os.replace(kept, self.output_dir / REPLACED_RE.match(kept.name).group(1))
+            _fsync_dir(self.output_dir)
         for path in self.output_dir.iterdir():
             if STAGING_RE.match(path.name) and path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
@@ -224,12 +232,18 @@ class CheckpointManager:
         return target
 
     def _publish(self, staging: Path, target: Path) -> None:
+        """Rename ``staging`` to ``target``. When the same step was saved already (a resume that saves at
+        once), the old one is kept as ``.checkpoint-N.tmp.old`` until the new one is in place: a kill
+        in between leaves it, and :meth:`checkpoints` and :meth:`clean_staging` take it back."""
         old = self.output_dir / f".{target.name}.tmp.old"
-        if target.exists():  # the same step saved again (a resume that saves at once)
+        if target.exists():
+            shutil.rmtree(old, ignore_errors=True)
             os.replace(target, old)
+            _fsync_dir(self.output_dir)
         os.replace(staging, target)
-        shutil.rmtree(old, ignore_errors=True)
         _fsync_dir(self.output_dir)
+        if old.exists():
+            shutil.rmtree(old, ignore_errors=True)
 
     def rotate(self, keep: Path | str | None = None) -> list[Path]:
         """Delete the oldest checkpoints beyond ``save_total_limit``, never ``keep`` (the best) or the newest."""
@@ -255,12 +269,17 @@ class CheckpointManager:
     def load(self, accelerator: Any, folder: Path) -> TrainerState:
         """Restore the Accelerator's objects and return the saved TrainerState (checksums already verified)."""
         try:
+            state = TrainerState.load(folder)  # type-checked before anything is restored
+        except TrainerStateError as error:
+            raise CheckpointError(f"Checkpoint {folder} cannot be used: {error}. Resume from another checkpoint, "
+                                  "or start afresh in a new output_dir.") from None
+        try:
             accelerator.load_state(str(folder))
         except (RuntimeError, KeyError, ValueError) as error:
             raise CheckpointError(f"Checkpoint {folder} does not fit this run: {error}. It was written for a "
                                   "different model, optimizer or number of processes; resume with the same "
                                   "script and options, or start afresh in a new output_dir.") from error
-        return TrainerState.load(folder)
+        return state
 
 
 __all__ = ["CheckpointCorruptError", "CheckpointError", "CheckpointManager", "MANIFEST", "write_manifest"]

@@ -117,6 +117,8 @@ class CompileWindow:
         if not decision.compile:
             return f"off ({decision.reason})"
         stats = self.acc.compile_stats()
+        if stats is not None and stats.over_wrapper:
+            return f"on ({decision.reason}); compiled over the {self.acc.plan.strategy} wrapper"
         if stats is None or not stats.compiled_calls:
             return f"on ({decision.reason}); no compiled step ran"
         graphs = "?" if stats.graphs is None else stats.graphs

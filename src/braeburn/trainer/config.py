@@ -8,6 +8,7 @@ plan's (``braeburn.plan.make_plan``), which :func:`parse_config` asks.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,13 @@ LOGGING_STRATEGIES = ("no", "steps", "epoch")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
 STRATEGIES = ("no", "steps", "epoch")
 NAN_POLICIES = ("stop", "skip")
+REPORT_TO = ("all", "tensorboard", "none")
+
+
+def tensorboard_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorboard") is not None
 
 
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -93,6 +101,8 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     """Whether a larger metric_for_best_model is better; default: true unless the metric's name ends in loss."""
     seed: int = 42
     """Seed of every random generator (python, torch, the device) set at the start."""
+    full_determinism: bool = False
+    """Deterministic algorithms everywhere (torch's switch, cuDNN, CUBLAS_WORKSPACE_CONFIG=:4096:8, compile without on-device tuning): bitwise-equal runs and resumes on a GPU, somewhat slower. CPU runs are bitwise without it."""
     mixed_precision: str = "auto"
     """auto (the best the device does well), no (float32), fp16 or bf16."""
     use_cpu: bool = field(default=False, metadata={"aliases": ("--cpu",)})
@@ -178,8 +188,6 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     """Accepted: braeburn moves eval predictions to the CPU after every batch already."""
     load_best_model_at_end: bool = False
     """Load the best checkpoint's weights (metric_for_best_model) at the end; needs save_strategy = eval_strategy."""
-    full_determinism: bool = False
-    """Deterministic algorithms everywhere (torch.use_deterministic_algorithms): reproducible, slower."""
     data_seed: int | None = None
     """Seed of the data order alone (default: seed)."""
     dataloader_persistent_workers: bool = False
@@ -204,10 +212,11 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
 
     def validate(self) -> list[OptionError]:
         """Every problem with this config's own fields (device rules are the plan's)."""
-        errors: list[OptionError] = []
+        errors: list[OptionError] = self._range_errors()
+        out_of_range = {error.option for error in errors}  # said once: the rules below would only repeat it
 
         def need(ok: bool, name: str, message: str) -> None:
-            if not ok:
+            if not ok and name not in out_of_range:
                 errors.append(OptionError(name, getattr(self, name), message))
 
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
@@ -229,6 +238,9 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
         for name, choices in (("lr_scheduler_type", SCHEDULERS), ("eval_strategy", STRATEGIES),
                               ("save_strategy", STRATEGIES), ("nan_policy", NAN_POLICIES)):
             need(getattr(self, name) in choices, name, f"choose one of {', '.join(choices)}")
+        need("tensorboard" not in (self.report_to or []) or tensorboard_installed(), "report_to",
+             "needs the tensorboard package, which is not installed; pip install tensorboard, or pass "
+             "--report_to all (TensorBoard when installed) or none")
         need(self.torch_compile_mode in COMPILE_MODES, "torch_compile_mode",
              f"choose one of {', '.join(str(m) for m in COMPILE_MODES[1:])} (or leave it unset)")
         need(bool(str(self.output_dir).strip()), "output_dir", "must name a folder, e.g. --output_dir outputs")
@@ -244,6 +256,34 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
 
         return errors + hf_errors(self) + unsupported_errors(self)
 
+    def _range_errors(self) -> list[OptionError]:
+        """Numbers that no rule below can use: infinite or NaN floats, integers beyond what torch holds."""
+        errors = []
+        for name in _FLOAT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, float) and not math.isfinite(value):
+                errors.append(OptionError(name, value, f"must be a finite number; pass --{name} with a number "
+                                          "such as the default " + repr(TrainingConfig.__dataclass_fields__[name].default)))
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, int) and not -INT64_MAX <= value <= INT64_MAX:
+                errors.append(OptionError(name, value, f"is beyond a 64-bit integer (torch counts steps and sizes "
+                                          f"in int64); pass --{name} {TrainingConfig.__dataclass_fields__[name].default}"
+                                          " or another sensible value"))
+        if isinstance(self.seed, int) and not SEED_MIN <= self.seed <= SEED_MAX:
+            errors.append(OptionError("seed", self.seed, f"is outside torch's seed range [{SEED_MIN}, {SEED_MAX}] "
+                                      "(torch.manual_seed refuses it); pass --seed 42 or any number in that range"))
+        if isinstance(self.num_train_epochs, float) and math.isfinite(self.num_train_epochs) and \
+                self.num_train_epochs > MAX_EPOCHS:
+            errors.append(OptionError("num_train_epochs", self.num_train_epochs, f"is more than {MAX_EPOCHS:,.0f} "
+                                      "passes over the data, which no run finishes; pass --num_train_epochs 3, or "
+                                      "--max_steps N to train for N optimizer steps"))
+        if isinstance(self.dataloader_num_workers, int) and self.dataloader_num_workers > MAX_DATALOADER_WORKERS:
+            errors.append(OptionError("dataloader_num_workers", self.dataloader_num_workers, f"starts more than "
+                                      f"{MAX_DATALOADER_WORKERS} worker processes per training process; pass "
+                                      "--dataloader_num_workers 0 to 8 (about the CPU cores per process)"))
+        return errors
+
     def run_options(self, num_processes: int = 1) -> RunOptions:
         """The device/precision/compile requests, as the plan reads them."""
         return RunOptions(accelerator=self.accelerator, devices=self.devices, cpu=self.use_cpu,
@@ -256,6 +296,15 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
             return int(self.warmup_steps)
         ratio = self.warmup_steps if self.warmup_steps > 0 else self.warmup_ratio
         return int(ratio * total_steps + 0.5)
+
+
+INT64_MAX = 2**63 - 1
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed accepts
+MAX_EPOCHS = 1e6
+MAX_DATALOADER_WORKERS = 256
+_FLOAT_FIELDS = tuple(name for name, f in TrainingConfig.__dataclass_fields__.items() if f.type in ("float", float))
+_INT_FIELDS = tuple(name for name, f in TrainingConfig.__dataclass_fields__.items()
+                    if f.type in ("int", int, "int | None") and name != "seed")
 
 
 def _compile_value(value: Any) -> str | bool:

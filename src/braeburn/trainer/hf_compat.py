@@ -102,11 +102,14 @@ def hf_errors(config: Any) -> list[OptionError]:
     if config.dataloader_prefetch_factor is not None and config.dataloader_num_workers == 0:
         errors.append(OptionError("dataloader_prefetch_factor", config.dataloader_prefetch_factor,
                                   "needs --dataloader_num_workers 1 or more"))
-    from ..trackers import TRACKERS
+    from ..trackers import TRACKERS, is_available
 
     for name in config.report_to or []:
         if name not in TRACKERS and name not in ("all", "none"):
             errors.append(OptionError("report_to", name, f"choose from none, all, {', '.join(TRACKERS)}"))
+        elif name in TRACKERS and name != "tensorboard" and not is_available(name):  # tensorboard: config.py says it
+            errors.append(OptionError("report_to", name, f"needs the {TRACKERS[name][1]} package, which is not "
+                                      f"installed; pip install {TRACKERS[name][1]}, or pass --report_to all or none"))
     return errors
 
 
@@ -300,7 +303,7 @@ def label_smoothed_loss(factor: float) -> Callable[[Any, Any], Any]:
 
 
 def prepare_model_options(model: Any, config: Any) -> None:
-    """gradient_checkpointing, tf32 and full_determinism, applied before training."""
+    """gradient_checkpointing and tf32, applied before training (full_determinism: the Trainer, before the Accelerator)."""
     import torch
 
     if config.gradient_checkpointing:
@@ -312,10 +315,6 @@ def prepare_model_options(model: Any, config: Any) -> None:
         enable(gradient_checkpointing_kwargs=config.gradient_checkpointing_kwargs)
     if config.tf32 is not None:
         torch.set_float32_matmul_precision("high" if config.tf32 else "highest")
-    if config.full_determinism:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.benchmark = False
 
 
 # -- Trainer methods scripts call ------------------------------------------------------------------------

@@ -17,13 +17,16 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from .. import output_lock
 from ..accelerator import Accelerator
 from ..collate import BucketPadding, batch_signature, position_limit
+from ..distributed import process_group as pg
 from ..plan import PlanError
+from ..state import enable_full_determinism
 from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss, model_logits
 from .callbacks import CallbackList
-from .background_save import BackgroundSaver, capture_files
+from .background_save import BackgroundSaver, Snapshot, capture_files
 from .checkpoint import CheckpointError, CheckpointManager
 from .config import ConfigError, TrainingConfig, _compile_value
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
@@ -34,9 +37,10 @@ from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
 from .optim import default_optimizer, default_scheduler
 from .plots import PlotCallback
-from .progress import ProgressCallback, human_bytes
+from .progress import ProgressCallback, memory_line
 from .signals import SignalCallback, TrainingInterrupted
 from .state import TrainerState
+from .write_faults import prepare_output_dir
 
 
 _KEEP = object()  # _after_save: leave state.last_checkpoint as it is
@@ -68,6 +72,8 @@ class Trainer(HfTrainerMixin):
         errors = self.config.validate()
         if errors:
             raise ConfigError(errors)
+        if self.config.full_determinism:  # before the Accelerator: its variables must precede any GPU work
+            enable_full_determinism()
         from ..trackers import resolve_log_with
 
         resolve_log_with(self.config.report_to)  # a tracker asked for but not installed: say so now
@@ -131,6 +137,12 @@ class Trainer(HfTrainerMixin):
         _no_hf_extras(trial, kwargs)
         resume_from_checkpoint = {True: "latest", False: None}.get(resume_from_checkpoint, resume_from_checkpoint) \
             if isinstance(resume_from_checkpoint, bool) else resume_from_checkpoint
+        try:
+            return self._train(resume_from_checkpoint)
+        finally:
+            output_lock.release(self.output_dir)  # taken by _check_output_dir (rank 0); a no-op when not held
+
+    def _train(self, resume_from_checkpoint: str | None) -> TrainOutput:
         config, acc = self.config, self.accelerator
         resume = resume_from_checkpoint or config.resume_from_checkpoint or self._elastic_resume()
         if self.train_dataset is None:
@@ -147,6 +159,7 @@ class Trainer(HfTrainerMixin):
         self.callbacks.on_train_begin(self, self.state)
         try:
             self._train_epochs(train_loader)
+            self.signals.settle(self.state)  # a signal on any rank during the last step: all ranks save and stop
             self._metrics_log.write_record({"step": self.state.global_step,
                                             "run": self._compile_window.record(len(self._shapes))})
             self._save_at_stop()
@@ -318,7 +331,7 @@ class Trainer(HfTrainerMixin):
             return
         self._after_save(folder, None)
 
-    def _snapshot_for_background(self) -> dict[str, bytes] | None:
+    def _snapshot_for_background(self) -> Snapshot | None:
         acc = self.accelerator
         if not self.config.save_in_background or acc.num_processes > 1 or acc.plan.strategy == "fsdp":
             return None
@@ -429,15 +442,30 @@ class Trainer(HfTrainerMixin):
         out = self.output_dir
         if out.exists() and not out.is_dir():
             raise FileExistsError(f"output_dir={str(out)!r} is a file, not a folder. Pass a folder to --output_dir.")
-        entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-        if entries and not (self.config.overwrite_output_dir or resume):
+        entries = sorted(p.name for p in out.iterdir() if p.name != output_lock.LOCK_FILE) if out.is_dir() else []
+        refused = bool(entries) and not (self.config.overwrite_output_dir or resume)
+        self._lock_output_dir(only_check=refused)  # a run that holds it is named first, whatever the folder holds
+        if refused:
             shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
             raise FileExistsError(
                 f"output_dir={str(out)!r} is not empty ({len(entries)} entries: {shown}), and training there could "
                 "overwrite an earlier run. Pass --overwrite_output_dir to train there anyway, --resume_from_checkpoint "
                 "latest to continue the run saved there, or choose another --output_dir.")
         if self.is_main_process:
-            out.mkdir(parents=True, exist_ok=True)
+            prepare_output_dir(out)  # a read-only parent or disk: one clear error now, not a traceback later
+
+    def _lock_output_dir(self, only_check: bool) -> None:
+        """Rank 0 holds output_dir's lock for the run (one writer); every rank learns if it was refused."""
+        refusal: Exception | None = None
+        if self.is_main_process:
+            try:
+                (output_lock.ensure_free if only_check else output_lock.acquire)(self.output_dir)
+            except (output_lock.OutputDirBusyError, output_lock.OutputLockUnsupportedError, OSError) as error:
+                refusal = error  # raised after the other ranks heard of it, so that none waits forever
+        if not pg.all_ok(refusal is None, self.accelerator.device):
+            raise refusal or output_lock.OutputDirBusyError(
+                f"output_dir={str(self.output_dir)!r} could not be locked by rank 0 (its error says why); this rank "
+                "stops with it")
 
     def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
         # A generator of its own, so that starting an epoch does not draw from torch's global generator
@@ -483,7 +511,8 @@ class Trainer(HfTrainerMixin):
         loader = acc.prepare(loader)  # first: sharded, its length is this process's batches per epoch
         steps_per_epoch = math.ceil(len(loader) / config.gradient_accumulation_steps)
         max_steps = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * steps_per_epoch)
-        optimizer = self.optimizer or default_optimizer(acc.unwrap_model(model), config, acc.plan.device)
+        optimizer = self.optimizer or default_optimizer(acc.unwrap_model(model), config, acc.plan.device,
+                                                        grad_scaler=acc.plan.grad_scaler)
         scheduler = self.lr_scheduler or default_scheduler(optimizer, config, max_steps)
         self.optimizer, self.lr_scheduler = acc.prepare(optimizer, scheduler)
         if self.eval_dataset is not None and config.eval_strategy != "no":
@@ -538,7 +567,7 @@ class Trainer(HfTrainerMixin):
 
     def _summary(self, seconds: float, steps: int) -> str:
         acc, state, plan = self.accelerator, self.state, self.accelerator.plan
-        memory = acc.memory_stats().get("peak_bytes")
+        memory = memory_line(acc.memory_stats())
         samples = steps * self._samples_per_batch * self.config.gradient_accumulation_steps
         evals = ", ".join(f"{k} {v:.4g}" for k, v in self._last_eval_metrics().items()
                           if not k.endswith(("_runtime", "_per_second"))) or "none"
@@ -552,7 +581,7 @@ class Trainer(HfTrainerMixin):
             f"  steps      {state.global_step}/{state.max_steps} optimizer steps ({steps} in this run), "
             f"epoch {state.epoch_progress:.2f}",
             f"  speed      {samples / seconds if seconds > 0 else 0:.1f} samples/s",
-            f"  peak mem   {human_bytes(memory)}",
+            f"  {memory}",
             *compiled,
             f"  last eval  {evals}",
             f"  CPU fallback ops  {fallback}",

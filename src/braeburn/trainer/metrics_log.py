@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .callbacks import Callback
 from .state import TrainerState
+from .write_faults import WriteWarnings
 
 if TYPE_CHECKING:
     from .loop import Trainer
@@ -24,48 +26,123 @@ def _json_value(value: Any) -> Any:
 
 
 class MetricsLogCallback(Callback):
-    """Appends every log (training and evaluation) to metrics.jsonl; a resumed run appends to the same file."""
+    """Appends every log (training and evaluation) to metrics.jsonl; a resumed run appends to the same file.
+
+    A write that fails (a full disk) warns once and never ends the run: the records not written are kept
+    and written, in order, by the next log that succeeds; a line cut short by the failed write is
+    removed first. TensorBoard stops at its first failed write (its writer thread cannot go on).
+    """
+
+    MAX_PENDING = 100_000  # records kept while the disk is full (about 200 bytes each)
 
     def __init__(self, tensorboard: bool = True, tensorboard_dir: str | Path | None = None):
         self.tensorboard, self.tensorboard_dir = tensorboard, tensorboard_dir
         self._file: IO[str] | None = None
         self._writer = None
         self.path: Path | None = None
+        self._pending: list[str] = []
+        self._good_size = 0  # bytes of whole records in the file
+        self._warnings = WriteWarnings()
 
     def on_train_begin(self, trainer: "Trainer", state: TrainerState) -> None:
         if not trainer.is_main_process:
             return
         self.path = Path(trainer.output_dir) / METRICS_FILE
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._pending, self._good_size = [], 0
+        try:
+            _drop_torn_last_line(self.path)  # (this process holds output_dir's lock: the only writer)
+        except OSError as error:
+            self._warnings.failed(self.path, error, "a torn last line could not be dropped")
+        self._reopen(repair=False)
         if self.tensorboard:
-            self._writer = _tensorboard_writer(Path(self.tensorboard_dir or Path(trainer.output_dir) / "tensorboard"))
+            folder = Path(self.tensorboard_dir or Path(trainer.output_dir) / "tensorboard")
+            try:
+                self._writer = _tensorboard_writer(folder)
+            except OSError as error:
+                self._warnings.failed(folder, error, "TensorBoard logging is off for this run")
 
     def on_log(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float]) -> None:
-        if self._file is None:
+        if self.path is None:
             return
         record = {"step": state.global_step, **{key: _json_value(value) for key, value in logs.items()}}
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        self._append(json.dumps(record))
         if self._writer is not None:
+            self._tensorboard_scalars(state.global_step, logs)
+
+    def _append(self, line: str) -> None:
+        self._pending = (self._pending + [line + "\n"])[-self.MAX_PENDING:]
+        self._write_pending()
+
+    def _write_pending(self) -> None:
+        if self._file is None and not self._reopen(repair=True):
+            return
+        try:
+            self._file.write("".join(self._pending))
+            self._file.flush()
+        except OSError as error:
+            self._warnings.failed(self.path, error, "its records are kept and written once the disk has room "
+                                  "(they are also in trainer.state.log_history and each checkpoint)")
+            self._close_quietly()
+            return
+        self._good_size = os.fstat(self._file.fileno()).st_size
+        self._pending = []
+
+    def _reopen(self, repair: bool) -> bool:
+        """Open the log for appending; after a failed write, first cut off the partial line it left."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if repair and self.path.exists() and self.path.stat().st_size > self._good_size:
+                os.truncate(self.path, self._good_size)
+            self._file = open(self.path, "a", encoding="utf-8")
+            self._good_size = os.fstat(self._file.fileno()).st_size
+            return True
+        except OSError as error:
+            self._warnings.failed(self.path, error, "its records are kept and written once the disk has room "
+                                  "(they are also in trainer.state.log_history and each checkpoint)")
+            self._file = None
+            return False
+
+    def _close_quietly(self) -> None:
+        file, self._file = self._file, None
+        try:
+            file.close()  # flushes what is buffered once more; the partial line is cut on reopening
+        except OSError:
+            pass
+
+    def _tensorboard_scalars(self, step: int, logs: dict[str, float]) -> None:
+        try:
             for key, value in logs.items():
                 if isinstance(value, (int, float)) and key not in ("step", "epoch"):
-                    self._writer.add_scalar(key, value, state.global_step)
+                    self._writer.add_scalar(key, value, step)
+        except OSError as error:
+            self._warnings.failed(Path(self._writer.log_dir), error, "TensorBoard logging stops here "
+                                  "(metrics.jsonl goes on)")
+            writer, self._writer = self._writer, None
+            _close_quietly(writer)
 
     def write_record(self, record: dict[str, Any]) -> None:
         """One more line that is not a log (the run's compile and shape report): metrics.jsonl only."""
-        if self._file is None:
-            return
-        self._file.write(json.dumps(record, default=str) + "\n")
-        self._file.flush()
+        if self.path is not None:
+            self._append(json.dumps(record, default=str))
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        if self._pending and self.path is not None:  # a last try for the records the full disk held back
+            self._write_pending()
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            self._close_quietly()
         if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+            writer, self._writer = self._writer, None
+            try:
+                writer.close()
+            except OSError as error:
+                self._warnings.failed(Path(writer.log_dir), error, "the last TensorBoard values may be missing")
+
+
+def _close_quietly(writer) -> None:
+    try:
+        writer.close()
+    except OSError:
+        pass
 
 
 _said_no_tensorboard = False
@@ -84,7 +161,20 @@ def _tensorboard_writer(folder: Path):
     return SummaryWriter(log_dir=str(folder))
 
 
+def _drop_torn_last_line(path: Path) -> None:
+    """A run killed inside a write can leave half a record; the next append would glue onto it."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    with open(path, "r+b") as handle:
+        handle.truncate(data.rfind(b"\n") + 1)
+    print(f"braeburn: {path} ended in half a record (a run was stopped while writing it); that line was dropped.")
+
+
 def read_metrics(output_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of ``output_dir/metrics.jsonl``, in order."""
+    """The complete records of ``output_dir/metrics.jsonl``, in order (a line still being written is left out)."""
     path = Path(output_dir) / METRICS_FILE
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return [json.loads(line) for line in lines[:-1] if line.strip()]  # lines[-1]: "" or a line not yet ended

@@ -7,6 +7,7 @@ import math
 import torch
 
 from ..devices.base import DeviceKind
+from ..devices.host import HostFacts, current_host
 from .config import TrainingConfig
 
 
@@ -37,9 +38,19 @@ def _optim_args(text: str | None) -> dict[str, float]:
     return out
 
 
-def default_optimizer(model: torch.nn.Module, config: TrainingConfig, kind: DeviceKind) -> torch.optim.Optimizer:
-    """config.optim: AdamW with decoupled weight decay (fused into one kernel where the device kind has it
-    and optim is adamw_torch_fused, the default), or SGD, Adagrad, RMSprop."""
+def use_fused_adamw(kind: DeviceKind, grad_scaler: bool, host: HostFacts | None = None) -> bool:
+    """Fused where the kind has the kernel, unless a grad scaler is active and the kernel would apply
+    an overflow step anyway (it must honour GradScaler's found_inf: see ``ScaledFp16Policy``)."""
+    if not kind.fused_adamw:
+        return False
+    return not grad_scaler or kind.fused_optimizers_honour_grad_scaler(host or current_host())
+
+
+def default_optimizer(model: torch.nn.Module, config: TrainingConfig, kind: DeviceKind, *,
+                      grad_scaler: bool = False) -> torch.optim.Optimizer:
+    """config.optim: AdamW with decoupled weight decay (fused into one kernel where the device kind has it,
+    optim is adamw_torch_fused, the default, and ``grad_scaler`` does not rule the fused kernel out), or
+    SGD, Adagrad, RMSprop."""
     groups = parameter_groups(model, config.weight_decay)
     if not groups:
         raise ValueError("the model has no parameter with requires_grad=True, so there is nothing to train; "
@@ -50,9 +61,9 @@ def default_optimizer(model: torch.nn.Module, config: TrainingConfig, kind: Devi
         cls = {"sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad, "rmsprop": torch.optim.RMSprop}[name]
         return cls(groups, lr=config.learning_rate, **extra)
     floating = all(p.is_floating_point() for group in groups for p in group["params"])
-    fused = True if kind.fused_adamw and floating and name in ("adamw_torch_fused", "adamw") else None
+    fused = use_fused_adamw(kind, grad_scaler) and floating and name in ("adamw_torch_fused", "adamw")
     return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
-                             eps=config.adam_epsilon, fused=fused, **extra)
+                             eps=config.adam_epsilon, fused=True if fused else None, **extra)
 
 
 def schedule_factor(step: int, *, kind: str, warmup: int, total: int, options: dict | None = None) -> float:

@@ -1,7 +1,8 @@
 """A PNG of the training curves (loss, eval metrics, learning rate) in output_dir at the end of training.
 
 matplotlib is optional (the ``plot`` extra): without it, this says so once and draws nothing.
-Only matplotlib's object API is used (no pyplot), so no global backend or figure state changes.
+Only matplotlib's object API is used (no pyplot), so no global backend or figure state changes. A write
+that fails (a full disk) warns once and leaves no temporary file; training still ends normally.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .callbacks import Callback
 from .state import TrainerState
+from .write_faults import WriteWarnings
 
 if TYPE_CHECKING:
     from .loop import Trainer
@@ -57,8 +59,12 @@ def plot_history(history: list[dict[str, Any]], path: Path) -> Path | None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
     temporary = path.with_name(f".{path.name}.tmp")
-    figure.savefig(temporary, format="png", dpi=100)
-    os.replace(temporary, path)
+    try:
+        figure.savefig(temporary, format="png", dpi=100)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # never leave a half-written picture behind
+        raise
     return path
 
 
@@ -72,6 +78,7 @@ class PlotCallback(Callback):
     def __init__(self) -> None:
         self.path: Path | None = None
         self._thread: threading.Thread | None = None
+        self._warnings = WriteWarnings()
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
         if not (trainer.is_main_process and state.log_history):
@@ -79,7 +86,10 @@ class PlotCallback(Callback):
         history, target = [dict(record) for record in state.log_history], Path(trainer.output_dir) / PLOT_FILE
 
         def draw() -> None:
-            self.path = plot_history(history, target)
+            try:
+                self.path = plot_history(history, target)
+            except OSError as error:  # a full disk at the end must not end the run (nor skip the user's code after)
+                self._warnings.failed(target, error, "no plot this time (the numbers are in metrics.jsonl)")
 
         self._thread = threading.Thread(target=draw, name="braeburn-plot", daemon=False)
         self._thread.start()

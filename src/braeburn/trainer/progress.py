@@ -20,6 +20,21 @@ if TYPE_CHECKING:
 REFRESH_SECONDS = 0.1
 
 
+def memory_line(stats: dict[str, int]) -> str:
+    """The summary's memory line: the peak where the device counts one, else what it can tell."""
+    if stats.get("peak_bytes"):
+        return f"peak mem   {human_bytes(stats['peak_bytes'])}"
+    if "allocated_bytes" not in stats:
+        return "memory     not measured on this device"
+    limit = ""
+    if stats.get("limit_bytes"):
+        limit = f", out-of-memory limit {human_bytes(stats['limit_bytes'])}"
+    elif stats.get("recommended_bytes"):
+        limit = ", no limit"
+    return (f"memory     {human_bytes(stats['allocated_bytes'])} in use at the end{limit} "
+            "(this device has no peak counter)")
+
+
 def human_bytes(count: float | None) -> str:
     if not count:
         return "-"

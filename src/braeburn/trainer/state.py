@@ -54,6 +54,46 @@ class TrainerState:
 
     @classmethod
     def load(cls, folder: Path) -> "TrainerState":
-        data = json.loads((Path(folder) / STATE_FILE).read_text(encoding="utf-8"))
+        """Read ``trainer_state.json``; :class:`TrainerStateError` names the first value of a wrong type."""
+        path = Path(folder) / STATE_FILE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise TrainerStateError(f"{path} cannot be read ({type(error).__name__}: {error})") from None
+        if not isinstance(data, dict):
+            raise TrainerStateError(f"{path} holds a JSON {type(data).__name__}, not an object of named values")
         known = {f.name for f in fields(cls) if not f.metadata.get("transient")}
-        return cls(**{key: value for key, value in data.items() if key in known})
+        values = {key: value for key, value in data.items() if key in known}
+        for key, value in values.items():
+            problem = _type_problem(key, value)
+            if problem:
+                raise TrainerStateError(f"{path} gives {key}={_excerpt(value)}, {problem}")
+        return cls(**values)
+
+
+class TrainerStateError(ValueError):
+    """``trainer_state.json`` is unreadable or holds a value of the wrong type."""
+
+
+_COUNTS = ("global_step", "epoch", "max_steps", "steps_per_epoch", "num_epochs", "samples_seen")
+_PATHS = ("best_checkpoint", "last_checkpoint")
+
+
+def _type_problem(key: str, value: Any) -> str | None:
+    if key in _COUNTS:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return None if ok else "but it must be a whole number >= 0"
+    if key == "best_metric":
+        ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+        return None if ok else "but it must be a number or null"
+    if key in _PATHS:
+        return None if value is None or isinstance(value, str) else "but it must be a path (a string) or null"
+    if key == "log_history":
+        ok = isinstance(value, list) and all(isinstance(entry, dict) for entry in value)
+        return None if ok else "but it must be a list of objects"
+    return None
+
+
+def _excerpt(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
