@@ -35,11 +35,13 @@ def test_sigkill_mid_epoch_then_resume_is_bitwise_equal(tmp_path, uninterrupted)
     out, result = tmp_path / "out", tmp_path / "weights.pt"
     killed = run_job(out, result, "--kill-at", "23")  # 15 steps per epoch: step 23 is mid-epoch 2
     assert killed.returncode == -signal.SIGKILL and not result.exists()
-    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-10", "checkpoint-15", "checkpoint-20",
-                                                                "checkpoint-5"]
+    saved = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    # checkpoint-20 is written in the background (save_in_background): a kill three steps later may land
+    # before it is on disk, and then checkpoint-15 is the latest complete one. Either resume is exact.
+    assert saved in ([5, 10, 15], [5, 10, 15, 20]), saved
     resumed = run_job(out, result, "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    assert f"resumed from {out / 'checkpoint-20'} at step 20" in resumed.stdout
+    assert f"resumed from {out / f'checkpoint-{saved[-1]}'} at step {saved[-1]}" in resumed.stdout
     assert same_weights(uninterrupted, result)
 
 

@@ -174,8 +174,8 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     """Logging level on the other processes."""
     disable_tqdm: bool | None = None
     """No live progress bar: plain log lines instead (default: a bar on a terminal only)."""
-    report_to: list[str] | None = None
-    """Trackers: none, all, or names (jsonl, tensorboard, wandb, mlflow, ...). Default: jsonl and tensorboard if installed; metrics.jsonl is always written."""
+    report_to: list[str] | None = field(default_factory=lambda: ["none"])
+    """Trackers besides metrics.jsonl (always written): none (the default, as in Transformers 5), all (every one installed), or names: tensorboard, wandb, mlflow."""
     run_name: str | None = None
     """The run's name for the trackers (default: the output_dir's name)."""
     project: str = "huggingface"

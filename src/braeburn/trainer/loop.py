@@ -621,9 +621,9 @@ def _to_cpu(data: Any) -> Any:
 
 
 def _metrics_log(config: TrainingConfig) -> MetricsLogCallback:
-    """metrics.jsonl always; TensorBoard unless report_to leaves it out (default: on when installed)."""
+    """metrics.jsonl always; TensorBoard when report_to asks for it (all or tensorboard)."""
     chosen = config.report_to
-    tensorboard = chosen is None or "all" in chosen or "tensorboard" in chosen
+    tensorboard = chosen is not None and ("all" in chosen or "tensorboard" in chosen)
     return MetricsLogCallback(tensorboard=tensorboard, tensorboard_dir=config.logging_dir)
 
 
