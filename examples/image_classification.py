@@ -101,9 +101,9 @@ def build_datasets(args: ImageArguments, source: ImageSource, seed: int) -> tupl
             ImageDataset(source, eval_indices, args.image_size))
 
 
-def report_predictions(logits: torch.Tensor, labels: list[int], class_names: list[str], output_dir: Path) -> dict:
+def report_predictions(logits, labels: list[int], class_names: list[str], output_dir: Path) -> dict:
     """Print the per-class report, save the confusion matrix and eval_results.json; return the metrics."""
-    predictions = logits.argmax(dim=-1).tolist()
+    predictions = logits.argmax(-1).tolist()  # numpy (Trainer.predict) or a tensor
     metrics = classification_metrics(labels, predictions, len(class_names))
     print(per_class_report(labels, predictions, class_names))
     picture = save_confusion_matrix_png(confusion(labels, predictions, len(class_names)), class_names,
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
     in_channels = source.items[0].shape[0] if isinstance(source.items[0], torch.Tensor) else 3
     model = SmallCNN(in_channels, len(source.class_names), args.width)
 
-    def compute_metrics(prediction) -> dict[str, float]:  # an EvalPrediction of CPU tensors
+    def compute_metrics(prediction) -> dict[str, float]:  # an EvalPrediction of numpy arrays
         return classification_metrics(prediction.label_ids.tolist(), prediction.predictions.argmax(-1).tolist(),
                                       len(source.class_names))
 

@@ -101,7 +101,7 @@ def output_dir_is_a_file(tmp: Path) -> None:
 CASES = [
     # -- options: names, types, values ----------------------------------------------------------
     ("unknown option", None, lambda t: cli("--learning_rat", "1e-3"), ["--learning_rat", "did you mean --learning_rate"]),
-    ("unknown logging_dir", None, lambda t: cli("--logging_dir", "../x"), ["--logging_dir", "did you mean"]),
+    ("misspelt logging_steps", None, lambda t: cli("--loging_steps", "5"), ["--loging_steps", "did you mean --logging_steps"]),
     ("stray value", None, lambda t: cli("stray"), ["'stray'", "--name value"]),
     ("wrong type int", None, lambda t: cli("--per_device_train_batch_size", "eight"),
      ["per_device_train_batch_size='eight'", "whole number"]),

@@ -29,7 +29,7 @@ def digits():
 
 
 def accuracy(prediction):
-    return {"accuracy": (prediction.predictions.argmax(-1) == prediction.label_ids).float().mean().item()}
+    return {"accuracy": float((prediction.predictions.argmax(-1) == prediction.label_ids).mean())}  # numpy, as in Transformers
 
 
 def mlp(seed=0, width=64, dropout=0.0):
@@ -168,7 +168,7 @@ def test_nan_policy_skip_skips_the_bad_step(tmp_path):
     result = trainer.train()
     assert result.global_step == 16 and math.isfinite(result.training_loss)
     assert all(torch.isfinite(p).all() for p in model.parameters())
-    assert trainer.state.log_history[-1]["skipped_steps"] == 1
+    assert [r for r in trainer.state.log_history if "loss" in r][-1]["skipped_steps"] == 1
 
 
 def test_default_optimizer_groups_and_schedules():

@@ -6,17 +6,26 @@ _early.apply_import_defaults()  # PYTORCH_ENABLE_MPS_FALLBACK=1 on macOS for `py
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "Accelerator", "Trainer", "TrainingConfig"]
+# name -> module (relative); loaded lazily, so `import braeburn` does not load torch before _early has
+# looked at the environment. Accelerate's and Transformers' names are here so that a script switches by
+# its import (docs/migrating.md).
+_WHERE = {
+    "Accelerator": ".accelerator",
+    "DistributedType": ".accelerate_compat", "GradientAccumulationPlugin": ".accelerate_compat",
+    "ProjectConfiguration": ".accelerate_compat", "find_executable_batch_size": ".accelerate_compat",
+    "skip_first_batches": ".accelerate_compat",
+    "GeneralTracker": ".trackers",
+    "Trainer": ".trainer", "TrainingConfig": ".trainer", "TrainingArguments": ".trainer",
+    "EarlyStoppingCallback": ".trainer", "EvalPrediction": ".trainer", "HfArgumentParser": ".trainer",
+    "TrainerCallback": ".trainer", "TrainerControl": ".trainer", "TrainerState": ".trainer",
+}
+
+__all__ = ["__version__", *sorted(_WHERE)]
 
 
 def __getattr__(name: str):
-    # Lazy, so `import braeburn` does not load torch before _early has looked at the environment.
-    if name == "Accelerator":
-        from .accelerator import Accelerator
+    if name in _WHERE:
+        import importlib
 
-        return Accelerator
-    if name in ("Trainer", "TrainingConfig"):
-        from . import trainer
-
-        return getattr(trainer, name)
+        return getattr(importlib.import_module(_WHERE[name], __name__), name)
     raise AttributeError(f"module 'braeburn' has no attribute {name!r}")

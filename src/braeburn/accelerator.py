@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from . import compile_policy, manifest, output_lock, probe
+from .accelerate_compat import AccelerateCompat, accelerate_options
 from .data import BatchTracker, DeviceDataLoader, apply_to_tensors, truncate_padding
 from .devices.host import current_host
 from .distributed import checkpoint as dist_ckpt
@@ -152,7 +153,7 @@ def _is_scheduler(obj: Any) -> bool:
     return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
 
 
-class Accelerator:
+class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other names
     """Make a hand-written training loop run on the best device, with the right precision, on 1..N processes.
 
     Every argument left at "auto" is resolved by :func:`braeburn.plan.make_plan` (the launcher's
@@ -162,7 +163,9 @@ class Accelerator:
     def __init__(self, cpu: bool = False, mixed_precision: str = "auto", gradient_accumulation_steps: int = 1,
                  accelerator: str = "auto", devices="auto", strategy: str = "auto", compile="auto",
                  seed: int | None = None, mps_fallback: bool = True, step_scheduler_with_optimizer: bool = True,
-                 compile_backend: str = "inductor", compile_mode: str | None = None):
+                 compile_backend: str = "inductor", compile_mode: str | None = None, **accelerate_kwargs: Any):
+        mixed_precision, steps, accelerate_kwargs = accelerate_options(mixed_precision, accelerate_kwargs)
+        gradient_accumulation_steps, compile = steps or gradient_accumulation_steps, accelerate_kwargs.pop("compile") or compile
         world = pg.world_from_env()
         self.plan: Plan = self._make_plan(cpu, mixed_precision, gradient_accumulation_steps, accelerator, devices,
                                           strategy, compile, mps_fallback, world.world_size)
@@ -193,6 +196,7 @@ class Accelerator:
         self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps
         self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
         self._locked: set[str] = set()  # folders save_state() holds the lock of (one writer each)
+        self._init_accelerate_compat(**accelerate_kwargs)
         self._announce()
 
     @staticmethod
@@ -451,14 +455,16 @@ class Accelerator:
             builtins.print(*args, **kwargs)
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def save_state(self, output_dir: str | os.PathLike) -> None:
+    def save_state(self, output_dir: str | os.PathLike | None = None, **_: Any) -> None:
         """Models, optimizers, schedulers, grad scaler, RNG states and dataloader positions, written
         atomically: into a directory beside ``output_dir``, then renamed into place."""
+        output_dir = self._checkpoint_dir(output_dir)
         # Every rank raises if any rank failed (one all-reduce per phase): the ranks stay in step, and
         # a failed save never publishes a checkpoint missing one rank's files.
         self._on_every_rank(lambda: self.is_main_process and self._start_save(output_dir))
         self._on_every_rank(lambda: self._write_state(state_io.staging_dir(output_dir)))
         self._on_every_rank(lambda: self.is_main_process and self._finish_save(output_dir))
+        self._after_automatic_save(output_dir)
 
     def _start_save(self, output_dir) -> None:
         """Rank 0 holds the lock of the folder it writes in (until end_training), unless a Trainer does."""
@@ -511,6 +517,7 @@ class Accelerator:
         for i, loader in enumerate(self._dataloaders):  # the position in samples, for any world size
             save({**loader.state_dict(), "num_processes": self.num_processes, "batch_size": loader.batch_size},
                  directory, f"dataloader_{i}.pt")
+        self._save_custom_objects(directory)
         save({"precision": self._policy.state_dict(), "accumulation_step": self._accumulation_step,
               "counts": self._counts(), "num_processes": self.num_processes}, directory, "accelerator.pt")
 
@@ -540,8 +547,9 @@ class Accelerator:
         return {"models": len(self._models), "optimizers": len(self._optimizers),
                 "schedulers": len(self._schedulers), "dataloaders": len(self._dataloaders)}
 
-    def load_state(self, input_dir: str | os.PathLike) -> None:
+    def load_state(self, input_dir: str | os.PathLike | None = None, **_: Any) -> None:
         """Restore what :meth:`save_state` wrote, into the objects prepared (in the same order)."""
+        input_dir = input_dir if input_dir is not None else self._latest_automatic_checkpoint()
         load = state_io.load_file
         input_dir = state_io.readable_dir(input_dir)
         layout = manifest.layout_of(input_dir)  # nothing is read that the manifest does not list
@@ -557,6 +565,7 @@ class Accelerator:
             saved = load(input_dir, f"dataloader_{i}.pt")
             loader.load_state_dict(dist_ckpt.resume_position(saved, loader.batch_size, self.num_processes))
         self._policy.load_state_dict(meta["precision"])
+        self._load_custom_objects(input_dir)
         self._accumulation_step = int(meta["accumulation_step"])
         gradients = f"gradients_{self.process_index}.pt"
         if os.path.exists(os.path.join(input_dir, gradients)):
@@ -582,6 +591,7 @@ class Accelerator:
             lines = ", ".join(f"{op} x{count}" for op, count in report)
             builtins.print(f"braeburn: ops that ran on the CPU instead of {self.device.type}: {lines}")
         self._fallback.stop()
+        self._end_trackers()
         for folder in self._locked:
             output_lock.release(folder)
         self._locked.clear()

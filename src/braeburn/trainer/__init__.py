@@ -10,7 +10,8 @@ import importlib
 _WHERE = {
     "Callback": "callbacks", "CallbackList": "callbacks",
     "CheckpointCorruptError": "checkpoint", "CheckpointError": "checkpoint", "CheckpointManager": "checkpoint",
-    "ConfigError": "config", "TrainingConfig": "config", "parse_config": "config",
+    "ConfigError": "config", "TrainingConfig": "config", "TrainingArguments": "config", "parse_config": "config",
+    "HfArgumentParser": "hf_compat", "TrainerCallback": "hf_callbacks", "TrainerControl": "hf_callbacks",
     "EarlyStoppingCallback": "early_stopping", "MetricsLogCallback": "metrics_log", "PlotCallback": "plots",
     "ProgressCallback": "progress", "SignalCallback": "signals", "TrainingInterrupted": "signals",
     "TrainerState": "state",

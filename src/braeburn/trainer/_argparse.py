@@ -46,6 +46,7 @@ class _Spec:
     hint: Any
     help: str
     aliases: tuple[str, ...]
+    hidden: bool = False
 
     @property
     def is_bool(self) -> bool:
@@ -99,7 +100,7 @@ def _specs(dataclass_types: tuple[type, ...]) -> list[_Spec]:
                                 f"{cls.__name__}; rename one of them")
             help_text = field.metadata.get("help") or docs.get(field.name, "")
             specs[field.name] = _Spec(cls, field.name, hints[field.name], help_text,
-                                      tuple(field.metadata.get("aliases", ())))
+                                      tuple(field.metadata.get("aliases", ())), bool(field.metadata.get("hidden")))
     return list(specs.values())
 
 
@@ -147,6 +148,19 @@ def convert(hint: Any, value: Any) -> Any:
         raise ValueError("expected text")
     if hint is Path:
         return Path(str(value))
+    if hint is dict or typing.get_origin(hint) is dict:
+        if isinstance(value, dict):
+            return value
+        if isinstance(value, str):
+            import json
+
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                raise ValueError("expected a JSON object, e.g. {\"key\": 1}") from None
+            if isinstance(parsed, dict):
+                return parsed
+        raise ValueError("expected a JSON object, e.g. {\"key\": 1}")
     if typing.get_origin(hint) is list:
         items = value if isinstance(value, list) else [value]
         return [convert(args[0] if args else str, item) for item in items]
@@ -187,6 +201,8 @@ def build_parser(specs: list[_Spec], argv: list[str]) -> _Parser:
         default = spec.default()
         shown = "required" if default is dataclasses.MISSING else f"default: {default!r}"
         help_text = f"{spec.help} ({shown})".strip().replace("%", "%%")
+        if spec.hidden:  # Transformers options braeburn refuses: parsed (to say so), not listed
+            help_text = argparse.SUPPRESS
         if spec.is_bool:
             group.add_argument(*_flags(spec.name), *spec.aliases, dest=spec.name, nargs="?", const="true",
                                default=argparse.SUPPRESS, metavar="true|false", help=help_text)

@@ -15,8 +15,13 @@ from typing import Any
 
 from ..plan import OptionError, RunOptions
 from ._argparse import ConfigError, parse_dataclasses
+from .hf_args import HfArgumentsMixin, UnsupportedFields, unsupported_errors
 
-SCHEDULERS = ("linear", "cosine", "constant")
+SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr", "polynomial",
+              "inverse_sqrt")
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw", "sgd", "adagrad", "rmsprop")
+LOGGING_STRATEGIES = ("no", "steps", "epoch")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
 STRATEGIES = ("no", "steps", "epoch")
 NAN_POLICIES = ("stop", "skip")
 REPORT_TO = ("all", "tensorboard", "none")
@@ -31,8 +36,12 @@ def tensorboard_installed() -> bool:
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 @dataclass
-class TrainingConfig:
-    """How to train: batch sizes, optimisation, logging, evaluation, checkpoints and the device."""
+class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
+    """How to train: batch sizes, optimisation, logging, evaluation, checkpoints and the device.
+
+    ``braeburn.TrainingArguments`` is this class: every Transformers ``TrainingArguments`` field is
+    accepted, honoured, or refused with what to use instead (docs/migrating.md).
+    """
 
     output_dir: str = "outputs"
     """Folder for checkpoints, metrics and plots. braeburn writes and deletes nothing outside it."""
@@ -68,8 +77,8 @@ class TrainingConfig:
     """Optimizer steps to run; overrides num_train_epochs when > 0."""
     lr_scheduler_type: str = "linear"
     """Learning-rate schedule after warmup: linear, cosine or constant."""
-    warmup_steps: int = 0
-    """Optimizer steps of linear warmup from 0; wins over warmup_ratio when > 0."""
+    warmup_steps: float = 0
+    """Optimizer steps of linear warmup from 0 (below 1: a share of all steps); wins over warmup_ratio when > 0."""
     warmup_ratio: float = 0.0
     """Share of all optimizer steps used for warmup, in [0, 1)."""
     logging_steps: int = 50
@@ -88,8 +97,8 @@ class TrainingConfig:
     """Keep at most this many checkpoints (the best one is never deleted); none: keep all."""
     metric_for_best_model: str = "eval_loss"
     """The eval metric that decides the best checkpoint."""
-    greater_is_better: bool = False
-    """Whether a larger metric_for_best_model is better (accuracy: true; loss: false)."""
+    greater_is_better: bool | None = None
+    """Whether a larger metric_for_best_model is better; default: true unless the metric's name ends in loss."""
     seed: int = 42
     """Seed of every random generator (python, torch, the device) set at the start."""
     full_determinism: bool = False
@@ -122,8 +131,84 @@ class TrainingConfig:
     """DataLoader worker processes (0 loads in the main process, often fastest for in-memory data)."""
     dataloader_drop_last: bool = False
     """Drop the last incomplete training batch."""
-    report_to: str = "none"
-    """Where metrics go besides metrics.jsonl: none (as in Transformers 5: importing TensorBoard costs ~3 s of a run), all (every integration installed: TensorBoard), or tensorboard (required)."""
+    # -- Transformers' TrainingArguments names, mapped onto the options above or honoured as they are there.
+    bf16: bool = False
+    """Transformers' spelling of --mixed_precision bf16."""
+    fp16: bool = False
+    """Transformers' spelling of --mixed_precision fp16."""
+    torch_compile: bool | None = None
+    """Transformers' spelling of --compile true (false: --compile false; unset: --compile decides)."""
+    use_mps_device: bool = False
+    """Deprecated by Transformers (MPS is the default on a Mac); accepted with a note. Use --accelerator mps."""
+    fsdp: str | None = None
+    """Transformers' FSDP option (e.g. full_shard): any value means --strategy fsdp."""
+    tf32: bool | None = None
+    """Allow TensorFloat-32 matmuls (torch.set_float32_matmul_precision('high')) where the device has them."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory (model.gradient_checkpointing_enable())."""
+    gradient_checkpointing_kwargs: dict | str | None = None
+    """Keyword arguments (JSON) for model.gradient_checkpointing_enable, e.g. {"use_reentrant": false}."""
+    activation_checkpointing: bool | None = None
+    """Transformers' newer name of gradient_checkpointing."""
+    activation_checkpointing_kwargs: dict | str | None = None
+    """Transformers' newer name of gradient_checkpointing_kwargs."""
+    label_smoothing_factor: float = 0.0
+    """Label smoothing of the cross-entropy loss computed from the logits (0: the model's own loss)."""
+    optim: str = "adamw_torch_fused"
+    """The optimizer: adamw_torch_fused (fused where the device has it), adamw_torch, sgd, adagrad or rmsprop."""
+    optim_args: str | None = None
+    """Extra optimizer arguments as key=value pairs separated by commas, e.g. momentum=0.9."""
+    lr_scheduler_kwargs: dict | str | None = None
+    """Schedule arguments (JSON): min_lr or min_lr_rate (cosine_with_min_lr), power and lr_end (polynomial)."""
+    average_tokens_across_devices: bool = True
+    """Accepted for Transformers' scripts: braeburn averages each batch's loss as the model returns it."""
+    logging_strategy: str = "steps"
+    """When to log the training loss: steps (every logging_steps), epoch or no."""
+    logging_first_step: bool = False
+    """Also log after the first optimizer step."""
+    logging_dir: str | None = None
+    """TensorBoard folder (default: output_dir/tensorboard)."""
+    log_level: str = "passive"
+    """Logging level on the main process (get_process_log_level()): debug, info, warning, error, passive."""
+    log_level_replica: str = "warning"
+    """Logging level on the other processes."""
+    disable_tqdm: bool | None = None
+    """No live progress bar: plain log lines instead (default: a bar on a terminal only)."""
+    report_to: list[str] | None = field(default_factory=lambda: ["none"])
+    """Trackers besides metrics.jsonl (always written): none (the default, as in Transformers 5), all (every one installed), or names: tensorboard, wandb, mlflow."""
+    run_name: str | None = None
+    """The run's name for the trackers (default: the output_dir's name)."""
+    project: str = "huggingface"
+    """The project name for the trackers that group runs (wandb, mlflow)."""
+    prediction_loss_only: bool = False
+    """evaluate() returns the loss only (no predictions kept, no compute_metrics)."""
+    eval_on_start: bool = False
+    """Evaluate once before training starts (a sanity check of the evaluation code)."""
+    eval_accumulation_steps: int | None = None
+    """Accepted: braeburn moves eval predictions to the CPU after every batch already."""
+    load_best_model_at_end: bool = False
+    """Load the best checkpoint's weights (metric_for_best_model) at the end; needs save_strategy = eval_strategy."""
+    data_seed: int | None = None
+    """Seed of the data order alone (default: seed)."""
+    dataloader_persistent_workers: bool = False
+    """Keep DataLoader workers alive between epochs."""
+    dataloader_prefetch_factor: int | None = None
+    """Batches each DataLoader worker loads ahead."""
+    dataloader_multiprocessing_context: str | None = None
+    """How DataLoader workers start: fork, spawn or forkserver."""
+    remove_unused_columns: bool = True
+    """Drop the keys of dict samples that the model's forward does not take (labels are kept)."""
+    label_names: list[str] | None = None
+    """The keys of a dict sample that hold labels (default: labels, label, label_ids)."""
+    torch_empty_cache_steps: int | None = None
+    """Return cached device memory every this many optimizer steps."""
+    local_rank: int = -1
+    """Set by old launchers; braeburn reads LOCAL_RANK from the environment."""
+
+    def __post_init__(self) -> None:
+        from .hf_compat import apply_hf_aliases
+
+        apply_hf_aliases(self)
 
     def validate(self) -> list[OptionError]:
         """Every problem with this config's own fields (device rules are the plan's)."""
@@ -151,9 +236,9 @@ class TrainingConfig:
         need(self.save_total_limit is None or self.save_total_limit >= 1, "save_total_limit",
              "must be >= 1, or unset to keep every checkpoint")
         for name, choices in (("lr_scheduler_type", SCHEDULERS), ("eval_strategy", STRATEGIES),
-                              ("save_strategy", STRATEGIES), ("nan_policy", NAN_POLICIES), ("report_to", REPORT_TO)):
+                              ("save_strategy", STRATEGIES), ("nan_policy", NAN_POLICIES)):
             need(getattr(self, name) in choices, name, f"choose one of {', '.join(choices)}")
-        need(self.report_to != "tensorboard" or tensorboard_installed(), "report_to",
+        need("tensorboard" not in (self.report_to or []) or tensorboard_installed(), "report_to",
              "needs the tensorboard package, which is not installed; pip install tensorboard, or pass "
              "--report_to all (TensorBoard when installed) or none")
         need(self.torch_compile_mode in COMPILE_MODES, "torch_compile_mode",
@@ -161,7 +246,15 @@ class TrainingConfig:
         need(bool(str(self.output_dir).strip()), "output_dir", "must name a folder, e.g. --output_dir outputs")
         need(not os.path.isfile(self.output_dir), "output_dir",
              "is a file, not a folder; pass a folder path to --output_dir")
-        return errors
+        need(self.optim in OPTIMIZERS, "optim", f"choose one of {', '.join(OPTIMIZERS)} (8-bit and other "
+             "optimizers: pass Trainer(optimizers=(your_optimizer, None)))")
+        need(self.logging_strategy in LOGGING_STRATEGIES, "logging_strategy",
+             f"choose one of {', '.join(LOGGING_STRATEGIES)}")
+        need(str(self.log_level).lower() in LOG_LEVELS, "log_level", f"choose one of {', '.join(LOG_LEVELS)}")
+        need(0 <= self.label_smoothing_factor < 1, "label_smoothing_factor", "must be in [0, 1), e.g. 0.1")
+        from .hf_compat import hf_errors
+
+        return errors + hf_errors(self) + unsupported_errors(self)
 
     def _range_errors(self) -> list[OptionError]:
         """Numbers that no rule below can use: infinite or NaN floats, integers beyond what torch holds."""
@@ -199,9 +292,10 @@ class TrainingConfig:
 
     def warmup_for(self, total_steps: int) -> int:
         """Warmup steps: warmup_steps if set, else warmup_ratio of ``total_steps``."""
-        if self.warmup_steps > 0:
-            return self.warmup_steps
-        return int(self.warmup_ratio * total_steps + 0.5)
+        if self.warmup_steps >= 1:
+            return int(self.warmup_steps)
+        ratio = self.warmup_steps if self.warmup_steps > 0 else self.warmup_ratio
+        return int(ratio * total_steps + 0.5)
 
 
 INT64_MAX = 2**63 - 1
@@ -263,4 +357,6 @@ def parse_config(*dataclass_types: type, argv: list[str] | None = None, exit_on_
     return instances
 
 
-__all__ = ["ConfigError", "TrainingConfig", "parse_config", "plan_errors"]
+TrainingArguments = TrainingConfig  # Transformers' name: the same class
+
+__all__ = ["ConfigError", "TrainingArguments", "TrainingConfig", "parse_config", "plan_errors"]

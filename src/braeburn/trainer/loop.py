@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,9 @@ from .background_save import BackgroundSaver, Snapshot, capture_files
 from .checkpoint import CheckpointError, CheckpointManager
 from .config import ConfigError, TrainingConfig, _compile_value
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
+from .hf_callbacks import HfOptionsCallback, adapt_callback
+from .hf_compat import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, concat_padded,
+                        label_smoothed_loss, make_collate, prepare_model_options, to_numpy)
 from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
 from .optim import default_optimizer, default_scheduler
@@ -48,43 +50,48 @@ class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite and nan_policy is "stop"."""
 
 
-@dataclass
-class EvalPrediction:
-    """What ``compute_metrics`` receives: CPU tensors of predictions (logits) and labels."""
+class Trainer(HfTrainerMixin):
+    """Train ``model`` on ``train_dataset`` as ``config`` says; see docs/trainer.md.
 
-    predictions: Any
-    label_ids: Any
+    Transformers' arguments work as there (``args=``, ``data_collator=``, ``processing_class=``,
+    ``optimizers=(opt, sched)``, ``compute_loss_func=``, ``model_init=``, ...); braeburn's own names
+    (``config=``, ``collate_fn=``, ``loss_fn=``, ``optimizer=``, ``lr_scheduler=``) keep working.
+    """
 
-
-@dataclass
-class PredictionOutput:
-    predictions: Any
-    label_ids: Any
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class TrainOutput:
-    global_step: int
-    training_loss: float
-    metrics: dict[str, float]
-
-
-class Trainer:
-    """Train ``model`` on ``train_dataset`` as ``config`` says; see docs/trainer.md."""
-
-    def __init__(self, model: torch.nn.Module, config: TrainingConfig | None = None, *,
-                 train_dataset: Dataset | None = None, eval_dataset: Dataset | None = None,
-                 collate_fn: Callable | None = None, compute_metrics: Callable[[EvalPrediction], dict] | None = None,
-                 loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+    def __init__(self, model: torch.nn.Module | None = None, args: TrainingConfig | None = None,
+                 data_collator: Callable | None = None, train_dataset: Dataset | None = None,
+                 eval_dataset: Dataset | None = None, processing_class: Any = None,
+                 model_init: Callable[[], torch.nn.Module] | None = None, compute_loss_func: Callable | None = None,
+                 compute_metrics: Callable[[EvalPrediction], dict] | None = None, callbacks: list[Any] | None = None,
+                 optimizers: tuple[Any, Any] = (None, None), optimizer_cls_and_kwargs: tuple | None = None,
+                 preprocess_logits_for_metrics: Callable | None = None, *, config: TrainingConfig | None = None,
+                 collate_fn: Callable | None = None, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
                  optimizer: torch.optim.Optimizer | None = None, lr_scheduler: Any = None,
-                 callbacks: list[Any] | None = None, accelerator: Accelerator | None = None):
-        self.config = config or TrainingConfig()
+                 accelerator: Accelerator | None = None, tokenizer: Any = None):
+        self.config = config or args or TrainingConfig()
         errors = self.config.validate()
         if errors:
             raise ConfigError(errors)
         if self.config.full_determinism:  # before the Accelerator: its variables must precede any GPU work
             enable_full_determinism()
+        from ..trackers import resolve_log_with
+
+        resolve_log_with(self.config.report_to)  # a tracker asked for but not installed: say so now
+        model = model if model is not None else _from_model_init(model_init)
+        if isinstance(eval_dataset, Mapping):
+            raise ValueError("eval_dataset is a dict of datasets, which braeburn's Trainer does not take: call "
+                             "trainer.evaluate(dataset, metric_key_prefix=f'eval_{name}') for each one")
+        optimizer, lr_scheduler = optimizer or optimizers[0], lr_scheduler or optimizers[1]
+        if optimizer is None and optimizer_cls_and_kwargs is not None:
+            cls, kwargs = optimizer_cls_and_kwargs
+            optimizer = cls((p for p in model.parameters() if p.requires_grad), **kwargs)
+        if loss_fn is None and compute_loss_func is not None:
+            loss_fn = lambda outputs, labels: compute_loss_func(outputs, labels, num_items_in_batch=None)  # noqa: E731
+        if loss_fn is None and self.config.label_smoothing_factor > 0:
+            loss_fn = label_smoothed_loss(self.config.label_smoothing_factor)
+        self.processing_class = processing_class or tokenizer
+        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+        prepare_model_options(model, self.config)
         self.accelerator = accelerator or Accelerator(
             cpu=self.config.use_cpu, mixed_precision=self.config.mixed_precision,
             gradient_accumulation_steps=self.config.gradient_accumulation_steps,
@@ -94,29 +101,42 @@ class Trainer:
         self.accelerator.defer_compile = True  # compiled (or not) once the first steps are measured
         self.model = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
-        self.collate_fn, self.compute_metrics, self.loss_fn = collate_fn, compute_metrics, loss_fn
+        self.data_collator = collate_fn or data_collator
+        self.collate_fn = make_collate(model, self.config, self.data_collator, self.processing_class)
+        self.compute_metrics, self.loss_fn = compute_metrics, loss_fn
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.output_dir = Path(self.config.output_dir).resolve()
         self.checkpoints = CheckpointManager(self.output_dir, self.config.save_total_limit)
         self._saver = BackgroundSaver(self.checkpoints)
         self.signals = SignalCallback()
-        self._metrics_log = MetricsLogCallback(tensorboard=self.config.report_to != "none")
-        self._plot = PlotCallback()
-        builtins = [ProgressCallback(), self._metrics_log, self._plot, self.signals]
-        self.callbacks = CallbackList(builtins + list(callbacks or []))
+        self._metrics_log, self._plot = _metrics_log(self.config), PlotCallback()
+        builtins = [ProgressCallback(disable=self.config.disable_tqdm), self._metrics_log, self._plot, self.signals,
+                    HfOptionsCallback()]
+        self.callbacks = CallbackList(builtins + [adapt_callback(c, self) for c in callbacks or []])
         self.state = TrainerState()
         self._prepared_model: torch.nn.Module | None = None
         self._eval_loaders: dict[int, tuple[Dataset, Any]] = {}
         self._inputs_checked = False  # the first training batch is checked once (input_checks.py)
         self._shapes: set[tuple] = set()  # distinct training batch shapes: each costs kernel plans, or a graph
+        self._custom_compute_loss = type(self).compute_loss is not HfTrainerMixin.compute_loss
+        self._call_hf_hook("on_init_end")
 
     @property
     def is_main_process(self) -> bool:
         return self.accelerator.is_main_process
 
+    def _call_hf_hook(self, hook: str, **kwargs: Any) -> None:
+        """Transformers-only hooks (on_init_end, on_predict) of the Transformers-style callbacks."""
+        for callback in self.callbacks.callbacks:
+            if hasattr(callback, "inner") and hasattr(callback, "call"):
+                callback.call(hook, **kwargs)
+
     # -- the run --------------------------------------------------------------------------------
-    def train(self, resume_from_checkpoint: str | None = None) -> TrainOutput:
-        """Train; resume from a checkpoint folder or "latest" when asked. Returns the final step, loss and metrics."""
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None, **kwargs: Any) -> TrainOutput:
+        """Train; resume from a checkpoint folder or "latest" (True) when asked. Returns the final step, loss and metrics."""
+        _no_hf_extras(trial, kwargs)
+        resume_from_checkpoint = {True: "latest", False: None}.get(resume_from_checkpoint, resume_from_checkpoint) \
+            if isinstance(resume_from_checkpoint, bool) else resume_from_checkpoint
         try:
             return self._train(resume_from_checkpoint)
         finally:
@@ -155,7 +175,10 @@ class Trainer:
         acc.end_training()
         if self.signals.received is not None:
             self._exit_after_signal()
-        return TrainOutput(self.state.global_step, self._mean_training_loss(), self._last_eval_metrics())
+        samples = self._samples_per_batch * config.gradient_accumulation_steps * (self.state.global_step - start_step)
+        metrics = {**self._last_eval_metrics(), **self._train_metrics(seconds, self.state.global_step - start_step,
+                                                                        samples)}
+        return TrainOutput(self.state.global_step, metrics["train_loss"], metrics)
 
     def _train_epochs(self, loader) -> None:
         """The loop. Host-device syncs happen only in _log, _evaluate_and_save and _check_finite."""
@@ -186,7 +209,7 @@ class Trainer:
                 if window.pending:  # compile=auto decides from the measured eager steps (two syncs, once)
                     model = self._prepared_model = window.after_step(state.global_step, model, self._shapes)
                 self.callbacks.on_step_end(self, state)
-                if state.global_step % config.logging_steps == 0:
+                if config.logging_strategy == "steps" and state.global_step % config.logging_steps == 0:
                     self._log()
                 self._evaluate_and_save(step_end=True)
                 if state.should_stop or state.global_step >= state.max_steps:
@@ -199,6 +222,8 @@ class Trainer:
 
     def _forward_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         self._shapes.add(batch_signature(batch))
+        if self._custom_compute_loss:  # a subclass overrode Transformers' compute_loss(model, inputs)
+            return self.compute_loss(model, batch)
         args, kwargs, labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
         if not self._inputs_checked:
             check_batch_inputs(kwargs)
@@ -337,21 +362,28 @@ class Trainer:
             self._save()
 
     # -- evaluation and prediction ---------------------------------------------------------------
-    def evaluate(self, eval_dataset: Dataset | None = None, metric_key_prefix: str = "eval") -> dict[str, float]:
+    def evaluate(self, eval_dataset: Dataset | None = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
         """Loss (when the batches have labels) and compute_metrics on ``eval_dataset``; logged and returned."""
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if dataset is None:
             raise ValueError("evaluate() needs an eval_dataset: pass Trainer(..., eval_dataset=...) or evaluate(dataset)")
-        output = self._prediction_loop(dataset, metric_key_prefix, keep_predictions=self.compute_metrics is not None)
+        keep = self.compute_metrics is not None and not self.config.prediction_loss_only
+        output = self._prediction_loop(dataset, metric_key_prefix, keep_predictions=keep)
         metrics = output.metrics
+        if self.state.max_steps:
+            metrics["epoch"] = round(self.state.epoch_progress, 4)
         self._update_best(metrics)
         self._record(dict(metrics))
         self.callbacks.on_evaluate(self, self.state, metrics)
         return metrics
 
-    def predict(self, test_dataset: Dataset, metric_key_prefix: str = "test") -> PredictionOutput:
-        """Predictions (logits, as CPU tensors) for ``test_dataset``, with labels and metrics when it has labels."""
-        return self._prediction_loop(test_dataset, metric_key_prefix, keep_predictions=True)
+    def predict(self, test_dataset: Dataset, ignore_keys: list[str] | None = None,
+                metric_key_prefix: str = "test") -> PredictionOutput:
+        """Predictions (logits, as numpy arrays) for ``test_dataset``, with labels and metrics when it has labels."""
+        output = self._prediction_loop(test_dataset, metric_key_prefix, keep_predictions=True)
+        self._call_hf_hook("on_predict", metrics=output.metrics)
+        return output
 
     def _prediction_loop(self, dataset: Dataset, prefix: str, keep_predictions: bool) -> PredictionOutput:
         acc, started = self.accelerator, time.perf_counter()
@@ -369,9 +401,12 @@ class Trainer:
                     loss_sum += compute_loss(outputs, batch_labels, self.loss_fn).detach().float() * size
                     count += size
                 if keep_predictions:
-                    predictions.append(acc.gather_for_metrics(model_logits(outputs)).cpu())
+                    logits = model_logits(outputs)
+                    if self.preprocess_logits_for_metrics is not None:
+                        logits = self.preprocess_logits_for_metrics(logits, batch_labels)
+                    predictions.append(_to_cpu(acc.gather_for_metrics(logits)))
                     if batch_labels is not None:
-                        labels.append(acc.gather_for_metrics(batch_labels).cpu())
+                        labels.append(_to_cpu(acc.gather_for_metrics(batch_labels)))
         model.train(was_training)
         return self._prediction_output(prefix, loss_sum, count, predictions, labels, started, len(dataset))
 
@@ -380,14 +415,15 @@ class Trainer:
         if count:
             total = self.accelerator.reduce(loss_sum, "sum")
             metrics[f"{prefix}_loss"] = float(total) / (count * self.accelerator.num_processes)  # sync
-        preds = torch.cat(predictions) if predictions else None
-        label_ids = torch.cat(labels) if labels else None
+        preds, label_ids = to_numpy(concat_padded(predictions)), to_numpy(concat_padded(labels))
         if self.compute_metrics is not None and preds is not None and label_ids is not None:
             for key, value in self.compute_metrics(EvalPrediction(preds, label_ids)).items():
                 metrics[key if key.startswith(f"{prefix}_") else f"{prefix}_{key}"] = float(value)
         seconds = time.perf_counter() - started
         metrics[f"{prefix}_runtime"] = seconds
         metrics[f"{prefix}_samples_per_second"] = samples / seconds if seconds > 0 else 0.0
+        batches = math.ceil(samples / (self.config.per_device_eval_batch_size * self.accelerator.num_processes))
+        metrics[f"{prefix}_steps_per_second"] = batches / seconds if seconds > 0 else 0.0
         return PredictionOutput(preds, label_ids, metrics)
 
     def _update_best(self, metrics: dict[str, float]) -> None:
@@ -434,14 +470,19 @@ class Trainer:
     def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
         # A generator of its own, so that starting an epoch does not draw from torch's global generator
         # (DataLoader draws a worker seed at every iter()): a resumed run then draws the same dropout masks.
-        generator = torch.Generator().manual_seed(self.config.seed)
+        config = self.config
+        generator = torch.Generator().manual_seed(config.seed if config.data_seed is None else config.data_seed)
         collate = self.collate_fn
-        if self.config.pad_to_buckets:  # text batches padded to a few lengths: few kernel plans and graphs
+        if config.pad_to_buckets:  # text batches padded to a few lengths: few kernel plans and graphs
             collate = BucketPadding(collate, position_limit(self.accelerator.unwrap_model(self.model)),
                                     coarse=self.accelerator.plan.device.new_shapes_cost)
+        workers = {"persistent_workers": config.dataloader_persistent_workers,
+                   "prefetch_factor": config.dataloader_prefetch_factor,
+                   "multiprocessing_context": config.dataloader_multiprocessing_context} \
+            if config.dataloader_num_workers > 0 else {}
         return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
-                          num_workers=self.config.dataloader_num_workers, generator=generator,
-                          drop_last=self.config.dataloader_drop_last and shuffle)
+                          num_workers=config.dataloader_num_workers, generator=generator,
+                          drop_last=config.dataloader_drop_last and shuffle, **workers)
 
     def _eval_loader(self, dataset: Dataset):
         """Prepared once per dataset: the Accelerator saves every prepared loader, and a resumed run must
@@ -557,6 +598,34 @@ class Trainer:
                    "with the same script and options.")
         self.accelerator.print(message, flush=True)
         raise TrainingInterrupted(self.signals.received, message, checkpoint)
+
+
+def _from_model_init(model_init: Callable | None) -> torch.nn.Module:
+    if model_init is None:
+        raise ValueError("Trainer needs a model: pass Trainer(model=...) (or model_init=a function that returns one)")
+    return model_init()
+
+
+def _no_hf_extras(trial: Any, kwargs: dict[str, Any]) -> None:
+    if trial is not None:
+        raise ValueError("train(trial=...) is not supported: braeburn has no hyperparameter search; loop over "
+                         "configs yourself and build a Trainer per trial")
+    if kwargs:
+        raise TypeError(f"train() got unexpected arguments {', '.join(sorted(kwargs))}; it takes "
+                        "resume_from_checkpoint")
+
+
+def _to_cpu(data: Any) -> Any:
+    from ..data import apply_to_tensors
+
+    return apply_to_tensors(lambda t: t.cpu(), data)
+
+
+def _metrics_log(config: TrainingConfig) -> MetricsLogCallback:
+    """metrics.jsonl always; TensorBoard when report_to asks for it (all or tensorboard)."""
+    chosen = config.report_to
+    tensorboard = chosen is not None and ("all" in chosen or "tensorboard" in chosen)
+    return MetricsLogCallback(tensorboard=tensorboard, tensorboard_dir=config.logging_dir)
 
 
 def _epoch_finished(loader, epoch: int) -> bool:

@@ -35,8 +35,8 @@ class MetricsLogCallback(Callback):
 
     MAX_PENDING = 100_000  # records kept while the disk is full (about 200 bytes each)
 
-    def __init__(self, tensorboard: bool = True):
-        self.tensorboard = tensorboard
+    def __init__(self, tensorboard: bool = True, tensorboard_dir: str | Path | None = None):
+        self.tensorboard, self.tensorboard_dir = tensorboard, tensorboard_dir
         self._file: IO[str] | None = None
         self._writer = None
         self.path: Path | None = None
@@ -55,7 +55,7 @@ class MetricsLogCallback(Callback):
             self._warnings.failed(self.path, error, "a torn last line could not be dropped")
         self._reopen(repair=False)
         if self.tensorboard:
-            folder = Path(trainer.output_dir) / "tensorboard"
+            folder = Path(self.tensorboard_dir or Path(trainer.output_dir) / "tensorboard")
             try:
                 self._writer = _tensorboard_writer(folder)
             except OSError as error:

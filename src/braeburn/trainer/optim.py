@@ -26,6 +26,18 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [group for group in groups if group["params"]]
 
 
+def _optim_args(text: str | None) -> dict[str, float]:
+    """``"momentum=0.9,nesterov=true"`` as keyword arguments (numbers and booleans)."""
+    out: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        key, _, value = item.partition("=")
+        if not _:
+            raise ValueError(f"optim_args={text!r}: write key=value pairs separated by commas, e.g. momentum=0.9")
+        low = value.strip().lower()
+        out[key.strip()] = low == "true" if low in ("true", "false") else float(value)
+    return out
+
+
 def use_fused_adamw(kind: DeviceKind, grad_scaler: bool, host: HostFacts | None = None) -> bool:
     """Fused where the kind has the kernel, unless a grad scaler is active and the kernel would apply
     an overflow step anyway (it must honour GradScaler's found_inf: see ``ScaledFp16Policy``)."""
@@ -35,36 +47,59 @@ def use_fused_adamw(kind: DeviceKind, grad_scaler: bool, host: HostFacts | None 
 
 
 def default_optimizer(model: torch.nn.Module, config: TrainingConfig, kind: DeviceKind, *,
-                      grad_scaler: bool = False) -> torch.optim.AdamW:
-    """AdamW with decoupled weight decay, fused into one kernel where the device kind has it and
-    ``grad_scaler`` (the plan's: fp16 with a GradScaler) does not rule the fused kernel out."""
+                      grad_scaler: bool = False) -> torch.optim.Optimizer:
+    """config.optim: AdamW with decoupled weight decay (fused into one kernel where the device kind has it,
+    optim is adamw_torch_fused, the default, and ``grad_scaler`` does not rule the fused kernel out), or
+    SGD, Adagrad, RMSprop."""
     groups = parameter_groups(model, config.weight_decay)
     if not groups:
         raise ValueError("the model has no parameter with requires_grad=True, so there is nothing to train; "
                          "unfreeze some parameters or pass your own optimizer=")
+    extra = _optim_args(getattr(config, "optim_args", None))
+    name = getattr(config, "optim", "adamw_torch_fused")
+    if name in ("sgd", "adagrad", "rmsprop"):
+        cls = {"sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad, "rmsprop": torch.optim.RMSprop}[name]
+        return cls(groups, lr=config.learning_rate, **extra)
     floating = all(p.is_floating_point() for group in groups for p in group["params"])
-    fused = use_fused_adamw(kind, grad_scaler) and floating
+    fused = use_fused_adamw(kind, grad_scaler) and floating and name in ("adamw_torch_fused", "adamw")
     return torch.optim.AdamW(groups, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
-                             eps=config.adam_epsilon, fused=True if fused else None)
+                             eps=config.adam_epsilon, fused=True if fused else None, **extra)
 
 
-def schedule_factor(step: int, *, kind: str, warmup: int, total: int) -> float:
-    """The learning-rate multiplier at optimizer step ``step``: linear warmup, then ``kind``."""
+def schedule_factor(step: int, *, kind: str, warmup: int, total: int, options: dict | None = None) -> float:
+    """The learning-rate multiplier at optimizer step ``step``: linear warmup, then ``kind``.
+
+    ``options`` (lr_scheduler_kwargs): ``min_lr_rate`` for cosine_with_min_lr, ``power`` and ``lr_end_rate``
+    for polynomial, ``timescale`` for inverse_sqrt.
+    """
+    options = options or {}
     if step < warmup:
         return (step + 1) / (warmup + 1)  # never exactly 0, so the first step moves the weights
-    if kind == "constant":
+    if kind in ("constant", "constant_with_warmup"):
         return 1.0
+    if kind == "inverse_sqrt":
+        timescale = options.get("timescale") or max(warmup, 1)
+        return 1.0 / math.sqrt((step - warmup + timescale) / timescale)
     progress = (step - warmup) / max(1, total - warmup)
     if kind == "linear":
         return max(0.0, 1.0 - progress)
-    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))))  # cosine
+    if kind == "polynomial":
+        end = options.get("lr_end_rate", 0.0)
+        return end + (1.0 - end) * max(0.0, 1.0 - progress) ** options.get("power", 1.0)
+    floor = options.get("min_lr_rate", 0.0) if kind == "cosine_with_min_lr" else 0.0
+    return floor + (1.0 - floor) * max(0.0, 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))))  # cosine
 
 
 def default_scheduler(optimizer: torch.optim.Optimizer, config: TrainingConfig,
                       total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     warmup, kind = config.warmup_for(total_steps), config.lr_scheduler_type
+    options = dict(getattr(config, "lr_scheduler_kwargs", None) or {})
+    if "min_lr" in options:  # Transformers takes an absolute floor as well as a rate
+        options["min_lr_rate"] = options.pop("min_lr") / config.learning_rate
+    if "lr_end" in options:
+        options["lr_end_rate"] = options.pop("lr_end") / config.learning_rate
 
     def factor(step: int) -> float:
-        return schedule_factor(step, kind=kind, warmup=warmup, total=total_steps)
+        return schedule_factor(step, kind=kind, warmup=warmup, total=total_steps, options=options)
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -68,9 +68,9 @@ def describe_logs(logs: dict[str, float]) -> str:
 class ProgressCallback(Callback):
     """A rich progress bar when ``stream`` is a terminal, otherwise one line per log."""
 
-    def __init__(self, stream: IO[str] | None = None, rich_bar: bool | None = None):
+    def __init__(self, stream: IO[str] | None = None, rich_bar: bool | None = None, disable: bool | None = None):
         self.stream = stream
-        self.rich_bar = rich_bar
+        self.rich_bar = False if disable else rich_bar  # disable (--disable_tqdm): log lines, no bar
         self._progress = None
         self._task = None
         self._next_refresh = 0.0

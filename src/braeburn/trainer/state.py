@@ -34,6 +34,11 @@ class TrainerState:
         """Epochs done as a fraction (1.5 = half way through the second epoch)."""
         return self.global_step / self.steps_per_epoch if self.steps_per_epoch else 0.0
 
+    @property
+    def best_model_checkpoint(self) -> str | None:
+        """Transformers' name of best_checkpoint."""
+        return self.best_checkpoint
+
     def request_stop(self, reason: str, save: bool = False) -> None:
         self.should_stop, self.stop_reason = True, reason
         self.should_save = self.should_save or save

@@ -1,0 +1,76 @@
+"""Weights on disk as Transformers and Accelerate write them: ``model.safetensors`` (or ``pytorch_model.bin``),
+sharded with an index file when larger than ``max_shard_size``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_size(size: int | str) -> int:
+    """``"10GB"`` -> 10**10 bytes (an int is bytes already)."""
+    if isinstance(size, int):
+        return size
+    match = re.fullmatch(r"\s*([\d.]+)\s*([A-Za-z]*)\s*", str(size))
+    if not match or match.group(2).upper() not in _UNITS:
+        raise ValueError(f"max_shard_size={size!r}: write a size such as '10GB' or '500MB'")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper() or "B"])
+
+
+def _shards(state: dict[str, torch.Tensor], limit: int) -> list[dict[str, torch.Tensor]]:
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > limit:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    return shards
+
+
+def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """safetensors refuses tensors that share memory (tied weights): keep the first name of each storage."""
+    seen: set[tuple[int, int]] = set()
+    out = {}
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset()) if tensor.numel() else (id(tensor), 0)
+        if key in seen:
+            continue
+        seen.add(key)
+        out[name] = tensor.detach().cpu().contiguous()
+    return out
+
+
+def save_weights(state: dict[str, Any], save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
+                 safe_serialization: bool = True) -> list[Path]:
+    """Write ``state`` into ``save_directory``; returns the files written."""
+    folder = Path(save_directory)
+    if folder.is_file():
+        raise ValueError(f"save_directory={str(folder)!r} is a file; pass a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = _unshared({k: v for k, v in state.items() if isinstance(v, torch.Tensor)})
+    shards = _shards(tensors, parse_size(max_shard_size))
+    stem, ext = ("model", "safetensors") if safe_serialization else ("pytorch_model", "bin")
+    names = ([f"{stem}.{ext}"] if len(shards) == 1
+             else [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.{ext}" for i in range(len(shards))])
+    for name, shard in zip(names, shards):
+        if safe_serialization:
+            from safetensors.torch import save_file
+
+            save_file(shard, str(folder / name), metadata={"format": "pt"})
+        else:
+            torch.save(shard, folder / name)
+    if len(shards) > 1:
+        index = {"metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
+                 "weight_map": {k: name for name, shard in zip(names, shards) for k in shard}}
+        (folder / f"{stem}.{ext}.index.json").write_text(json.dumps(index, indent=2), encoding="utf-8")
+    return [folder / name for name in names]

@@ -1,0 +1,180 @@
+"""braeburn's side of the drop-in (docs/migrating.md): refusals, mappings, trackers, checkpoint naming, schedules.
+What both libraries do alike is in tests/conformance/."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import braeburn
+from braeburn.plan import PlanError
+from braeburn.trainer import TrainingArguments, TrainingConfig, parse_config
+from braeburn.trainer._argparse import ConfigError
+from braeburn.trainer.optim import schedule_factor
+
+
+def test_training_arguments_is_training_config():
+    assert braeburn.TrainingArguments is TrainingConfig is TrainingArguments
+
+
+def test_hf_spellings_map_onto_braeburn_options():
+    args = TrainingArguments(bf16=True, torch_compile=True, fsdp="full_shard auto_wrap", report_to="none",
+                             metric_for_best_model="f1", gradient_checkpointing_kwargs='{"use_reentrant": false}')
+    assert (args.mixed_precision, args.compile, args.strategy) == ("bf16", "true", "fsdp")
+    assert args.report_to == ["none"] and args.greater_is_better is True
+    assert args.gradient_checkpointing_kwargs == {"use_reentrant": False}
+    assert TrainingArguments(fp16=True).mixed_precision == "fp16"
+    assert TrainingArguments(torch_compile=False).compile == "false" and TrainingArguments().compile == "auto"
+    assert TrainingArguments().greater_is_better is False  # eval_loss
+
+
+def test_unsupported_fields_are_refused_all_at_once(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(TrainingConfig, argv=["--deepspeed", "ds.json", "--push_to_hub", "--use_liger_kernel",
+                                           "--bf16", "--fp16", "--output_dir", str(tmp_path)],
+                     exit_on_error=False, check_plan=False)
+    text = str(caught.value)
+    assert "deepspeed='ds.json'" in text and "--strategy fsdp" in text
+    assert "push_to_hub=True" in text and "huggingface-cli upload" in text
+    assert "use_liger_kernel=True" in text and "both set" in text
+
+
+def test_unsupported_fields_at_their_defaults_are_fine_and_hidden_from_help(capsys):
+    assert TrainingArguments(push_to_hub=False, ddp_timeout=1800, dataloader_pin_memory=True).validate() == []
+    with pytest.raises(SystemExit):
+        parse_config(TrainingConfig, argv=["--help"])
+    shown = capsys.readouterr().out
+    assert "--bf16" in shown and "--deepspeed" not in shown
+
+
+def test_load_best_model_needs_matching_strategies():
+    errors = TrainingArguments(load_best_model_at_end=True, eval_strategy="epoch", save_strategy="steps").validate()
+    assert any("--save_strategy to match --eval_strategy" in str(e) for e in errors)
+
+
+def test_unknown_or_missing_tracker_is_named():
+    with pytest.raises(ConfigError, match="report_to='slack'"):
+        errors = TrainingArguments(report_to="slack").validate()
+        raise ConfigError(errors)
+    from braeburn.trackers import resolve_log_with
+
+    with pytest.raises(ValueError, match="no tracker of that name"):
+        resolve_log_with("slack")
+    if not __import__("importlib").util.find_spec("wandb"):
+        with pytest.raises(ValueError, match="pip install wandb"):
+            resolve_log_with(["wandb"])
+
+
+def test_accelerate_only_arguments(no_launcher_env):
+    with pytest.raises(PlanError) as caught:
+        braeburn.Accelerator(cpu=True, deepspeed_plugin=object(), device_placement=False)
+    assert "strategy='fsdp'" in str(caught.value) and "device_placement" in str(caught.value)
+    accelerator = braeburn.Accelerator(cpu=True, mixed_precision=None,
+                                       gradient_accumulation_plugin=braeburn.GradientAccumulationPlugin(num_steps=3))
+    assert accelerator.mixed_precision == "no" and accelerator.gradient_accumulation_steps == 3
+
+
+def test_jsonl_tracker_and_config(no_launcher_env, tmp_path):
+    accelerator = braeburn.Accelerator(cpu=True, log_with="jsonl", project_dir=str(tmp_path))
+    accelerator.init_trackers("run", config={"lr": 0.1, "layers": 2})
+    accelerator.log({"loss": torch.tensor(0.5), "note": "x"}, step=3)
+    accelerator.end_training()
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records == [{"step": 3, "loss": 0.5, "note": "x"}]
+    assert json.loads((tmp_path / "run" / "config.json").read_text()) == {"lr": 0.1, "layers": 2}
+
+
+def test_automatic_checkpoint_naming(no_launcher_env, tmp_path):
+    config = braeburn.ProjectConfiguration(project_dir=str(tmp_path), automatic_checkpoint_naming=True, total_limit=2)
+    accelerator = braeburn.Accelerator(cpu=True, project_config=config)
+    model = accelerator.prepare(torch.nn.Linear(2, 2))
+    for value in (1.0, 2.0, 3.0):
+        with torch.no_grad():
+            model.weight.fill_(value)
+        accelerator.save_state()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if not p.name.startswith(".")) == \
+        ["checkpoint_1", "checkpoint_2"]
+    with torch.no_grad():
+        model.weight.zero_()
+    accelerator.load_state()
+    assert float(model.weight[0, 0]) == 3.0
+
+
+def test_more_schedules():
+    assert schedule_factor(10, kind="cosine_with_min_lr", warmup=0, total=10, options={"min_lr_rate": 0.1}) == \
+        pytest.approx(0.1)
+    assert schedule_factor(5, kind="polynomial", warmup=0, total=10, options={"power": 2.0}) == pytest.approx(0.25)
+    assert schedule_factor(7, kind="constant_with_warmup", warmup=2, total=10) == 1.0
+    assert schedule_factor(3, kind="inverse_sqrt", warmup=0, total=10, options={"timescale": 1}) == pytest.approx(0.5)
+
+
+class _Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, features, labels=None):
+        logits = self.linear(features)
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = torch.nn.functional.cross_entropy(logits, labels)
+        return out
+
+
+def _rows(count=16):
+    generator = torch.Generator().manual_seed(0)
+    return [{"features": torch.randn(4, generator=generator), "label": i % 2, "text": "unused"} for i in range(count)]
+
+
+def test_trainer_options_label_smoothing_sgd_logging_epoch(no_launcher_env, tmp_path):
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, num_train_epochs=2, per_device_train_batch_size=4,
+                             label_smoothing_factor=0.1, optim="sgd", optim_args="momentum=0.9",
+                             logging_strategy="epoch", save_strategy="no", report_to="none", disable_tqdm=True)
+    trainer = braeburn.Trainer(model=_Tiny(), args=args, train_dataset=_rows())
+    trainer.train()
+    assert isinstance(trainer.optimizer.optimizer, torch.optim.SGD)
+    assert trainer.optimizer.optimizer.defaults["momentum"] == 0.9
+    assert [r["step"] for r in trainer.state.log_history if "loss" in r] == [4, 8]
+    assert not (tmp_path / "tensorboard").exists()  # report_to none
+
+
+def test_hf_callback_hooks_braeburn_cannot_call_are_refused(no_launcher_env, tmp_path):
+    class PreStep(braeburn.TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            pass
+
+    with pytest.raises(TypeError, match="on_pre_optimizer_step"):
+        braeburn.Trainer(_Tiny(), TrainingArguments(output_dir=str(tmp_path), use_cpu=True), callbacks=[PreStep()])
+
+
+def test_transformers_early_stopping_callback_works(no_launcher_env, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, num_train_epochs=10, learning_rate=1e-12,
+                             per_device_train_batch_size=4, eval_strategy="epoch", save_strategy="epoch",
+                             load_best_model_at_end=True, report_to="none", disable_tqdm=True)
+    trainer = braeburn.Trainer(_Tiny(), args, train_dataset=_rows(), eval_dataset=_rows(8),
+                               callbacks=[transformers.EarlyStoppingCallback(early_stopping_patience=2)])
+    trainer.train()
+    assert trainer.state.global_step == 12  # best at epoch 1, then two epochs without improvement
+
+
+def test_subclass_overriding_compute_loss(no_launcher_env, tmp_path):
+    seen = []
+
+    class WeightedTrainer(braeburn.Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            labels = inputs.pop("labels")
+            outputs = model(**inputs)
+            seen.append(sorted(inputs))
+            loss = torch.nn.functional.cross_entropy(outputs["logits"], labels, weight=torch.tensor([1.0, 2.0]))
+            return (loss, outputs) if return_outputs else loss
+
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, max_steps=2, per_device_train_batch_size=4,
+                             save_strategy="no", report_to="none", disable_tqdm=True)
+    trainer = WeightedTrainer(model=_Tiny(), args=args, train_dataset=_rows())
+    trainer.train()
+    assert seen == [["features"], ["features"]]  # the unused "text" column was removed, labels renamed
+    assert trainer.get_num_trainable_parameters() == 10 and trainer.get_total_train_batch_size() == 4
