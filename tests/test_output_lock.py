@@ -33,7 +33,7 @@ TIMING = {"samples_per_second", "memory_bytes"}  # the only values two identical
 
 def job_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAEBURN_", "TORCHELASTIC_"))}
-    env.update(PYTHONPATH=str(SRC), OMP_NUM_THREADS="1")
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")])), OMP_NUM_THREADS="1")
     return env
 
 

@@ -79,7 +79,10 @@ def _run(lib: str, directory) -> list[dict]:
     script = directory / "helpers.py"
     script.write_text(SCRIPT)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("BRAEBURN_", "ACCELERATE_"))}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")])))
+    # Both libraries on the CPU (gloo), as this file is about process helpers: with one GPU visible, Accelerate
+    # would put two processes on it with NCCL.
+    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", ACCELERATE_USE_CPU="true",
+               PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")])))
     out = directory / lib
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                str(_free_port()), str(script), lib, str(out)]
