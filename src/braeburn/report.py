@@ -51,7 +51,7 @@ def _selection(options: RunOptions, host: HostFacts) -> dict:
         return {"ok": False, "errors": [str(e) for e in error.errors]}
     return {"ok": True, "device": plan.device.name, "device_reason": plan.device_reason, "devices": plan.devices,
             "precision": plan.precision, "grad_scaler": plan.grad_scaler, "precision_reason": plan.precision_reason,
-            "compile": plan.compile, "compile_reason": plan.compile_reason, "env_for_child": plan.env}
+            "compile": plan.compile, "compile_auto": plan.compile_auto, "compile_reason": plan.compile_reason, "env_for_child": plan.env}
 
 
 def build_report(host: HostFacts, options: RunOptions, current_env: Mapping[str, str], torch_info: dict) -> dict:

@@ -84,7 +84,8 @@ def render(report: dict, console: Console) -> None:
     if selected["ok"]:
         console.print(f"[bold]Chosen device:[/] {selected['device']} - {selected['device_reason']}")
         console.print(f"[bold]Precision:[/] {selected['precision_reason']}")
-        console.print(f"[bold]torch.compile:[/] {'on' if selected['compile'] else 'off'} - {selected['compile_reason']}")
+        state = "auto" if selected["compile"] and selected.get("compile_auto") else "on" if selected["compile"] else "off"
+        console.print(f"[bold]torch.compile:[/] {state} - {selected['compile_reason']}")
     else:
         console.print("[bold red]Cannot use what was asked:[/]")
         for error in selected["errors"]:

@@ -63,7 +63,9 @@ class CudaDevice(DeviceKind):
         return {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
     def compile_by_default(self, host: HostFacts) -> tuple[bool, str]:
-        return True, "torch.compile pays off on CUDA once a run has more than a few hundred steps"
+        return True, ("auto: compiled where the run earns it back: the Trainer times its first eager steps and "
+                      "compiles when ~5 minutes of eager training remain (CNNs stay eager); a loop of your own "
+                      "compiles with compile=True")
 
     def describe(self, host: HostFacts) -> str:
         return ", ".join(host.cuda_names) or "cuda"
