@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from . import accelerate_ports as ports
@@ -16,7 +18,9 @@ def test_nlp_example(acc_lib, tmp_path):
 def test_cv_example_with_tracking_and_epoch_checkpoints(acc_lib, tmp_path):
     observed = ports.cv_example(acc_lib, tmp_path)
     assert observed["evaluated"] == 24 and 0.0 <= observed["accuracy"] <= 1.0
-    assert observed["epoch_dirs"] == ["epoch_0", "epoch_1"] and observed["tensorboard_events"]
+    assert observed["epoch_dirs"] == ["epoch_0", "epoch_1"]
+    # TensorBoard is optional for both libraries: its events exist exactly when it is installed.
+    assert observed["tensorboard_events"] == (importlib.util.find_spec("tensorboard") is not None)
 
 
 def test_checkpointing_resume_matches_uninterrupted(acc_lib, tmp_path):
@@ -25,6 +29,7 @@ def test_checkpointing_resume_matches_uninterrupted(acc_lib, tmp_path):
 
 
 def test_tracking(acc_lib, tmp_path):
+    pytest.importorskip("tensorboard", reason="Accelerate's tracking example logs to TensorBoard (optional)")
     assert ports.tracking(acc_lib, tmp_path) == {"tensorboard_events": True, "unwrapped_is_writer": True,
                                                  "wrapped_name": "tensorboard"}
 
