@@ -137,6 +137,36 @@ def _bare_loop(model, batches, steps_per_epoch, epochs, lr, device, dtype, clip=
     return float(loss)
 
 
+def _shuffled_batches(args, tensors: dict, device, add=None):
+    """Batches of 32 rows of ``tensors`` (already on the device), reshuffled each epoch; ``add(rows)`` adds keys."""
+    import torch
+
+    count = len(next(iter(tensors.values())))
+    generator = torch.Generator().manual_seed(42)
+
+    def batches(epoch):
+        order = torch.randperm(count, generator=generator).to(device)
+        for index, start in enumerate(range(0, count, 32)):
+            if args.max_steps and index >= args.max_steps:
+                return
+            rows = order[start:start + 32]
+            yield {**{key: value[rows] for key, value in tensors.items()}, **(add(rows) if add else {})}
+    return batches, math.ceil(count / 32)
+
+
+def _train_evaluate_report(started, data_done, model, batches, steps, epochs, lr, device, dtype, metric, evaluate):
+    import torch
+
+    train_started = time.perf_counter()
+    _bare_loop(model, batches, steps, epochs, lr, device, dtype)
+    torch.cuda.synchronize() if device.type == "cuda" else None
+    eval_started = time.perf_counter()
+    value = evaluate()
+    done = time.perf_counter()
+    _report(started, training_seconds=eval_started - train_started, eval_seconds=done - eval_started,
+            setup_seconds=train_started - started, data_seconds=data_done - started, metric=metric, value=value)
+
+
 def bare_mrpc(args) -> None:
     started = time.perf_counter()
     import torch
@@ -146,29 +176,11 @@ def bare_mrpc(args) -> None:
     (train, train_labels), (dev, dev_labels) = _mrpc_data(tokenizer, "max_length")
     data_done = time.perf_counter()
     tensors = {key: torch.tensor(value, device=device) for key, value in train.items()}
-    labels = torch.tensor(train_labels, device=device)
+    tensors["labels"] = torch.tensor(train_labels, device=device)
     model.to(device)
-    count, batch = len(train_labels), 32
-    steps = math.ceil(count / batch)
-    generator = torch.Generator().manual_seed(42)
-
-    def batches(epoch):
-        order = torch.randperm(count, generator=generator).to(device)
-        for index, start in enumerate(range(0, count, batch)):
-            if args.max_steps and index >= args.max_steps:
-                return
-            rows = order[start:start + batch]
-            yield {**{key: value[rows] for key, value in tensors.items()}, "labels": labels[rows]}
-
-    train_started = time.perf_counter()
-    _bare_loop(model, batches, steps, 3, 5e-5, device, dtype)
-    torch.cuda.synchronize() if device.type == "cuda" else None
-    eval_started = time.perf_counter()
-    accuracy = _bare_eval_accuracy(model, dev, dev_labels, device, dtype)
-    done = time.perf_counter()
-    _report(started, training_seconds=eval_started - train_started, eval_seconds=done - eval_started,
-            setup_seconds=train_started - started, data_seconds=data_done - started, metric="accuracy",
-            value=accuracy)
+    batches, steps = _shuffled_batches(args, tensors, device)
+    _train_evaluate_report(started, data_done, model, batches, steps, 3, 5e-5, device, dtype, "accuracy",
+                           lambda: _bare_eval_accuracy(model, dev, dev_labels, device, dtype))
 
 
 def _bare_eval_accuracy(model, dev, dev_labels, device, dtype) -> float:
@@ -186,8 +198,6 @@ def _bare_eval_accuracy(model, dev, dev_labels, device, dtype) -> float:
 
 def bare_clm(args) -> None:
     started = time.perf_counter()
-    import torch
-
     device, dtype = _device(args.cpu)
     train_texts, dev_texts = _clm_texts()
     model, tokenizer = _clm_model_and_tokenizer()
@@ -197,27 +207,10 @@ def bare_clm(args) -> None:
     ids = train["input_ids"][:, :longest].to(device)
     mask = train["attention_mask"][:, :longest].to(device)
     model.to(device)
-    count, batch = ids.shape[0], 32
-    generator = torch.Generator().manual_seed(42)
-
-    def batches(epoch):
-        order = torch.randperm(count, generator=generator).to(device)
-        for index, start in enumerate(range(0, count, batch)):
-            if args.max_steps and index >= args.max_steps:
-                return
-            rows = order[start:start + batch]
-            labels = ids[rows].masked_fill(mask[rows] == 0, -100)
-            yield {"input_ids": ids[rows], "attention_mask": mask[rows], "labels": labels}
-
-    train_started = time.perf_counter()
-    _bare_loop(model, batches, math.ceil(count / batch), 1, 5e-4, device, dtype)
-    torch.cuda.synchronize() if device.type == "cuda" else None
-    eval_started = time.perf_counter()
-    perplexity = _clm_perplexity(model, tokenizer, dev_texts, device, dtype)
-    done = time.perf_counter()
-    _report(started, training_seconds=eval_started - train_started, eval_seconds=done - eval_started,
-            setup_seconds=train_started - started, data_seconds=data_done - started, metric="perplexity",
-            value=perplexity)
+    batches, steps = _shuffled_batches(args, {"input_ids": ids, "attention_mask": mask}, device,
+                                       add=lambda rows: {"labels": ids[rows].masked_fill(mask[rows] == 0, -100)})
+    _train_evaluate_report(started, data_done, model, batches, steps, 1, 5e-4, device, dtype, "perplexity",
+                           lambda: _clm_perplexity(model, tokenizer, dev_texts, device, dtype))
 
 
 def _clm_perplexity(model, tokenizer, texts, device, dtype) -> float:
@@ -305,14 +298,19 @@ def transformers_mrpc(args) -> None:
 
     trainer = Trainer(model=model, args=_hf_args(args, args.workdir, 3, 5e-5), train_dataset=rows(train, train_labels),
                       eval_dataset=rows(dev, dev_labels), compute_metrics=accuracy)
+    _train_trainer_and_report(started, data_done, trainer, "accuracy", lambda m: m["eval_accuracy"])
+
+
+def _train_trainer_and_report(started, data_done, trainer, metric: str, value) -> None:
+    """train() then evaluate() of a Trainer (Transformers' or braeburn's): the phases timed, the metric reported."""
     train_started = time.perf_counter()
     trainer.train()
     eval_started = time.perf_counter()
     metrics = trainer.evaluate()
     done = time.perf_counter()
     _report(started, training_seconds=eval_started - train_started, eval_seconds=done - eval_started,
-            setup_seconds=train_started - started, data_seconds=data_done - started, metric="accuracy",
-            value=metrics["eval_accuracy"])
+            setup_seconds=train_started - started, data_seconds=data_done - started, metric=metric,
+            value=value(metrics))
 
 
 def _clm_datasets(tokenizer):
@@ -332,14 +330,7 @@ def transformers_clm(args) -> None:
     trainer = Trainer(model=model, args=_hf_args(args, args.workdir, 1, 5e-4, per_device_eval_batch_size=64),
                       train_dataset=train, eval_dataset=dev,
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
-    train_started = time.perf_counter()
-    trainer.train()
-    eval_started = time.perf_counter()
-    metrics = trainer.evaluate()
-    done = time.perf_counter()
-    _report(started, training_seconds=eval_started - train_started, eval_seconds=done - eval_started,
-            setup_seconds=train_started - started, data_seconds=data_done - started, metric="perplexity",
-            value=math.exp(metrics["eval_loss"]))
+    _train_trainer_and_report(started, data_done, trainer, "perplexity", lambda m: math.exp(m["eval_loss"]))
 
 
 # -- braeburn ------------------------------------------------------------------------------------------
@@ -358,14 +349,7 @@ def braeburn_clm(args) -> None:
                             max_steps=args.max_steps or -1, use_cpu=args.cpu, **_overrides(args))
     trainer = Trainer(model, config, train_dataset=train, eval_dataset=dev,
                       collate_fn=DataCollatorForLanguageModeling(tokenizer, mlm=False))
-    train_started = time.perf_counter()
-    trainer.train()
-    eval_started = time.perf_counter()
-    metrics = trainer.evaluate()
-    done = time.perf_counter()
-    _report(started, training_seconds=eval_started - train_started, eval_seconds=done - eval_started,
-            setup_seconds=train_started - started, data_seconds=data_done - started, metric="perplexity",
-            value=math.exp(metrics["eval_loss"]))
+    _train_trainer_and_report(started, data_done, trainer, "perplexity", lambda m: math.exp(m["eval_loss"]))
 
 
 def _overrides(args) -> dict:
