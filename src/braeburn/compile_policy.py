@@ -43,6 +43,7 @@ class CompileDecision:
     compile: bool
     reason: str
     dynamic: bool | None = None  # torch.compile(dynamic=...): True when the input shapes vary
+    needs_timing: bool = False  # "auto" could compile here, given the eager step time and the steps to go
 
 
 def decide(*, requested: bool | str, device_compiles: bool, device_reason: str, convolutional: bool,
@@ -62,7 +63,8 @@ def decide(*, requested: bool | str, device_compiles: bool, device_reason: str, 
         return CompileDecision(False, "auto: several processes stay eager (compile them with --compile true)")
     if remaining_steps is None or eager_step_seconds is None:
         return CompileDecision(False, "auto: the run's length is not known here, and compiling costs tens of "
-                                      "seconds that a short run never earns back (pass compile=True for long runs)")
+                                      "seconds that a short run never earns back (pass compile=True for long runs)",
+                               needs_timing=True)
     ahead = remaining_steps * eager_step_seconds
     estimate = (f"{eager_step_seconds * 1000:.1f} ms/step eager x {remaining_steps} steps to go = {ahead:.0f} s; "
                 f"compiling costs about {COMPILE_SECONDS:.0f} s")
@@ -156,8 +158,7 @@ class PreparedForward:
         if self.stats.compiled_calls == 1:
             return self._first_compiled_call(args, kwargs)
         output = self._run(self.compiled, args, kwargs)
-        if self.stats._graphs_before is not None:
-            self.stats.graphs = (_graph_count() or 0) - self.stats._graphs_before
+        self._count_graphs()
         return output
 
     def _first_compiled_call(self, args: tuple, kwargs: dict) -> Any:
@@ -166,11 +167,12 @@ class PreparedForward:
         output = self._run(self.compiled, args, kwargs)
         self.synchronize()  # once: the compile time is what the user waited for
         self.stats.compile_seconds = time.perf_counter() - started
-        if self.stats._graphs_before is not None:
-            self.stats.graphs = (_graph_count() or 0) - self.stats._graphs_before
-        else:
-            self.stats.graphs = None
+        self._count_graphs()
         return output
+
+    def _count_graphs(self) -> None:
+        before = self.stats._graphs_before
+        self.stats.graphs = None if before is None else (_graph_count() or 0) - before
 
     def _run(self, function: Callable, args: tuple, kwargs: dict) -> Any:
         if self.autocast is None:

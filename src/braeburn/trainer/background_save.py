@@ -41,10 +41,6 @@ class Snapshot:
         return sum(len(data) for data in self.files.values())
 
 
-def capture_files(accelerator: Any) -> Snapshot:
-    return Snapshot(accelerator)
-
-
 class _Replay:
     """Stands in for the Accelerator inside :meth:`CheckpointManager.save`: writes the captured bytes."""
 
@@ -81,7 +77,7 @@ class BackgroundSaver:
         self._on_done: Callable[[Path | None, BaseException | None], None] | None = None
 
     @staticmethod
-    def fits(snapshot: Snapshot) -> bool:
+    def fits(snapshot: "Snapshot") -> bool:
         memory = _memory_bytes()
         return memory is None or snapshot.size < MAX_SNAPSHOT_SHARE * memory
 
@@ -101,10 +97,6 @@ class BackgroundSaver:
         self._thread = threading.Thread(target=work, name="braeburn-checkpoint", daemon=False)
         self._thread.start()
 
-    @property
-    def busy(self) -> bool:
-        return self._thread is not None
-
     def wait(self) -> None:
         """Block until the save in flight (if any) is on disk, then run its completion in this thread."""
         if self._thread is None:
@@ -117,4 +109,4 @@ class BackgroundSaver:
             on_done(folder, error)
 
 
-__all__ = ["BackgroundSaver", "capture_files"]
+__all__ = ["BackgroundSaver", "Snapshot"]

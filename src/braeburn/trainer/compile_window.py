@@ -46,10 +46,9 @@ class CompileWindow:
         if stats is not None and stats.compiled:  # compiled already (an earlier train() call)
             self.pending = False
             return
-        plan, remaining = self.acc.plan, max_steps - step
-        self._max_steps = max_steps
+        remaining, self._max_steps = max_steps - step, max_steps
         first = self.acc.compile_decision(model)
-        measurable = plan.compile_auto and plan.compile and "not known" in first.reason
+        measurable = first.needs_timing
         if first.compile:  # asked for: compile once the shapes of some batches are known
             self._decide_at = step + min(WARMUP_STEPS + MEASURE_STEPS, max(1, remaining // 2))
         elif measurable and remaining > WARMUP_STEPS + MEASURE_STEPS:

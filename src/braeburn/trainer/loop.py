@@ -26,7 +26,7 @@ from ..state import enable_full_determinism
 from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss, model_logits
 from .callbacks import CallbackList
-from .background_save import BackgroundSaver, Snapshot, capture_files
+from .background_save import BackgroundSaver, Snapshot
 from .checkpoint import CheckpointError, CheckpointManager
 from .config import ConfigError, TrainingConfig, _compile_value
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
@@ -319,10 +319,10 @@ class Trainer(HfTrainerMixin):
         if state.last_checkpoint and Path(state.last_checkpoint).name == f"checkpoint-{state.global_step}":
             return  # this step is saved already
         self._check_finite()  # never save weights that a NaN step has spoiled
-        files = self._snapshot_for_background()
-        if files is not None:  # a thread writes the snapshot while training goes on (background_save.py)
+        snapshot = self._snapshot_for_background()
+        if snapshot is not None:  # a thread writes the snapshot while training goes on (background_save.py)
             previous, state.last_checkpoint = state.last_checkpoint, str(self.output_dir / f"checkpoint-{state.global_step}")
-            self._saver.submit(files, state, lambda folder, error: self._after_save(folder, error, previous))
+            self._saver.submit(snapshot, state, lambda folder, error: self._after_save(folder, error, previous))
             return
         try:
             folder = self.checkpoints.save(self.accelerator, state)
@@ -336,10 +336,10 @@ class Trainer(HfTrainerMixin):
         if not self.config.save_in_background or acc.num_processes > 1 or acc.plan.strategy == "fsdp":
             return None
         self._saver.wait()  # one save in flight at a time
-        files = capture_files(acc)
-        if BackgroundSaver.fits(files):
-            return files
-        self._saver.submit(files, self.state, lambda folder, error: self._after_save(folder, error))
+        snapshot = Snapshot(acc)
+        if BackgroundSaver.fits(snapshot):
+            return snapshot
+        self._saver.submit(snapshot, self.state, lambda folder, error: self._after_save(folder, error))
         self._saver.wait()  # too large to hold while training: written now, from the snapshot taken
         return None
 
