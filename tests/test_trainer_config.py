@@ -29,7 +29,7 @@ FROZEN_FLAGS = [
     "warmup_steps", "warmup_ratio", "logging_steps", "eval_strategy", "eval_steps", "save_strategy", "save_steps",
     "save_in_background", "save_total_limit", "metric_for_best_model", "greater_is_better", "seed",
     "full_determinism", "mixed_precision", "use_cpu", "accelerator", "devices", "compile", "torch_compile_backend",
-    "torch_compile_mode", "pad_to_buckets", "strategy", "resume_from_checkpoint", "nan_policy",
+    "torch_compile_mode", "pad_to_buckets", "step_breakdown", "strategy", "resume_from_checkpoint", "nan_policy",
     "auto_find_batch_size", "dataloader_num_workers", "dataloader_drop_last", "bf16", "fp16", "torch_compile",
     "use_mps_device", "fsdp", "tf32", "gradient_checkpointing", "gradient_checkpointing_kwargs",
     "activation_checkpointing", "activation_checkpointing_kwargs", "label_smoothing_factor", "optim", "optim_args",

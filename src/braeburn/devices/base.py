@@ -57,6 +57,10 @@ class DeviceKind(ABC):
     # text is padded to coarse lengths (multiples of 64); elsewhere compute saved by fine buckets wins.
     new_shapes_cost: ClassVar[bool] = False
     fused_adamw: ClassVar[bool] = False  # torch.optim.AdamW(fused=True) runs on this kind
+    # torch.profiler's activity that records this kind's kernels (None: the profiler sees host ops only), and
+    # the part of a collective kernel's name that tells communication from compute in that trace.
+    profiler_activity: ClassVar[str | None] = None
+    collective_kernel_marker: ClassVar[str | None] = None
     # Ops this kind lacks run on the CPU with a warning torch gives once per process (TORCH_WARN_ONCE),
     # so counting every op and call needs torch.set_warn_always(True) while recording.
     cpu_fallback_warns_once: ClassVar[bool] = False

@@ -19,6 +19,8 @@ class CudaDevice(DeviceKind):
     # MRPC on an H100: attention's first call at a new length took 0.2-2.4 s (issue 20); 5 shapes cost more
     # than padding 64..103 tokens to 128 saves at batch 32.
     new_shapes_cost: ClassVar[bool] = True
+    profiler_activity: ClassVar[str | None] = "CUDA"
+    collective_kernel_marker: ClassVar[str | None] = "nccl"  # ncclDevKernel_AllReduce_..., ncclKernel_...
     fused_adamw: ClassVar[bool] = True
     visible_devices_var: ClassVar[str | None] = "CUDA_VISIBLE_DEVICES"
     oom_markers: ClassVar[tuple[str, ...]] = ("CUDA out of memory", "CUDA error: out of memory",

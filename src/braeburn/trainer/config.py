@@ -23,6 +23,7 @@ OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw", "sgd", "adagrad", "rm
 LOGGING_STRATEGIES = ("no", "steps", "epoch")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
 STRATEGIES = ("no", "steps", "epoch")
+STEP_BREAKDOWN = ("auto", "true", "false")
 NAN_POLICIES = ("stop", "skip")
 REPORT_TO = ("all", "tensorboard", "none")
 
@@ -119,6 +120,8 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     """torch.compile's mode when compiling: default, reduce-overhead, max-autotune (unset: default)."""
     pad_to_buckets: bool = True
     """Pad text batches (input_ids with an attention_mask) further, to a few lengths (multiples of 16 up to 128 tokens, 32 to 256, 64 beyond), so kernels and compiled graphs see few shapes; false keeps the collator's lengths."""
+    step_breakdown: str = "auto"
+    """Profile 5 steps near the end of the run and report the share of step time spent computing, waiting on communication and with the GPU idle waiting for the host: auto (on several processes), true (also on one) or false."""
     strategy: str = "auto"
     """With several processes: auto (ddp), ddp (a model copy per process) or fsdp (parameters sharded)."""
     resume_from_checkpoint: str | None = None
@@ -241,6 +244,8 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
         need("tensorboard" not in (self.report_to or []) or tensorboard_installed(), "report_to",
              "needs the tensorboard package, which is not installed; pip install tensorboard, or pass "
              "--report_to all (TensorBoard when installed) or none")
+        need(str(self.step_breakdown).lower() in STEP_BREAKDOWN, "step_breakdown",
+             f"choose one of {', '.join(STEP_BREAKDOWN)}")
         need(self.torch_compile_mode in COMPILE_MODES, "torch_compile_mode",
              f"choose one of {', '.join(str(m) for m in COMPILE_MODES[1:])} (or leave it unset)")
         need(bool(str(self.output_dir).strip()), "output_dir", "must name a folder, e.g. --output_dir outputs")

@@ -24,6 +24,7 @@ from ..distributed import process_group as pg
 from ..plan import PlanError
 from ..state import enable_full_determinism
 from .compile_window import CompileWindow
+from .step_breakdown import StepBreakdownCallback
 from .batches import batch_inputs, compute_loss, model_logits
 from .callbacks import CallbackList
 from .background_save import BackgroundSaver, Snapshot
@@ -110,8 +111,9 @@ class Trainer(HfTrainerMixin):
         self._saver = BackgroundSaver(self.checkpoints)
         self.signals = SignalCallback()
         self._metrics_log, self._plot = _metrics_log(self.config), PlotCallback()
+        self._step_breakdown = StepBreakdownCallback(str(self.config.step_breakdown).lower())
         builtins = [ProgressCallback(disable=self.config.disable_tqdm), self._metrics_log, self._plot, self.signals,
-                    HfOptionsCallback()]
+                    HfOptionsCallback(), self._step_breakdown]
         self.callbacks = CallbackList(builtins + [adapt_callback(c, self) for c in callbacks or []])
         self.state = TrainerState()
         self._prepared_model: torch.nn.Module | None = None
@@ -160,8 +162,7 @@ class Trainer(HfTrainerMixin):
         try:
             self._train_epochs(train_loader)
             self.signals.settle(self.state)  # a signal on any rank during the last step: all ranks save and stop
-            self._metrics_log.write_record({"step": self.state.global_step,
-                                            "run": self._compile_window.record(len(self._shapes))})
+            self._metrics_log.write_record({"step": self.state.global_step, "run": self._run_record()})
             self._save_at_stop()
         finally:
             seconds = time.perf_counter() - started
@@ -566,6 +567,12 @@ class Trainer(HfTrainerMixin):
                 return {k: v for k, v in record.items() if k.startswith("eval_")}
         return {}
 
+    def _run_record(self) -> dict[str, Any]:
+        """What the run did beyond its losses (compile, shapes, where step time went), for metrics.jsonl."""
+        record = self._compile_window.record(len(self._shapes))
+        breakdown = self._step_breakdown.record()
+        return record if breakdown is None else {**record, "step_breakdown": breakdown}
+
     def _summary(self, seconds: float, steps: int) -> str:
         acc, state, plan = self.accelerator, self.state, self.accelerator.plan
         memory = memory_line(acc.memory_stats())
@@ -574,6 +581,7 @@ class Trainer(HfTrainerMixin):
                           if not k.endswith(("_runtime", "_per_second"))) or "none"
         fallback = ", ".join(f"{op} x{count}" for op, count in acc.fallback_report()) or "none"
         compiled = self._compile_window.summary(len(self._shapes), self.config.pad_to_buckets)
+        compiled += self._step_breakdown.summary(acc.num_processes)
         ending = state.stop_reason or ("max_steps reached" if state.global_step >= state.max_steps else "done")
         return "\n".join([
             f"braeburn: training ended ({ending}) after {seconds:.1f} s",
