@@ -17,6 +17,7 @@ Efficiency = samples/s on N / (N x samples/s on 1), per round; the table gives m
 
 A framework may carry options in brackets: TrainingConfig fields for braeburn (`braeburn-ddp[compile=true]`),
 DistributedDataParallel arguments for braeburn's DDP wrap (`[broadcast_buffers=False,bucket_cap_mb=100]`),
+fully_shard arguments for its FSDP wrap (`braeburn-fsdp[reshard_after_forward=False]`),
 and `numa=MODE` for torchrun's --numa-binding (any framework). braeburn runs report where step time went
 (its step_breakdown, sampled in steps after the timed ones, so the timing is unaffected).
 Writes <out>.json and <out>.md.
@@ -97,7 +98,7 @@ def _braeburn(strategy: str):
                 clock.step_done(state.global_step)
 
         fields = set(TrainingConfig.__dataclass_fields__)
-        _ddp_arguments({k: v for k, v in options.items() if k not in fields and k != "numa"})
+        _wrap_arguments(strategy, {k: v for k, v in options.items() if k not in fields and k != "numa"})
         out = Path(os.environ.get("SCALING_TMP", "/tmp")) / f"braeburn-{os.environ.get('RUN_ID', os.getpid())}"
         settings = dict(output_dir=str(out), overwrite_output_dir=True, max_steps=clock.last + AFTER_TIMING,
                         per_device_train_batch_size=workload.batch_size, save_strategy="no", learning_rate=1e-4,
@@ -112,13 +113,26 @@ def _braeburn(strategy: str):
     return run
 
 
-def _ddp_arguments(extra: dict) -> None:
-    """Pass ``extra`` to DistributedDataParallel in braeburn's DDP wrap (an experiment's variant)."""
+def _wrap_arguments(strategy: str, extra: dict) -> None:
+    """Pass ``extra`` to DistributedDataParallel (ddp) or to fully_shard (fsdp) in braeburn's wrap: a variant."""
     if not extra:
         return
-    from torch.nn.parallel import DistributedDataParallel
+    from braeburn.distributed import fsdp, process_group
 
-    from braeburn.distributed import process_group
+    if strategy == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        def shard(model, device, world_size, dtype=None):
+            mesh, policy = init_device_mesh(device.type, (world_size,)), fsdp.mixed_precision_policy(dtype)
+            for unit in fsdp.shard_units(model):
+                fully_shard(unit, mesh=mesh, mp_policy=policy, **extra)
+            fully_shard(model, mesh=mesh, mp_policy=policy, **extra)
+            return model
+
+        fsdp.wrap_fsdp = shard
+        return
+    from torch.nn.parallel import DistributedDataParallel
 
     def wrap(model, device):
         ids = [device.index] if device.index is not None else None

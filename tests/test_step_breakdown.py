@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from braeburn.trainer import TrainingConfig
-from braeburn.trainer.step_breakdown import Breakdown, split, summary_line, trace_intervals, union
+from braeburn.trainer.step_breakdown import Breakdown, rescale, split, summary_line, trace_intervals, union
 
 JOB = Path(__file__).with_name("step_breakdown_job.py")
 
@@ -122,3 +122,12 @@ def test_two_processes_report_measured_shares(tmp_path):
         assert part["compute"] + part["comm_waiting"] + part["idle"] == pytest.approx(1.0, abs=1e-6)
         assert part["comm_waiting"] + part["comm_hidden"] > 0  # the gradients' all-reduce was seen
         assert part["on_device"] is two_gpus
+
+
+def test_rescale_takes_the_step_length_without_the_profiler():
+    profiled = Breakdown(5, 0.5, compute=0.2, comm_waiting=0.1, comm_hidden=0.05, idle=0.7, on_device=True)
+    got = rescale(profiled, step_seconds=0.05)  # unprofiled: 5 x 50 ms = 0.25 s, half the profiled wall time
+    assert (got.compute, got.comm_waiting, got.comm_hidden, got.idle) == pytest.approx((0.4, 0.2, 0.1, 0.4))
+    assert got.step_s == 0.05
+    assert rescale(profiled, step_seconds=1.0).compute == pytest.approx(0.02)  # slower unprofiled: less busy
+    assert rescale(profiled, step_seconds=0.01).idle == pytest.approx(0)  # never more busy time than the step has

@@ -10,7 +10,8 @@ syncs, once per run) and splits their wall time by what the device was doing:
   kernel-launch overhead). On the CPU this is the time outside ops.
 
 The numbers come from the profiler's own trace (its Chrome trace export, a public format), so they are
-measured, not modelled. :func:`split` is the pure interval arithmetic; :class:`StepBreakdownCallback`
+measured, not modelled. The profiler slows the host, so the device's busy time is taken from the trace and
+the step's length from as many steps timed just before, without the profiler (:func:`rescale`). :func:`split` is the pure interval arithmetic; :class:`StepBreakdownCallback`
 drives the profiler. ``step_breakdown="auto"`` samples on several processes only.
 """
 
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import tempfile
 import threading
+import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -30,7 +33,8 @@ if TYPE_CHECKING:
     from .state import TrainerState
 
 SAMPLED_STEPS = 5
-# Sample only runs this long: the compile window (steps 4..13) and the first steps' one-time costs are over.
+# Sample only runs this long: the compile window (steps 4..13) and the first steps' one-time costs are over
+# before the unprofiled steps timed just ahead of the profiled ones (SAMPLED_STEPS of them).
 MIN_STEPS = 26
 IDLE_HINT, COMM_HINT = 0.20, 0.15  # shares above which the summary names the limit and what to try
 
@@ -76,6 +80,7 @@ class Breakdown:
     comm_hidden: float  # communication that ran under compute
     idle: float  # nothing ran: the device waited for the host
     on_device: bool  # kernels on an accelerator (else: ops on the CPU's training thread)
+    step_s: float | None = None  # an unprofiled step's wall time, when the shares were rescaled to it
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,6 +100,20 @@ def split(compute: Iterable[Interval], comm: Iterable[Interval], steps: int, on_
     hidden = overlap(comm, compute)
     return Breakdown(steps, wall, length(compute) / wall, (length(comm) - hidden) / wall, hidden / wall,
                      max(0.0, 1.0 - length(everything) / wall), on_device)
+
+
+def rescale(part: Breakdown, step_seconds: float) -> Breakdown:
+    """The shares of an unprofiled step of ``step_seconds``: the profiler slows the host (it records every
+    kernel launch), which would overstate the idle share of a host-bound step; the device's busy time is
+    what it measured, the step's length is the one without the profiler."""
+    if part.wall_s <= 0 or step_seconds <= 0:
+        return part
+    busy = part.compute + part.comm_waiting
+    scale = part.wall_s / (part.steps * step_seconds)
+    scale = min(scale, 1.0 / busy) if busy > 0 else scale  # never more busy time than the step has
+    compute, waiting = part.compute * scale, part.comm_waiting * scale
+    return Breakdown(part.steps, part.wall_s, compute, waiting, part.comm_hidden * scale,
+                     max(0.0, 1.0 - compute - waiting), part.on_device, step_seconds)
 
 
 def trace_intervals(events: list[dict], kernel_marker: str | None, main_thread: int) -> tuple[list, list, Interval]:
@@ -136,7 +155,8 @@ def summary_line(parts: list[Breakdown | None], processes: int, first_step: int 
     idle_words = "GPU idle waiting for the host" if got[0].on_device else "outside ops"
     line = (f"  step time  compute {share('compute')}, waiting on communication {share('comm_waiting')} "
             f"(another {share('comm_hidden')} hidden under compute), {idle_words} {share('idle')}: "
-            f"steps {first_step}-{first_step + got[0].steps - 1} profiled on {len(got)} of {processes} processes")
+            f"steps {first_step}-{first_step + got[0].steps - 1} profiled on {len(got)} of {processes} processes"
+            + (f", {1e3 * statistics.median(p.step_s for p in got):.1f} ms a step unprofiled" if got[0].step_s else ""))
     return line + _hint(got)
 
 
@@ -171,14 +191,18 @@ class StepBreakdownCallback(Callback):
     def on_train_begin(self, trainer: "Trainer", state: "TrainerState") -> None:
         acc = trainer.accelerator
         wanted = self.mode == "true" or (self.mode == "auto" and acc.num_processes > 1)
-        runs_long = state.max_steps >= MIN_STEPS and state.max_steps - SAMPLED_STEPS - 1 > state.global_step
-        self.first_step = state.max_steps - SAMPLED_STEPS if wanted and runs_long else None
-        self.parts, self._profiler = [], None
+        first = state.max_steps - SAMPLED_STEPS
+        runs_long = state.max_steps >= MIN_STEPS and first - 1 - SAMPLED_STEPS > state.global_step
+        self.first_step = first if wanted and runs_long else None
+        self.parts, self._profiler, self._clock = [], None, None
 
     def on_step_end(self, trainer: "Trainer", state: "TrainerState") -> None:
         if self.first_step is None:
             return
-        if state.global_step == self.first_step - 1:
+        if state.global_step == self.first_step - 1 - SAMPLED_STEPS:  # time as many steps without the profiler
+            trainer.accelerator.plan.device.synchronize()
+            self._clock = time.perf_counter()
+        elif state.global_step == self.first_step - 1 and self._clock is not None:
             self._start(trainer)
         elif state.global_step == self.first_step + SAMPLED_STEPS - 1 and self._profiler is not None:
             self._finish(trainer)
@@ -207,6 +231,7 @@ class StepBreakdownCallback(Callback):
         if device.profiler_activity is not None:
             activities.append(getattr(torch.profiler.ProfilerActivity, device.profiler_activity))
         device.synchronize()  # the window starts with an empty queue (one sync, once per run)
+        self._step_seconds = (time.perf_counter() - self._clock) / SAMPLED_STEPS
         self._profiler = torch.profiler.profile(activities=activities)
         self._profiler.start()
 
@@ -216,6 +241,7 @@ class StepBreakdownCallback(Callback):
         profiler, self._profiler = self._profiler, None
         profiler.stop()
         mine = _measure(profiler, acc.plan.device.collective_kernel_marker, threading.get_native_id())
+        mine = rescale(mine, self._step_seconds) if mine is not None else None
         from ..distributed import process_group as pg
 
         self.parts = pg.gather_object(mine)  # every process's shares; a collective, once
