@@ -114,3 +114,15 @@ def test_fsdp_with_one_process_trains_the_plain_model(tmp_path):
         model.weight.zero_()
     accelerator.load_state(tmp_path / "state")
     assert torch.equal(model.weight, before)
+
+
+def test_ddp_broadcasts_buffers_only_where_the_forward_changes_them():
+    from braeburn.distributed.process_group import buffers_change_in_forward
+
+    assert buffers_change_in_forward(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)))
+    assert buffers_change_in_forward(torch.nn.Sequential(torch.nn.InstanceNorm1d(4, track_running_stats=True)))
+    assert not buffers_change_in_forward(torch.nn.Sequential(torch.nn.InstanceNorm1d(4)))  # no running stats
+    assert not buffers_change_in_forward(torch.nn.BatchNorm1d(4, track_running_stats=False))
+    transformer_like = torch.nn.Linear(4, 4)
+    transformer_like.register_buffer("position_ids", torch.arange(4))  # constant: equal on every rank
+    assert not buffers_change_in_forward(transformer_like)

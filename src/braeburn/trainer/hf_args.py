@@ -32,7 +32,8 @@ def _no(default: Any, instead: str, *, factory: bool = False) -> Any:
 
 _DS = "braeburn has no DeepSpeed: use --strategy fsdp to shard parameters, gradients and optimizer state"
 _HUB = "braeburn does not upload; after training run `huggingface-cli upload` on output_dir (save_model() writes it)"
-_DDP = "braeburn configures DistributedDataParallel itself (find_unused_parameters off, default buckets)"
+_DDP = ("braeburn configures DistributedDataParallel itself (find_unused_parameters off, default buckets, "
+        "buffers broadcast only for models with running statistics such as BatchNorm)")
 _LOG_NODE = "braeburn logs and saves on the main process only"
 
 
