@@ -131,3 +131,9 @@ def test_rescale_takes_the_step_length_without_the_profiler():
     assert got.step_s == 0.05
     assert rescale(profiled, step_seconds=1.0).compute == pytest.approx(0.02)  # slower unprofiled: less busy
     assert rescale(profiled, step_seconds=0.01).idle == pytest.approx(0)  # never more busy time than the step has
+
+
+def test_a_late_host_is_named_even_when_the_other_process_waits_in_the_collective():
+    late, waiting = _part(0.47, 0.22, 0.07, 0.31), _part(0.42, 0.58, 0.25, 0.0)
+    line = summary_line([late, waiting], 2, 82)
+    assert "the host is the limit" in line and "communication is the limit" not in line

@@ -167,12 +167,13 @@ def _why_not(first_step: int | None) -> str:
 
 
 def _hint(got: list[Breakdown]) -> str:
-    idle = max(p.idle for p in got)
-    comm = max(p.comm_waiting for p in got)
-    if got[0].on_device and idle >= IDLE_HINT and idle >= comm:
-        return ("\n             the host is the limit: a larger per-device batch, --compile true (fewer kernel "
-                "launches) or --dataloader_num_workers would keep the GPU busy")
-    if comm >= COMM_HINT:
+    """Names the limit when one stands out. A process whose host is late leaves its GPU idle, and makes the
+    others wait inside the next collective: that waiting is the late host's, not the network's."""
+    if got[0].on_device and max(p.idle for p in got) >= IDLE_HINT:
+        return ("\n             the host is the limit (a process whose GPU waits for its host holds the others "
+                "in the collectives): a larger per-device batch, --compile true (fewer kernel launches) or "
+                "--dataloader_num_workers would keep the GPU busy")
+    if min(p.comm_waiting for p in got) >= COMM_HINT:
         return ("\n             communication is the limit: a larger per-device batch or "
                 "--gradient_accumulation_steps sends the gradients less often per sample")
     return ""
