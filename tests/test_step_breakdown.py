@@ -137,3 +137,18 @@ def test_a_late_host_is_named_even_when_the_other_process_waits_in_the_collectiv
     late, waiting = _part(0.47, 0.22, 0.07, 0.31), _part(0.42, 0.58, 0.25, 0.0)
     line = summary_line([late, waiting], 2, 82)
     assert "the host is the limit" in line and "communication is the limit" not in line
+
+
+def test_a_device_the_profiler_cannot_see_is_not_sampled_and_the_summary_says_why():
+    from types import SimpleNamespace
+
+    from braeburn.devices.registry import get_kind
+    from braeburn.trainer.state import TrainerState
+    from braeburn.trainer.step_breakdown import StepBreakdownCallback
+
+    callback = StepBreakdownCallback("true")
+    trainer = SimpleNamespace(accelerator=SimpleNamespace(num_processes=1, plan=SimpleNamespace(device=get_kind("mps"))))
+    callback.on_train_begin(trainer, TrainerState(max_steps=100))
+    assert callback.first_step is None
+    assert "profiler records no mps kernels" in callback.summary(1)[0]
+    assert StepBreakdownCallback("auto").summary(1) == []  # auto on one process: no line at all

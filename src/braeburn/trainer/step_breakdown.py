@@ -142,11 +142,12 @@ def trace_intervals(events: list[dict], kernel_marker: str | None, main_thread: 
     return compute, comm, window
 
 
-def summary_line(parts: list[Breakdown | None], processes: int, first_step: int | None) -> str:
+def summary_line(parts: list[Breakdown | None], processes: int, first_step: int | None,
+                 unmeasurable: str | None = None) -> str:
     """The summary's line (and a hint when one limit stands out)."""
     got = [p for p in parts if p is not None and p.wall_s > 0]
     if not got:
-        return f"  step time  not sampled ({_why_not(first_step)})"
+        return f"  step time  not sampled ({unmeasurable or _why_not(first_step)})"
 
     def share(name: str) -> str:  # one figure, or the range over the processes when they differ
         low, high = min(getattr(p, name) for p in got), max(getattr(p, name) for p in got)
@@ -188,6 +189,7 @@ class StepBreakdownCallback(Callback):
         self.first_step: int | None = None
         self.parts: list[Breakdown | None] = []
         self._profiler = None
+        self.unmeasurable: str | None = None
 
     def on_train_begin(self, trainer: "Trainer", state: "TrainerState") -> None:
         acc = trainer.accelerator
@@ -196,6 +198,11 @@ class StepBreakdownCallback(Callback):
         runs_long = state.max_steps >= MIN_STEPS and first - 1 - SAMPLED_STEPS > state.global_step
         self.first_step = first if wanted and runs_long else None
         self.parts, self._profiler, self._clock = [], None, None
+        device = acc.plan.device
+        self.unmeasurable = (f"torch's profiler records no {device.name} kernels, so the device's busy time is "
+                             "unknown" if device.is_accelerator and device.profiler_activity is None else None)
+        if self.unmeasurable:
+            self.first_step = None
 
     def on_step_end(self, trainer: "Trainer", state: "TrainerState") -> None:
         if self.first_step is None:
@@ -217,7 +224,7 @@ class StepBreakdownCallback(Callback):
         """The summary's line (none when this run does not sample: auto on one process, or false)."""
         if self.mode == "false" or (self.mode == "auto" and processes == 1):
             return []
-        return summary_line(self.parts, processes, self.first_step).split("\n")
+        return summary_line(self.parts, processes, self.first_step, self.unmeasurable).split("\n")
 
     def record(self) -> dict[str, Any] | None:
         if not self.parts:
