@@ -25,15 +25,16 @@ from ..plan import PlanError
 from ..state import enable_full_determinism
 from .compile_window import CompileWindow
 from .step_breakdown import StepBreakdownCallback
-from .batches import batch_inputs, compute_loss, model_logits
+from .batches import batch_inputs, compute_loss
 from .callbacks import CallbackList
 from .background_save import BackgroundSaver, Snapshot
 from .checkpoint import CheckpointError, CheckpointManager
 from .config import ConfigError, TrainingConfig, _compile_value
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
+from .evaluation import EvaluationMixin
 from .hf_callbacks import HfOptionsCallback, adapt_callback
-from .hf_compat import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, concat_padded,
-                        label_smoothed_loss, make_collate, prepare_model_options, to_numpy)
+from .hf_compat import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, label_smoothed_loss,
+                        make_collate, prepare_model_options)
 from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
 from .optim import default_optimizer, default_scheduler
@@ -51,7 +52,7 @@ class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite and nan_policy is "stop"."""
 
 
-class Trainer(HfTrainerMixin):
+class Trainer(EvaluationMixin, HfTrainerMixin):
     """Train ``model`` on ``train_dataset`` as ``config`` says; see docs/trainer.md.
 
     Transformers' arguments work as there (``args=``, ``data_collator=``, ``processing_class=``,
@@ -362,82 +363,6 @@ class Trainer(HfTrainerMixin):
         if self.state.should_save or self.config.save_strategy != "no":
             self._save()
 
-    # -- evaluation and prediction ---------------------------------------------------------------
-    def evaluate(self, eval_dataset: Dataset | None = None, ignore_keys: list[str] | None = None,
-                 metric_key_prefix: str = "eval") -> dict[str, float]:
-        """Loss (when the batches have labels) and compute_metrics on ``eval_dataset``; logged and returned."""
-        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
-        if dataset is None:
-            raise ValueError("evaluate() needs an eval_dataset: pass Trainer(..., eval_dataset=...) or evaluate(dataset)")
-        keep = self.compute_metrics is not None and not self.config.prediction_loss_only
-        output = self._prediction_loop(dataset, metric_key_prefix, keep_predictions=keep)
-        metrics = output.metrics
-        if self.state.max_steps:
-            metrics["epoch"] = round(self.state.epoch_progress, 4)
-        self._update_best(metrics)
-        self._record(dict(metrics))
-        self.callbacks.on_evaluate(self, self.state, metrics)
-        return metrics
-
-    def predict(self, test_dataset: Dataset, ignore_keys: list[str] | None = None,
-                metric_key_prefix: str = "test") -> PredictionOutput:
-        """Predictions (logits, as numpy arrays) for ``test_dataset``, with labels and metrics when it has labels."""
-        output = self._prediction_loop(test_dataset, metric_key_prefix, keep_predictions=True)
-        self._call_hf_hook("on_predict", metrics=output.metrics)
-        return output
-
-    def _prediction_loop(self, dataset: Dataset, prefix: str, keep_predictions: bool) -> PredictionOutput:
-        acc, started = self.accelerator, time.perf_counter()
-        model = self._model_for_inference()
-        loader = self._eval_loader(dataset)
-        was_training = model.training
-        model.eval()
-        loss_sum, count, predictions, labels = torch.zeros((), device=acc.device), 0, [], []
-        with torch.no_grad():
-            for batch in loader:
-                args, kwargs, batch_labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
-                outputs = model(*args, **kwargs)
-                size = len(batch_labels) if batch_labels is not None else None
-                if batch_labels is not None and (self.loss_fn is not None or _has_loss(outputs)):
-                    loss_sum += compute_loss(outputs, batch_labels, self.loss_fn).detach().float() * size
-                    count += size
-                if keep_predictions:
-                    logits = model_logits(outputs)
-                    if self.preprocess_logits_for_metrics is not None:
-                        logits = self.preprocess_logits_for_metrics(logits, batch_labels)
-                    predictions.append(_to_cpu(acc.gather_for_metrics(logits)))
-                    if batch_labels is not None:
-                        labels.append(_to_cpu(acc.gather_for_metrics(batch_labels)))
-        model.train(was_training)
-        return self._prediction_output(prefix, loss_sum, count, predictions, labels, started, len(dataset))
-
-    def _prediction_output(self, prefix, loss_sum, count, predictions, labels, started, samples) -> PredictionOutput:
-        metrics: dict[str, float] = {}
-        if count:
-            total = self.accelerator.reduce(loss_sum, "sum")
-            metrics[f"{prefix}_loss"] = float(total) / (count * self.accelerator.num_processes)  # sync
-        preds, label_ids = to_numpy(concat_padded(predictions)), to_numpy(concat_padded(labels))
-        if self.compute_metrics is not None and preds is not None and label_ids is not None:
-            for key, value in self.compute_metrics(EvalPrediction(preds, label_ids)).items():
-                metrics[key if key.startswith(f"{prefix}_") else f"{prefix}_{key}"] = float(value)
-        seconds = time.perf_counter() - started
-        metrics[f"{prefix}_runtime"] = seconds
-        metrics[f"{prefix}_samples_per_second"] = samples / seconds if seconds > 0 else 0.0
-        batches = math.ceil(samples / (self.config.per_device_eval_batch_size * self.accelerator.num_processes))
-        metrics[f"{prefix}_steps_per_second"] = batches / seconds if seconds > 0 else 0.0
-        return PredictionOutput(preds, label_ids, metrics)
-
-    def _update_best(self, metrics: dict[str, float]) -> None:
-        name = self.config.metric_for_best_model
-        name = name if name.startswith("eval_") else f"eval_{name}"
-        value = metrics.get(name)
-        if value is None or not math.isfinite(value):
-            return
-        best, better = self.state.best_metric, self.config.greater_is_better
-        if best is None or (value > best if better else value < best):
-            self.state.best_metric = value
-            self.state.best_checkpoint = str(self.output_dir / f"checkpoint-{self.state.global_step}")
-
     # -- setup -----------------------------------------------------------------------------------
     def _check_output_dir(self, resume: str | None) -> None:
         out = self.output_dir
@@ -623,12 +548,6 @@ def _no_hf_extras(trial: Any, kwargs: dict[str, Any]) -> None:
                         "resume_from_checkpoint")
 
 
-def _to_cpu(data: Any) -> Any:
-    from ..data import apply_to_tensors
-
-    return apply_to_tensors(lambda t: t.cpu(), data)
-
-
 def _metrics_log(config: TrainingConfig) -> MetricsLogCallback:
     """metrics.jsonl always; TensorBoard when report_to asks for it (all or tensorboard)."""
     chosen = config.report_to
@@ -639,12 +558,6 @@ def _metrics_log(config: TrainingConfig) -> MetricsLogCallback:
 def _epoch_finished(loader, epoch: int) -> bool:
     """Whether the prepared loader has yielded every batch of ``epoch`` (it moves to the next one after)."""
     return loader.epoch != epoch or loader.batches_yielded >= len(loader)
-
-
-def _has_loss(outputs: Any) -> bool:
-    if isinstance(outputs, Mapping):
-        return outputs.get("loss") is not None
-    return getattr(outputs, "loss", None) is not None
 
 
 __all__ = ["EvalPrediction", "NonFiniteLossError", "PredictionOutput", "TrainOutput", "Trainer", "PlanError"]
