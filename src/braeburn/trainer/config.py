@@ -119,7 +119,7 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     torch_compile_mode: str | None = None
     """torch.compile's mode when compiling: default, reduce-overhead, max-autotune (unset: default)."""
     pad_to_buckets: bool = True
-    """Pad text batches (input_ids with an attention_mask) further, to a few lengths (multiples of 16 up to 128 tokens, 32 to 256, 64 beyond), so kernels and compiled graphs see few shapes; false keeps the collator's lengths."""
+    """On devices where each new shape costs a kernel plan or a graph (CUDA, MPS), pad text batches (input_ids with an attention_mask) further, to multiples of 64 tokens, so kernels and compiled graphs see few shapes; the CPU keeps the collator's lengths; false keeps them everywhere."""
     step_breakdown: str = "auto"
     """Profile 5 steps near the end of the run and report the share of step time spent computing, waiting on communication and with the GPU idle waiting for the host: auto (on several processes), true (also on one) or false."""
     strategy: str = "auto"
