@@ -354,8 +354,18 @@ def braeburn_clm(args) -> None:
 
 def _overrides(args) -> dict:
     """--set key=value pairs for the braeburn runners (e.g. compile=true, save_strategy=no)."""
+    import ast
+
+    def value_of(text: str):
+        if text in ("true", "false"):
+            return text == "true"
+        try:
+            return ast.literal_eval(text)  # numbers: max_grad_norm=0, seed=7
+        except (ValueError, SyntaxError):
+            return text
+
     pairs = dict(item.split("=", 1) for item in args.set if item)
-    return {key: (value == "true" if value in ("true", "false") else value) for key, value in pairs.items()}
+    return {key: value_of(value) for key, value in pairs.items()}
 
 
 def _example_command(args, recipe: str, workdir: str) -> list[str]:
