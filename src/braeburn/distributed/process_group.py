@@ -150,8 +150,30 @@ def host_group() -> "dist.ProcessGroup":
 
 
 def destroy_process_group() -> None:
-    if is_initialized():
-        dist.destroy_process_group()
+    """Every rank meets first (over gloo, 10 s at most), so no rank tears its connections down while a peer
+    still uses them: a gloo thread that finds its peer gone aborts the process ("terminate called without an
+    active exception", seen once in CI on a rank stopped by SIGTERM)."""
+    if not is_initialized():
+        return
+    if dist.get_world_size() > 1:
+        import datetime
+
+        try:
+            dist.monitored_barrier(group=host_group(), timeout=datetime.timedelta(seconds=10))
+        except Exception:  # a peer already gone (or slow): tear down anyway, as before
+            pass
+    dist.destroy_process_group()
+
+
+def _buffer_sync_argument() -> str:
+    """DDP's name for "sync buffers before each forward": forward_sync_buffers from torch 2.13 on (which
+    deprecates broadcast_buffers), broadcast_buffers before. Both still sync them once at construction."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    parameters = inspect.signature(DistributedDataParallel.__init__).parameters
+    return "forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers"
 
 
 def buffers_change_in_forward(model: torch.nn.Module) -> bool:
@@ -171,7 +193,7 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     # would be a second collective a step that holds the ranks in lockstep (BERT-base on 2 x H200: 77% ->
     # 85% scaling efficiency without it, benchmarks/results/h200x2-scaling).
     return DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True,
-                                   broadcast_buffers=buffers_change_in_forward(model))
+                                   **{_buffer_sync_argument(): buffers_change_in_forward(model)})
 
 
 def barrier() -> None:
