@@ -117,28 +117,14 @@ def _wrap_arguments(strategy: str, extra: dict) -> None:
     """Pass ``extra`` to DistributedDataParallel (ddp) or to fully_shard (fsdp) in braeburn's wrap: a variant."""
     if not extra:
         return
+    import functools
+
     from braeburn.distributed import fsdp, process_group
 
     if strategy == "fsdp":
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-
-        def shard(model, device, world_size, dtype=None):
-            mesh, policy = init_device_mesh(device.type, (world_size,)), fsdp.mixed_precision_policy(dtype)
-            for unit in fsdp.shard_units(model):
-                fully_shard(unit, mesh=mesh, mp_policy=policy, **extra)
-            fully_shard(model, mesh=mesh, mp_policy=policy, **extra)
-            return model
-
-        fsdp.wrap_fsdp = shard
-        return
-    from torch.nn.parallel import DistributedDataParallel
-
-    def wrap(model, device):
-        ids = [device.index] if device.index is not None else None
-        return DistributedDataParallel(model, device_ids=ids, **{"gradient_as_bucket_view": True, **extra})
-
-    process_group.wrap_ddp = wrap
+        fsdp.wrap_fsdp = functools.partial(fsdp.wrap_fsdp, **extra)
+    else:
+        process_group.wrap_ddp = functools.partial(process_group.wrap_ddp, **extra)
 
 
 def _accelerate(workload, dataset, clock, tiny: bool, options: dict) -> None:

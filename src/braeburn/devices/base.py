@@ -54,7 +54,8 @@ class DeviceKind(ABC):
     channels_last_helps: ClassVar[bool] = False
     supports_float64: ClassVar[bool] = True
     # Each new input shape costs this kind a new kernel plan or graph (cuDNN attention plans, MPS graphs), so
-    # text is padded to coarse lengths (multiples of 64); elsewhere compute saved by fine buckets wins.
+    # text is padded to coarse lengths (multiples of 64); elsewhere a new length costs nothing and padding
+    # would only add compute, so the collator's lengths stay.
     new_shapes_cost: ClassVar[bool] = False
     fused_adamw: ClassVar[bool] = False  # torch.optim.AdamW(fused=True) runs on this kind
     # torch.profiler's activity that records this kind's kernels (None: the profiler sees host ops only), and

@@ -8,6 +8,8 @@ heads). Names no device: the mesh is built on the device type of the tensors the
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -69,11 +71,12 @@ def mixed_precision_policy(dtype: torch.dtype | None):
 
 
 def wrap_fsdp(model: nn.Module, device: torch.device, world_size: int,
-              dtype: torch.dtype | None = None) -> nn.Module:
+              dtype: torch.dtype | None = None, **options: Any) -> nn.Module:
     """``fully_shard`` each unit of :func:`shard_units`, then the root; returns the same (now sharded) module.
 
     The model must already be on ``device``; its parameters become DTensors, so build the optimizer
-    from them afterwards (the Trainer and the Accelerator's prepare order do).
+    from them afterwards (the Trainer and the Accelerator's prepare order do). ``options`` are
+    ``fully_shard``'s own arguments (e.g. reshard_after_forward), for every unit and the root.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -81,8 +84,8 @@ def wrap_fsdp(model: nn.Module, device: torch.device, world_size: int,
     mesh = init_device_mesh(device.type, (world_size,))
     policy = mixed_precision_policy(dtype)
     for unit in shard_units(model):
-        fully_shard(unit, mesh=mesh, mp_policy=policy)
-    fully_shard(model, mesh=mesh, mp_policy=policy)
+        fully_shard(unit, mesh=mesh, mp_policy=policy, **options)
+    fully_shard(model, mesh=mesh, mp_policy=policy, **options)
     return model
 
 

@@ -150,16 +150,17 @@ def host_group() -> "dist.ProcessGroup":
 
 
 def destroy_process_group() -> None:
-    """Every rank meets first (over gloo, 10 s at most), so no rank tears its connections down while a peer
-    still uses them: a gloo thread that finds its peer gone aborts the process ("terminate called without an
-    active exception", seen once in CI on a rank stopped by SIGTERM)."""
+    """Where the host group exists (the Trainer makes it), every rank meets on it first (10 s at most), so no
+    rank tears its connections down while a peer still uses them: a gloo thread that finds its peer gone aborts
+    the process ("terminate called without an active exception", seen once in CI on a rank stopped by SIGTERM).
+    No group is made here: making one is a collective that a rank already gone would never join."""
     if not is_initialized():
         return
-    if dist.get_world_size() > 1:
+    if _host_group is not None and _host_group[0] is dist.group.WORLD:
         import datetime
 
         try:
-            dist.monitored_barrier(group=host_group(), timeout=datetime.timedelta(seconds=10))
+            dist.monitored_barrier(group=_host_group[1], timeout=datetime.timedelta(seconds=10))
         except Exception:  # a peer already gone (or slow): tear down anyway, as before
             pass
     dist.destroy_process_group()
@@ -183,7 +184,8 @@ def buffers_change_in_forward(model: torch.nn.Module) -> bool:
                for module in model.modules())
 
 
-def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+def wrap_ddp(model: torch.nn.Module, device: torch.device, **options: Any) -> torch.nn.Module:
+    """DistributedDataParallel as braeburn configures it; ``options`` (DDP's own arguments) override that."""
     from torch.nn.parallel import DistributedDataParallel
 
     device_ids = [device.index] if device.index is not None else None
@@ -192,8 +194,8 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     # statistics): elsewhere (position ids, attention masks) they are equal on every rank, and the broadcast
     # would be a second collective a step that holds the ranks in lockstep (BERT-base on 2 x H200: 77% ->
     # 85% scaling efficiency without it, benchmarks/results/h200x2-scaling).
-    return DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True,
-                                   **{_buffer_sync_argument(): buffers_change_in_forward(model)})
+    settings = {"gradient_as_bucket_view": True, _buffer_sync_argument(): buffers_change_in_forward(model)}
+    return DistributedDataParallel(model, device_ids=device_ids, **{**settings, **options})
 
 
 def barrier() -> None:

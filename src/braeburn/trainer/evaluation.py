@@ -20,6 +20,8 @@ from .hf_compat import EvalPrediction, PredictionOutput, concat_padded, to_numpy
 
 
 class EvaluationMixin:
+    """evaluate(), predict() and the best-checkpoint bookkeeping of the Trainer."""
+
     def evaluate(self, eval_dataset: Dataset | None = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
         """Loss (when the batches have labels) and compute_metrics on ``eval_dataset``; logged and returned."""
@@ -94,7 +96,6 @@ class EvaluationMixin:
         if best is None or (value > best if better else value < best):
             self.state.best_metric = value
             self.state.best_checkpoint = str(self.output_dir / f"checkpoint-{self.state.global_step}")
-
 
 
 def _to_cpu(data: Any) -> Any:

@@ -24,7 +24,6 @@ from ..distributed import process_group as pg
 from ..plan import PlanError
 from ..state import enable_full_determinism
 from .compile_window import CompileWindow
-from .step_breakdown import StepBreakdownCallback
 from .batches import batch_inputs, compute_loss
 from .callbacks import CallbackList
 from .background_save import BackgroundSaver, Snapshot
@@ -42,6 +41,7 @@ from .plots import PlotCallback
 from .progress import ProgressCallback, memory_line
 from .signals import SignalCallback, TrainingInterrupted
 from .state import TrainerState
+from .step_breakdown import StepBreakdownCallback
 from .write_faults import prepare_output_dir
 
 

@@ -11,8 +11,9 @@ syncs, once per run) and splits their wall time by what the device was doing:
 
 The numbers come from the profiler's own trace (its Chrome trace export, a public format), so they are
 measured, not modelled. The profiler slows the host, so the device's busy time is taken from the trace and
-the step's length from as many steps timed just before, without the profiler (:func:`rescale`). :func:`split` is the pure interval arithmetic; :class:`StepBreakdownCallback`
-drives the profiler. ``step_breakdown="auto"`` samples on several processes only.
+the step's length from as many steps timed just before, without the profiler (:func:`rescale`).
+:func:`split` is the pure interval arithmetic; :class:`StepBreakdownCallback` drives the profiler.
+``step_breakdown="auto"`` samples on several processes only.
 """
 
 from __future__ import annotations
@@ -189,6 +190,8 @@ class StepBreakdownCallback(Callback):
         self.first_step: int | None = None
         self.parts: list[Breakdown | None] = []
         self._profiler = None
+        self._clock: float | None = None  # perf_counter at the start of the unprofiled steps
+        self._step_seconds = 0.0
         self.unmeasurable: str | None = None
 
     def on_train_begin(self, trainer: "Trainer", state: "TrainerState") -> None:
