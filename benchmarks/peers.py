@@ -129,17 +129,34 @@ WORKLOADS = {"bert-base": _bert, "resnet50": _resnet, "gpt2-small": _gpt2}
 
 
 class StepClock:
-    """Marks the end of step `warmup` and of step `last`, synchronising the device only there."""
+    """Marks the end of step `warmup` and of step `last`, synchronising the device only there.
 
-    def __init__(self, device: torch.device, warmup: int, last: int):
-        self.device, self.warmup, self.last = device, warmup, last
+    With ``profile`` > 0, the ``profile`` steps just before the timed window run under torch.profiler
+    (after compiling, outside the timing) and ``profile_table`` holds where their time went.
+    """
+
+    def __init__(self, device: torch.device, warmup: int, last: int, profile: int = 0):
+        self.device, self.warmup, self.last, self.profile = device, warmup, last, profile
         self.t0 = self.t1 = None
+        self.profiler = None
+        self.profile_table = ""
 
     def _sync(self):
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 
     def step_done(self, step: int) -> None:  # step counts from 1
+        if self.profile and step == self.warmup - self.profile:
+            self._sync()
+            self.profiler = torch.profiler.profile(activities=_profiler_activities())
+            self.profiler.__enter__()
+            self.profile_started = time.perf_counter()
+        if self.profiler is not None and step == self.warmup:
+            self._sync()
+            wall = time.perf_counter() - self.profile_started
+            self.profiler.__exit__(None, None, None)
+            self.profile_table = _profile_summary(self.profiler, wall, self.profile, self.device)
+            self.profiler = None
         if step == self.warmup:
             self._sync()
             self.t0 = time.perf_counter()
@@ -151,6 +168,24 @@ class StepClock:
         if self.t0 is None or self.t1 is None:
             return float("nan")
         return (self.last - self.warmup) * batch / (self.t1 - self.t0)
+
+
+def _profiler_activities():
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return activities
+
+
+def _profile_summary(profiler, wall: float, steps: int, device) -> str:
+    """Per step: wall time, GPU kernel time, and the kernels and host ops that take the most."""
+    events = profiler.key_averages()
+    on_device = "device_time_total" if device.type == "cuda" else "cpu_time_total"
+    kernels = sum(e.device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA) \
+        if device.type == "cuda" else 0.0
+    head = (f"profile of {steps} steps: {wall / steps * 1e3:.2f} ms/step wall (profiled), "
+            f"{kernels / steps / 1e3:.2f} ms/step of GPU kernels")
+    return head + "\n" + events.table(sort_by=on_device, row_limit=25, max_name_column_width=70)
 
 
 def collate(items):
@@ -325,10 +360,11 @@ def _reset_globals():
         torch.cuda.empty_cache()
 
 
-def run_one(framework: str, workload: Workload, device, warmup: int, steps: int, bf16: bool) -> dict:
+def run_one(framework: str, workload: Workload, device, warmup: int, steps: int, bf16: bool,
+            profile: int = 0) -> dict:
     torch.manual_seed(0)
     ds = SyntheticDataset(workload.make_sample, length=(steps + 2) * workload.batch_size)
-    clock = StepClock(device, warmup, steps)
+    clock = StepClock(device, warmup, steps, profile)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
@@ -341,6 +377,8 @@ def run_one(framework: str, workload: Workload, device, warmup: int, steps: int,
         workload.batch_size), "wall_s": time.perf_counter() - start, "error": error}
     if device.type == "cuda":
         result["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    if clock.profile_table:
+        print(f"== {framework} / {workload.name}: {clock.profile_table}", flush=True)
     _reset_globals()
     return result
 
@@ -367,6 +405,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60, help="last step timed")
     parser.add_argument("--tiny", action="store_true", help="tiny configs, to check the script on a CPU")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--profile", type=int, default=0,
+                        help="profile this many steps just before the timed window and print where the time went")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     bf16 = device.type == "cuda"
@@ -379,7 +419,7 @@ def main() -> None:
         workload = WORKLOADS[wname](args.tiny)
         flops[wname] = workload.flops_per_sample(workload.make_model())
         for framework in args.frameworks.split(","):
-            result = run_one(framework, workload, device, args.warmup, args.steps, bf16)
+            result = run_one(framework, workload, device, args.warmup, args.steps, bf16, args.profile)
             print(json.dumps(result), flush=True)
             results.append(result)
     print(table(results, peak, flops))

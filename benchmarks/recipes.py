@@ -3,6 +3,7 @@
     python benchmarks/recipes.py                         # every recipe and runner, 3 rounds, this machine's device
     python benchmarks/recipes.py --recipes mrpc --rounds 5 --out results/recipes
     python benchmarks/recipes.py --cpu --recipes mrpc --max-steps 40  # quick check on a CPU
+    python benchmarks/recipes.py --recipes gpt2 --rounds 1             # the long recipe, on a GPU
 
 Each (recipe, runner) is a fresh ``python`` process, timed from its start to its exit (imports, data
 and tokenisation, model load, compile, training, evaluation, checkpoints, plots: all of it); the
@@ -24,6 +25,9 @@ Recipes (real data shipped here or in a package, real shapes):
   floor pads every batch to the longest sentence in the data (one shape).
 - ``digits``: the image example (scikit-learn's digits, a small CNN, 10 epochs) against the same
   loop written bare.
+- ``gpt2``: the long recipe (``benchmarks/recipe_gpt2.py``): GPT-2 small from scratch on Python source
+  code, blocks of 1,024 tokens, batch 8, ``--gpt2-steps`` optimizer steps (about ten minutes of the
+  Transformers Trainer on an H100), where compiling should pay; the floor is a compiled bare loop.
 """
 
 from __future__ import annotations
@@ -38,13 +42,15 @@ import sys
 import time
 from pathlib import Path
 
+import recipe_gpt2
+
 ROOT = Path(__file__).resolve().parent.parent
 MRPC_DIR = Path(os.environ.get("BRAEBURN_MRPC_DIR", ROOT.parent / "shared" / "data" / "glue" / "MRPC"))
 if not MRPC_DIR.is_dir():
     MRPC_DIR = ROOT / "shared" / "data" / "glue" / "MRPC"
 RESULT_TAG = "RECIPE_RESULT "
 RUNNERS = {"mrpc": ("bare", "transformers", "braeburn"), "clm": ("bare", "transformers", "braeburn"),
-           "digits": ("bare", "braeburn")}
+           "digits": ("bare", "braeburn"), "gpt2": ("bare", "transformers", "braeburn")}
 
 
 # -- shared pieces of the recipes (run inside the child processes) -------------------------------------
@@ -276,10 +282,10 @@ def _hf_args(args, output_dir, epochs, lr, **extra):
     from transformers import TrainingArguments
 
     device, dtype = _device(args.cpu)
-    return TrainingArguments(output_dir=output_dir, per_device_train_batch_size=32,
-                             learning_rate=lr, num_train_epochs=epochs, bf16=dtype is not None,
+    options = {"per_device_train_batch_size": 32, "max_steps": args.max_steps or -1, **extra}
+    return TrainingArguments(output_dir=output_dir, learning_rate=lr, num_train_epochs=epochs, bf16=dtype is not None,
                              use_cpu=device.type == "cpu", save_strategy="no", report_to="none", logging_steps=50,
-                             max_steps=args.max_steps or -1, seed=42, **extra)
+                             seed=42, **options)
 
 
 def transformers_mrpc(args) -> None:
@@ -386,7 +392,8 @@ def _example_command(args, recipe: str, workdir: str) -> list[str]:
 # -- the driver ----------------------------------------------------------------------------------------
 CHILDREN = {("mrpc", "bare"): bare_mrpc, ("mrpc", "transformers"): transformers_mrpc,
             ("clm", "bare"): bare_clm, ("clm", "transformers"): transformers_clm, ("clm", "braeburn"): braeburn_clm,
-            ("digits", "bare"): bare_digits}
+            ("digits", "bare"): bare_digits, ("gpt2", "bare"): recipe_gpt2.bare,
+            ("gpt2", "transformers"): recipe_gpt2.transformers, ("gpt2", "braeburn"): recipe_gpt2.braeburn}
 
 
 def _variant(args, runner: str):
@@ -404,6 +411,8 @@ def _command(args, recipe: str, runner: str, workdir: str) -> list[str]:
     command = [sys.executable, __file__, "--child", f"{recipe}:{runner}", "--workdir", workdir]
     command += ["--cpu"] if args.cpu else []
     command += ["--max-steps", str(args.max_steps)] if args.max_steps else []
+    command += ["--gpt2-cache", args.gpt2_cache, "--gpt2-steps", str(args.gpt2_steps)] if recipe == "gpt2" else []
+    command += ["--gpt2-tiny"] if recipe == "gpt2" and args.gpt2_tiny else []
     for item in args.set if runner == "braeburn" else []:
         command += ["--set", item]
     return command
@@ -482,6 +491,12 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="every runner on the CPU")
     parser.add_argument("--max-steps", type=int, default=0, help="cut each run short (a quick check, not a result)")
     parser.add_argument("--set", action="append", default=[], help="key=value for the braeburn runners")
+    parser.add_argument("--gpt2-steps", type=int, default=recipe_gpt2.DEFAULT_STEPS,
+                        help="optimizer steps of the long gpt2 recipe")
+    parser.add_argument("--gpt2-cache", default=None, help="where the gpt2 recipe's tokenizer and ids are kept "
+                        "(default: OUT/gpt2-data)")
+    parser.add_argument("--gpt2-files", type=int, default=0, help="a sample of this many corpus files (a quick check)")
+    parser.add_argument("--gpt2-tiny", action="store_true", help="a 2-layer GPT-2 (a quick check on a CPU)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -489,6 +504,9 @@ def main() -> None:
         recipe, runner = args.child.split(":")
         CHILDREN[(recipe, runner)](args)
         return
+    args.gpt2_cache = args.gpt2_cache or str(Path(args.out) / "gpt2-data")
+    if "gpt2" in args.recipes.split(","):
+        print(f"gpt2 data: {json.dumps(recipe_gpt2.prepare(Path(args.gpt2_cache), args.gpt2_files))}", flush=True)
     plan = [(recipe, runner) for recipe in args.recipes.split(",")
             for runner in (args.runners.split(";") if args.runners else RUNNERS[recipe])
             if runner.split("[")[0] in RUNNERS[recipe]]

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Run a job on the lent GPU machine that outlasts one device call (10 minutes at most): the job runs in its own
+# process session, writes its results under /tmp/bg/out, and each later call waits for it and copies what it
+# has so far to $OUT.
+#   bash benchmarks/device_bg.sh start 'python benchmarks/recipes.py ... --out /tmp/bg/out'
+#   bash benchmarks/device_bg.sh wait 560      # in this call and the next ones, until it says "finished"
+set -uo pipefail
+bg=/tmp/bg
+case "$1" in
+  start)
+    mkdir -p "$bg/out"
+    setsid nohup bash -c "$2" >"$bg/out/log.txt" 2>&1 </dev/null &
+    echo $! >"$bg/pid"
+    echo "started pid $(cat "$bg/pid")";;
+  wait)
+    deadline=$((SECONDS + $2))
+    while kill -0 "$(cat "$bg/pid")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 5; done
+    kill -0 "$(cat "$bg/pid")" 2>/dev/null && echo "still running" || echo "finished"
+    cp -r "$bg/out/." "${OUT:-/tmp/bg-copy}/" 2>/dev/null
+    tail -n 60 "$bg/out/log.txt";;
+esac
