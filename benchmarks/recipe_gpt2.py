@@ -31,7 +31,7 @@ EVAL_BLOCKS = 256
 LEARNING_RATE = 5e-4
 WARMUP = 200
 VOCAB = 32768
-DEFAULT_STEPS = 6000
+DEFAULT_STEPS = 7500
 
 
 def corpus_files() -> list[Path]:
@@ -74,9 +74,10 @@ def prepare(cache: Path, files: int = 0) -> dict:
     tokenizer.train_from_iterator(texts, trainer=trainer)
     trained = time.perf_counter()
     end = tokenizer.token_to_id("<|endoftext|>")
-    ids = [token for encoding in tokenizer.encode_batch(texts) for token in (*encoding.ids, end)]
+    ids = numpy.concatenate([numpy.asarray([*encoding.ids, end], dtype=numpy.int32)
+                             for encoding in tokenizer.encode_batch(texts)])  # an end token after every file
     cache.mkdir(parents=True, exist_ok=True)
-    numpy.save(cache / "tokens.npy", numpy.asarray(ids, dtype=numpy.int32))
+    numpy.save(cache / "tokens.npy", ids)
     tokenizer.save(str(cache / "tokenizer.json"))
     meta = {"files": len(texts), "characters": sum(map(len, texts)), "tokens": len(ids), "vocab": VOCAB,
             "end_token": end, "tokenizer_seconds": round(trained - started, 1),

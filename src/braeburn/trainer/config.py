@@ -295,6 +295,14 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
                           mixed_precision=self.mixed_precision, compile=_compile_value(self.compile),
                           num_processes=num_processes, strategy=self.strategy)
 
+    def accelerator_options(self) -> dict[str, Any]:
+        """The Accelerator's keyword arguments for this config."""
+        return {"cpu": self.use_cpu, "mixed_precision": self.mixed_precision,
+                "gradient_accumulation_steps": self.gradient_accumulation_steps, "accelerator": self.accelerator,
+                "devices": self.devices, "compile": _compile_value(self.compile), "strategy": self.strategy,
+                "seed": self.seed, "compile_backend": self.torch_compile_backend,
+                "compile_mode": self.torch_compile_mode}
+
     def warmup_for(self, total_steps: int) -> int:
         """Warmup steps: warmup_steps if set, else warmup_ratio of ``total_steps``."""
         if self.warmup_steps >= 1:

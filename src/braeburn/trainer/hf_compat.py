@@ -302,6 +302,25 @@ def label_smoothed_loss(factor: float) -> Callable[[Any, Any], Any]:
     return loss_fn
 
 
+def resolve_training_parts(model: Any, config: Any, *, optimizer: Any, lr_scheduler: Any,
+                           optimizer_cls_and_kwargs: tuple | None, loss_fn: Callable | None,
+                           compute_loss_func: Callable | None) -> tuple[Any, Any, Callable | None]:
+    """(optimizer, lr_scheduler, loss_fn) from Transformers' ways of giving them and braeburn's.
+
+    ``optimizer_cls_and_kwargs`` builds the optimizer over the trainable parameters when none is given;
+    ``compute_loss_func(outputs, labels, num_items_in_batch)`` becomes a ``loss_fn(outputs, labels)``;
+    ``label_smoothing_factor`` > 0 gives the smoothed cross-entropy when no loss is given.
+    """
+    if optimizer is None and optimizer_cls_and_kwargs is not None:
+        cls, kwargs = optimizer_cls_and_kwargs
+        optimizer = cls((p for p in model.parameters() if p.requires_grad), **kwargs)
+    if loss_fn is None and compute_loss_func is not None:
+        loss_fn = lambda outputs, labels: compute_loss_func(outputs, labels, num_items_in_batch=None)  # noqa: E731
+    if loss_fn is None and config.label_smoothing_factor > 0:
+        loss_fn = label_smoothed_loss(config.label_smoothing_factor)
+    return optimizer, lr_scheduler, loss_fn
+
+
 def prepare_model_options(model: Any, config: Any) -> None:
     """gradient_checkpointing and tf32, applied before training (full_determinism: the Trainer, before the Accelerator)."""
     import torch

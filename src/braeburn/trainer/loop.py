@@ -28,12 +28,12 @@ from .batches import batch_inputs, compute_loss
 from .callbacks import CallbackList
 from .background_save import BackgroundSaver, Snapshot
 from .checkpoint import CheckpointError, CheckpointManager
-from .config import ConfigError, TrainingConfig, _compile_value
+from .config import ConfigError, TrainingConfig
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
 from .evaluation import EvaluationMixin
 from .hf_callbacks import HfOptionsCallback, adapt_callback
-from .hf_compat import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, label_smoothed_loss,
-                        make_collate, prepare_model_options)
+from .hf_compat import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, make_collate,
+                        prepare_model_options, resolve_training_parts)
 from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
 from .optim import default_optimizer, default_scheduler
@@ -83,23 +83,13 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         if isinstance(eval_dataset, Mapping):
             raise ValueError("eval_dataset is a dict of datasets, which braeburn's Trainer does not take: call "
                              "trainer.evaluate(dataset, metric_key_prefix=f'eval_{name}') for each one")
-        optimizer, lr_scheduler = optimizer or optimizers[0], lr_scheduler or optimizers[1]
-        if optimizer is None and optimizer_cls_and_kwargs is not None:
-            cls, kwargs = optimizer_cls_and_kwargs
-            optimizer = cls((p for p in model.parameters() if p.requires_grad), **kwargs)
-        if loss_fn is None and compute_loss_func is not None:
-            loss_fn = lambda outputs, labels: compute_loss_func(outputs, labels, num_items_in_batch=None)  # noqa: E731
-        if loss_fn is None and self.config.label_smoothing_factor > 0:
-            loss_fn = label_smoothed_loss(self.config.label_smoothing_factor)
+        optimizer, lr_scheduler, loss_fn = resolve_training_parts(
+            model, self.config, optimizer=optimizer or optimizers[0], lr_scheduler=lr_scheduler or optimizers[1],
+            optimizer_cls_and_kwargs=optimizer_cls_and_kwargs, loss_fn=loss_fn, compute_loss_func=compute_loss_func)
         self.processing_class = processing_class or tokenizer
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         prepare_model_options(model, self.config)
-        self.accelerator = accelerator or Accelerator(
-            cpu=self.config.use_cpu, mixed_precision=self.config.mixed_precision,
-            gradient_accumulation_steps=self.config.gradient_accumulation_steps,
-            accelerator=self.config.accelerator, devices=self.config.devices,
-            compile=_compile_value(self.config.compile), strategy=self.config.strategy, seed=self.config.seed,
-            compile_backend=self.config.torch_compile_backend, compile_mode=self.config.torch_compile_mode)
+        self.accelerator = accelerator or Accelerator(**self.config.accelerator_options())
         self.accelerator.defer_compile = True  # compiled (or not) once the first steps are measured
         self.model = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
@@ -110,12 +100,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         self.output_dir = Path(self.config.output_dir).resolve()
         self.checkpoints = CheckpointManager(self.output_dir, self.config.save_total_limit)
         self._saver = BackgroundSaver(self.checkpoints)
-        self.signals = SignalCallback()
-        self._metrics_log, self._plot = _metrics_log(self.config), PlotCallback()
-        self._step_breakdown = StepBreakdownCallback(str(self.config.step_breakdown).lower())
-        builtins = [ProgressCallback(disable=self.config.disable_tqdm), self._metrics_log, self._plot, self.signals,
-                    HfOptionsCallback(), self._step_breakdown]
-        self.callbacks = CallbackList(builtins + [adapt_callback(c, self) for c in callbacks or []])
+        self.callbacks = self._callbacks(callbacks or [])
         self.state = TrainerState()
         self._prepared_model: torch.nn.Module | None = None
         self._eval_loaders: dict[int, tuple[Dataset, Any]] = {}
@@ -123,6 +108,15 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         self._shapes: set[tuple] = set()  # distinct training batch shapes: each costs kernel plans, or a graph
         self._custom_compute_loss = type(self).compute_loss is not HfTrainerMixin.compute_loss
         self._call_hf_hook("on_init_end")
+
+    def _callbacks(self, user_callbacks: list[Any]) -> CallbackList:
+        """braeburn's own callbacks (progress, metrics.jsonl, plot, signals, ...), then the user's."""
+        self.signals = SignalCallback()
+        self._metrics_log, self._plot = _metrics_log(self.config), PlotCallback()
+        self._step_breakdown = StepBreakdownCallback(str(self.config.step_breakdown).lower())
+        builtins = [ProgressCallback(disable=self.config.disable_tqdm), self._metrics_log, self._plot, self.signals,
+                    HfOptionsCallback(), self._step_breakdown]
+        return CallbackList(builtins + [adapt_callback(c, self) for c in user_callbacks])
 
     @property
     def is_main_process(self) -> bool:
