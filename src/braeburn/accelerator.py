@@ -27,6 +27,7 @@ from .envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, env_default
 from .fallback import FallbackRecorder, early_env_advice
 from .plan import OptionError, Plan, PlanError, RunOptions, make_plan
 from .precision import PrecisionPolicy, make_policy
+from .prepared_optim import AcceleratedOptimizer, AcceleratedScheduler
 from . import state as state_io
 
 _said_once: set[str] = set()
@@ -40,103 +41,6 @@ def _say_once(message: str, *, as_warning: bool = False) -> None:
         warnings.warn(message, UserWarning, stacklevel=3)
     else:
         print(message, flush=True)
-
-
-# -- prepared optimizers and schedulers ---------------------------------------------------------
-class AcceleratedOptimizer(torch.optim.Optimizer):
-    """Steps only on a gradient-accumulation boundary, through the grad scaler when there is one."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, accelerator: "Accelerator"):
-        # No super().__init__: the wrapped optimizer owns the parameter groups and state.
-        self.optimizer, self.accelerator = optimizer, accelerator
-        self.step_was_skipped = False
-
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
-
-    @param_groups.setter
-    def param_groups(self, value):
-        self.optimizer.param_groups = value
-
-    @property
-    def state(self):
-        return self.optimizer.state
-
-    @state.setter
-    def state(self, value):
-        self.optimizer.state = value
-
-    @property
-    def defaults(self):
-        return self.optimizer.defaults
-
-    @defaults.setter
-    def defaults(self, value):
-        self.optimizer.defaults = value
-
-    def add_param_group(self, param_group: dict) -> None:
-        self.optimizer.add_param_group(param_group)
-
-    def state_dict(self) -> dict:
-        return self.optimizer.state_dict()
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self.optimizer.load_state_dict(state_dict)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        if self.accelerator.sync_gradients:  # off-boundary the gradients are still accumulating
-            self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    def step(self, closure=None):
-        if not self.accelerator.sync_gradients:
-            return None
-        probe.before_optimizer_step(self.accelerator, self.optimizer)
-        stepped = self.accelerator._policy.step(self.optimizer, closure)
-        self.step_was_skipped = not stepped
-        return None
-
-    def __getattr__(self, name: str):
-        if name in ("optimizer", "accelerator"):
-            raise AttributeError(name)
-        return getattr(self.optimizer, name)
-
-    def __repr__(self) -> str:
-        return f"AcceleratedOptimizer({self.optimizer!r})"
-
-
-class AcceleratedScheduler:
-    """Steps only when the optimizers really stepped (a boundary, and the grad scaler did not skip)."""
-
-    def __init__(self, scheduler, accelerator: "Accelerator", step_with_optimizer: bool = True):
-        self.scheduler, self.accelerator, self.step_with_optimizer = scheduler, accelerator, step_with_optimizer
-        self._first_step = True
-
-    def step(self, *args, **kwargs) -> None:
-        if self.step_with_optimizer and (not self.accelerator.sync_gradients
-                                         or self.accelerator.optimizer_step_was_skipped):
-            return
-        if self._first_step:  # torch checks the optimizer's step counter on a scheduler's first step only
-            self._first_step = False
-            with warnings.catch_warnings():  # the wrapped optimizer's step counter is torch's business
-                warnings.filterwarnings("ignore", message=".*lr_scheduler.step\\(\\)` before `optimizer.step\\(\\)`")
-                self.scheduler.step(*args, **kwargs)
-            return
-        self.scheduler.step(*args, **kwargs)  # no warnings machinery on every step: it costs microseconds
-
-    def state_dict(self) -> dict:
-        return self.scheduler.state_dict()
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self.scheduler.load_state_dict(state_dict)
-
-    def get_last_lr(self) -> list[float]:
-        return self.scheduler.get_last_lr()
-
-    def __getattr__(self, name: str):
-        if name in ("scheduler", "accelerator", "step_with_optimizer"):
-            raise AttributeError(name)
-        return getattr(self.scheduler, name)
 
 
 def _mostly_convolutions(model: torch.nn.Module) -> bool:
