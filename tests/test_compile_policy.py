@@ -143,3 +143,73 @@ def test_accelerator_compile_true_keeps_the_module_and_runs_eval_eagerly():
         prepared(torch.randn(8, 4))
     stats = accelerator.compile_stats()
     assert stats.compiled_calls == 2 and stats.eager_calls == 2 and stats.recompiles == 0
+
+
+class BreaksItsGraph(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = torch.nn.Linear(4, 8), torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        hidden = self.first(x).relu()
+        torch._dynamo.graph_break()  # as a logging call or a .item() in a model's forward would
+        return self.second(hidden)
+
+
+def test_graph_breaks_are_reported_with_their_reason_and_not_counted_as_recompilations():
+    from braeburn import Accelerator
+
+    accelerator = Accelerator(cpu=True, compile=True, compile_backend="eager")
+    prepared = accelerator.prepare(BreaksItsGraph())
+    for _ in range(3):
+        prepared(torch.randn(8, 4)).sum().backward()
+    stats = accelerator.compile_stats()
+    assert stats.graphs == 2 and len(stats.graph_breaks) == 1 and stats.recompiles is None
+    assert "graph_break" in stats.graph_breaks[0].lower() or "graph break" in stats.graph_breaks[0].lower()
+    assert stats.as_dict()["graph_breaks"] == stats.graph_breaks
+
+
+def test_a_transformers_lm_head_model_compiles_to_one_graph_with_the_same_loss():
+    """GPT2LMHeadModel's loss_function property logs on every access (its class name names no loss): a graph
+    break in every forward, unless braeburn pins the loss function before compiling."""
+    transformers = pytest.importorskip("transformers")
+    from braeburn import Accelerator
+    from transformers.loss.loss_utils import LOSS_MAPPING
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=128, n_positions=32,
+                                     bos_token_id=0, eos_token_id=0, resid_pdrop=0, embd_pdrop=0, attn_pdrop=0)
+    model, reference = transformers.GPT2LMHeadModel(config), transformers.GPT2LMHeadModel(config)
+    reference.load_state_dict(model.state_dict())
+    accelerator = Accelerator(cpu=True, compile=True, compile_backend="eager")
+    prepared = accelerator.prepare(model)
+    ids = torch.randint(0, 128, (4, 16))
+    losses = [prepared(input_ids=ids, labels=ids).loss for _ in range(2)]
+    stats = accelerator.compile_stats()
+    assert stats.graphs == 1 and stats.graph_breaks == [] and stats.recompiles == 0
+    assert model.loss_function is LOSS_MAPPING["ForCausalLM"]  # the function Transformers itself would use
+    torch.testing.assert_close(losses[-1], reference(input_ids=ids, labels=ids).loss)
+
+
+def test_the_compile_time_reported_is_the_whole_first_compiled_step():
+    """The prepared forward times the compiled forward; the backward compiles on its first call, inside the same
+    step, so the window replaces that with the whole first compiled step's wall time."""
+    import time
+    from types import SimpleNamespace
+
+    from braeburn.compile_policy import CompileDecision, CompileStats
+    from braeburn.trainer.compile_window import CompileWindow
+
+    stats = CompileStats(compile_seconds=0.01)
+    accelerator = SimpleNamespace(
+        compile_stats=lambda model: stats, print=lambda *a, **k: None, compile_model=lambda model, d: model,
+        compile_decision=lambda model, **k: CompileDecision(True, "compile=true, as asked"),
+        plan=SimpleNamespace(device=SimpleNamespace(synchronize=lambda: None)))
+    window = CompileWindow(accelerator)
+    window.begin("model", step=0, max_steps=100)
+    for step in range(1, window._decide_at + 1):
+        window.after_step(step, "model", {(("x", (8, 4)),)})
+    stats.compiled_calls = 1
+    time.sleep(0.2)  # the first compiled step: forward, backward (compiled now), optimizer
+    window.after_step(window._decide_at + 1, "model", {(("x", (8, 4)),)})
+    assert stats.compile_seconds >= 0.2

@@ -230,6 +230,7 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         return compiled
 
     def _compile(self, model: torch.nn.Module, forward, decision) -> torch.nn.Module:
+        compile_policy.pin_traced_attributes(self.unwrap_model(model))
         if self.num_processes > 1 or forward is None:
             # DDP/FSDP: torch.compile over the wrapper, so Dynamo's DDP optimizer splits the graph at the
             # gradient buckets and the all-reduce still overlaps the backward.

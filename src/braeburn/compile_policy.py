@@ -74,14 +74,45 @@ def decide(*, requested: bool | str, device_compiles: bool, device_reason: str, 
     return CompileDecision(True, f"auto: {estimate} and pays back within the run", dynamic)
 
 
+# -- what would break the graph ------------------------------------------------------------------
+def pin_traced_attributes(module: torch.nn.Module) -> None:
+    """Resolve, once and eagerly, what a model looks up on every forward through code Dynamo cannot trace.
+
+    Transformers' ``loss_function`` property logs a warning on every access when the model's class name
+    names no loss (``GPT2LMHeadModel`` and the other ``...LMHeadModel`` classes): under torch.compile that
+    logging call is a graph break in every training forward (the forward becomes two graphs, and the
+    logits leave the first one). Transformers' own setter pins the same loss function, so the forward
+    computes exactly what it did, without the break. Called only when a model is compiled.
+    """
+    for submodule in module.modules():
+        attribute = getattr(type(submodule), "loss_function", None)
+        if isinstance(attribute, property) and attribute.fset is not None \
+                and "_loss_function" not in vars(submodule):
+            try:
+                submodule.loss_function = submodule.loss_function
+            except Exception:  # a model whose loss lookup fails here fails the same way in its forward
+                pass
+
+
 # -- the prepared forward -------------------------------------------------------------------------
-def _graph_count() -> int | None:
-    """Graphs Dynamo has compiled in this process (torch's own counter; None where torch has none)."""
+def _dynamo_counters():
     try:
         from torch._dynamo.utils import counters
     except Exception:  # torch without Dynamo
         return None
-    return int(counters["stats"]["unique_graphs"])
+    return counters
+
+
+def _graph_count() -> int | None:
+    """Graphs Dynamo has compiled in this process (torch's own counter; None where torch has none)."""
+    counters = _dynamo_counters()
+    return None if counters is None else int(counters["stats"]["unique_graphs"])
+
+
+def _graph_break_reasons() -> set[str]:
+    """The distinct reasons of the graph breaks Dynamo has met in this process (their first lines)."""
+    counters = _dynamo_counters()
+    return set() if counters is None else {reason.split("\n")[0] for reason in counters["graph_break"]}
 
 
 def _leading_size(args: tuple, kwargs: dict) -> int | None:
@@ -110,18 +141,21 @@ class CompileStats:
     over_wrapper: bool = False  # compiled as torch.compile(DDP/FSDP model): no per-call report
     decided_at_step: int | None = None
     eager_step_seconds: float | None = None
+    graph_breaks: list[str] = field(default_factory=list)  # distinct reasons, first lines
     _graphs_before: int | None = field(default=None, repr=False)
+    _breaks_before: set[str] = field(default_factory=set, repr=False)
 
     @property
     def recompiles(self) -> int | None:
-        return None if self.graphs is None else max(0, self.graphs - 1)
+        """Graphs beyond the first; not counted where graph breaks split the forward into several graphs."""
+        return None if self.graphs is None or self.graph_breaks else max(0, self.graphs - 1)
 
     def as_dict(self) -> dict[str, Any]:
         return {"compiled": self.compiled, "reason": self.reason, "dynamic": self.dynamic,
                 "compile_seconds": round(self.compile_seconds, 3), "graphs": self.graphs,
                 "recompiles": self.recompiles, "compiled_calls": self.compiled_calls,
                 "eager_calls_after_compile": self.eager_calls, "decided_at_step": self.decided_at_step,
-                "eager_step_seconds": self.eager_step_seconds}
+                "eager_step_seconds": self.eager_step_seconds, "graph_breaks": self.graph_breaks}
 
 
 class PreparedForward:
@@ -162,7 +196,7 @@ class PreparedForward:
         return output
 
     def _first_compiled_call(self, args: tuple, kwargs: dict) -> Any:
-        self.stats._graphs_before = _graph_count()
+        self.stats._graphs_before, self.stats._breaks_before = _graph_count(), _graph_break_reasons()
         started = time.perf_counter()
         output = self._run(self.compiled, args, kwargs)
         self.synchronize()  # once: the compile time is what the user waited for
@@ -173,6 +207,7 @@ class PreparedForward:
     def _count_graphs(self) -> None:
         before = self.stats._graphs_before
         self.stats.graphs = None if before is None else (_graph_count() or 0) - before
+        self.stats.graph_breaks = sorted(_graph_break_reasons() - self.stats._breaks_before)
 
     def _run(self, function: Callable, args: tuple, kwargs: dict) -> Any:
         if self.autocast is None:
