@@ -167,6 +167,7 @@ class PreparedForward:
         self.autocast = autocast
         self.synchronize = synchronize
         self.compiled: Callable | None = None
+        self.float_outputs = True  # the Trainer turns this off around training forwards whose loss the model computes
         self.stats = CompileStats()
         functools.update_wrapper(self, self.original)
 
@@ -214,7 +215,7 @@ class PreparedForward:
             return function(*args, **kwargs)
         with self.autocast():
             output = function(*args, **kwargs)
-        return _to_float32(output)
+        return _to_float32(output) if self.float_outputs else output
 
 
 def prepared_forward(module: torch.nn.Module) -> PreparedForward | None:
