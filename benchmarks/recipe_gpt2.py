@@ -186,16 +186,20 @@ def _perplexity(model, held_out, device, dtype) -> float:
 
 
 # -- the Transformers Trainer, and braeburn's ---------------------------------------------------------
+def _data_and_model(args):
+    """(train blocks, held-out blocks, the fresh model, when the data was ready) for a Trainer runner."""
+    train, held_out = _blocks(Path(args.gpt2_cache))
+    model = _model(args)
+    return train, held_out, model, time.perf_counter()
+
+
 def transformers(args) -> None:
     started = time.perf_counter()
     from transformers import Trainer
 
     from recipes import _hf_args, _train_trainer_and_report
 
-    cache = Path(args.gpt2_cache)
-    train, held_out = _blocks(cache)
-    model = _model(args)
-    data_done = time.perf_counter()
+    train, held_out, model, data_done = _data_and_model(args)
     hf_args = _hf_args(args, args.workdir, 1, LEARNING_RATE, per_device_train_batch_size=BATCH,
                        per_device_eval_batch_size=16, warmup_steps=WARMUP, max_steps=_steps(args))
     trainer = Trainer(model=model, args=hf_args, train_dataset=_Blocks(train), eval_dataset=_Blocks(held_out))
@@ -208,10 +212,7 @@ def braeburn(args) -> None:
     from braeburn import Trainer, TrainingConfig
     from recipes import _overrides, _train_trainer_and_report
 
-    cache = Path(args.gpt2_cache)
-    train, held_out = _blocks(cache)
-    model = _model(args)
-    data_done = time.perf_counter()
+    train, held_out, model, data_done = _data_and_model(args)
     config = TrainingConfig(output_dir=args.workdir, overwrite_output_dir=True, per_device_train_batch_size=BATCH,
                             per_device_eval_batch_size=16, learning_rate=LEARNING_RATE, warmup_steps=WARMUP,
                             max_steps=_steps(args), use_cpu=args.cpu, **_overrides(args))
