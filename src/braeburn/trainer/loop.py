@@ -527,7 +527,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         evals = ", ".join(f"{k} {v:.4g}" for k, v in self._last_eval_metrics().items()
                           if not k.endswith(("_runtime", "_per_second"))) or "none"
         fallback = ", ".join(f"{op} x{count}" for op, count in acc.fallback_report()) or "none"
-        compiled = self._compile_window.summary(len(self._shapes), self._pads_to_buckets)
+        compiled = self._compile_window.summary(len(self._shapes), self._pads_to_buckets and _padded_text(self._shapes))
         compiled += self._step_breakdown.summary(acc.num_processes)
         ending = state.stop_reason or ("max_steps reached" if state.global_step >= state.max_steps else "done")
         return "\n".join([
@@ -575,6 +575,11 @@ def _metrics_log(config: TrainingConfig) -> MetricsLogCallback:
     chosen = config.report_to
     tensorboard = chosen is not None and ("all" in chosen or "tensorboard" in chosen)
     return MetricsLogCallback(tensorboard=tensorboard, tensorboard_dir=config.logging_dir)
+
+
+def _padded_text(signatures: set[tuple]) -> bool:
+    """Whether the training batches were text that bucket padding pads (a mapping with input_ids)."""
+    return any(isinstance(item[0], str) and item[0] == "input_ids" for signature in signatures for item in signature)
 
 
 def _epoch_finished(loader, epoch: int) -> bool:
