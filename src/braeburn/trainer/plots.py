@@ -41,7 +41,8 @@ def plot_history(history: list[dict[str, Any]], path: Path) -> Path | None:
         return None
     eval_keys = sorted({k for h in history for k in h if k.startswith("eval_") and k != "eval_loss"
                         and isinstance(h[k], (int, float)) and not k.endswith(("_runtime", "_per_second"))})
-    figure = Figure(figsize=(12, 3.6), layout="constrained")
+    figure = Figure(figsize=(12, 3.6))  # fixed margins: constrained layout took 0.23 s to draw instead of 0.12
+    figure.subplots_adjust(left=0.06, right=0.99, bottom=0.15, top=0.9, wspace=0.3)
     FigureCanvasAgg(figure)
     loss_ax, metric_ax, lr_ax = figure.subplots(1, 3)
     for key, label in (("loss", "train loss"), ("eval_loss", "eval loss")):
