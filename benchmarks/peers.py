@@ -195,9 +195,14 @@ def collate(items):
 # ----------------------------------------------------------------------------- runners
 
 
-def run_bare(w: Workload, ds, clock: StepClock, device, bf16: bool, compile_model: bool = False):
+def run_bare(w: Workload, ds, clock: StepClock, device, bf16: bool, compile_model: bool = False,
+             pin: bool = False):
     """A hand-written loop: fused AdamW, pinned memory, non-blocking copies."""
     model = w.make_model().to(device)
+    if pin:  # what braeburn does before compiling: no graph break from Transformers' loss lookup
+        from braeburn.compile_policy import pin_traced_attributes
+
+        pin_traced_attributes(model)
     step_fn = torch.compile(model) if compile_model else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     dl = torch.utils.data.DataLoader(ds, batch_size=w.batch_size, shuffle=True, collate_fn=collate,
@@ -214,6 +219,11 @@ def run_bare(w: Workload, ds, clock: StepClock, device, bf16: bool, compile_mode
 
 def run_bare_compiled(w, ds, clock, device, bf16):
     run_bare(w, ds, clock, device, bf16, compile_model=True)
+
+
+def run_bare_compiled_pinned(w, ds, clock, device, bf16):
+    """bare+compile without the graph break (braeburn.compile_policy.pin_traced_attributes first)."""
+    run_bare(w, ds, clock, device, bf16, compile_model=True, pin=True)
 
 
 def run_accelerate(w: Workload, ds, clock: StepClock, device, bf16: bool):
@@ -323,7 +333,8 @@ def run_braeburn_eager_nchw(w, ds, clock, device, bf16):
 
 
 RUNNERS = {"hf-trainer": run_hf_trainer, "accelerate": run_accelerate, "lightning": run_lightning,
-           "bare": run_bare, "bare+compile": run_bare_compiled, "braeburn": run_braeburn,
+           "bare": run_bare, "bare+compile": run_bare_compiled, "bare+compile+pin": run_bare_compiled_pinned,
+           "braeburn": run_braeburn,
            "braeburn-compile": run_braeburn_compiled, "braeburn-eager": run_braeburn_eager, "braeburn-eager-nchw": run_braeburn_eager_nchw}
 PEERS = ("hf-trainer", "accelerate", "lightning")
 
