@@ -86,4 +86,5 @@ def test_the_summary_names_text_padding_only_for_text_batches():
 
     text = batch_signature({"input_ids": torch.zeros(8, 64), "attention_mask": torch.zeros(8, 64)})
     images = batch_signature((torch.zeros(32, 1, 8, 8), torch.zeros(32)))
-    assert _padded_text({text, images}) and not _padded_text({images})
+    scalar = batch_signature((torch.zeros(32, 4), torch.tensor(3.0)))  # a 0-d tensor has the shape ()
+    assert _padded_text({text, images}) and not _padded_text({images, scalar})

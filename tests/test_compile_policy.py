@@ -213,3 +213,13 @@ def test_the_compile_time_reported_is_the_whole_first_compiled_step():
     time.sleep(0.2)  # the first compiled step: forward, backward (compiled now), optimizer
     window.after_step(window._decide_at + 1, "model", {(("x", (8, 4)),)})
     assert stats.compile_seconds >= 0.2
+
+
+def test_lengths_vary_reads_batches_with_a_zero_dimensional_tensor():
+    from braeburn.collate import batch_signature
+    from braeburn.trainer.compile_window import _lengths_vary
+
+    def batch(size, length):
+        return batch_signature((torch.zeros(size, length), torch.tensor(1.0)))  # a 0-d tensor: shape ()
+
+    assert not _lengths_vary({batch(8, 4), batch(3, 4)}) and _lengths_vary({batch(8, 4), batch(8, 5)})

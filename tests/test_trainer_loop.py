@@ -255,31 +255,6 @@ def test_auto_find_batch_size_halves_until_a_step_fits(tmp_path, capsys):
     assert "training with per_device_train_batch_size=4" in capsys.readouterr().out
 
 
-class ScoresWithLoss(torch.nn.Module):
-    """Returns {loss, logits} as Transformers models do, the loss computed in float32 from the logits."""
-
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(64, 10)
-
-    def forward(self, x, labels=None):
-        logits = self.linear(x)
-        loss = None if labels is None else torch.nn.functional.cross_entropy(logits.float(), labels)
-        return {"loss": loss, "logits": logits}
-
-
-class DigitDicts(Dataset):
-    def __init__(self, pairs):
-        self.pairs = pairs
-
-    def __len__(self):
-        return len(self.pairs)
-
-    def __getitem__(self, index):
-        x, y = self.pairs[index]
-        return {"x": x, "labels": y}
-
-
 @pytest.mark.parametrize("loss_fn", [None, "given"])
 def test_training_forwards_keep_the_models_dtype_only_where_the_model_computes_the_loss(tmp_path, monkeypatch,
                                                                                        loss_fn):
@@ -291,13 +266,12 @@ def test_training_forwards_keep_the_models_dtype_only_where_the_model_computes_t
     original = loop.check_labels
     monkeypatch.setattr(loop, "check_labels", lambda outputs, labels: (seen.append(outputs["logits"].dtype),
                                                                        original(outputs, labels))[1])
-    train, test = digits()
-    config = TrainingConfig(output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=16,
+    config = TrainingConfig(output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=8,
                             mixed_precision="bf16", save_strategy="no", use_cpu=True, disable_tqdm=True)
     given = (lambda outputs, labels: torch.nn.functional.cross_entropy(outputs["logits"], labels)) if loss_fn else None
-    trainer = Trainer(ScoresWithLoss(), config, train_dataset=DigitDicts(train), loss_fn=given)
+    trainer = Trainer(DictModel(), config, train_dataset=DictData(), loss_fn=given)
     trainer.train()
     assert seen == [torch.float32 if loss_fn else torch.bfloat16]
     assert trainer.state.log_history[-1]["train_loss"] > 0
-    prediction = trainer.predict(DigitDicts(test))
+    prediction = trainer.predict(DictData(8))
     assert prediction.predictions.dtype.name == "float32"

@@ -207,8 +207,10 @@ class PreparedForward:
 
     def _count_graphs(self) -> None:
         before = self.stats._graphs_before
-        self.stats.graphs = None if before is None else (_graph_count() or 0) - before
-        self.stats.graph_breaks = sorted(_graph_break_reasons() - self.stats._breaks_before)
+        graphs = None if before is None else (_graph_count() or 0) - before
+        if graphs != self.stats.graphs:  # a break shows up only with a new graph: nothing to read on other steps
+            self.stats.graph_breaks = sorted(_graph_break_reasons() - self.stats._breaks_before)
+        self.stats.graphs = graphs
 
     def _run(self, function: Callable, args: tuple, kwargs: dict) -> Any:
         if self.autocast is None:

@@ -23,7 +23,8 @@ MEASURE_STEPS = 10
 def _lengths_vary(signatures: set) -> bool:
     """Whether the batches seen differ in more than their batch size (dim 0): varying sequence lengths."""
     def without_batch(signature: tuple) -> tuple:
-        return tuple((item[0], item[1][1:]) if isinstance(item[0], str) else item[1:] for item in signature)
+        return tuple((item[0], item[1][1:]) if item and isinstance(item[0], str) else item[1:]  # () for 0-d
+                     for item in signature)
     return len({without_batch(signature) for signature in signatures}) > 1
 
 

@@ -579,7 +579,7 @@ def _metrics_log(config: TrainingConfig) -> MetricsLogCallback:
 
 def _padded_text(signatures: set[tuple]) -> bool:
     """Whether the training batches were text that bucket padding pads (a mapping with input_ids)."""
-    return any(isinstance(item[0], str) and item[0] == "input_ids" for signature in signatures for item in signature)
+    return any(item[:1] == ("input_ids",) for signature in signatures for item in signature)  # () for 0-d tensors
 
 
 def _epoch_finished(loader, epoch: int) -> bool:
