@@ -176,7 +176,7 @@ def test_default_optimizer_groups_and_schedules():
     decay, no_decay = parameter_groups(model, 0.1)
     assert [tuple(p.shape) for p in decay["params"]] == [(4, 4)] and decay["weight_decay"] == 0.1
     assert len(no_decay["params"]) == 3 and no_decay["weight_decay"] == 0.0
-    assert schedule_factor(0, kind="linear", warmup=4, total=10) == pytest.approx(0.2)
+    assert schedule_factor(0, kind="linear", warmup=4, total=10) == 0.0
     assert schedule_factor(4, kind="linear", warmup=4, total=10) == 1.0
     assert schedule_factor(7, kind="linear", warmup=4, total=10) == pytest.approx(0.5)
     assert schedule_factor(7, kind="cosine", warmup=4, total=10) == pytest.approx(0.5)

@@ -17,8 +17,8 @@ from ..plan import OptionError, RunOptions
 from ._argparse import ConfigError, parse_dataclasses
 from .hf_args import HfArgumentsMixin, UnsupportedFields, unsupported_errors
 
-SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr", "polynomial",
-              "inverse_sqrt")
+SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "constant", "constant_with_warmup", "cosine_with_min_lr",
+              "polynomial", "inverse_sqrt")
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw", "sgd", "adagrad", "rmsprop")
 LOGGING_STRATEGIES = ("no", "steps", "epoch")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
@@ -162,7 +162,8 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     optim_args: str | None = None
     """Extra optimizer arguments as key=value pairs separated by commas, e.g. momentum=0.9."""
     lr_scheduler_kwargs: dict | str | None = None
-    """Schedule arguments (JSON): min_lr or min_lr_rate (cosine_with_min_lr), power and lr_end (polynomial)."""
+    """Schedule arguments (JSON): num_cycles (cosines), min_lr or min_lr_rate (cosine_with_min_lr), power and lr_end
+    (polynomial, 1e-7 by default), timescale (inverse_sqrt)."""
     average_tokens_across_devices: bool = True
     """Accepted for Transformers' scripts: braeburn averages each batch's loss as the model returns it."""
     logging_strategy: str = "steps"
@@ -304,11 +305,11 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
                 "compile_mode": self.torch_compile_mode}
 
     def warmup_for(self, total_steps: int) -> int:
-        """Warmup steps: warmup_steps if set, else warmup_ratio of ``total_steps``."""
+        """Warmup steps: warmup_steps if set, else warmup_ratio of ``total_steps``, rounded up as Transformers does."""
         if self.warmup_steps >= 1:
             return int(self.warmup_steps)
         ratio = self.warmup_steps if self.warmup_steps > 0 else self.warmup_ratio
-        return int(ratio * total_steps + 0.5)
+        return math.ceil(total_steps * ratio)
 
 
 INT64_MAX = 2**63 - 1

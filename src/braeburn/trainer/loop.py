@@ -257,6 +257,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
             if self.config.max_grad_norm > 0:
                 self._grad_norm = self.accelerator.clip_grad_norm_(self._parameters, self.config.max_grad_norm)
             optimizer.step()
+            self._step_lr = scheduler.get_last_lr()[0]  # the rate this step used: Transformers logs it
             scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         self._window_has_grads = False
@@ -269,6 +270,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         self._window_has_grads = False
         self._window_start = (time.perf_counter(), self.state.samples_seen)
         self._grad_norm: torch.Tensor | None = None
+        self._step_lr: float | None = None
         self._skipped = 0
         self._loss_total = (0.0, 0)
 
@@ -305,7 +307,8 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         loss = self._check_finite()
         if loss is not None:
             logs["loss"] = loss
-        logs["learning_rate"] = float(self.lr_scheduler.get_last_lr()[0])
+        rate = self._step_lr if self._step_lr is not None else self.lr_scheduler.get_last_lr()[0]
+        logs["learning_rate"] = float(rate)
         if self._grad_norm is not None:
             logs["grad_norm"] = float(self._grad_norm)  # cheap: the loss read above already synced
         started, samples = self._window_start

@@ -1,14 +1,13 @@
-"""The default optimizer (AdamW, no decay on biases and norms) and the warmup schedules."""
+"""The default optimizer (AdamW, no decay on biases and norms) and the default schedule (see schedules.py)."""
 
 from __future__ import annotations
-
-import math
 
 import torch
 
 from ..devices.base import DeviceKind
 from ..devices.host import HostFacts, current_host
 from .config import TrainingConfig
+from .schedules import lambda_schedule, schedule_factor  # noqa: F401  (schedule_factor: re-exported)
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -66,40 +65,8 @@ def default_optimizer(model: torch.nn.Module, config: TrainingConfig, kind: Devi
                              eps=config.adam_epsilon, fused=True if fused else None, **extra)
 
 
-def schedule_factor(step: int, *, kind: str, warmup: int, total: int, options: dict | None = None) -> float:
-    """The learning-rate multiplier at optimizer step ``step``: linear warmup, then ``kind``.
-
-    ``options`` (lr_scheduler_kwargs): ``min_lr_rate`` for cosine_with_min_lr, ``power`` and ``lr_end_rate``
-    for polynomial, ``timescale`` for inverse_sqrt.
-    """
-    options = options or {}
-    if step < warmup:
-        return (step + 1) / (warmup + 1)  # never exactly 0, so the first step moves the weights
-    if kind in ("constant", "constant_with_warmup"):
-        return 1.0
-    if kind == "inverse_sqrt":
-        timescale = options.get("timescale") or max(warmup, 1)
-        return 1.0 / math.sqrt((step - warmup + timescale) / timescale)
-    progress = (step - warmup) / max(1, total - warmup)
-    if kind == "linear":
-        return max(0.0, 1.0 - progress)
-    if kind == "polynomial":
-        end = options.get("lr_end_rate", 0.0)
-        return end + (1.0 - end) * max(0.0, 1.0 - progress) ** options.get("power", 1.0)
-    floor = options.get("min_lr_rate", 0.0) if kind == "cosine_with_min_lr" else 0.0
-    return floor + (1.0 - floor) * max(0.0, 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))))  # cosine
-
-
 def default_scheduler(optimizer: torch.optim.Optimizer, config: TrainingConfig,
                       total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    warmup, kind = config.warmup_for(total_steps), config.lr_scheduler_type
-    options = dict(getattr(config, "lr_scheduler_kwargs", None) or {})
-    if "min_lr" in options:  # Transformers takes an absolute floor as well as a rate
-        options["min_lr_rate"] = options.pop("min_lr") / config.learning_rate
-    if "lr_end" in options:
-        options["lr_end_rate"] = options.pop("lr_end") / config.learning_rate
-
-    def factor(step: int) -> float:
-        return schedule_factor(step, kind=kind, warmup=warmup, total=total_steps, options=options)
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    """config.lr_scheduler_type over ``total_steps`` optimizer steps, as ``transformers.get_scheduler`` makes it."""
+    return lambda_schedule(optimizer, kind=config.lr_scheduler_type, warmup=config.warmup_for(total_steps),
+                           total=total_steps, kwargs=getattr(config, "lr_scheduler_kwargs", None))
