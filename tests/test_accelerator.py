@@ -95,6 +95,22 @@ def test_optimizer_and_scheduler_wait_for_the_boundary():
     assert scheduler.get_last_lr() == [0.5]
 
 
+def test_prepared_scheduler_steps_once_per_process_as_accelerate():
+    """Each optimizer step saw num_processes batches: Accelerate moves the schedule that many steps."""
+    accelerator = Accelerator()
+    weight = nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    scheduler = AcceleratedScheduler(schedule, accelerator, steps_per_call=2)  # what 2 processes prepare
+    optimizer.step(), scheduler.step()
+    assert scheduler.get_last_lr() == [0.25]
+    one_cycle = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1.0, total_steps=3)
+    scheduler = AcceleratedScheduler(one_cycle, accelerator, steps_per_call=2)
+    for _ in range(3):  # would step OneCycleLR past its end, which raises: stops at total_steps
+        optimizer.step(), scheduler.step()
+    assert one_cycle.last_epoch == 3
+
+
 def test_scheduler_does_not_step_when_the_scaler_skipped():
     accelerator = Accelerator(mixed_precision="fp16")
     weight = nn.Parameter(torch.ones(1))
@@ -155,8 +171,9 @@ def test_single_process_collectives_and_float32_metrics(fake_host):
     assert accelerator.reduce(torch.tensor([2.0, 4.0]), "sum").tolist() == [2.0, 4.0]
     assert accelerator.gather({"a": [torch.ones(2)]})["a"][0].shape == (2,)
     assert accelerator.reduce(3.0).dtype == torch.float32
-    with pytest.raises(ValueError, match="'max'"):
-        accelerator.reduce(torch.ones(1), "max")
+    assert accelerator.reduce(torch.tensor([2.0])).tolist() == [2.0] and float(accelerator.reduce(2.0, "max")) == 2.0
+    with pytest.raises(ValueError, match="'min'"):
+        accelerator.reduce(torch.ones(1), "min")
     # a kind without float64 (faked MPS facts) gets float32 metrics even from float64 input
     from braeburn.devices.mps import MpsDevice
 

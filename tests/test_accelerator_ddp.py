@@ -46,7 +46,7 @@ SCRIPT = textwrap.dedent('''
                     accelerator.backward(loss)
                     optimizer.step()
                     optimizer.zero_grad()
-                losses.append(accelerator.reduce(loss.detach()).item())
+                losses.append(accelerator.reduce(loss.detach(), "mean").item())
             if epoch == 0 and state_dir:
                 accelerator.save_state(state_dir)
         seen, predictions = [], []

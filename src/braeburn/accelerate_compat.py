@@ -259,8 +259,11 @@ class AccelerateCompat:
         _placement(device_placement)
         return self.prepare(data_loader)
 
-    def prepare_scheduler(self, scheduler: Any):
-        return self._prepare_scheduler(scheduler)
+    def prepare_scheduler(self, scheduler: Any, *, once_per_step: bool = False):
+        """As Accelerate: one optimizer step moves the schedule num_processes steps (each step saw
+        num_processes batches). ``once_per_step=True`` (braeburn's): one schedule step per optimizer step, as a
+        schedule counted in optimizer steps (the Trainer's) needs."""
+        return self._prepare_scheduler(scheduler, once_per_step)
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         """A loader whose next pass starts ``num_batches`` in (the rest of an epoch after a resume)."""

@@ -257,8 +257,9 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         self._dataloaders.append(prepared)
         return prepared
 
-    def _prepare_scheduler(self, scheduler) -> AcceleratedScheduler:
-        prepared = AcceleratedScheduler(scheduler, self, self.step_scheduler_with_optimizer)
+    def _prepare_scheduler(self, scheduler, once_per_step: bool = False) -> AcceleratedScheduler:
+        prepared = AcceleratedScheduler(scheduler, self, self.step_scheduler_with_optimizer,
+                                        steps_per_call=1 if once_per_step else self.num_processes)
         self._schedulers.append(prepared)
         return prepared
 
@@ -337,8 +338,8 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
             gathered = truncate_padding(gathered, self._tracker.remainder)
         return gathered
 
-    def reduce(self, tensor: Any, reduction: str = "mean") -> Any:
-        """All ranks' tensors summed or averaged (``reduction``: "mean" | "sum")."""
+    def reduce(self, tensor: Any, reduction: str = "sum") -> Any:
+        """All ranks' tensors summed, averaged or maxed (``reduction``: "sum", Accelerate's default, "mean", "max")."""
         return pg.reduce(self._metric(tensor), reduction)
 
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:

@@ -77,16 +77,27 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
 
 class AcceleratedScheduler:
-    """Steps only when the optimizers really stepped (a boundary, and the grad scaler did not skip)."""
+    """Steps only when the optimizers really stepped (a boundary, and the grad scaler did not skip), and then
+    ``steps_per_call`` times: Accelerate steps it once per process, since each step saw num_processes batches."""
 
-    def __init__(self, scheduler, accelerator: "Accelerator", step_with_optimizer: bool = True):
+    def __init__(self, scheduler, accelerator: "Accelerator", step_with_optimizer: bool = True,
+                 steps_per_call: int = 1):
         self.scheduler, self.accelerator, self.step_with_optimizer = scheduler, accelerator, step_with_optimizer
+        self.steps_per_call = steps_per_call
         self._first_step = True
 
     def step(self, *args, **kwargs) -> None:
-        if self.step_with_optimizer and (not self.accelerator.sync_gradients
-                                         or self.accelerator.optimizer_step_was_skipped):
+        if not self.step_with_optimizer:
+            self._step_once(*args, **kwargs)
             return
+        if not self.accelerator.sync_gradients or self.accelerator.optimizer_step_was_skipped:
+            return
+        for _ in range(self.steps_per_call):
+            total = getattr(self.scheduler, "total_steps", None)  # OneCycleLR raises past its end
+            if total is None or self.scheduler.last_epoch < total:
+                self._step_once(*args, **kwargs)
+
+    def _step_once(self, *args, **kwargs) -> None:
         if self._first_step:  # torch checks the optimizer's step counter on a scheduler's first step only
             self._first_step = False
             with warnings.catch_warnings():  # the wrapped optimizer's step counter is torch's business
@@ -105,6 +116,6 @@ class AcceleratedScheduler:
         return self.scheduler.get_last_lr()
 
     def __getattr__(self, name: str):
-        if name in ("scheduler", "accelerator", "step_with_optimizer"):
+        if name in ("scheduler", "accelerator", "step_with_optimizer", "steps_per_call"):
             raise AttributeError(name)
         return getattr(self.scheduler, name)

@@ -240,13 +240,14 @@ def _reduce_one(tensor: torch.Tensor, reduction: str) -> torch.Tensor:
     if not is_initialized() or dist.get_world_size() == 1:
         return tensor
     result = tensor.clone()
-    dist.all_reduce(result, op=dist.ReduceOp.SUM)
+    dist.all_reduce(result, op=dist.ReduceOp.MAX if reduction == "max" else dist.ReduceOp.SUM)
     return result / dist.get_world_size() if reduction == "mean" else result
 
 
-def reduce(data: Any, reduction: str = "mean") -> Any:
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction={reduction!r} is not supported; pass 'mean' or 'sum'")
+def reduce(data: Any, reduction: str = "sum") -> Any:
+    """Every rank's tensors summed (Accelerate's default), averaged or maxed, inside any nesting."""
+    if reduction not in ("sum", "mean", "max"):
+        raise ValueError(f"reduction={reduction!r} is not supported; pass 'sum' (the default), 'mean' or 'max'")
     return apply_to_tensors(lambda tensor: _reduce_one(tensor, reduction), data)
 
 

@@ -279,7 +279,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         if not self._window_losses:
             return None
         # Averaged over the processes (one all-reduce): every rank logs the global loss and stops together.
-        losses = self.accelerator.reduce(torch.stack(self._window_losses).float())
+        losses = self.accelerator.reduce(torch.stack(self._window_losses).float(), "mean")
         bad = (~torch.isfinite(losses)).nonzero()
         if bad.numel():  # .numel() of a nonzero() result waits for the device
             step = self._window_first_step + int(bad[0]) // self.config.gradient_accumulation_steps
@@ -466,7 +466,8 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         optimizer = self.optimizer or default_optimizer(acc.unwrap_model(model), config, acc.plan.device,
                                                         grad_scaler=acc.plan.grad_scaler)
         scheduler = self.lr_scheduler or default_scheduler(optimizer, config, max_steps)
-        self.optimizer, self.lr_scheduler = acc.prepare(optimizer, scheduler)
+        self.optimizer = acc.prepare(optimizer)
+        self.lr_scheduler = acc.prepare_scheduler(scheduler, once_per_step=True)  # the schedule counts optimizer steps
         if self.eval_dataset is not None and config.eval_strategy != "no":
             self._eval_loader(self.eval_dataset)  # prepared now, before a checkpoint is loaded
         self.state = TrainerState(max_steps=max_steps, steps_per_epoch=steps_per_epoch,
