@@ -221,3 +221,23 @@ def test_mps_env_advice_when_torch_loaded_first(fake_host, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Accelerator()
+
+
+def test_prepare_draws_no_random_number_and_the_seed_still_orders_the_data(fake_host):
+    def prepared_run(seed: int) -> tuple[list[float], torch.Tensor]:
+        torch.manual_seed(seed)
+        loader = Accelerator().prepare(DataLoader(TensorDataset(torch.arange(8.0)), batch_size=8, shuffle=True))
+        after = torch.rand(2)
+        return next(iter(loader))[0].tolist(), after
+
+    order, after = prepared_run(3)
+    torch.manual_seed(3)
+    assert torch.equal(after, torch.rand(2))  # prepare() drew nothing
+    assert prepared_run(3)[0] == order and prepared_run(4)[0] != order
+    seeded = Accelerator(seed=5)
+    seeded.prepare(DataLoader(TensorDataset(torch.arange(8.0)), shuffle=True))
+    torch.manual_seed(5)
+    expected = torch.rand(2)
+    torch.manual_seed(5)
+    Accelerator(seed=5).prepare(DataLoader(TensorDataset(torch.arange(8.0)), shuffle=True))
+    assert torch.equal(torch.rand(2), expected)

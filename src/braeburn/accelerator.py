@@ -247,9 +247,11 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         return forward.stats if forward is not None else None
 
     def _prepare_dataloader(self, loader: torch.utils.data.DataLoader) -> DeviceDataLoader:
-        if self._data_seed is None:  # drawn from torch's generator, so torch.manual_seed governs it
-            drawn = int(torch.randint(0, 2**31 - 1, ()).item())
-            self._data_seed = pg.broadcast_int(drawn) if self.num_processes > 1 else drawn
+        if self._data_seed is None:
+            # torch.manual_seed's seed, read without drawing from the generator: a draw here would shift every
+            # later random number (the model's init, dropout) away from Accelerate's run with the same seed.
+            seed = torch.initial_seed() % 2**63
+            self._data_seed = pg.broadcast_int(seed) if self.num_processes > 1 else seed
         prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
                                     num_processes=self.num_processes, process_index=self.process_index,
                                     seed=self._data_seed, tracker=self._tracker, host=current_host(),
