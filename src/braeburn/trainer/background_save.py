@@ -97,6 +97,11 @@ class BackgroundSaver:
         self._thread = threading.Thread(target=work, name="braeburn-checkpoint", daemon=False)
         self._thread.start()
 
+    def poll(self) -> None:
+        """If the save in flight has finished, run its completion now (in this thread); never blocks."""
+        if self._thread is not None and not self._thread.is_alive():
+            self.wait()
+
     def wait(self) -> None:
         """Block until the save in flight (if any) is on disk, then run its completion in this thread."""
         if self._thread is None:

@@ -28,10 +28,10 @@ class Callback:
         """After the last step, the final save and the summary (also after a stop)."""
 
     def on_epoch_begin(self, trainer: "Trainer", state: TrainerState) -> None:
-        """Before the first batch of ``state.epoch``."""
+        """Before an epoch's first batch (``state.epoch``, the epochs done, is a whole number here)."""
 
     def on_epoch_end(self, trainer: "Trainer", state: TrainerState) -> None:
-        """After the last batch of ``state.epoch``."""
+        """After an epoch's last batch (``state.epoch`` counts it: 1.0 after the first epoch)."""
 
     def on_step_end(self, trainer: "Trainer", state: TrainerState) -> None:
         """After each optimizer step. Runs every step: keep it cheap and never read a device tensor."""

@@ -96,8 +96,9 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     """Snapshot the state at the save step and write the checkpoint in a thread while training goes on (one process); false writes it before the next step."""
     save_total_limit: int | None = None
     """Keep at most this many checkpoints (the best one is never deleted); none: keep all."""
-    metric_for_best_model: str = "eval_loss"
-    """The eval metric that decides the best checkpoint."""
+    metric_for_best_model: str | None = None
+    """The eval metric that decides the best checkpoint; none: no best is tracked, unless load_best_model_at_end
+    (then eval_loss), as in Transformers."""
     greater_is_better: bool | None = None
     """Whether a larger metric_for_best_model is better; default: true unless the metric's name ends in loss."""
     seed: int = 42

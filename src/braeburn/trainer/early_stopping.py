@@ -54,7 +54,7 @@ class EarlyStoppingCallback(Callback):
     def on_train_begin(self, trainer: "Trainer", state: TrainerState) -> None:
         if not self.metric:  # Transformers' way: the Trainer's metric_for_best_model and greater_is_better
             config = trainer.config
-            self._watch(config.metric_for_best_model, "max" if config.greater_is_better else "min")
+            self._watch(config.metric_for_best_model or "eval_loss", "max" if config.greater_is_better else "min")
         if trainer.config.eval_strategy == "no":
             raise ValueError("EarlyStoppingCallback needs evaluations during training, but eval_strategy='no'. "
                              "Pass --eval_strategy epoch (or steps) and an eval_dataset.")

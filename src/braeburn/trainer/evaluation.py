@@ -87,7 +87,11 @@ class EvaluationMixin:
         return PredictionOutput(preds, label_ids, metrics)
 
     def _update_best(self, metrics: dict[str, float]) -> None:
+        """A better metric_for_best_model (when one is set) makes this step's checkpoint the best, once written:
+        ``_save`` names it best_checkpoint, as Transformers names only a folder that exists."""
         name = self.config.metric_for_best_model
+        if name is None:
+            return
         name = name if name.startswith("eval_") else f"eval_{name}"
         value = metrics.get(name)
         if value is None or not math.isfinite(value):
@@ -95,7 +99,7 @@ class EvaluationMixin:
         best, better = self.state.best_metric, self.config.greater_is_better
         if best is None or (value > best if better else value < best):
             self.state.best_metric = value
-            self.state.best_checkpoint = str(self.output_dir / f"checkpoint-{self.state.global_step}")
+            self._best_step = self.state.global_step
 
 
 def _to_cpu(data: Any) -> Any:

@@ -72,7 +72,7 @@ class HfStateView:
 
     @property
     def _state(self) -> TrainerState:
-        return self._trainer.state
+        return self._overrides.get("state", self._trainer.state)
 
     @property
     def best_metric(self) -> float | None:
@@ -219,7 +219,11 @@ class HfCallbackAdapter(Callback):
             self._best_before = state.best_metric
 
     def on_save(self, trainer: "Trainer", state: TrainerState, checkpoint_dir: Path) -> None:
-        self.call("on_save")
+        self.view._overrides["state"] = state  # a background save: the state of the step it saved
+        try:
+            self.call("on_save")
+        finally:
+            self.view._overrides.pop("state", None)
 
 
 def _overrides(callback: Any, hook: str) -> bool:

@@ -52,7 +52,9 @@ def apply_hf_aliases(config: Any) -> None:
         config.compile = "true" if config.torch_compile else "false"
     if config.fsdp and config.strategy == "auto":
         config.strategy = "fsdp"
-    if config.greater_is_better is None:
+    if config.load_best_model_at_end and config.metric_for_best_model is None:
+        config.metric_for_best_model = "loss"  # Transformers' default when the best model is asked for
+    if config.greater_is_better is None and config.metric_for_best_model is not None:
         config.greater_is_better = not str(config.metric_for_best_model).endswith("loss")
     if config.activation_checkpointing:
         config.gradient_checkpointing = True
@@ -64,6 +66,10 @@ def apply_hf_aliases(config: Any) -> None:
         config.label_names = [config.label_names]
     for name in ("gradient_checkpointing_kwargs", "lr_scheduler_kwargs"):
         _json_field(config, name)
+    if config.eval_strategy == "steps" and config.eval_steps is None and config.logging_steps == 50:
+        _note_once("--eval_strategy steps without --eval_steps evaluates every logging_steps, as Transformers "
+                   "does, but braeburn's default logging_steps is 50 (Transformers': 500), so it evaluates every "
+                   "50 steps; pass --eval_steps 500 for Transformers' cadence.")
     if config.use_mps_device:
         _note_once("--use_mps_device is deprecated in Transformers and not needed: braeburn (like Transformers) "
                    "trains on the Mac's GPU (mps) by default when it is usable; --accelerator mps insists on it.")

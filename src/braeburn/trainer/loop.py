@@ -8,6 +8,7 @@ or ``float()`` of a device tensor waits for the device: the comments mark where)
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -101,6 +102,8 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         self.output_dir = Path(self.config.output_dir).resolve()
         self.checkpoints = CheckpointManager(self.output_dir, self.config.save_total_limit)
         self._saver = BackgroundSaver(self.checkpoints)
+        self._best_step: int | None = None  # the step of the best evaluation, until its checkpoint is saved
+        self._best_before: str | None = None
         self.callbacks = self._callbacks(callbacks or [])
         self.state = TrainerState()
         self._prepared_model: torch.nn.Module | None = None
@@ -186,7 +189,6 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         window.begin(model, state.global_step, state.max_steps)
         model.train()
         for epoch in range(loader.epoch, state.num_epochs):  # loader.epoch: 0, or where a resumed run stopped
-            state.epoch = epoch
             loader.set_epoch(epoch)
             self.callbacks.on_epoch_begin(self, state)
             for batch in loader:  # already on the device (a resumed epoch skips the batches done)
@@ -204,6 +206,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
                 if not acc.sync_gradients:
                     continue
                 state.global_step += 1
+                state.epoch = epoch + loader.batches_yielded / len(loader)  # Transformers' fractional epoch
                 if window.pending:  # compile=auto decides from the measured eager steps (two syncs, once)
                     model = self._prepared_model = window.after_step(state.global_step, model, self._shapes)
                 self.callbacks.on_step_end(self, state)
@@ -327,6 +330,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
 
     def _evaluate_and_save(self, step_end: bool) -> None:
         state, config = self.state, self.config
+        self._saver.poll()  # a background save that has finished since: its on_save fires now
         strategy_now = "steps" if step_end else "epoch"
         eval_every = config.eval_steps or config.logging_steps
         if config.eval_strategy == strategy_now and (not step_end or state.global_step % eval_every == 0):
@@ -339,12 +343,15 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         state = self.state
         state.should_save = False
         if state.last_checkpoint and Path(state.last_checkpoint).name == f"checkpoint-{state.global_step}":
+            self._name_best()
             return  # this step is saved already
         self._check_finite()  # never save weights that a NaN step has spoiled
+        self._name_best()  # before the write, so that the checkpoint's own state names it
         snapshot = self._snapshot_for_background()
         if snapshot is not None:  # a thread writes the snapshot while training goes on (background_save.py)
             previous, state.last_checkpoint = state.last_checkpoint, str(self.output_dir / f"checkpoint-{state.global_step}")
-            self._saver.submit(snapshot, state, lambda folder, error: self._after_save(folder, error, previous))
+            saved = copy.deepcopy(state)  # on_save, when the write completes, sees the step that was saved
+            self._saver.submit(snapshot, state, lambda folder, error: self._after_save(folder, error, previous, saved))
             return
         try:
             folder = self.checkpoints.save(self.accelerator, state)
@@ -352,6 +359,12 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
             self._after_save(None, error)
             return
         self._after_save(folder, None)
+
+    def _name_best(self) -> None:
+        """This step's checkpoint becomes best_checkpoint when its evaluation was the best (evaluation.py)."""
+        if self._best_step == self.state.global_step:
+            self._best_before = self.state.best_checkpoint
+            self.state.best_checkpoint = str(self.output_dir / f"checkpoint-{self.state.global_step}")
 
     def _snapshot_for_background(self) -> Snapshot | None:
         acc = self.accelerator
@@ -365,18 +378,23 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         self._saver.wait()  # too large to hold while training: written now, from the snapshot taken
         return None
 
-    def _after_save(self, folder: Path | None, error: BaseException | None, previous: Any = _KEEP) -> None:
-        """A checkpoint is on disk (or failed): rotate the old ones and tell the callbacks."""
+    def _after_save(self, folder: Path | None, error: BaseException | None, previous: Any = _KEEP,
+                    saved: TrainerState | None = None) -> None:
+        """A checkpoint is on disk (or failed): rotate the old ones and tell the callbacks, with the state
+        ``saved`` (a background save completes steps later: its callbacks see the step it saved)."""
         if error is not None:
             if not isinstance(error, CheckpointError):
                 raise error
             if previous is not _KEEP:  # a background save failed: the last checkpoint is the one before
                 self.state.last_checkpoint = previous
+            best = self.state.best_checkpoint
+            if best is not None and not Path(best).is_dir():  # never name a folder that was not written
+                self.state.best_checkpoint = self._best_before
             self.accelerator.print(f"braeburn: warning: {error}")
             return
         if self.is_main_process:
             self.checkpoints.rotate(keep=self.state.best_checkpoint)
-        self.callbacks.on_save(self, self.state, folder)
+        self.callbacks.on_save(self, saved if saved is not None else self.state, folder)
 
     def _save_at_stop(self) -> None:
         """The end of the loop saves (unless save_strategy="no"); so does a stop asked with save=True (signals)."""
@@ -510,7 +528,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         except NonFiniteLossError:
             return float("nan")
         total, count = self._loss_total
-        return total / count if count else float("nan")
+        return total / count if count else 0.0  # no step trained (a finished resume): 0.0, as Transformers
 
     def _last_eval_metrics(self) -> dict[str, float]:
         for record in reversed(self.state.log_history):

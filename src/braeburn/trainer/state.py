@@ -15,7 +15,7 @@ class TrainerState:
     """The run's position and history. Callbacks read it; they stop a run with ``should_stop``."""
 
     global_step: int = 0  # optimizer steps done
-    epoch: int = 0  # the epoch in progress (0-based)
+    epoch: float = 0.0  # epochs done, as a fraction, as in Transformers (1.5: half way through the second epoch)
     max_steps: int = 0  # optimizer steps the run will do in all
     steps_per_epoch: int = 0  # optimizer steps in one epoch
     num_epochs: int = 0  # epochs the loop will enter
@@ -75,7 +75,7 @@ class TrainerStateError(ValueError):
     """``trainer_state.json`` is unreadable or holds a value of the wrong type."""
 
 
-_COUNTS = ("global_step", "epoch", "max_steps", "steps_per_epoch", "num_epochs", "samples_seen")
+_COUNTS = ("global_step", "max_steps", "steps_per_epoch", "num_epochs", "samples_seen")
 _PATHS = ("best_checkpoint", "last_checkpoint")
 
 
@@ -83,6 +83,9 @@ def _type_problem(key: str, value: Any) -> str | None:
     if key in _COUNTS:
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
         return None if ok else "but it must be a whole number >= 0"
+    if key == "epoch":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+        return None if ok else "but it must be a number >= 0"
     if key == "best_metric":
         ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
         return None if ok else "but it must be a number or null"
