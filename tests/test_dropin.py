@@ -27,7 +27,7 @@ def test_hf_spellings_map_onto_braeburn_options():
     assert args.gradient_checkpointing_kwargs == {"use_reentrant": False}
     assert TrainingArguments(fp16=True).mixed_precision == "fp16"
     assert TrainingArguments(torch_compile=False).compile == "false" and TrainingArguments().compile == "auto"
-    assert TrainingArguments().greater_is_better is False  # eval_loss
+    assert TrainingArguments().greater_is_better is None  # no metric_for_best_model, as in Transformers
 
 
 def test_unsupported_fields_are_refused_all_at_once(tmp_path):

@@ -133,7 +133,7 @@ def test_every_error_reported_at_once(tmp_path):
     for expected in [
         "per_device_train_batch_size=-3: must be >= 1",
         "num_train_epochs='three': expected a number",
-        "lr_scheduler_type='step': choose one of linear, cosine, constant",
+        "lr_scheduler_type='step': choose one of linear, cosine, cosine_with_restarts, constant",
         "mixed_precision='fp8': choose one of auto, no, fp16, bf16",  # the plan's rule, not repeated here
         "max_seq_length='x': expected a whole number (on the command line)",
         "unknown option='--bogus': on the command line",
