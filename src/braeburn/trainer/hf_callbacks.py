@@ -80,9 +80,6 @@ class HfStateView:
         # (it is updated at the save that follows); braeburn updates it first, so the adapter keeps the old one.
         return self._overrides.get("best_metric", self._state.best_metric)
 
-    @property
-    def epoch(self) -> float:
-        return self._state.epoch_progress
 
     @property
     def best_model_checkpoint(self) -> str | None:
