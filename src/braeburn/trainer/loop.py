@@ -166,8 +166,11 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
             try:
                 self.callbacks.on_train_end(self, self.state)  # the plot renders while the last save writes
             finally:
-                self._saver.wait()
-                self._plot.wait()
+                try:
+                    self._saver.wait()  # under braeburn's handlers: a SIGTERM now is noted, the save completes
+                    self._plot.wait()
+                finally:
+                    self.signals.restore()
         summary = self._summary(seconds, self.state.global_step - start_step)
         acc.print(summary)
         acc.end_training()
