@@ -187,6 +187,26 @@ class CheckpointManager:
         self.verify(folder)
         return folder, []
 
+    def best(self, recorded: str) -> Path:
+        """The best checkpoint to load at the end (``load_best_model_at_end``), checked like a resume:
+        a ``checkpoint-N`` folder of this output_dir, present, and matching its manifest's checksums.
+        Raise :class:`CheckpointError` saying why not; nothing is loaded then."""
+        folder = Path(recorded).expanduser()
+        keeps = " The model keeps its final weights; the last checkpoint holds them."
+        if not (CHECKPOINT_RE.match(folder.name) and folder.parent.resolve() == self.output_dir):
+            raise CheckpointError(f"load_best_model_at_end: the best checkpoint recorded is {recorded}, which is not a "
+                                  f"checkpoint-N folder of this run's output_dir {self.output_dir} (it came from a "
+                                  "resumed trainer_state.json of another folder), so braeburn does not load it."
+                                  + keeps + " Load that checkpoint yourself if you trust it.")
+        if not folder.is_dir() or folder.is_symlink():
+            raise CheckpointError(f"load_best_model_at_end: the best checkpoint {folder} is missing (deleted after it "
+                                  "was recorded, or never written: see the save warnings above)." + keeps)
+        try:
+            self.verify(folder)
+        except CheckpointCorruptError as error:
+            raise CheckpointError(f"load_best_model_at_end: {error}{keeps}") from None
+        return folder
+
     # -- writing ---------------------------------------------------------------------------------
     def clean_staging(self) -> None:
         """Remove half-written checkpoints left by a crash (only our own hidden staging folders)."""
