@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from braeburn.trainer import Trainer, TrainingConfig
-from braeburn.trainer.checkpoint import CheckpointError, CheckpointManager
+from braeburn.trainer.checkpoint import CheckpointError, CheckpointManager, run_of
 from braeburn.trainer.hf_callbacks import _load_best
 
 pytestmark = pytest.mark.usefixtures("one_thread", "cpu_only")
@@ -75,3 +75,48 @@ def test_a_good_best_checkpoint_is_loaded(trained, capsys):
     saved = torch.load(trained.output_dir / "checkpoint-2" / "model_0.pt", weights_only=True)
     assert all(torch.equal(saved[k], v) for k, v in weights(trained).items())
     assert "loaded the best model from" in capsys.readouterr().out
+
+
+# -- item 1: a reused output folder ----------------------------------------------------------------
+@pytest.fixture
+def reused(tmp_path, capsys):
+    """Run 1 left checkpoint-5 ... checkpoint-30; run 2 reuses the folder with --overwrite_output_dir."""
+    out = tmp_path / "out"
+    tiny_trainer(out, max_steps=30, save_strategy="steps", save_steps=5).train()
+    second = tiny_trainer(out, max_steps=12, save_strategy="steps", save_steps=4, save_total_limit=2,
+                          overwrite_output_dir=True, learning_rate=1e-2, seed=7)
+    second.train()
+    return out, second, capsys.readouterr().out
+
+
+def test_rotation_in_a_reused_folder_deletes_only_this_runs_checkpoints(reused):
+    out, second, printed = reused
+    names = sorted((p.name for p in CheckpointManager(out).checkpoints()), key=lambda n: int(n.split("-")[1]))
+    assert names == ["checkpoint-5", "checkpoint-8", "checkpoint-10", "checkpoint-12", "checkpoint-15",
+                     "checkpoint-20", "checkpoint-25", "checkpoint-30"]  # run 2 keeps its 2 newest; run 1 untouched
+    assert "holds 6 checkpoints of another run (checkpoint-5, checkpoint-10, checkpoint-15 and 3 more)" in printed
+    assert "This run does not delete them" in printed
+
+
+def test_latest_refuses_to_choose_between_two_runs(reused):
+    out, _, _ = reused
+    with pytest.raises(CheckpointError, match=r"holds the checkpoints of 2 different runs .*checkpoint-30.*"
+                                              r"checkpoint-12.*Pass the checkpoint to continue"):
+        tiny_trainer(out, max_steps=16, save_strategy="steps", save_steps=4).train(resume_from_checkpoint="latest")
+
+
+def test_the_nan_message_names_this_runs_checkpoint_not_another_runs(reused):
+    out, second, _ = reused
+    message = second._non_finite_message(13, float("nan"))
+    assert f"The last good checkpoint is {out / 'checkpoint-12'}" in message
+
+
+def test_a_resumed_run_rotates_its_own_earlier_checkpoints_and_no_others(reused):
+    out, _, _ = reused
+    resumed = tiny_trainer(out, max_steps=20, save_strategy="steps", save_steps=4, save_total_limit=2)
+    resumed.train(resume_from_checkpoint=str(out / "checkpoint-12"))
+    names = {p.name for p in CheckpointManager(out).checkpoints()}
+    assert names == {"checkpoint-5", "checkpoint-10", "checkpoint-15", "checkpoint-20", "checkpoint-25",
+                     "checkpoint-30", "checkpoint-16"}  # run 2's 8 and 12 rotated away
+    assert run_of(out / "checkpoint-20") == run_of(out / "checkpoint-16") == resumed.state.run_id  # the same step:
+    assert run_of(out / "checkpoint-25") != resumed.state.run_id  # replaced, as the warning says; the rest kept

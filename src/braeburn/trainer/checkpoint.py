@@ -10,9 +10,11 @@ as they were. Nothing outside ``output_dir`` is ever written or deleted.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from .. import manifest as manifest_io
 from ..manifest import MANIFEST
 from ..state import fsync_dir as _fsync_dir
 from ..state import staging_dir
-from .state import TrainerState, TrainerStateError
+from .state import STATE_FILE, TrainerState, TrainerStateError
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 REPLACED_RE = re.compile(r"^\.(checkpoint-\d+)\.tmp\.old$")  # a checkpoint being replaced by a save of its step
@@ -76,6 +78,16 @@ def step_of(folder: Path) -> int:
     return int(match.group(1)) if match else -1
 
 
+def run_of(folder: Path) -> str | None:
+    """The run id recorded in ``folder``'s trainer_state.json; None when it records none or cannot be read."""
+    try:
+        data = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    run = data.get("run_id") if isinstance(data, dict) else None
+    return run if isinstance(run, str) else None
+
+
 def _barrier(accelerator: Any) -> None:
     wait = getattr(accelerator, "wait_for_everyone", None)  # anything with save_state will do in one process
     if wait is not None:
@@ -119,13 +131,20 @@ class CheckpointManager:
         return all((folder / name).is_file() and (folder / name).stat().st_size == entry.get("size")
                    for name, entry in manifest["files"].items())
 
-    def latest(self) -> Path | None:
-        """The newest complete checkpoint (a quick check; :meth:`verify` does the checksums)."""
-        return next((p for p in reversed(self.checkpoints()) if self.is_complete(p)), None)
+    def latest(self, run_id: str | None = None) -> Path | None:
+        """The newest complete checkpoint, of run ``run_id`` when given (a quick check; :meth:`verify` does the
+        checksums)."""
+        found = self.checkpoints() if run_id is None else self.of_run(run_id)
+        return next((p for p in reversed(found) if self.is_complete(p)), None)
+
+    def of_run(self, run_id: str | None) -> list[Path]:
+        """The checkpoints that run ``run_id`` wrote (None: those that record no run), oldest first."""
+        return [p for p in self.checkpoints() if run_of(p) == run_id]
 
     def previous_good(self, folder: Path) -> Path | None:
-        """The newest checkpoint older than ``folder`` whose checksums all match."""
-        for candidate in reversed(self.checkpoints()):
+        """The newest checkpoint of ``folder``'s run, older than it, whose checksums all match."""
+        run = run_of(folder)
+        for candidate in reversed(self.of_run(run)):
             if step_of(candidate) < step_of(folder) and self._problem(candidate) is None:
                 return candidate
         return None
@@ -172,6 +191,7 @@ class CheckpointManager:
             if newest is None:
                 raise CheckpointError(f"resume_from_checkpoint='latest' but {self.output_dir} holds no complete "
                                       "checkpoint-N folder. Train without --resume_from_checkpoint to start afresh.")
+            self._refuse_several_runs(found)
             try:
                 self.verify(newest)
             except CheckpointCorruptError as error:
@@ -206,6 +226,34 @@ class CheckpointManager:
         except CheckpointCorruptError as error:
             raise CheckpointError(f"load_best_model_at_end: {error}{keeps}") from None
         return folder
+
+    def _refuse_several_runs(self, found: list[Path]) -> None:
+        """'latest' cannot choose between the checkpoints of two runs (a folder reused with
+        --overwrite_output_dir): their seeds, learning rates and data may differ, and the highest step may
+        well be the older run's. Refuse, naming each run's newest checkpoint."""
+        newest: dict[str | None, Path] = {run_of(folder): folder for folder in found}  # oldest first: the last wins
+        if len(newest) < 2:
+            return
+        listed = "; ".join(f"run {run or '(not recorded)'}: {folder.name}" for run, folder in newest.items())
+        raise CheckpointError(f"resume_from_checkpoint='latest' but {self.output_dir} holds the checkpoints of "
+                              f"{len(newest)} different runs (newest of each: {listed}), so 'latest' could resume "
+                              "the wrong one. Pass the checkpoint to continue: --resume_from_checkpoint "
+                              f"{self.output_dir}/checkpoint-N, or delete the other run's checkpoints.")
+
+    def begin_run(self, state: TrainerState) -> str | None:
+        """Give ``state`` a run id unless it resumed one, and say what this run will leave alone: the
+        checkpoints of other runs in output_dir are neither rotated nor resumed by 'latest'."""
+        if state.run_id is None:  # a new run, or a resume of a checkpoint that recorded no run
+            state.run_id = uuid.uuid4().hex
+        others = [p.name for p in self.checkpoints() if run_of(p) != state.run_id]
+        if not others:
+            return None
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        return (f"{self.output_dir} holds {len(others)} checkpoints of another run ({shown}). This run does not "
+                "delete them (save_total_limit counts only its own checkpoints; a save of the same step replaces "
+                "the folder of that name, as --overwrite_output_dir allows), and --resume_from_checkpoint "
+                "latest will refuse to choose between the runs: pass a checkpoint path then, or use a fresh "
+                "--output_dir.")
 
     # -- writing ---------------------------------------------------------------------------------
     def clean_staging(self) -> None:
@@ -265,11 +313,12 @@ class CheckpointManager:
         if old.exists():
             shutil.rmtree(old, ignore_errors=True)
 
-    def rotate(self, keep: Path | str | None = None) -> list[Path]:
-        """Delete the oldest checkpoints beyond ``save_total_limit``, never ``keep`` (the best) or the newest."""
+    def rotate(self, keep: Path | str | None = None, run_id: str | None = None) -> list[Path]:
+        """Delete run ``run_id``'s oldest checkpoints beyond ``save_total_limit``, never ``keep`` (the best) or its
+        newest. Checkpoints of other runs (an output_dir reused with --overwrite_output_dir) are never deleted."""
         if not self.save_total_limit:
             return []
-        found = self.checkpoints()
+        found = self.of_run(run_id)
         protected = {found[-1].resolve()} if found else set()
         if keep:
             protected.add(Path(keep).resolve())

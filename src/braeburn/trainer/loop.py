@@ -153,6 +153,9 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
             self._resume(resume)
         if self.is_main_process:
             self.checkpoints.clean_staging()
+        other_runs = self.checkpoints.begin_run(self.state)  # the id that rotation and the NaN message go by
+        if other_runs:
+            self.accelerator.print(f"braeburn: warning: {other_runs}")
         self._reset_window()
         started, start_step = time.perf_counter(), self.state.global_step
         self.callbacks.on_train_begin(self, self.state)
@@ -294,7 +297,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
 
     def _non_finite_message(self, step: int, value: float) -> str:
         self._saver.wait()  # a checkpoint still being written is the last good one
-        last = self.checkpoints.latest() if self.is_main_process else None
+        last = self.checkpoints.latest(self.state.run_id) if self.is_main_process else None  # never another run's
         where = (f"The last good checkpoint is {last}: resume from it with --resume_from_checkpoint {last}"
                  if last else "No checkpoint was saved before it")
         return (f"The training loss became {value} at step {step} (epoch {self.state.epoch}); training stopped, "
@@ -375,7 +378,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
             self.accelerator.print(f"braeburn: warning: {error}")
             return
         if self.is_main_process:
-            self.checkpoints.rotate(keep=self.state.best_checkpoint)
+            self.checkpoints.rotate(keep=self.state.best_checkpoint, run_id=self.state.run_id)
         self.callbacks.on_save(self, self.state, folder)
 
     def _save_at_stop(self) -> None:
