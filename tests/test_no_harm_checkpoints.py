@@ -4,18 +4,23 @@ run, and a run none of whose saves succeeded says so and fails."""
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from braeburn.trainer import Trainer, TrainingConfig
+from braeburn.trainer import Trainer, TrainingConfig, background_save
 from braeburn.trainer.checkpoint import CheckpointError, CheckpointManager, run_of
 from braeburn.trainer.hf_callbacks import _load_best
 
 pytestmark = pytest.mark.usefixtures("one_thread", "cpu_only")
+SRC = Path(__file__).resolve().parent.parent / "src"
 
 
 def tiny_trainer(out: Path, **options) -> Trainer:
@@ -120,3 +125,79 @@ def test_a_resumed_run_rotates_its_own_earlier_checkpoints_and_no_others(reused)
                      "checkpoint-30", "checkpoint-16"}  # run 2's 8 and 12 rotated away
     assert run_of(out / "checkpoint-20") == run_of(out / "checkpoint-16") == resumed.state.run_id  # the same step:
     assert run_of(out / "checkpoint-25") != resumed.state.run_id  # replaced, as the warning says; the rest kept
+
+
+# -- item 11: every save failed --------------------------------------------------------------------
+def failing_saves(monkeypatch, trainer: Trainer, background: bool, from_step: int = 0) -> None:
+    """Saves of steps >= from_step fail as a file-size limit makes them fail (EFBIG)."""
+    def fail_from(original):
+        def save_state(self_or_dir, *args):
+            if trainer.state.global_step >= from_step:
+                raise OSError(errno.EFBIG, "File too large")
+            return original(self_or_dir, *args)
+        return save_state
+
+    if background:
+        monkeypatch.setattr(background_save._Replay, "save_state", fail_from(background_save._Replay.save_state))
+    else:
+        monkeypatch.setattr(trainer.accelerator, "save_state", fail_from(trainer.accelerator.save_state))
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "background"])
+def test_a_run_whose_every_save_failed_says_so_and_fails(tmp_path, monkeypatch, capsys, background):
+    trainer = tiny_trainer(tmp_path / "out", save_strategy="steps", save_steps=4, save_in_background=background)
+    failing_saves(monkeypatch, trainer, background)
+    attempts = 2 if background else 3  # in the foreground the end of the loop tries step 8 once more
+    with pytest.raises(CheckpointError, match=rf"Training ended at step 8, but its checkpoint could not be written "
+                                              rf"\({attempts} of {attempts} saves failed\), so no checkpoint of this "
+                                              r"run exists\. The last error: .*File too large"):
+        trainer.train()
+    printed = capsys.readouterr().out
+    assert f"checkpoint NONE written: all {attempts} saves of this run failed (the last: Saving" in printed
+    assert trainer.state.last_checkpoint is None and not CheckpointManager(trainer.output_dir).checkpoints()
+
+
+def test_a_run_whose_final_save_failed_names_the_older_checkpoint_and_fails(tmp_path, monkeypatch, capsys):
+    trainer = tiny_trainer(tmp_path / "out", save_strategy="steps", save_steps=4)
+    failing_saves(monkeypatch, trainer, background=False, from_step=8)
+    older = trainer.output_dir / "checkpoint-4"
+    with pytest.raises(CheckpointError, match=rf"so the newest checkpoint, {older}, is older than the final weights"):
+        trainer.train()
+    assert (f"checkpoint the final save failed (2 of 3 failed; the last: Saving {trainer.output_dir / 'checkpoint-8'}"
+            in capsys.readouterr().out)
+
+
+def test_the_summary_names_the_checkpoint_written(tmp_path, capsys):
+    trainer = tiny_trainer(tmp_path / "out", save_strategy="steps", save_steps=4)
+    trainer.train()
+    assert f"  checkpoint {trainer.output_dir / 'checkpoint-8'}\n" in capsys.readouterr().out
+
+
+SCRIPT = """
+import resource, signal, sys, torch
+from torch.utils.data import TensorDataset
+from braeburn.errors import run_main
+from braeburn.trainer import Trainer, TrainingConfig, background_save
+
+def main(argv):
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (8192, resource.RLIM_INFINITY))  # below the RNG-state file
+    x, y = torch.randn(32, 4), torch.randint(0, 2, (32,))
+    config = TrainingConfig(output_dir=argv[0], use_cpu=True, per_device_train_batch_size=8, max_steps=4,
+                            save_strategy="steps", save_steps=2, disable_tqdm=True)
+    Trainer(torch.nn.Linear(4, 2), config, train_dataset=TensorDataset(x, y),
+            loss_fn=torch.nn.functional.cross_entropy).train()
+
+run_main(main)
+"""
+
+
+def test_a_script_whose_every_save_hit_a_file_size_limit_exits_1(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+           "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "out")], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "checkpoint NONE written: all 2 saves of this run failed" in done.stdout
+    assert "error: Training ended at step 4, but its checkpoint could not be written" in done.stderr
+    assert "File too large" in done.stderr and "Traceback" not in done.stderr

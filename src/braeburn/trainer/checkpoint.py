@@ -94,6 +94,44 @@ def _barrier(accelerator: Any) -> None:
         wait()
 
 
+class SaveLog:
+    """What the saves of one ``train()`` call did: the end-of-run summary and exit say it (a run whose last save
+    failed has no checkpoint of its final weights, and must not end as if it had one)."""
+
+    def __init__(self) -> None:
+        self.attempted, self.written = 0, 0
+        self.last_error: BaseException | None = None  # of the last save, when it failed
+
+    def record(self, error: BaseException | None) -> None:
+        self.attempted += 1
+        self.written += error is None
+        self.last_error = error
+
+    def summary_line(self, last_checkpoint: str | None) -> str | None:
+        """``checkpoint  <folder>``, or what failed; None when the run saved nothing (save_strategy="no")."""
+        if not self.attempted:
+            return None
+        if self.last_error is None:
+            return f"  checkpoint {last_checkpoint}"
+        failed = self.attempted - self.written
+        if not self.written:
+            return f"  checkpoint NONE written: all {failed} saves of this run failed (the last: {self.last_error})"
+        return (f"  checkpoint the final save failed ({failed} of {self.attempted} failed; the last: {self.last_error});"
+                f" the newest checkpoint, {last_checkpoint}, does not hold the final weights")
+
+    def failure(self, last_checkpoint: str | None, step: int) -> CheckpointError | None:
+        """The error that ends ``train()`` when its last save failed, or None."""
+        if self.last_error is None:
+            return None
+        older = (f"the newest checkpoint, {last_checkpoint}, is older than the final weights" if self.written
+                 or last_checkpoint else "no checkpoint of this run exists")
+        return CheckpointError(
+            f"Training ended at step {step}, but its checkpoint could not be written ({self.attempted - self.written} "
+            f"of {self.attempted} saves failed), so {older}. The last error: {self.last_error} The trained model is "
+            "still in memory: in Python, trainer.save_model(<another folder>) writes it. Free disk space (or raise "
+            "the file-size limit) and resume with --resume_from_checkpoint, or train again.")
+
+
 class CheckpointManager:
     """Writes, finds, verifies and rotates the checkpoints of one ``output_dir``."""
 
@@ -276,6 +314,7 @@ class CheckpointManager:
         target = self.output_dir / f"checkpoint-{state.global_step}"
         staging = self.output_dir / f".checkpoint-{state.global_step}.tmp"
         main = getattr(accelerator, "is_main_process", True)
+        previous = state.last_checkpoint
         try:
             if main:
                 self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -288,10 +327,11 @@ class CheckpointManager:
                 write_manifest(staging, state.global_step)
                 self._publish(staging, target)
         except Exception as error:
+            state.last_checkpoint = previous  # this one was never written
             shutil.rmtree(staging, ignore_errors=True)
             shutil.rmtree(staging_dir(staging), ignore_errors=True)  # the Accelerator's own staging beside it
-            previous = self.latest()
-            kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists"
+            latest = self.latest(state.run_id)  # this run's (or any, for a state without a run)
+            kept = f"the previous checkpoint {latest} is intact" if latest else "no earlier checkpoint exists"
             raise CheckpointError(f"Saving {target} failed: {type(error).__name__}: {error}. Nothing was "
                                   f"replaced ({kept}); training state in memory is unchanged. Free disk space "
                                   f"or fix the permissions of {self.output_dir}.") from error
@@ -351,4 +391,5 @@ class CheckpointManager:
         return state
 
 
-__all__ = ["CheckpointCorruptError", "CheckpointError", "CheckpointManager", "MANIFEST", "write_manifest"]
+__all__ = ["CheckpointCorruptError", "CheckpointError", "CheckpointManager", "MANIFEST", "SaveLog", "run_of",
+           "write_manifest"]

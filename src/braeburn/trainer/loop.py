@@ -28,7 +28,7 @@ from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss
 from .callbacks import CallbackList
 from .background_save import BackgroundSaver, Snapshot
-from .checkpoint import CheckpointError, CheckpointManager
+from .checkpoint import CheckpointError, CheckpointManager, SaveLog
 from .config import ConfigError, TrainingConfig
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
 from .evaluation import EvaluationMixin
@@ -179,6 +179,9 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         acc.end_training()
         if self.signals.received is not None:
             self._exit_after_signal()
+        failure = self._save_log.failure(self.state.last_checkpoint, self.state.global_step)
+        if failure is not None:  # the final weights are on no disk: a job must not report success (exit 1)
+            raise failure
         samples = self._samples_per_batch * config.gradient_accumulation_steps * (self.state.global_step - start_step)
         metrics = {**self._last_eval_metrics(), **self._train_metrics(seconds, self.state.global_step - start_step,
                                                                         samples)}
@@ -277,6 +280,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         self._grad_norm: torch.Tensor | None = None
         self._skipped = 0
         self._loss_total = (0.0, 0)
+        self._save_log = SaveLog()
 
     def _check_finite(self) -> float | None:
         """The mean loss since the last log (one sync); stops the run at a NaN/inf loss when nan_policy="stop"."""
@@ -373,10 +377,12 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         if error is not None:
             if not isinstance(error, CheckpointError):
                 raise error
+            self._save_log.record(error)
             if previous is not _KEEP:  # a background save failed: the last checkpoint is the one before
                 self.state.last_checkpoint = previous
             self.accelerator.print(f"braeburn: warning: {error}")
             return
+        self._save_log.record(None)
         if self.is_main_process:
             self.checkpoints.rotate(keep=self.state.best_checkpoint, run_id=self.state.run_id)
         self.callbacks.on_save(self, self.state, folder)
@@ -547,16 +553,17 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
             *compiled,
             f"  last eval  {evals}",
             f"  CPU fallback ops  {fallback}",
-            f"  output     {self.output_dir}"])
+            f"  output     {self.output_dir}",
+            *filter(None, [self._save_log.summary_line(state.last_checkpoint)])])
 
     def _exit_after_signal(self) -> None:
         import signal
 
-        name = signal.Signals(self.signals.received).name
-        checkpoint = self.state.last_checkpoint
-        message = (f"braeburn: stopped by {name} at step {self.state.global_step}. Checkpoint: {checkpoint}. "
-                   f"Resume with --resume_from_checkpoint {checkpoint} (or --resume_from_checkpoint latest), "
-                   "with the same script and options.")
+        name, checkpoint = signal.Signals(self.signals.received).name, self.state.last_checkpoint
+        resume = (f"Checkpoint: {checkpoint}. Resume with --resume_from_checkpoint {checkpoint} (or "
+                  "--resume_from_checkpoint latest), with the same script and options." if checkpoint
+                  else "No checkpoint was written: the save warnings above say why.")
+        message = f"braeburn: stopped by {name} at step {self.state.global_step}. {resume}"
         self.accelerator.print(message, flush=True)
         raise TrainingInterrupted(self.signals.received, message, checkpoint)
 
