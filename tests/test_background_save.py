@@ -72,3 +72,15 @@ def test_a_kill_inside_a_background_save_keeps_the_previous_checkpoint_and_resum
     assert stage.returncode == 0, stage.stderr
     assert f"resumed from {out / 'checkpoint-6'} at step 6" in stage.stdout
     assert same(torch.load(tmp_path / "weights.pt"), torch.load(foreground / "weights.pt"))  # bitwise
+
+
+def test_a_sigterm_while_the_final_checkpoint_is_written_in_the_background_keeps_it(tmp_path):
+    out = (tmp_path / "out").resolve()
+    done = run_job(out, tmp_path / "weights.pt", "--sigterm-in-final-save")
+    assert "SIGTERM inside the background save of checkpoint-24" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 128 + signal.SIGTERM, done.stdout + done.stderr  # braeburn's exit, not a kill
+    assert f"stopped by SIGTERM at step 24. Checkpoint: {out / 'checkpoint-24'}" in done.stdout
+    manager = CheckpointManager(out)
+    assert manager.latest() == out / "checkpoint-24"
+    manager.verify(out / "checkpoint-24")
+    assert not [p.name for p in out.iterdir() if ".tmp" in p.name]

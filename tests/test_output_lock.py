@@ -165,6 +165,7 @@ def assert_same_run(run: Path, lone: Path) -> None:
             a, b = json.loads(mine[name]), json.loads(theirs[name])
             a["log_history"], b["log_history"] = without_timing(a["log_history"]), without_timing(b["log_history"])
             a["best_checkpoint"] = a["last_checkpoint"] = b["best_checkpoint"] = b["last_checkpoint"] = None
+            assert a.pop("run_id") != b.pop("run_id"), name  # two runs: each records its own id
             assert a == b, name
         elif name.endswith("manifest.json"):
             a, b = (json.loads(text)["files"] for text in (mine[name], theirs[name]))

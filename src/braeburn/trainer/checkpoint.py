@@ -10,9 +10,11 @@ as they were. Nothing outside ``output_dir`` is ever written or deleted.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from .. import manifest as manifest_io
 from ..manifest import MANIFEST
 from ..state import fsync_dir as _fsync_dir
 from ..state import staging_dir
-from .state import TrainerState, TrainerStateError
+from .state import STATE_FILE, TrainerState, TrainerStateError
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 REPLACED_RE = re.compile(r"^\.(checkpoint-\d+)\.tmp\.old$")  # a checkpoint being replaced by a save of its step
@@ -76,10 +78,58 @@ def step_of(folder: Path) -> int:
     return int(match.group(1)) if match else -1
 
 
+def run_of(folder: Path) -> str | None:
+    """The run id recorded in ``folder``'s trainer_state.json; None when it records none or cannot be read."""
+    try:
+        data = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    run = data.get("run_id") if isinstance(data, dict) else None
+    return run if isinstance(run, str) else None
+
+
 def _barrier(accelerator: Any) -> None:
     wait = getattr(accelerator, "wait_for_everyone", None)  # anything with save_state will do in one process
     if wait is not None:
         wait()
+
+
+class SaveLog:
+    """What the saves of one ``train()`` call did: the end-of-run summary and exit say it (a run whose last save
+    failed has no checkpoint of its final weights, and must not end as if it had one)."""
+
+    def __init__(self) -> None:
+        self.attempted, self.written = 0, 0
+        self.last_error: BaseException | None = None  # of the last save, when it failed
+
+    def record(self, error: BaseException | None) -> None:
+        self.attempted += 1
+        self.written += error is None
+        self.last_error = error
+
+    def summary_line(self, last_checkpoint: str | None) -> str | None:
+        """``checkpoint  <folder>``, or what failed; None when the run saved nothing (save_strategy="no")."""
+        if not self.attempted:
+            return None
+        if self.last_error is None:
+            return f"  checkpoint {last_checkpoint}"
+        failed = self.attempted - self.written
+        if not self.written:
+            return f"  checkpoint NONE written: all {failed} saves of this run failed (the last: {self.last_error})"
+        return (f"  checkpoint the final save failed ({failed} of {self.attempted} failed; the last: {self.last_error});"
+                f" the newest checkpoint, {last_checkpoint}, does not hold the final weights")
+
+    def failure(self, last_checkpoint: str | None, step: int) -> CheckpointError | None:
+        """The error that ends ``train()`` when its last save failed, or None."""
+        if self.last_error is None:
+            return None
+        older = (f"the newest checkpoint, {last_checkpoint}, is older than the final weights" if self.written
+                 or last_checkpoint else "no checkpoint of this run exists")
+        return CheckpointError(
+            f"Training ended at step {step}, but its checkpoint could not be written ({self.attempted - self.written} "
+            f"of {self.attempted} saves failed), so {older}. The last error: {self.last_error} The trained model is "
+            "still in memory: in Python, trainer.save_model(<another folder>) writes it. Free disk space (or raise "
+            "the file-size limit) and resume with --resume_from_checkpoint, or train again.")
 
 
 class CheckpointManager:
@@ -119,13 +169,20 @@ class CheckpointManager:
         return all((folder / name).is_file() and (folder / name).stat().st_size == entry.get("size")
                    for name, entry in manifest["files"].items())
 
-    def latest(self) -> Path | None:
-        """The newest complete checkpoint (a quick check; :meth:`verify` does the checksums)."""
-        return next((p for p in reversed(self.checkpoints()) if self.is_complete(p)), None)
+    def latest(self, run_id: str | None = None) -> Path | None:
+        """The newest complete checkpoint, of run ``run_id`` when given (a quick check; :meth:`verify` does the
+        checksums)."""
+        found = self.checkpoints() if run_id is None else self.of_run(run_id)
+        return next((p for p in reversed(found) if self.is_complete(p)), None)
+
+    def of_run(self, run_id: str | None) -> list[Path]:
+        """The checkpoints that run ``run_id`` wrote (None: those that record no run), oldest first."""
+        return [p for p in self.checkpoints() if run_of(p) == run_id]
 
     def previous_good(self, folder: Path) -> Path | None:
-        """The newest checkpoint older than ``folder`` whose checksums all match."""
-        for candidate in reversed(self.checkpoints()):
+        """The newest checkpoint of ``folder``'s run, older than it, whose checksums all match."""
+        run = run_of(folder)
+        for candidate in reversed(self.of_run(run)):
             if step_of(candidate) < step_of(folder) and self._problem(candidate) is None:
                 return candidate
         return None
@@ -172,6 +229,7 @@ class CheckpointManager:
             if newest is None:
                 raise CheckpointError(f"resume_from_checkpoint='latest' but {self.output_dir} holds no complete "
                                       "checkpoint-N folder. Train without --resume_from_checkpoint to start afresh.")
+            self._refuse_several_runs(found)
             try:
                 self.verify(newest)
             except CheckpointCorruptError as error:
@@ -186,6 +244,54 @@ class CheckpointManager:
                                   f"or 'latest' (the last complete checkpoint in output_dir).")
         self.verify(folder)
         return folder, []
+
+    def best(self, recorded: str) -> Path:
+        """The best checkpoint to load at the end (``load_best_model_at_end``), checked like a resume:
+        a ``checkpoint-N`` folder of this output_dir, present, and matching its manifest's checksums.
+        Raise :class:`CheckpointError` saying why not; nothing is loaded then."""
+        folder = Path(recorded).expanduser()
+        keeps = " The model keeps its final weights; the last checkpoint holds them."
+        if not (CHECKPOINT_RE.match(folder.name) and folder.parent.resolve() == self.output_dir):
+            raise CheckpointError(f"load_best_model_at_end: the best checkpoint recorded is {recorded}, which is not a "
+                                  f"checkpoint-N folder of this run's output_dir {self.output_dir} (it came from a "
+                                  "resumed trainer_state.json of another folder), so braeburn does not load it."
+                                  + keeps + " Load that checkpoint yourself if you trust it.")
+        if not folder.is_dir() or folder.is_symlink():
+            raise CheckpointError(f"load_best_model_at_end: the best checkpoint {folder} is missing (deleted after it "
+                                  "was recorded, or never written: see the save warnings above)." + keeps)
+        try:
+            self.verify(folder)
+        except CheckpointCorruptError as error:
+            raise CheckpointError(f"load_best_model_at_end: {error}{keeps}") from None
+        return folder
+
+    def _refuse_several_runs(self, found: list[Path]) -> None:
+        """'latest' cannot choose between the checkpoints of two runs (a folder reused with
+        --overwrite_output_dir): their seeds, learning rates and data may differ, and the highest step may
+        well be the older run's. Refuse, naming each run's newest checkpoint."""
+        newest: dict[str | None, Path] = {run_of(folder): folder for folder in found}  # oldest first: the last wins
+        if len(newest) < 2:
+            return
+        listed = "; ".join(f"run {run or '(not recorded)'}: {folder.name}" for run, folder in newest.items())
+        raise CheckpointError(f"resume_from_checkpoint='latest' but {self.output_dir} holds the checkpoints of "
+                              f"{len(newest)} different runs (newest of each: {listed}), so 'latest' could resume "
+                              "the wrong one. Pass the checkpoint to continue: --resume_from_checkpoint "
+                              f"{self.output_dir}/checkpoint-N, or delete the other run's checkpoints.")
+
+    def begin_run(self, state: TrainerState) -> str | None:
+        """Give ``state`` a run id unless it resumed one, and say what this run will leave alone: the
+        checkpoints of other runs in output_dir are neither rotated nor resumed by 'latest'."""
+        if state.run_id is None:  # a new run, or a resume of a checkpoint that recorded no run
+            state.run_id = uuid.uuid4().hex
+        others = [p.name for p in self.checkpoints() if run_of(p) != state.run_id]
+        if not others:
+            return None
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        return (f"{self.output_dir} holds {len(others)} checkpoints of another run ({shown}). This run does not "
+                "delete them (save_total_limit counts only its own checkpoints; a save of the same step replaces "
+                "the folder of that name, as --overwrite_output_dir allows), and --resume_from_checkpoint "
+                "latest will refuse to choose between the runs: pass a checkpoint path then, or use a fresh "
+                "--output_dir.")
 
     # -- writing ---------------------------------------------------------------------------------
     def clean_staging(self) -> None:
@@ -208,6 +314,7 @@ class CheckpointManager:
         target = self.output_dir / f"checkpoint-{state.global_step}"
         staging = self.output_dir / f".checkpoint-{state.global_step}.tmp"
         main = getattr(accelerator, "is_main_process", True)
+        previous = state.last_checkpoint
         try:
             if main:
                 self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -220,10 +327,11 @@ class CheckpointManager:
                 write_manifest(staging, state.global_step)
                 self._publish(staging, target)
         except Exception as error:
+            state.last_checkpoint = previous  # this one was never written
             shutil.rmtree(staging, ignore_errors=True)
             shutil.rmtree(staging_dir(staging), ignore_errors=True)  # the Accelerator's own staging beside it
-            previous = self.latest()
-            kept = f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists"
+            latest = self.latest(state.run_id)  # this run's (or any, for a state without a run)
+            kept = f"the previous checkpoint {latest} is intact" if latest else "no earlier checkpoint exists"
             raise CheckpointError(f"Saving {target} failed: {type(error).__name__}: {error}. Nothing was "
                                   f"replaced ({kept}); training state in memory is unchanged. Free disk space "
                                   f"or fix the permissions of {self.output_dir}.") from error
@@ -245,11 +353,12 @@ class CheckpointManager:
         if old.exists():
             shutil.rmtree(old, ignore_errors=True)
 
-    def rotate(self, keep: Path | str | None = None) -> list[Path]:
-        """Delete the oldest checkpoints beyond ``save_total_limit``, never ``keep`` (the best) or the newest."""
+    def rotate(self, keep: Path | str | None = None, run_id: str | None = None) -> list[Path]:
+        """Delete run ``run_id``'s oldest checkpoints beyond ``save_total_limit``, never ``keep`` (the best) or its
+        newest. Checkpoints of other runs (an output_dir reused with --overwrite_output_dir) are never deleted."""
         if not self.save_total_limit:
             return []
-        found = self.checkpoints()
+        found = self.of_run(run_id)
         protected = {found[-1].resolve()} if found else set()
         if keep:
             protected.add(Path(keep).resolve())
@@ -282,4 +391,5 @@ class CheckpointManager:
         return state
 
 
-__all__ = ["CheckpointCorruptError", "CheckpointError", "CheckpointManager", "MANIFEST", "write_manifest"]
+__all__ = ["CheckpointCorruptError", "CheckpointError", "CheckpointManager", "MANIFEST", "SaveLog", "run_of",
+           "write_manifest"]

@@ -269,11 +269,13 @@ class HfOptionsCallback(Callback):
             tracker.log(logs, step=state.global_step)
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
-        if trainer.config.load_best_model_at_end and state.best_checkpoint:
-            _load_best(trainer, Path(state.best_checkpoint))
-        for tracker in self.trackers:
-            tracker.finish()
-        self.trackers = []
+        try:
+            if trainer.config.load_best_model_at_end and state.best_checkpoint:
+                _load_best(trainer, Path(state.best_checkpoint))
+        finally:
+            for tracker in self.trackers:
+                tracker.finish()
+            self.trackers = []
 
 
 def _start_trackers(trainer: "Trainer") -> list[Any]:
@@ -294,6 +296,7 @@ def _start_trackers(trainer: "Trainer") -> list[Any]:
 
 
 def _load_best(trainer: "Trainer", folder: Path) -> None:
+    from .. import manifest as manifest_io
     from .. import state as state_io
 
     acc = trainer.accelerator
@@ -301,7 +304,8 @@ def _load_best(trainer: "Trainer", folder: Path) -> None:
     if saver is not None:
         saver.wait()  # the best checkpoint may be the last one, still being written in the background
     model = acc.unwrap_model(trainer._prepared_model)
-    if not (folder / "model_0.pt").exists():
+    folder = trainer.checkpoints.best(str(folder))  # inside output_dir, present, checksums match; else an error
+    if manifest_io.layout_of(folder) == manifest_io.SHARDED:
         acc.print(f"braeburn: warning: load_best_model_at_end: {folder} holds sharded (FSDP) weights; the model "
                   "keeps its final weights. Load the best one with --resume_from_checkpoint.")
         return

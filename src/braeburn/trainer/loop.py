@@ -29,7 +29,7 @@ from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss
 from .callbacks import CallbackList
 from .background_save import BackgroundSaver, Snapshot
-from .checkpoint import CheckpointError, CheckpointManager
+from .checkpoint import CheckpointError, CheckpointManager, SaveLog
 from .config import ConfigError, TrainingConfig
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
 from .evaluation import EvaluationMixin
@@ -156,6 +156,9 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
             self._resume(resume)
         if self.is_main_process:
             self.checkpoints.clean_staging()
+        other_runs = self.checkpoints.begin_run(self.state)  # the id that rotation and the NaN message go by
+        if other_runs:
+            self.accelerator.print(f"braeburn: warning: {other_runs}")
         self._reset_window()
         started, start_step = time.perf_counter(), self.state.global_step
         self.callbacks.on_train_begin(self, self.state)
@@ -169,13 +172,19 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
             try:
                 self.callbacks.on_train_end(self, self.state)  # the plot renders while the last save writes
             finally:
-                self._saver.wait()
-                self._plot.wait()
+                try:
+                    self._saver.wait()  # under braeburn's handlers: a SIGTERM now is noted, the save completes
+                    self._plot.wait()
+                finally:
+                    self.signals.restore()
         summary = self._summary(seconds, self.state.global_step - start_step)
         acc.print(summary)
         acc.end_training()
         if self.signals.received is not None:
             self._exit_after_signal()
+        failure = self._save_log.failure(self.state.last_checkpoint, self.state.global_step)
+        if failure is not None:  # the final weights are on no disk: a job must not report success (exit 1)
+            raise failure
         samples = self._samples_per_batch * config.gradient_accumulation_steps * (self.state.global_step - start_step)
         metrics = {**self._last_eval_metrics(), **self._train_metrics(seconds, self.state.global_step - start_step,
                                                                         samples)}
@@ -276,6 +285,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         self._step_lr: float | None = None
         self._skipped = 0
         self._loss_total = (0.0, 0)
+        self._save_log = SaveLog()
 
     def _check_finite(self) -> float | None:
         """The mean loss since the last log (one sync); stops the run at a NaN/inf loss when nan_policy="stop"."""
@@ -296,7 +306,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
 
     def _non_finite_message(self, step: int, value: float) -> str:
         self._saver.wait()  # a checkpoint still being written is the last good one
-        last = self.checkpoints.latest() if self.is_main_process else None
+        last = self.checkpoints.latest(self.state.run_id) if self.is_main_process else None  # never another run's
         where = (f"The last good checkpoint is {last}: resume from it with --resume_from_checkpoint {last}"
                  if last else "No checkpoint was saved before it")
         return (f"The training loss became {value} at step {step} (epoch {self.state.epoch}); training stopped, "
@@ -385,6 +395,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         if error is not None:
             if not isinstance(error, CheckpointError):
                 raise error
+            self._save_log.record(error)
             if previous is not _KEEP:  # a background save failed: the last checkpoint is the one before
                 self.state.last_checkpoint = previous
             best = self.state.best_checkpoint
@@ -392,8 +403,9 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
                 self.state.best_checkpoint = self._best_before
             self.accelerator.print(f"braeburn: warning: {error}")
             return
+        self._save_log.record(None)
         if self.is_main_process:
-            self.checkpoints.rotate(keep=self.state.best_checkpoint)
+            self.checkpoints.rotate(keep=self.state.best_checkpoint, run_id=self.state.run_id)
         self.callbacks.on_save(self, saved if saved is not None else self.state, folder)
 
     def _save_at_stop(self) -> None:
@@ -563,16 +575,17 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
             *compiled,
             f"  last eval  {evals}",
             f"  CPU fallback ops  {fallback}",
-            f"  output     {self.output_dir}"])
+            f"  output     {self.output_dir}",
+            *filter(None, [self._save_log.summary_line(state.last_checkpoint)])])
 
     def _exit_after_signal(self) -> None:
         import signal
 
-        name = signal.Signals(self.signals.received).name
-        checkpoint = self.state.last_checkpoint
-        message = (f"braeburn: stopped by {name} at step {self.state.global_step}. Checkpoint: {checkpoint}. "
-                   f"Resume with --resume_from_checkpoint {checkpoint} (or --resume_from_checkpoint latest), "
-                   "with the same script and options.")
+        name, checkpoint = signal.Signals(self.signals.received).name, self.state.last_checkpoint
+        resume = (f"Checkpoint: {checkpoint}. Resume with --resume_from_checkpoint {checkpoint} (or "
+                  "--resume_from_checkpoint latest), with the same script and options." if checkpoint
+                  else "No checkpoint was written: the save warnings above say why.")
+        message = f"braeburn: stopped by {name} at step {self.state.global_step}. {resume}"
         self.accelerator.print(message, flush=True)
         raise TrainingInterrupted(self.signals.received, message, checkpoint)
 

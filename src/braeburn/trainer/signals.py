@@ -79,7 +79,8 @@ class StopAgreement:
 
 
 class SignalCallback(Callback):
-    """Turns SIGINT/SIGTERM into 'save and stop' while ``train()`` runs; restores the old handlers after."""
+    """Turns SIGINT/SIGTERM into 'save and stop' while ``train()`` runs, and until its last checkpoint is on disk;
+    :meth:`restore` puts the old handlers back after that."""
 
     def __init__(self) -> None:
         self.received: int | None = None
@@ -119,6 +120,11 @@ class SignalCallback(Callback):
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
         self._agreement = None  # after an error a peer may be gone: never wait on it here
+        # The handlers stay until restore(): the last checkpoint may still be written in the background, and a
+        # scheduler's SIGTERM in that window must not kill the process before it is on disk.
+
+    def restore(self) -> None:
+        """Put back the handlers found at on_train_begin; the Trainer calls it once the last save is on disk."""
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()

@@ -23,6 +23,7 @@ class TrainerState:
     best_metric: float | None = None
     best_checkpoint: str | None = None
     last_checkpoint: str | None = None
+    run_id: str | None = None  # the run that wrote a checkpoint: rotation deletes only this run's (a resume keeps it)
     log_history: list[dict[str, Any]] = field(default_factory=list)
     # Not saved: requests from callbacks to the loop, and why.
     should_stop: bool = field(default=False, metadata={"transient": True})
@@ -76,7 +77,7 @@ class TrainerStateError(ValueError):
 
 
 _COUNTS = ("global_step", "max_steps", "steps_per_epoch", "num_epochs", "samples_seen")
-_PATHS = ("best_checkpoint", "last_checkpoint")
+_PATHS = ("best_checkpoint", "last_checkpoint", "run_id")  # strings or null
 
 
 def _type_problem(key: str, value: Any) -> str | None:
