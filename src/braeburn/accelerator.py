@@ -489,8 +489,11 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         """The device's memory figures in bytes (what the device kind can tell)."""
         return self.plan.device.memory_stats()
 
-    def end_training(self) -> None:
-        """Show the CPU-fallback report, stop recording, and destroy the process group if this made it."""
+    def end_training(self, keep_process_group: bool = False) -> None:
+        """Show the CPU-fallback report, stop recording, and destroy the process group if this made it.
+
+        ``keep_process_group=True`` (what the Trainer passes at the end of train()) leaves the group open
+        for evaluate() and predict() after training; it is destroyed when the process exits."""
         report = self.fallback_report()
         if report and self.is_main_process:
             lines = ", ".join(f"{op} x{count}" for op, count in report)
@@ -500,7 +503,7 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         for folder in self._locked:
             output_lock.release(folder)
         self._locked.clear()
-        if self._owns_process_group:
+        if self._owns_process_group and not keep_process_group:
             pg.destroy_process_group()
             self._owns_process_group = False
 

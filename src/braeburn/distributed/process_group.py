@@ -6,6 +6,7 @@ the per-process accelerator is chosen through ``torch.accelerator``.
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -111,6 +112,9 @@ def init_process_group(backend: str, world: WorldInfo, device: torch.device | No
         torch.accelerator.set_device_index(device.index)  # before any collective touches the GPU
     dist.init_process_group(backend=backend, store=_attempt_store(world), rank=world.rank,
                             world_size=world.world_size)
+    # Kept until the process ends unless destroyed sooner (Accelerator.end_training): evaluate() and
+    # predict() after Trainer.train() gather from every rank, so the group must outlive train().
+    atexit.register(destroy_process_group)
     return True
 
 

@@ -170,7 +170,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
                 self._plot.wait()
         summary = self._summary(seconds, self.state.global_step - start_step)
         acc.print(summary)
-        acc.end_training()
+        acc.end_training(keep_process_group=True)  # evaluate()/predict() after train() gather from every rank
         if self.signals.received is not None:
             self._exit_after_signal()
         samples = self._samples_per_batch * config.gradient_accumulation_steps * (self.state.global_step - start_step)
