@@ -36,3 +36,99 @@ def test_evaluate_and_predict_after_train_on_two_processes_cover_the_whole_datas
     _launch("eval_after_train_job.py", str(tmp_path))
     result = torch.load(tmp_path / "result.pt", weights_only=True)
     assert result == {"eval_n": 11.0, "predictions": 11, "test_n": 11.0}  # not one process's 6
+
+
+# -- items 7 and 8: a resume that changes the run ----------------------------------------------------
+from torch.utils.data import TensorDataset  # noqa: E402
+
+from braeburn.trainer import Callback, Trainer, TrainingConfig  # noqa: E402
+
+
+class StopAt(Callback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, trainer, state):
+        if state.global_step == self.step:
+            state.request_stop("test stop", save=True)
+
+
+class CountSteps(Callback):
+    def __init__(self):
+        self.steps = 0
+
+    def on_step_end(self, trainer, state):
+        self.steps += 1
+
+
+def _data(n: int = 40) -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(n, 8, generator=generator), torch.randint(0, 3, (n,), generator=generator))
+
+
+def _train(out: Path, resume: str | None = None, callbacks=(), **options) -> Trainer:
+    settings = {"per_device_train_batch_size": 4, "num_train_epochs": 2, "save_strategy": "no", "learning_rate": 0.01,
+                "disable_tqdm": True, **options}
+    torch.manual_seed(0)
+    trainer = Trainer(torch.nn.Linear(8, 3), TrainingConfig(output_dir=str(out), **settings), train_dataset=_data(),
+                      loss_fn=torch.nn.functional.cross_entropy, callbacks=list(callbacks))
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer
+
+
+@pytest.fixture
+def stopped_at_step_6(tmp_path, cpu_only):
+    """40 samples in batches of 4: 10 steps an epoch, 20 in all; stopped (and saved) at step 6, 24 samples in."""
+    out = tmp_path / "run"
+    _train(out, callbacks=[StopAt(6)])
+    assert (out / "checkpoint-6").is_dir()
+    return out
+
+
+@pytest.mark.parametrize("change, steps_left, said", [
+    ({"per_device_train_batch_size": 8}, 7, "per_device_train_batch_size 4 -> 8"),  # (80 - 24) / 8 samples
+    ({"gradient_accumulation_steps": 2}, 7, "gradient_accumulation_steps 1 -> 2"),
+    ({"per_device_train_batch_size": 2}, 28, "per_device_train_batch_size 4 -> 2")])
+def test_a_resume_with_another_global_batch_trains_the_remaining_samples_and_says_so(stopped_at_step_6, capsys,
+                                                                                     change, steps_left, said):
+    counted = CountSteps()
+    trainer = _train(stopped_at_step_6, resume="latest", callbacks=[counted], **change)
+    out = capsys.readouterr().out
+    assert counted.steps == steps_left, out
+    assert trainer.state.global_step == trainer.state.max_steps, out
+    assert said in out and "continues from step" in out, out
+    assert "max_steps reached" in out
+
+
+def test_a_resume_with_the_same_global_batch_in_another_shape_continues_exactly(stopped_at_step_6, capsys):
+    counted = CountSteps()
+    _train(stopped_at_step_6, resume="latest", callbacks=[counted], per_device_train_batch_size=2,
+           gradient_accumulation_steps=2)
+    assert counted.steps == 14  # 20 - 6: the same 4 samples a step
+    assert "the same 4 samples a step, so the run continues exactly at step 6" in capsys.readouterr().out
+
+
+def test_a_new_learning_rate_is_applied_and_named(stopped_at_step_6, capsys):
+    trainer = _train(stopped_at_step_6, resume="latest", learning_rate=0.001, max_steps=7)
+    assert "learning_rate 0.01 -> 0.001" in capsys.readouterr().out
+    rates = trainer.lr_scheduler.scheduler.base_lrs
+    assert rates == [pytest.approx(0.001)] * len(rates)
+
+
+def test_max_steps_below_the_checkpoints_step_is_an_error_naming_both(stopped_at_step_6):
+    from braeburn.trainer.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match=r"max_steps=4, below the step of the checkpoint .*checkpoint-6 \(6\).*"
+                                              r"--max_steps above 6"):
+        _train(stopped_at_step_6, resume="latest", max_steps=4)
+
+
+def test_a_checkpoint_folder_named_for_another_step_is_named(stopped_at_step_6, capsys):
+    renamed = stopped_at_step_6 / "checkpoint-3"
+    (stopped_at_step_6 / "checkpoint-6").rename(renamed)
+    _train(stopped_at_step_6, resume=str(renamed))
+    assert "checkpoint-3 holds step 6" in capsys.readouterr().out
+    from braeburn.trainer.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match="checkpoint-3 holds step 6"):
+        _train(stopped_at_step_6, resume="latest")
