@@ -132,3 +132,44 @@ def test_a_checkpoint_folder_named_for_another_step_is_named(stopped_at_step_6, 
 
     with pytest.raises(CheckpointError, match="checkpoint-3 holds step 6"):
         _train(stopped_at_step_6, resume="latest")
+
+
+# -- item 10: out of memory in the middle of an auto_find_batch_size run ------------------------------
+class OutOfMemoryLater(torch.nn.Module):
+    """Raises torch's out-of-memory error for batches above 4 from forward ``fail_at`` on (the first forward
+    is auto_find_batch_size's probe, then one a training step)."""
+
+    def __init__(self, fail_at: int | None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear, self.forwards, self.fail_at = torch.nn.Linear(8, 3), 0, fail_at
+
+    def forward(self, x):
+        self.forwards += 1
+        if self.fail_at is not None and self.forwards >= self.fail_at and x.shape[0] > 4:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (a test)")
+        return self.linear(x)
+
+
+def _autobatch_run(out: Path, fail_at: int | None) -> tuple[Trainer, torch.nn.Module]:
+    model = OutOfMemoryLater(fail_at)
+    config = TrainingConfig(output_dir=str(out), per_device_train_batch_size=8, auto_find_batch_size=True,
+                            num_train_epochs=2, save_strategy="no", learning_rate=0.05, disable_tqdm=True)
+    trainer = Trainer(model, config, train_dataset=_data(), loss_fn=torch.nn.functional.cross_entropy)
+    trainer.train()
+    return trainer, model
+
+
+@pytest.mark.parametrize("step", [4, 6])  # mid-epoch, and the first step of the second epoch (5 steps an epoch)
+def test_out_of_memory_during_an_auto_find_batch_size_run_halves_the_batch_and_continues(tmp_path, cpu_only,
+                                                                                        capsys, step):
+    reference, _ = _autobatch_run(tmp_path / "reference", fail_at=None)
+    trainer, model = _autobatch_run(tmp_path / "oom", fail_at=step + 1)
+    out = capsys.readouterr().out
+    assert trainer.state.global_step == 10, out  # 40 samples in steps of 8, twice: nothing lost, nothing added
+    assert (trainer.config.per_device_train_batch_size, trainer.config.gradient_accumulation_steps) == (4, 2)
+    assert (f"out of memory in training step {step} at per_device_train_batch_size=8 (OutOfMemoryError: CUDA out "
+            "of memory") in out
+    assert f"continues from step {step - 1} with per_device_train_batch_size=4 and gradient_accumulation_steps=2" in out
+    for mine, theirs in zip(model.parameters(), reference.model.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs)  # the same samples in each step: the same training

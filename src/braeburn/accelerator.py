@@ -292,6 +292,11 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
                 stack.enter_context(model.no_sync())
         return stack
 
+    def restart_accumulation(self, gradient_accumulation_steps: int) -> None:
+        """A fresh accumulation window of ``gradient_accumulation_steps`` micro-batches from the next one on
+        (the Trainer's auto_find_batch_size, after an out-of-memory error dropped a window half done)."""
+        self.gradient_accumulation_steps, self._accumulation_step = gradient_accumulation_steps, 0
+
     def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Unscale (fp16), then clip; returns the total norm. Off-boundary it only measures (no clip)."""
         parameters = [p for p in parameters if p.grad is not None] if not isinstance(parameters, torch.Tensor) \

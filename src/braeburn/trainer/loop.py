@@ -24,6 +24,7 @@ from ..compile_policy import PreparedForward, prepared_forward
 from ..distributed import process_group as pg
 from ..plan import PlanError
 from ..state import enable_full_determinism
+from .autobatch import train_through_out_of_memory
 from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss
 from .callbacks import CallbackList
@@ -158,7 +159,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         started, start_step = time.perf_counter(), self.state.global_step
         self.callbacks.on_train_begin(self, self.state)
         try:
-            self._train_epochs(train_loader)
+            train_through_out_of_memory(self, train_loader)  # _train_epochs; auto_find_batch_size: halves on OOM
             self.signals.settle(self.state)  # a signal on any rank during the last step: all ranks save and stop
             self._metrics_log.write_record({"step": self.state.global_step, "run": self._run_record()})
             self._save_at_stop()
