@@ -32,6 +32,7 @@ def _launch(job: str, *args: str, timeout: int = 180) -> str:
 
 
 # -- item 6: metrics after train() on several processes ------------------------------------------------
+@pytest.mark.slow  # a 2-process job: ~20 s on 2 CPU cores
 def test_evaluate_and_predict_after_train_on_two_processes_cover_the_whole_dataset(tmp_path):
     _launch("eval_after_train_job.py", str(tmp_path))
     result = torch.load(tmp_path / "result.pt", weights_only=True)
@@ -173,3 +174,27 @@ def test_out_of_memory_during_an_auto_find_batch_size_run_halves_the_batch_and_c
     assert f"continues from step {step - 1} with per_device_train_batch_size=4 and gradient_accumulation_steps=2" in out
     for mine, theirs in zip(model.parameters(), reference.model.parameters(), strict=True):
         torch.testing.assert_close(mine, theirs)  # the same samples in each step: the same training
+
+
+# -- item 7 on real processes: another world size -------------------------------------------------------
+def _alone(job: str, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAEBURN_", "TORCHELASTIC_"))}
+    env.update(OMP_NUM_THREADS="1", BRAEBURN_DEVICE="cpu")
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, str(HERE / job), *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    return done.stdout + done.stderr
+
+
+@pytest.mark.slow  # a 2-process job and a 1-process run each: ~40 s on 2 CPU cores
+@pytest.mark.parametrize("stop_on, resume_on, expected", [
+    (2, 1, {"trained": 16, "step": 24, "max_steps": 24}),  # 32 of 96 samples done: 64 left, 4 a step
+    (1, 2, {"trained": 10, "step": 12, "max_steps": 12})])  # 16 of 96 done: 80 left, 8 a step
+def test_a_resume_on_another_number_of_processes_trains_the_remaining_samples(tmp_path, stop_on, resume_on, expected):
+    run = {1: _alone, 2: _launch}
+    run[stop_on]("resume_world_job.py", str(tmp_path), "stop")
+    said = run[resume_on]("resume_world_job.py", str(tmp_path), "resume")
+    assert torch.load(tmp_path / "resumed.pt", weights_only=True) == expected, said[-3000:]
+    assert f"world size {stop_on} -> {resume_on}" in said
