@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -114,8 +115,20 @@ def init_process_group(backend: str, world: WorldInfo, device: torch.device | No
                             world_size=world.world_size)
     # Kept until the process ends unless destroyed sooner (Accelerator.end_training): evaluate() and
     # predict() after Trainer.train() gather from every rank, so the group must outlive train().
-    atexit.register(destroy_process_group)
+    atexit.register(_destroy_at_exit)
     return True
+
+
+_EXIT_WAIT_S = 300.0  # at exit, a rank waits this long for peers still finishing (rank-0-only reports, plots)
+
+
+def _destroy_at_exit() -> None:
+    """The group this process made, torn down once every rank has reached its exit. Not after an uncaught
+    exception (``sys.last_value`` is set then): a peer may be waiting in a collective that never completes,
+    and the launcher ends the job; waiting here would only delay that."""
+    if hasattr(sys, "last_value"):
+        return
+    destroy_process_group(wait_s=_EXIT_WAIT_S)
 
 
 def _attempt_store(world: WorldInfo) -> "dist.Store":
@@ -153,8 +166,8 @@ def host_group() -> "dist.ProcessGroup":
     return _host_group[1]
 
 
-def destroy_process_group() -> None:
-    """Where the host group exists (the Trainer makes it), every rank meets on it first (10 s at most), so no
+def destroy_process_group(wait_s: float = 10.0) -> None:
+    """Where the host group exists (the Trainer makes it), every rank meets on it first (``wait_s``), so no
     rank tears its connections down while a peer still uses them: a gloo thread that finds its peer gone aborts
     the process ("terminate called without an active exception", seen once in CI on a rank stopped by SIGTERM).
     No group is made here: making one is a collective that a rank already gone would never join."""
@@ -164,7 +177,7 @@ def destroy_process_group() -> None:
         import datetime
 
         try:
-            dist.monitored_barrier(group=_host_group[1], timeout=datetime.timedelta(seconds=10))
+            dist.monitored_barrier(group=_host_group[1], timeout=datetime.timedelta(seconds=wait_s))
         except Exception:  # a peer already gone (or slow): tear down anyway, as before
             pass
     dist.destroy_process_group()

@@ -172,7 +172,9 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
                 self._plot.wait()
         summary = self._summary(seconds, self.state.global_step - start_step)
         acc.print(summary)
-        acc.end_training(keep_process_group=True)  # evaluate()/predict() after train() gather from every rank
+        # The group stays for evaluate()/predict() after train(), which gather from every rank (destroyed at exit);
+        # a signal ends the process on every rank together, so it is torn down now, all ranks meeting first.
+        acc.end_training(keep_process_group=self.signals.received is None)
         if self.signals.received is not None:
             self._exit_after_signal()
         samples = self._samples_per_batch * config.gradient_accumulation_steps * (self.state.global_step - start_step)
