@@ -123,12 +123,10 @@ _EXIT_WAIT_S = 300.0  # at exit, a rank waits this long for peers still finishin
 
 
 def _destroy_at_exit() -> None:
-    """The group this process made, torn down once every rank has reached its exit. Not after an uncaught
-    exception (``sys.last_value`` is set then): a peer may be waiting in a collective that never completes,
-    and the launcher ends the job; waiting here would only delay that."""
-    if hasattr(sys, "last_value"):
-        return
-    destroy_process_group(wait_s=_EXIT_WAIT_S)
+    """The group this process made, torn down once every rank has reached its exit. After an uncaught
+    exception (``sys.last_value`` is set then) it is torn down without waiting: a peer may be waiting in a
+    collective that never completes, and the launcher ends the job; waiting would only delay that."""
+    destroy_process_group(wait_s=0 if hasattr(sys, "last_value") else _EXIT_WAIT_S)
 
 
 def _attempt_store(world: WorldInfo) -> "dist.Store":
@@ -167,13 +165,13 @@ def host_group() -> "dist.ProcessGroup":
 
 
 def destroy_process_group(wait_s: float = 10.0) -> None:
-    """Where the host group exists (the Trainer makes it), every rank meets on it first (``wait_s``), so no
+    """Where the host group exists (the Trainer makes it), every rank meets on it first (``wait_s``; 0: not), so no
     rank tears its connections down while a peer still uses them: a gloo thread that finds its peer gone aborts
     the process ("terminate called without an active exception", seen once in CI on a rank stopped by SIGTERM).
     No group is made here: making one is a collective that a rank already gone would never join."""
     if not is_initialized():
         return
-    if _host_group is not None and _host_group[0] is dist.group.WORLD:
+    if wait_s > 0 and _host_group is not None and _host_group[0] is dist.group.WORLD:
         import datetime
 
         try:
