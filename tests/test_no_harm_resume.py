@@ -97,7 +97,7 @@ def test_a_resume_with_another_global_batch_trains_the_remaining_samples_and_say
     out = capsys.readouterr().out
     assert counted.steps == steps_left, out
     assert trainer.state.global_step == trainer.state.max_steps, out
-    assert said in out and "continues from step" in out, out
+    assert said in out and f"training continues from there to step {trainer.state.max_steps}" in out, out
     assert "max_steps reached" in out
 
 

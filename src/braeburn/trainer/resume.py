@@ -99,11 +99,11 @@ def _convert_steps(saved: TrainerState, run: TrainerState, old: BatchLayout, new
     inner = getattr(scheduler, "scheduler", scheduler)
     if isinstance(getattr(inner, "last_epoch", None), int):
         inner.last_epoch = saved.global_step  # the schedule goes on from the same point of the new plan
-    return (f"{changed}: the checkpoint took {old.describe()}, this run takes {new.describe()}. Its {before} "
-            f"steps are {saved.global_step} steps of the new size: training continues from step "
-            f"{saved.global_step} of {run.max_steps} (epoch {loader.epoch}, batch {loader.batches_yielded} of "
-            f"{len(loader)}), on the samples of this epoch not yet trained on (at most one step's samples are "
-            "seen twice, none skipped), and the learning-rate schedule from that step.")
+    return (f"{changed}: the checkpoint took {old.describe()}, this run takes {new.describe()}. Its step {before} "
+            f"is step {saved.global_step} at the new size: training continues from there to step {run.max_steps} "
+            f"(epoch {loader.epoch}, batch {loader.batches_yielded} of {len(loader)}), on the samples of this epoch "
+            "not yet trained on (at most one step's samples are seen twice, none skipped), and the learning-rate "
+            "schedule from that step.")
 
 
 def _step_at_loader_position(loader: Any, accumulation: int, steps_per_epoch: int) -> int:
