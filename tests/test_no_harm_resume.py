@@ -198,3 +198,26 @@ def test_a_resume_on_another_number_of_processes_trains_the_remaining_samples(tm
     said = run[resume_on]("resume_world_job.py", str(tmp_path), "resume")
     assert torch.load(tmp_path / "resumed.pt", weights_only=True) == expected, said[-3000:]
     assert f"world size {stop_on} -> {resume_on}" in said
+
+
+class OutOfMemoryInStep(torch.optim.SGD):
+    """An optimizer whose third step runs out of memory (where the weights may be part-updated)."""
+
+    def step(self, closure=None):
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (a test)")
+        return super().step(closure)
+
+
+def test_out_of_memory_in_the_optimizer_step_is_named_with_the_checkpoint_to_resume(tmp_path, cpu_only):
+    from braeburn.batch_size import BatchSizeError
+
+    model = OutOfMemoryLater(fail_at=None)
+    config = TrainingConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, auto_find_batch_size=True,
+                            max_steps=6, save_strategy="steps", save_steps=2, disable_tqdm=True)
+    trainer = Trainer(model, config, train_dataset=_data(), loss_fn=torch.nn.functional.cross_entropy,
+                      optimizer=OutOfMemoryInStep(model.parameters(), lr=0.01))
+    with pytest.raises(BatchSizeError, match=r"Out of memory in training step 3 .* cannot halve the batch and go on: "
+                                             r"it happened in _optimizer_step.*--resume_from_checkpoint .*checkpoint-2"):
+        trainer.train()

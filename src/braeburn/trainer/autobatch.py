@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import default_collate
 
 from .. import state as state_io
-from ..batch_size import find_batch_size, free_memory, is_out_of_memory
+from ..batch_size import BatchSizeError, find_batch_size, free_memory, is_out_of_memory
 from ..data import cast_float64, move_to_device
 
 if TYPE_CHECKING:
@@ -69,22 +69,47 @@ def train_through_out_of_memory(trainer: "Trainer", loader: Any) -> None:
             trainer._train_epochs(loader)
             return
         except Exception as error:  # noqa: BLE001 - anything but a recoverable out-of-memory is re-raised
-            if not _can_halve(trainer, error):
+            why_not = _why_not_halve(trainer, error)
+            if why_not == _NOT_OOM:
                 raise
             reason = f"{type(error).__name__}: {str(error)[:200]}"
+            if why_not is not None:
+                raise BatchSizeError(_cannot_halve_message(trainer, reason, why_not)) from error
         # Outside the except block: until it ends, the traceback keeps the failed step's tensors alive.
         free_memory(trainer.accelerator.plan.device)
         _halve(trainer, loader, reason)
 
 
-def _can_halve(trainer: "Trainer", error: BaseException) -> bool:
-    """An out-of-memory error of a training forward or backward (not of the optimizer step, which may
-    have updated part of the weights, nor of an evaluation), on one process, at a batch above 1."""
+_NOT_OOM = "not an out-of-memory error of an auto_find_batch_size run"
+
+
+def _why_not_halve(trainer: "Trainer", error: BaseException) -> str | None:
+    """None when the batch can be halved: an out-of-memory error of a training forward or backward (not of
+    the optimizer step, which may have updated part of the weights, nor of an evaluation), on one process,
+    at a batch above 1. Otherwise why not."""
     config, acc = trainer.config, trainer.accelerator
-    if not (config.auto_find_batch_size and config.per_device_train_batch_size > 1 and acc.num_processes == 1
-            and is_out_of_memory(error, acc.plan.device)):
-        return False
-    return _called_from_loop(error.__traceback__) in ("_forward_loss", "backward")
+    if not (config.auto_find_batch_size and is_out_of_memory(error, acc.plan.device)):
+        return _NOT_OOM
+    where = _called_from_loop(error.__traceback__)
+    if where not in ("_forward_loss", "backward"):
+        return (f"it happened in {where or 'the training loop'}, not in a training forward or backward, so the "
+                "weights may be part-updated or a smaller training batch would not help")
+    if acc.num_processes > 1:
+        return (f"this run has {acc.num_processes} processes, and the others are waiting in a collective for "
+                "this one")
+    if config.per_device_train_batch_size == 1:
+        return "the batch is 1 already"
+    return None
+
+
+def _cannot_halve_message(trainer: "Trainer", reason: str, why_not: str) -> str:
+    last = trainer.state.last_checkpoint
+    resume = (f"Resume from the last checkpoint with --resume_from_checkpoint {last}" if last else
+              "No checkpoint was saved before it; train again")
+    return (f"Out of memory in training step {trainer.state.global_step + 1} at per_device_train_batch_size="
+            f"{trainer.config.per_device_train_batch_size} ({reason}). auto_find_batch_size cannot halve the batch "
+            f"and go on: {why_not}. {resume}, with a smaller --per_device_train_batch_size (and a larger "
+            "--gradient_accumulation_steps to keep the samples a step).")
 
 
 def _called_from_loop(traceback: Any) -> str | None:
