@@ -295,6 +295,11 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
                 stack.enter_context(model.no_sync())
         return stack
 
+    def restart_accumulation(self, gradient_accumulation_steps: int) -> None:
+        """A fresh accumulation window of ``gradient_accumulation_steps`` micro-batches from the next one on
+        (the Trainer's auto_find_batch_size, after an out-of-memory error dropped a window half done)."""
+        self.gradient_accumulation_steps, self._accumulation_step = gradient_accumulation_steps, 0
+
     def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Unscale (fp16), then clip; returns the total norm. Off-boundary it only measures (no clip)."""
         parameters = [p for p in parameters if p.grad is not None] if not isinstance(parameters, torch.Tensor) \
@@ -492,8 +497,11 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         """The device's memory figures in bytes (what the device kind can tell)."""
         return self.plan.device.memory_stats()
 
-    def end_training(self) -> None:
-        """Show the CPU-fallback report, stop recording, and destroy the process group if this made it."""
+    def end_training(self, keep_process_group: bool = False) -> None:
+        """Show the CPU-fallback report, stop recording, and destroy the process group if this made it.
+
+        ``keep_process_group=True`` (what the Trainer passes at the end of train()) leaves the group open
+        for evaluate() and predict() after training; it is destroyed when the process exits."""
         report = self.fallback_report()
         if report and self.is_main_process:
             lines = ", ".join(f"{op} x{count}" for op, count in report)
@@ -503,7 +511,7 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         for folder in self._locked:
             output_lock.release(folder)
         self._locked.clear()
-        if self._owns_process_group:
+        if self._owns_process_group and not keep_process_group:
             pg.destroy_process_group()
             self._owns_process_group = False
 

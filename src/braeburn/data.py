@@ -279,6 +279,19 @@ class DeviceDataLoader:
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": self.seed}
 
+    def rebatch(self, batch_size: int) -> None:
+        """Batches of ``batch_size`` from the next iteration on, in the same sample order (set the position
+        with :meth:`load_state_dict`): auto_find_batch_size after an out-of-memory error. Only for a
+        loader braeburn shards (a map-style dataset with batch_size=..., shuffle=True/False)."""
+        if self.sampler is None:
+            raise ValueError(f"rebatch({batch_size}): this loader has a sampler braeburn does not own, so its "
+                             "batches cannot be regrouped; build it with batch_size=... and shuffle=True/False")
+        old = self.sampler
+        self.original = _rebuild(self.original, self.original.sampler, self.original.pin_memory, batch_size)
+        self.sampler = ShardSampler(old.dataset_len, batch_size=batch_size, num_replicas=old.num_replicas,
+                                    rank=old.rank, shuffle=old.shuffle, seed=old.seed, drop_last=old.drop_last)
+        self.loader = _rebuild(self.original, self.sampler, self.non_blocking)
+
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """Continue from ``state``: the next batches are those the saved run would have drawn next."""
         self.epoch, self._skip = int(state["epoch"]), int(state["batches_yielded"])
@@ -309,11 +322,12 @@ def _cannot_shard_message(loader: DataLoader, num_processes: int) -> str:
             "then shards it), or shard it yourself and keep it out of prepare().")
 
 
-def _rebuild(loader: DataLoader, sampler: ShardSampler, pin_memory: bool) -> DataLoader:
+def _rebuild(loader: DataLoader, sampler: Sampler, pin_memory: bool, batch_size: int | None = None) -> DataLoader:
     extra: dict[str, Any] = {}
     if loader.num_workers > 0:
         extra = {"prefetch_factor": loader.prefetch_factor, "persistent_workers": loader.persistent_workers}
-    return DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=sampler, drop_last=loader.drop_last,
+    batch_size = loader.batch_size if batch_size is None else batch_size
+    return DataLoader(loader.dataset, batch_size=batch_size, sampler=sampler, drop_last=loader.drop_last,
                       collate_fn=loader.collate_fn, num_workers=loader.num_workers, pin_memory=pin_memory,
                       timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
                       multiprocessing_context=loader.multiprocessing_context, generator=loader.generator, **extra)

@@ -6,7 +6,9 @@ the per-process accelerator is chosen through ``torch.accelerator``.
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -111,7 +113,20 @@ def init_process_group(backend: str, world: WorldInfo, device: torch.device | No
         torch.accelerator.set_device_index(device.index)  # before any collective touches the GPU
     dist.init_process_group(backend=backend, store=_attempt_store(world), rank=world.rank,
                             world_size=world.world_size)
+    # Kept until the process ends unless destroyed sooner (Accelerator.end_training): evaluate() and
+    # predict() after Trainer.train() gather from every rank, so the group must outlive train().
+    atexit.register(_destroy_at_exit)
     return True
+
+
+_EXIT_WAIT_S = 300.0  # at exit, a rank waits this long for peers still finishing (rank-0-only reports, plots)
+
+
+def _destroy_at_exit() -> None:
+    """The group this process made, torn down once every rank has reached its exit. After an uncaught
+    exception (``sys.last_value`` is set then) it is torn down without waiting: a peer may be waiting in a
+    collective that never completes, and the launcher ends the job; waiting would only delay that."""
+    destroy_process_group(wait_s=0 if hasattr(sys, "last_value") else _EXIT_WAIT_S)
 
 
 def _attempt_store(world: WorldInfo) -> "dist.Store":
@@ -149,18 +164,18 @@ def host_group() -> "dist.ProcessGroup":
     return _host_group[1]
 
 
-def destroy_process_group() -> None:
-    """Where the host group exists (the Trainer makes it), every rank meets on it first (10 s at most), so no
+def destroy_process_group(wait_s: float = 10.0) -> None:
+    """Where the host group exists (the Trainer makes it), every rank meets on it first (``wait_s``; 0: not), so no
     rank tears its connections down while a peer still uses them: a gloo thread that finds its peer gone aborts
     the process ("terminate called without an active exception", seen once in CI on a rank stopped by SIGTERM).
     No group is made here: making one is a collective that a rank already gone would never join."""
     if not is_initialized():
         return
-    if _host_group is not None and _host_group[0] is dist.group.WORLD:
+    if wait_s > 0 and _host_group is not None and _host_group[0] is dist.group.WORLD:
         import datetime
 
         try:
-            dist.monitored_barrier(group=_host_group[1], timeout=datetime.timedelta(seconds=10))
+            dist.monitored_barrier(group=_host_group[1], timeout=datetime.timedelta(seconds=wait_s))
         except Exception:  # a peer already gone (or slow): tear down anyway, as before
             pass
     dist.destroy_process_group()

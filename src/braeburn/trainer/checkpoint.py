@@ -88,6 +88,14 @@ def run_of(folder: Path) -> str | None:
     return run if isinstance(run, str) else None
 
 
+def _misnamed(folder: Path) -> str | None:
+    """Says so when a verified checkpoint's folder is named ``checkpoint-N`` for another step than it holds."""
+    named, held = step_of(folder), TrainerState.load(folder).global_step
+    if named < 0 or named == held:
+        return None
+    return f"{folder} holds step {held} (its trainer_state.json), but its name says step {named}"
+
+
 def _barrier(accelerator: Any) -> None:
     wait = getattr(accelerator, "wait_for_everyone", None)  # anything with save_state will do in one process
     if wait is not None:
@@ -237,13 +245,20 @@ class CheckpointManager:
                     raise
                 warnings.append(f"{error} Using {error.previous_good}.")
                 newest = error.previous_good
+            misnamed = _misnamed(newest)
+            if misnamed:  # "latest" is chosen by the names: a wrong name may hide the newest checkpoint
+                raise CheckpointError(f"resume_from_checkpoint='latest' chose {misnamed}, and 'latest' is chosen "
+                                      "by the folder names, so it may not be the newest checkpoint. Rename the folder "
+                                      "to the step it holds, or pass the folder you mean to --resume_from_checkpoint.")
             return newest, warnings
         folder = Path(request).expanduser().resolve()
         if not folder.is_dir():
             raise CheckpointError(f"resume_from_checkpoint={request!r}: no such folder. Pass a checkpoint-N folder "
                                   f"or 'latest' (the last complete checkpoint in output_dir).")
         self.verify(folder)
-        return folder, []
+        misnamed = _misnamed(folder)
+        return folder, [f"{misnamed}: resuming at the step it holds. Rename it to match, so that 'latest' and "
+                        "save_total_limit order it right."] if misnamed else []
 
     def best(self, recorded: str) -> Path:
         """The best checkpoint to load at the end (``load_best_model_at_end``), checked like a resume:

@@ -130,7 +130,8 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     nan_policy: str = "stop"
     """On a NaN or infinite loss: stop (naming the step and the last good checkpoint), or skip the step (one host sync per step)."""
     auto_find_batch_size: bool = False
-    """Halve per_device_train_batch_size after an out-of-memory error until a step fits."""
+    """Halve per_device_train_batch_size after an out-of-memory error until a step fits; an out-of-memory error
+    later in training halves it again (doubling gradient_accumulation_steps) and goes on from the last step."""
     dataloader_num_workers: int = 0
     """DataLoader worker processes (0 loads in the main process, often fastest for in-memory data)."""
     dataloader_drop_last: bool = False

@@ -25,6 +25,7 @@ from ..compile_policy import PreparedForward, prepared_forward
 from ..distributed import process_group as pg
 from ..plan import PlanError
 from ..state import enable_full_determinism
+from .autobatch import train_through_out_of_memory
 from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss
 from .callbacks import CallbackList
@@ -41,6 +42,7 @@ from .metrics_log import MetricsLogCallback
 from .optim import default_optimizer, default_scheduler
 from .plots import PlotCallback
 from .progress import ProgressCallback, memory_line
+from .resume import reconcile
 from .signals import SignalCallback, TrainingInterrupted
 from .state import TrainerState
 from .step_breakdown import StepBreakdownCallback
@@ -153,7 +155,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         self._check_output_dir(resume)
         train_loader = self._setup_training()
         if resume:
-            self._resume(resume)
+            self._resume(resume, train_loader)
         if self.is_main_process:
             self.checkpoints.clean_staging()
         other_runs = self.checkpoints.begin_run(self.state)  # the id that rotation and the NaN message go by
@@ -163,7 +165,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         started, start_step = time.perf_counter(), self.state.global_step
         self.callbacks.on_train_begin(self, self.state)
         try:
-            self._train_epochs(train_loader)
+            train_through_out_of_memory(self, train_loader)  # _train_epochs; auto_find_batch_size: halves on OOM
             self.signals.settle(self.state)  # a signal on any rank during the last step: all ranks save and stop
             self._metrics_log.write_record({"step": self.state.global_step, "run": self._run_record()})
             self._save_at_stop()
@@ -179,7 +181,9 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
                     self.signals.restore()
         summary = self._summary(seconds, self.state.global_step - start_step)
         acc.print(summary)
-        acc.end_training()
+        # The group stays for evaluate()/predict() after train(), which gather from every rank (destroyed at exit);
+        # a signal ends the process on every rank together, so it is torn down now, all ranks meeting first.
+        acc.end_training(keep_process_group=self.signals.received is None)
         if self.signals.received is not None:
             self._exit_after_signal()
         failure = self._save_log.failure(self.state.last_checkpoint, self.state.global_step)
@@ -493,6 +497,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         loader = acc.prepare(loader)  # first: sharded, its length is this process's batches per epoch
         steps_per_epoch = math.ceil(len(loader) / config.gradient_accumulation_steps)
         max_steps = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * steps_per_epoch)
+        rate_from_config = self.optimizer is None  # braeburn's optimizer: config.learning_rate is its rate
         optimizer = self.optimizer or default_optimizer(acc.unwrap_model(model), config, acc.plan.device,
                                                         grad_scaler=acc.plan.grad_scaler)
         scheduler = self.lr_scheduler or default_scheduler(optimizer, config, max_steps)
@@ -501,7 +506,11 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         if self.eval_dataset is not None and config.eval_strategy != "no":
             self._eval_loader(self.eval_dataset)  # prepared now, before a checkpoint is loaded
         self.state = TrainerState(max_steps=max_steps, steps_per_epoch=steps_per_epoch,
-                                  num_epochs=math.ceil(max_steps / steps_per_epoch))
+                                  num_epochs=math.ceil(max_steps / steps_per_epoch),
+                                  per_device_train_batch_size=config.per_device_train_batch_size,
+                                  num_processes=acc.num_processes,
+                                  gradient_accumulation_steps=config.gradient_accumulation_steps,
+                                  learning_rate=config.learning_rate if rate_from_config else None)
         self._samples_per_batch = config.per_device_train_batch_size * acc.num_processes
         self._parameters = [p for p in model.parameters() if p.requires_grad]  # walked once, not every step
         self._compile_window = CompileWindow(acc)
@@ -523,13 +532,13 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
             self.config.overwrite_output_dir = True
         return request
 
-    def _resume(self, request: str) -> None:
+    def _resume(self, request: str, loader) -> None:
         folder, warnings = self.checkpoints.resolve(request)
-        for warning in warnings:
-            self.accelerator.print(f"braeburn: warning: {warning}")
         saved = self.checkpoints.load(self.accelerator, folder)
-        for name in ("max_steps", "steps_per_epoch", "num_epochs"):
-            setattr(saved, name, getattr(self.state, name))  # the plan of this run (max_steps may have grown)
+        option = "--max_steps" if self.config.max_steps > 0 else "--num_train_epochs"
+        warnings += reconcile(saved, self.state, loader, self.optimizer, self.lr_scheduler, folder, option)
+        for warning in warnings:  # what changed since the checkpoint, and what braeburn does about it
+            self.accelerator.print(f"braeburn: warning: {warning}")
         self.state = saved
         self.accelerator.print(f"braeburn: resumed from {folder} at step {saved.global_step} (epoch {saved.epoch})")
 

@@ -19,7 +19,13 @@ class TrainerState:
     max_steps: int = 0  # optimizer steps the run will do in all
     steps_per_epoch: int = 0  # optimizer steps in one epoch
     num_epochs: int = 0  # epochs the loop will enter
-    samples_seen: int = 0  # training samples consumed on this process
+    samples_seen: int = 0  # training samples consumed, on all processes together
+    # What one step was made of, and the rate braeburn's optimizer was made with (0 / None: not known,
+    # a checkpoint written before they were kept); a resume compares them with its own (resume.py).
+    per_device_train_batch_size: int = 0
+    num_processes: int = 0
+    gradient_accumulation_steps: int = 0
+    learning_rate: float | None = None
     best_metric: float | None = None
     best_checkpoint: str | None = None
     last_checkpoint: str | None = None
@@ -76,7 +82,8 @@ class TrainerStateError(ValueError):
     """``trainer_state.json`` is unreadable or holds a value of the wrong type."""
 
 
-_COUNTS = ("global_step", "max_steps", "steps_per_epoch", "num_epochs", "samples_seen")
+_COUNTS = ("global_step", "max_steps", "steps_per_epoch", "num_epochs", "samples_seen",
+           "per_device_train_batch_size", "num_processes", "gradient_accumulation_steps")
 _PATHS = ("best_checkpoint", "last_checkpoint", "run_id")  # strings or null
 
 
@@ -87,7 +94,7 @@ def _type_problem(key: str, value: Any) -> str | None:
     if key == "epoch":
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
         return None if ok else "but it must be a number >= 0"
-    if key == "best_metric":
+    if key in ("best_metric", "learning_rate"):
         ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
         return None if ok else "but it must be a number or null"
     if key in _PATHS:
