@@ -102,6 +102,11 @@ class DeviceKind(ABC):
         """What ``compile=True`` (asked for, not "auto") meets here with this torch."""
         return CompileSupport()
 
+    def checkpoint_replays_rng(self, host: HostFacts) -> bool:
+        """torch.utils.checkpoint restores this kind's random state before it recomputes a forward, so dropout
+        draws the same mask twice (True: nothing for braeburn to do)."""
+        return True
+
     def fused_optimizers_honour_grad_scaler(self, host: HostFacts) -> bool:
         """The fused Adam/AdamW kernels skip an overflow step when GradScaler hands them ``found_inf``."""
         return True

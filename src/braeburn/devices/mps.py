@@ -174,6 +174,13 @@ class MpsDevice(DeviceKind):
                                   "compare a few steps with the CPU, or upgrade to torch 2.13 or newer")
         return CompileSupport()
 
+    def checkpoint_replays_rng(self, host: HostFacts) -> bool:
+        # torch/utils/checkpoint.py stashes a device's RNG state only when its module has `_initialized`
+        # (both the reentrant and the non-reentrant path); torch.mps has none in 2.6-2.13, so the recomputed
+        # forward draws a new dropout mask and the gradients are silently wrong (upstream fix pytorch#194478,
+        # open). No torch version is trusted yet.
+        return False
+
     def fused_optimizers_honour_grad_scaler(self, host: HostFacts) -> bool:
         # FusedAdamWKernelImpl.mm / FusedAdamKernelImpl.mm take grad_scale and found_inf and ignore both,
         # and GradScaler.step leaves the overflow skip to a fused optimizer, so an fp16 overflow step
