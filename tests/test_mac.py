@@ -227,7 +227,8 @@ def test_row3_a_value_libtorch_cannot_parse_is_explained_before_torch_aborts():
 def test_row3_nothing_is_set_once_torch_has_loaded():
     environ: dict[str, str] = {}
     assert _early.import_defaults(environ, "Darwin", torch_loaded=True) == [] and environ == {}
-    assert _early.import_defaults(environ, "Darwin", torch_loaded=False) == [] and environ == {FALLBACK_VAR: "1"}
+    assert _early.import_defaults(environ, "Darwin", torch_loaded=False) == []
+    assert environ == {FALLBACK_VAR: "1", _early.SET_BY_BRAEBURN_VAR: f"{FALLBACK_VAR}=1"}  # marked as braeburn's
     assert _early.import_defaults({FALLBACK_VAR: " 1"}, "Darwin", torch_loaded=False) == []  # stoi skips spaces
 
 

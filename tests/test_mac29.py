@@ -7,15 +7,23 @@ The PyTorch facts each test rests on are quoted in docs/devices.md ("Mac: what b
 from __future__ import annotations
 
 import functools
+import json
+import os
 
 import pytest
 import torch
 import torch.utils.checkpoint
 
-from braeburn.plan import RunOptions, make_plan
+from braeburn import _early
+from braeburn.accelerator import Accelerator
+from braeburn.cli.main import main
+from braeburn.devices.mps import FALLBACK_VAR, MpsDevice
+from braeburn.plan import PlanError, RunOptions, make_plan
 from braeburn.trainer.config import TrainingConfig
 from braeburn.trainer.hf_compat import prepare_model_options
 from tests.conftest import APPLE_M, LINUX_CPU
+from tests.test_launch import RECORD_ENV, script
+from tests.test_mac import ON_A_MAC, run_python
 
 
 # -- 1. gradient checkpointing replays the MPS random state ------------------------------------------------
@@ -102,3 +110,64 @@ def test_item1_reentrant_checkpointing_on_a_mac_is_refused_with_the_fix(fake_hos
     config = TrainingConfig(gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": True})
     with pytest.raises(ValueError, match=r'gradient_checkpointing_kwargs=.*use_reentrant.*: false.*gradient_checkpointing off'):
         prepare_model_options(model, config, make_plan(RunOptions(), host).device, host)
+
+
+# -- 3. an explicit mps_fallback=False wins over braeburn's own default -------------------------------------
+def mac_import_defaults(monkeypatch) -> dict[str, str]:
+    """The environment `import braeburn` leaves on a Mac where the user exported nothing (before torch loads)."""
+    environ: dict[str, str] = {}
+    _early.import_defaults(environ, "Darwin", torch_loaded=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    return environ
+
+
+def test_item3_import_braeburn_records_that_the_fallback_is_its_default():
+    shown = run_python(ON_A_MAC + f"import os, braeburn; print(os.environ.get('{FALLBACK_VAR}'), "
+                       f"os.environ.get('{_early.SET_BY_BRAEBURN_VAR}'))")
+    assert shown.stdout.split() == ["1", f"{FALLBACK_VAR}=1"]
+    exported = run_python(ON_A_MAC + f"import os, braeburn; print(os.environ.get('{_early.SET_BY_BRAEBURN_VAR}'))",
+                          **{FALLBACK_VAR: "1"})
+    assert exported.stdout.split() == ["None"]  # the user's own 1 is not braeburn's
+
+
+def test_item3_launch_no_mps_fallback_reaches_the_script(tmp_path, clean_env, fake_host, monkeypatch):
+    fake_host("apple")
+    mac_import_defaults(monkeypatch)  # `braeburn launch` itself imported braeburn on the Mac
+    record = tmp_path / "env.json"
+    assert main(["launch", "--no-mps-fallback", str(script(tmp_path, "rec.py", RECORD_ENV)), str(record)]) == 0
+    env = json.loads(record.read_text())["env"]
+    assert env[FALLBACK_VAR] == "0"
+    assert main(["launch", str(script(tmp_path, "rec.py", RECORD_ENV)), str(record)]) == 0
+    assert json.loads(record.read_text())["env"][FALLBACK_VAR] == "1"  # the default stays the default
+
+
+def test_item3_a_value_the_user_exported_still_wins_over_the_flag(tmp_path, clean_env, fake_host, monkeypatch):
+    fake_host("apple")
+    monkeypatch.setenv(FALLBACK_VAR, "1")
+    _early.import_defaults(os.environ, "Darwin", torch_loaded=False)  # sets nothing over the user's value
+    record = tmp_path / "env.json"
+    assert main(["launch", "--no-mps-fallback", str(script(tmp_path, "rec.py", RECORD_ENV)), str(record)]) == 0
+    assert json.loads(record.read_text())["env"][FALLBACK_VAR] == "1"
+
+
+def test_item3_in_process_mps_fallback_false_is_not_silently_ignored(clean_env, fake_host, monkeypatch):
+    fake_host("apple")
+    monkeypatch.setattr(MpsDevice, "torch_device", lambda self, index=0: torch.device("cpu"))
+    mac_import_defaults(monkeypatch)  # torch then loaded with the fallback on
+    with pytest.raises(PlanError, match=f"mps_fallback=False: asks for {FALLBACK_VAR}=0.*set its default {FALLBACK_VAR}=1 before torch loaded"
+                       f".*Export {FALLBACK_VAR}=0 before starting Python.*braeburn launch"):
+        Accelerator(mps_fallback=False)
+    Accelerator(mps_fallback=True)  # what braeburn set is what was asked
+
+
+def test_item3_doctor_tells_braeburns_default_from_the_users_value(clean_env, fake_host, monkeypatch, capsys):
+    fake_host("apple")
+    mac_import_defaults(monkeypatch)
+    assert main(["doctor", "--json"]) == 0
+    row = next(v for v in json.loads(capsys.readouterr().out)["environment"] if v["name"] == FALLBACK_VAR)
+    assert (row["value"], row["set_by"]) == ("1", "braeburn (its default)")
+    monkeypatch.setenv(FALLBACK_VAR, "0")  # the user's export replaces it; the stale marker must not claim it
+    assert main(["doctor", "--json"]) == 0
+    row = next(v for v in json.loads(capsys.readouterr().out)["environment"] if v["name"] == FALLBACK_VAR)
+    assert (row["value"], row["set_by"]) == ("0", "you")

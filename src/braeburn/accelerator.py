@@ -24,7 +24,7 @@ from .distributed import checkpoint as dist_ckpt
 from .distributed import fsdp
 from .distributed import process_group as pg
 from .envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, env_default, env_device
-from .fallback import FallbackRecorder, early_env_advice
+from .fallback import FallbackRecorder, early_env_advice, early_env_conflicts
 from .plan import OptionError, Plan, PlanError, RunOptions, make_plan
 from .precision import PrecisionPolicy, make_policy
 from .prepared_optim import AcceleratedOptimizer, AcceleratedScheduler
@@ -121,6 +121,9 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
             plan = make_plan(options, current_host())
         except PlanError as error:
             raise PlanError(error.errors + errors) from None
+        # mps_fallback is this class's only option that travels in the environment
+        errors += [OptionError("mps_fallback", mps_fallback, f"asks for {name}={wanted}, but {why}")
+                   for name, wanted, why in early_env_conflicts(plan.env, current_host(), os.environ)]
         if errors:
             raise PlanError(errors)
         return plan

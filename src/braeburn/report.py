@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from . import __version__
+from ._early import set_by_braeburn
 from .devices.base import PRECISIONS
 from .devices.host import HostFacts, python_arch_note, version_text
 from .devices.registry import KINDS
@@ -34,11 +35,14 @@ def _device_entry(kind, host: HostFacts) -> dict:
 
 def _environment(host: HostFacts, current_env: Mapping[str, str]) -> list[dict]:
     rows = []
+    defaults = set_by_braeburn(current_env)
     variables = [*BRAEBURN_VARIABLES, *(v for kind in KINDS for v in kind.environment_variables)]
     for name, purpose, read_at_load in variables:
         at_load = host.env.get(name)
         known = not host.torch_loaded_before_braeburn
-        rows.append({"name": name, "value": current_env.get(name), "purpose": purpose,
+        value = current_env.get(name)
+        set_by = None if value is None else "braeburn (its default)" if name in defaults else "you"
+        rows.append({"name": name, "value": value, "purpose": purpose, "set_by": set_by,
                      "read_when_torch_loads": read_at_load,
                      "set_before_torch_loaded": (at_load is not None) if known else None})
     return rows

@@ -62,13 +62,14 @@ def _device_table(report: dict) -> Table:
 
 def _env_table(report: dict) -> Table:
     table = Table(title="Environment", title_justify="left")
-    for column in ("variable", "value", "set before torch loaded", "what it does"):
+    for column in ("variable", "value", "set by", "set before torch loaded", "what it does"):
         table.add_column(column)
     for row in report["environment"]:
         before = {True: "yes", False: "no", None: "unknown (torch loaded first)"}[row["set_before_torch_loaded"]]
         if not row["read_when_torch_loads"]:
             before = "-"
-        table.add_row(row["name"], row["value"] if row["value"] is not None else "[dim]unset[/]", before, row["purpose"])
+        table.add_row(row["name"], row["value"] if row["value"] is not None else "[dim]unset[/]", row["set_by"] or "-",
+                      before, row["purpose"])
     return table
 
 
