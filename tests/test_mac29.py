@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ import torch.utils.checkpoint
 from braeburn import _early
 from braeburn.accelerator import Accelerator
 from braeburn.cli.main import main
-from braeburn.devices.mps import FALLBACK_VAR, MpsDevice
+from braeburn.devices.mps import FALLBACK_VAR, HIGH_WATERMARK_VAR, LOW_WATERMARK_VAR, MpsDevice
 from braeburn.plan import PlanError, RunOptions, make_plan
 from braeburn.trainer.config import TrainingConfig
 from braeburn.trainer.hf_compat import prepare_model_options
@@ -171,3 +172,51 @@ def test_item3_doctor_tells_braeburns_default_from_the_users_value(clean_env, fa
     assert main(["doctor", "--json"]) == 0
     row = next(v for v in json.loads(capsys.readouterr().out)["environment"] if v["name"] == FALLBACK_VAR)
     assert (row["value"], row["set_by"]) == ("0", "you")
+
+
+# -- 4. exported watermark ratios are checked as the pair torch will read ------------------------------------
+@pytest.mark.parametrize("env, words", [
+    ({HIGH_WATERMARK_VAR: "0.7"}, f"{HIGH_WATERMARK_VAR}=0.7 and {LOW_WATERMARK_VAR}=unset \\(torch's default 1.4\\)"
+                                  ".*'invalid low watermark ratio 1.4'.*Export PYTORCH_MPS_LOW_WATERMARK_RATIO=0.576"),
+    ({LOW_WATERMARK_VAR: "1.8"}, f"{HIGH_WATERMARK_VAR}=unset \\(torch's default 1.7\\) and {LOW_WATERMARK_VAR}=1.8"),
+    ({HIGH_WATERMARK_VAR: "2.5"}, "'invalid high watermark ratio 2.5'"),
+    ({HIGH_WATERMARK_VAR: "0.0", LOW_WATERMARK_VAR: "2.1"}, "to 2.0 when the high is 0.0"),
+    ({HIGH_WATERMARK_VAR: "lots"}, "is not a number: torch reads it with strtod"),
+])
+def test_item4_doctor_refuses_a_pair_torch_would_refuse(clean_env, fake_host, monkeypatch, capsys, env, words):
+    fake_host("apple")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["doctor", "--json"]) == 1  # was 0: "usable", then torch stopped at the first allocation
+    errors = json.loads(capsys.readouterr().out)["selected"]["errors"]
+    assert any(re.search(words, error) for error in errors), errors
+
+
+@pytest.mark.parametrize("env", [{HIGH_WATERMARK_VAR: "0.7", LOW_WATERMARK_VAR: "0.5"}, {HIGH_WATERMARK_VAR: "0.0"},
+                                 {HIGH_WATERMARK_VAR: "1.9"}, {LOW_WATERMARK_VAR: "1.0"}])
+def test_item4_pairs_torch_accepts_pass(clean_env, fake_host, monkeypatch, capsys, env):
+    fake_host("apple")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["doctor", "--json"]) == 0
+
+
+def test_item4_launch_refuses_before_starting_the_script(tmp_path, clean_env, fake_host, monkeypatch, capsys):
+    fake_host("apple")
+    monkeypatch.setenv(HIGH_WATERMARK_VAR, "0.7")
+    record = tmp_path / "env.json"
+    assert main(["launch", str(script(tmp_path, "rec.py", RECORD_ENV)), str(record)]) != 0
+    assert not record.exists()
+    assert "invalid low watermark ratio 1.4" in capsys.readouterr().err
+    # the launcher's own option sets the low ratio with the high one: the child's pair is valid
+    monkeypatch.delenv(HIGH_WATERMARK_VAR)
+    assert main(["launch", "--mps-high-watermark-ratio", "0.7", str(script(tmp_path, "rec.py", RECORD_ENV)),
+                 str(record)]) == 0
+
+
+def test_item4_a_run_refuses_at_its_start(clean_env, fake_host, monkeypatch):
+    fake_host("apple")
+    monkeypatch.setattr(MpsDevice, "torch_device", lambda self, index=0: torch.device("cpu"))
+    monkeypatch.setenv(HIGH_WATERMARK_VAR, "0.7")
+    with pytest.raises(PlanError, match=f"{HIGH_WATERMARK_VAR}=0.7 and {LOW_WATERMARK_VAR}=unset"):
+        Accelerator()

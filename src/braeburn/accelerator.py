@@ -124,6 +124,8 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         # mps_fallback is this class's only option that travels in the environment
         errors += [OptionError("mps_fallback", mps_fallback, f"asks for {name}={wanted}, but {why}")
                    for name, wanted, why in early_env_conflicts(plan.env, current_host(), os.environ)]
+        # what torch reads at load or at the first allocation, checked before that fails (start of a run)
+        errors += [OptionError("", None, problem) for problem in plan.device.env_problems(os.environ, current_host().system)]
         if errors:
             raise PlanError(errors)
         return plan

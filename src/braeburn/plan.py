@@ -41,6 +41,8 @@ class OptionError:
     message: str  # why it cannot work, and the fix
 
     def __str__(self) -> str:
+        if not self.option:  # a problem of the environment, not of one option: the message names it
+            return self.message
         return f"{self.option}={excerpt(self.value)}: {self.message}"  # a huge value is shown cut short
 
 

@@ -48,11 +48,14 @@ def _environment(host: HostFacts, current_env: Mapping[str, str]) -> list[dict]:
     return rows
 
 
-def _selection(options: RunOptions, host: HostFacts) -> dict:
+def _selection(options: RunOptions, host: HostFacts, current_env: Mapping[str, str]) -> dict:
     try:
         plan = make_plan(options, host)
     except PlanError as error:
         return {"ok": False, "errors": [str(e) for e in error.errors]}
+    problems = plan.device.env_problems(current_env, host.system)  # what torch reads would stop it
+    if problems:
+        return {"ok": False, "errors": problems}
     return {"ok": True, "device": plan.device.name, "device_reason": plan.device_reason, "devices": plan.devices,
             "precision": plan.precision, "grad_scaler": plan.grad_scaler, "precision_reason": plan.precision_reason,
             "compile": plan.compile, "compile_auto": plan.compile_auto, "compile_reason": plan.compile_reason, "env_for_child": plan.env}
@@ -61,7 +64,7 @@ def _selection(options: RunOptions, host: HostFacts) -> dict:
 def build_report(host: HostFacts, options: RunOptions, current_env: Mapping[str, str], torch_info: dict) -> dict:
     """Everything doctor prints; ``exit_code`` follows the EXIT_* codes above."""
     devices = [_device_entry(kind, host) for kind in KINDS]
-    selection = _selection(options, host)
+    selection = _selection(options, host, current_env)
     problems = [f"{d['name']}: {d['reason']}. Fix: {d['fix']}" for d in devices if d["fixable"] and not d["usable"]]
     if not selection["ok"]:
         code = EXIT_REFUSED

@@ -50,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_launch(resolved, current_host())
     settings = resolved.settings
     env = child_environment(plan, settings, os.environ)
+    problems = plan.device.env_problems(env, current_host().system)  # the pair the child's torch will read
+    if problems:
+        raise ConfigError([], problems)
     port = 0
     if uses_elastic_launch(settings):
         port = settings.main_process_port or (MULTI_NODE_DEFAULT_PORT if settings.num_machines > 1 else free_port())

@@ -105,6 +105,47 @@ def _watermark_problems(high: float | None, low: float | None) -> list[tuple[str
     return problems
 
 
+def _exported_ratio(env: Mapping[str, str], name: str, default: float) -> tuple[float, str]:
+    """(the ratio torch's allocator will use, how to show it); ValueError when it is not a number."""
+    raw = env.get(name)
+    if raw is None:
+        return default, f"unset (torch's default {default})"
+    try:
+        return float(raw), raw
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number: torch reads it with strtod, which takes it as 0.0 "
+                         "(for the high ratio: no memory limit at all). Export a number, e.g. "
+                         f"{HIGH_WATERMARK_VAR}=1.0 {LOW_WATERMARK_VAR}=0.8, or unset it") from None
+
+
+def watermark_env_problem(env: Mapping[str, str]) -> str | None:
+    """The effective watermark pair in ``env`` checked by torch's rules (MPSAllocator.mm: the high ratio in
+    [0, 2.0]; the low one from 0 to the high one, or to 2.0 when the high is 0.0). The low ratio's default
+    is a fixed 1.4 on unified memory, not a share of the high one, so exporting a high ratio below 1.4
+    alone stops torch at the first MPS allocation."""
+    if HIGH_WATERMARK_VAR not in env and LOW_WATERMARK_VAR not in env:
+        return None
+    try:
+        high, high_shown = _exported_ratio(env, HIGH_WATERMARK_VAR, DEFAULT_HIGH_WATERMARK)
+        low, low_shown = _exported_ratio(env, LOW_WATERMARK_VAR, DEFAULT_LOW_WATERMARK)
+    except ValueError as error:
+        return str(error)
+    pair = f"{HIGH_WATERMARK_VAR}={high_shown} and {LOW_WATERMARK_VAR}={low_shown}"
+    if not 0 <= high <= WATERMARK_UPPER_BOUND:
+        return (f"{pair}: torch accepts a high ratio from 0.0 (no limit) to {WATERMARK_UPPER_BOUND} and stops at "
+                f"the first MPS allocation with 'invalid high watermark ratio {high}'. Export "
+                f"{HIGH_WATERMARK_VAR}={WATERMARK_UPPER_BOUND} or less, or unset it")
+    ceiling = high if high > 0 else WATERMARK_UPPER_BOUND
+    if 0 <= low <= ceiling:
+        return None
+    fit = round(high * DEFAULT_LOW_WATERMARK / DEFAULT_HIGH_WATERMARK, 3) if high > 0 else DEFAULT_LOW_WATERMARK
+    return (f"{pair}: torch needs the low ratio from 0.0 to the high one (to {WATERMARK_UPPER_BOUND} when the high "
+            f"is 0.0) and stops at the first MPS allocation with 'invalid low watermark ratio {low}'. Export "
+            f"{LOW_WATERMARK_VAR}={fit} as well (torch's proportion {DEFAULT_LOW_WATERMARK}/{DEFAULT_HIGH_WATERMARK}"
+            f" of the high ratio), or unset {HIGH_WATERMARK_VAR}, or pass --mps-high-watermark-ratio {high} to "
+            "`braeburn launch`, which sets the low ratio with it")
+
+
 class MpsDevice(DeviceKind):
     name: ClassVar[str] = "mps"
     is_accelerator: ClassVar[bool] = True
@@ -192,11 +233,15 @@ class MpsDevice(DeviceKind):
         return {FALLBACK_VAR: "1"} if host_system == "Darwin" else {}
 
     def env_problems(self, env: Mapping[str, str], host_system: str) -> list[str]:
-        value = env.get(FALLBACK_VAR)
-        if host_system != "Darwin" or value is None or _STOI_PARSES.match(value):
+        if host_system != "Darwin":
             return []
-        return [f"{FALLBACK_VAR}={value!r} is not a whole number: libtorch reads it with std::stoi when it loads "
-                "and throws, so `import torch` aborts. Use 1 (ops MPS lacks run on the CPU) or 0 (they fail)"]
+        value, problems = env.get(FALLBACK_VAR), []
+        if value is not None and not _STOI_PARSES.match(value):
+            problems.append(f"{FALLBACK_VAR}={value!r} is not a whole number: libtorch reads it with std::stoi when "
+                            "it loads and throws, so `import torch` aborts. Use 1 (ops MPS lacks run on the CPU) or "
+                            "0 (they fail)")
+        watermarks = watermark_env_problem(env)
+        return problems + ([watermarks] if watermarks else [])
 
     def watermark_problems(self, high: float | None, low: float | None) -> list[tuple[str, object, str]]:
         return _watermark_problems(high, low)
