@@ -220,3 +220,56 @@ def test_item4_a_run_refuses_at_its_start(clean_env, fake_host, monkeypatch):
     monkeypatch.setenv(HIGH_WATERMARK_VAR, "0.7")
     with pytest.raises(PlanError, match=f"{HIGH_WATERMARK_VAR}=0.7 and {LOW_WATERMARK_VAR}=unset"):
         Accelerator()
+
+
+# -- 5. a Mac in a VM: MPS reported, every allocation fails -----------------------------------------------
+# What torch raises there for the smallest allocation (actions/runner-images#9918, a macos-14 arm64 runner).
+VM_ALLOCATION_ERROR = ("MPS backend out of memory (MPS allocated: 0 bytes, other allocations: 0 bytes, max allowed: "
+                       "7.93 GB). Tried to allocate 256 bytes on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 "
+                       "to disable upper limit for memory allocations (may cause system failure).")
+
+
+def fail_every_mps_allocation(monkeypatch) -> None:
+    """torch.backends.mps.is_available() says yes; any tensor made on "mps" raises torch's VM text."""
+    real_zeros = torch.zeros
+
+    def zeros(*size, device=None, **kwargs):
+        if torch.device(device or "cpu").type == "mps":
+            raise RuntimeError(VM_ALLOCATION_ERROR)
+        return real_zeros(*size, device=device, **kwargs)
+
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch, "zeros", zeros)
+
+
+def test_item5_the_host_facts_probe_one_allocation(monkeypatch, clean_env):
+    from braeburn.devices.host import gather_host_facts
+
+    fail_every_mps_allocation(monkeypatch)
+    facts = gather_host_facts()
+    assert facts.mps_available and facts.mps_allocation_error == VM_ALLOCATION_ERROR.splitlines()[0]
+
+
+def test_item5_auto_trains_on_the_cpu_and_says_why(fake_host):
+    host = fake_host("apple", mps_allocation_error=VM_ALLOCATION_ERROR)
+    plan = make_plan(RunOptions(), host)  # was: mps, then the batch-size finder halved to 1
+    assert plan.device.name == "cpu"
+    assert any("mps skipped: torch reports MPS as available, but allocating a one-element tensor on it failed"
+               in note and "virtual machine" in note and "--cpu" in note for note in plan.notes), plan.notes
+
+
+def test_item5_accelerator_mps_is_refused_with_its_own_message(fake_host):
+    host = fake_host("apple", mps_allocation_error=VM_ALLOCATION_ERROR)
+    with pytest.raises(PlanError, match="accelerator='mps'.*allocating a one-element tensor on it failed.*"
+                       "virtual machine.*run on a Mac with direct access to its GPU"):
+        make_plan(RunOptions(accelerator="mps"), host)
+
+
+def test_item5_doctor_does_not_call_it_usable(fake_host, capsys, clean_env):
+    fake_host("apple", mps_allocation_error=VM_ALLOCATION_ERROR)
+    assert main(["doctor", "--json"]) == 0  # training works, on the CPU
+    report = json.loads(capsys.readouterr().out)
+    mps = next(d for d in report["devices"] if d["name"] == "mps")
+    assert not mps["usable"] and mps["count"] == 0 and "virtual machine" in mps["reason"]
+    assert report["selected"]["device"] == "cpu" and "mps skipped" in report["selected"]["notes"][0]
+    assert main(["doctor", "--accelerator", "mps"]) == 1

@@ -29,6 +29,7 @@ def _device_entry(kind, host: HostFacts) -> dict:
         precisions[dtype] = {"supported": usable, "grad_scaler": support.needs_grad_scaler, "reason": support.reason}
     return {"name": kind.name, "usable": availability.usable, "reason": availability.reason,
             "fix": availability.fix, "fixable": availability.fixable, "count": kind.device_count(host),
+            "fails_although_reported": availability.skipped_with_warning,
             "process_group_backend": kind.process_group_backend, "float64": kind.supports_float64,
             "mixed_precision": precisions}
 
@@ -58,7 +59,8 @@ def _selection(options: RunOptions, host: HostFacts, current_env: Mapping[str, s
         return {"ok": False, "errors": problems}
     return {"ok": True, "device": plan.device.name, "device_reason": plan.device_reason, "devices": plan.devices,
             "precision": plan.precision, "grad_scaler": plan.grad_scaler, "precision_reason": plan.precision_reason,
-            "compile": plan.compile, "compile_auto": plan.compile_auto, "compile_reason": plan.compile_reason, "env_for_child": plan.env}
+            "compile": plan.compile, "compile_auto": plan.compile_auto, "compile_reason": plan.compile_reason, "env_for_child": plan.env,
+            "notes": list(plan.notes)}
 
 
 def build_report(host: HostFacts, options: RunOptions, current_env: Mapping[str, str], torch_info: dict) -> dict:

@@ -22,6 +22,9 @@ class Availability:
     # True when the hardware is there but this setup cannot reach it (Rosetta,
     # an old OS, a torch build without support): the user has something to fix.
     fixable: bool = False
+    # True when torch reports the device, yet it cannot work (an allocation failed): "auto" passes over it
+    # with a warning that says why, rather than in silence.
+    skipped_with_warning: bool = False
 
 
 @dataclass(frozen=True)

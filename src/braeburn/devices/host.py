@@ -52,6 +52,7 @@ class HostFacts:
     cuda_names: tuple[str, ...] = ()
     mps_built: bool = False
     mps_available: bool = False
+    mps_allocation_error: str | None = None  # why a one-element MPS allocation failed (VM Macs); None: it worked
     cpu_count: int = 1
     env: Mapping[str, str] = field(default_factory=dict)  # environment when braeburn loaded
     torch_loaded_before_braeburn: bool = False
@@ -98,6 +99,14 @@ def _cuda_facts(torch) -> dict:
     }
 
 
+def _mps_allocation_error(torch) -> str | None:
+    from . import mps  # mps imports this module
+
+    if not torch.backends.mps.is_available() or mps.watermark_env_problem(os.environ):
+        return None  # nothing to probe, or a pair torch refuses, which the device's env_problems reports
+    return mps.probe_allocation()
+
+
 def gather_host_facts() -> HostFacts:
     """Read the real facts of this process. Imports torch (about a second)."""
     import torch
@@ -113,6 +122,7 @@ def gather_host_facts() -> HostFacts:
         torch_version_str=torch.__version__,
         mps_built=torch.backends.mps.is_built(),
         mps_available=torch.backends.mps.is_available(),
+        mps_allocation_error=_mps_allocation_error(torch),
         cpu_count=os.cpu_count() or 1,
         env=dict(_early.ENV_AT_IMPORT),
         torch_loaded_before_braeburn=_early.TORCH_LOADED_FIRST,

@@ -55,6 +55,33 @@ def _old_macos(host: HostFacts, need: tuple[int, ...]) -> Availability:
                         f"update macOS to {version_text(need)} or newer{older}", fixable=True)
 
 
+def probe_allocation() -> str | None:
+    """Allocate one element on MPS: None when it works, else the error's first line.
+
+    Macs in a virtual machine (macOS runners of CI services) report torch.backends.mps.is_available(), yet
+    every allocation fails, e.g. 'MPS backend out of memory (MPS allocated: 0 bytes, other allocations: 0
+    bytes, max allowed: 7.93 GB). Tried to allocate 256 bytes on private pool' (actions/runner-images#9918).
+    This starts torch's MPS allocator, which reads the watermark variables now.
+    """
+    import torch
+
+    try:
+        torch.zeros(1, device="mps")
+    except RuntimeError as error:
+        text = str(error).strip()
+        return text.splitlines()[0] if text else type(error).__name__
+    return None
+
+
+def _cannot_allocate(host: HostFacts) -> Availability:
+    return Availability(False, "torch reports MPS as available, but allocating a one-element tensor on it failed "
+                        f"({host.mps_allocation_error}). A Mac in a virtual machine (the macOS runners of CI "
+                        "services) behaves so: Metal is visible but has no GPU memory to give, so every MPS "
+                        "allocation fails, whatever the model or batch size",
+                        "run on a Mac with direct access to its GPU, or pass --cpu (accelerator='cpu')",
+                        skipped_with_warning=True)
+
+
 def _not_available_reason(host: HostFacts) -> Availability:
     if host.system != "Darwin":
         return Availability(False, f"MPS needs macOS on Apple silicon; this is {host.system}")
@@ -163,12 +190,14 @@ class MpsDevice(DeviceKind):
     )
 
     def availability(self, host: HostFacts) -> Availability:
+        if host.mps_available and host.mps_allocation_error:
+            return _cannot_allocate(host)
         if host.mps_available:
             return Availability(True, f"Apple-silicon GPU, macOS {version_text(host.macos_version)}")
         return _not_available_reason(host)
 
     def device_count(self, host: HostFacts) -> int:
-        return 1 if host.mps_available else 0
+        return 1 if host.mps_available and not host.mps_allocation_error else 0
 
     def precision_support(self, dtype: str, host: HostFacts) -> PrecisionSupport:
         tv, scaler = host.torch_version, host.torch_version >= (2, 8)
