@@ -273,3 +273,12 @@ def test_item5_doctor_does_not_call_it_usable(fake_host, capsys, clean_env):
     assert not mps["usable"] and mps["count"] == 0 and "virtual machine" in mps["reason"]
     assert report["selected"]["device"] == "cpu" and "mps skipped" in report["selected"]["notes"][0]
     assert main(["doctor", "--accelerator", "mps"]) == 1
+
+
+# -- 2. mixed_precision="auto" on a Mac: float32, with the reason ------------------------------------------
+@pytest.mark.parametrize("macos", [(13, 6), (14, 0), (15, 1), (26, 0)])
+def test_item2_auto_keeps_float32_on_every_mac_and_says_why(fake_host, macos):
+    plan = make_plan(RunOptions(), fake_host("apple", macos_version=macos))
+    assert (plan.device.name, plan.precision, plan.grad_scaler) == ("mps", "no", False)  # was bf16 (fp16 on 13)
+    assert "no measurement backs" in plan.precision_reason and "emulated on M1/M2" in plan.precision_reason
+    assert make_plan(RunOptions(mixed_precision="bf16"), APPLE_M).precision == "bf16"  # one option away

@@ -159,7 +159,7 @@ def _choose_precision(options: RunOptions, kind: DeviceKind, host: HostFacts,
             if support.supported and (not support.needs_grad_scaler or support.grad_scaler_supported):
                 scaler = " with a grad scaler" if support.needs_grad_scaler else ""
                 return dtype, support.needs_grad_scaler, f"auto: {dtype}{scaler}, the best mixed precision {kind.name} supports here"
-        return "no", False, f"auto: float32, since {kind.name} has no mixed precision worth using here"
+        return "no", False, f"auto: float32, {kind.auto_float32_reason(host)}"
     support = kind.precision_support(asked, host)
     if not support.supported or (support.needs_grad_scaler and not support.grad_scaler_supported):
         errors.append(OptionError("mixed_precision", asked, f"{support.reason}. Upgrade, or pass "

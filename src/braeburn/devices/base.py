@@ -89,6 +89,10 @@ class DeviceKind(ABC):
         """Mixed-precision dtypes that ``mixed_precision="auto"`` tries, best first."""
         return ("bf16", "fp16")
 
+    def auto_float32_reason(self, host: HostFacts) -> str:
+        """Why ``mixed_precision="auto"`` keeps float32 when :meth:`auto_precision_order` offers nothing usable."""
+        return f"since {self.name} has no mixed precision worth using here"
+
     def env_before_torch(self, *, fallback: bool = True, high_watermark: float | None = None,
                          low_watermark: float | None = None) -> dict[str, str]:
         """Variables that must be in the environment before torch loads."""

@@ -216,6 +216,17 @@ class MpsDevice(DeviceKind):
                                     f"macOS {version_text(host.macos_version)}")
         return PrecisionSupport("bf16", True)
 
+    def auto_precision_order(self, host: HostFacts) -> tuple[str, ...]:
+        # No measurement backs a mixed precision on MPS: bf16 is emulated on M1/M2 (Transformers PR #40458, "no
+        # performance benefit") and was measured slower than float32 on an M4 too (nanochat #685); fp16 needs
+        # GradScaler("mps") and the non-fused AdamW. Until braeburn measures on the user's Mac, float32.
+        return ()
+
+    def auto_float32_reason(self, host: HostFacts) -> str:
+        return ("since no measurement backs a faster mixed precision on Apple silicon: bf16 is emulated on M1/M2 "
+                "and was measured slower than float32 on newer chips too. Pass mixed_precision='bf16' (macOS 14+) "
+                "or 'fp16' to try one, and compare the step times")
+
     def env_before_torch(self, *, fallback: bool = True, high_watermark: float | None = None,
                          low_watermark: float | None = None) -> dict[str, str]:
         env = {FALLBACK_VAR: "1" if fallback else "0"}
