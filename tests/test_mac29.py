@@ -282,3 +282,13 @@ def test_item2_auto_keeps_float32_on_every_mac_and_says_why(fake_host, macos):
     assert (plan.device.name, plan.precision, plan.grad_scaler) == ("mps", "no", False)  # was bf16 (fp16 on 13)
     assert "no measurement backs" in plan.precision_reason and "emulated on M1/M2" in plan.precision_reason
     assert make_plan(RunOptions(mixed_precision="bf16"), APPLE_M).precision == "bf16"  # one option away
+
+
+# -- 6 (part). doctor lists every MPS variable PyTorch documents that changes speed or results -------------
+def test_item6_doctor_shows_the_other_mps_variables(fake_host, capsys, clean_env, monkeypatch):
+    fake_host("apple")
+    monkeypatch.setenv("PYTORCH_MPS_FAST_MATH", "1")
+    assert main(["doctor", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)["environment"]}
+    assert {"PYTORCH_MPS_PREFER_METAL", "PYTORCH_MPS_FAST_MATH", "PYTORCH_MPS_LOG_PROFILE_INFO"} <= set(rows)
+    assert (rows["PYTORCH_MPS_FAST_MATH"]["value"], rows["PYTORCH_MPS_FAST_MATH"]["set_by"]) == ("1", "you")

@@ -187,6 +187,11 @@ class MpsDevice(DeviceKind):
         (FALLBACK_VAR, "run ops MPS lacks on the CPU instead of failing", True),
         (HIGH_WATERMARK_VAR, "MPS memory limit as a share of recommended memory (0.0: none)", True),
         (LOW_WATERMARK_VAR, "MPS memory level at which cached memory is given back", True),
+        # PyTorch's "MPS Environment Variables" page; each is read once per process, at its first use.
+        ("PYTORCH_MPS_PREFER_METAL", "1: Metal kernels instead of MPS Graph (for now only matmul)", True),
+        ("PYTORCH_MPS_FAST_MATH", "1: fast math in MPS Metal kernels (faster, less exact)", True),
+        ("PYTORCH_MPS_LOG_PROFILE_INFO", "MPS profiler log bitmask (LogOptions in MPSProfiler.h; logs CPU fallbacks)",
+         True),
     )
 
     def availability(self, host: HostFacts) -> Availability:
