@@ -292,3 +292,31 @@ def test_item6_doctor_shows_the_other_mps_variables(fake_host, capsys, clean_env
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)["environment"]}
     assert {"PYTORCH_MPS_PREFER_METAL", "PYTORCH_MPS_FAST_MATH", "PYTORCH_MPS_LOG_PROFILE_INFO"} <= set(rows)
     assert (rows["PYTORCH_MPS_FAST_MATH"]["value"], rows["PYTORCH_MPS_FAST_MATH"]["set_by"]) == ("1", "you")
+
+
+# -- 6 (part). the macOS version comes from torch's own check ------------------------------------------------
+def macos_at_least(real: tuple[int, int]):
+    """torch.backends.mps.is_macos_or_newer on a Mac running ``real`` (NSProcessInfo isOperatingSystemAtLeastVersion)."""
+    return lambda major, minor: (major, minor) <= real
+
+
+@pytest.mark.parametrize("reported, real", [((16, 0), (26, 1)), ((10, 16), (15, 2)), ((14, 6), (14, 6))])
+def test_item6_macos_version_is_torchs_not_platform_mac_ver(reported, real):
+    from braeburn.devices.host import macos_version_from_torch
+
+    assert macos_version_from_torch(macos_at_least(real), reported) == real
+
+
+def test_item6_host_facts_use_torchs_macos_version(monkeypatch, clean_env):
+    import platform
+
+    from braeburn.devices import host as host_module
+
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(platform, "mac_ver", lambda: ("10.16", ("", "", ""), "arm64"))  # SYSTEM_VERSION_COMPAT
+    monkeypatch.setattr(host_module, "_sysctl", lambda name: "0")
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", macos_at_least((15, 2)))
+    facts = host_module.gather_host_facts()
+    assert facts.macos_version == (15, 2)  # was (10, 16): "bf16 needs macOS 14" on a macOS 15 Mac
+    assert MpsDevice().precision_support("bf16", facts.replace(torch_version=(2, 13, 0))).supported
