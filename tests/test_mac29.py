@@ -24,7 +24,7 @@ from braeburn.trainer.config import TrainingConfig
 from braeburn.trainer.hf_compat import prepare_model_options
 from tests.conftest import APPLE_M, LINUX_CPU
 from tests.test_launch import RECORD_ENV, script
-from tests.test_mac import ON_A_MAC, run_python
+from tests.test_mac import ON_A_MAC, fake_mac, run_python  # noqa: F401  (fake_mac: a fixture)
 
 
 # -- 1. gradient checkpointing replays the MPS random state ------------------------------------------------
@@ -320,3 +320,21 @@ def test_item6_host_facts_use_torchs_macos_version(monkeypatch, clean_env):
     facts = host_module.gather_host_facts()
     assert facts.macos_version == (15, 2)  # was (10, 16): "bf16 needs macOS 14" on a macOS 15 Mac
     assert MpsDevice().precision_support("bf16", facts.replace(torch_version=(2, 13, 0))).supported
+
+
+# -- 6 (part). float64 models, not only batches ---------------------------------------------------------------
+def test_item6_a_float64_model_is_cast_once_and_its_optimizer_follows(fake_mac):
+    # On a real Mac, model.to("mps") with float64 weights raises "Cannot convert a MPS Tensor to float64 dtype
+    # as the MPS framework doesn't support float64"; here MPS tensors are CPU ones, so the test checks the
+    # dtype braeburn hands to that move.
+    accelerator = Accelerator()
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).double()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.warns(UserWarning, match=r"the model's 0.weight, 0.bias, 1.weight and \d+ more are float64, which"):
+        model, optimizer = accelerator.prepare(model, optimizer)
+    assert all(t.dtype != torch.float64 for t in [*model.parameters(), *model.buffers()])
+    assert optimizer.param_groups[0]["params"][0] is next(model.parameters())  # the optimizer still steps them
+    loss = model(torch.rand(8, 3)).pow(2).mean()
+    accelerator.backward(loss)
+    optimizer.step()
+    accelerator.end_training()

@@ -18,7 +18,7 @@ import torch
 
 from . import compile_policy, manifest, output_lock, probe
 from .accelerate_compat import AccelerateCompat, accelerate_options
-from .data import BatchTracker, DeviceDataLoader, apply_to_tensors, truncate_padding
+from .data import BatchTracker, DeviceDataLoader, apply_to_tensors, cast_float64_model, truncate_padding
 from .devices.host import current_host
 from .distributed import checkpoint as dist_ckpt
 from .distributed import fsdp
@@ -197,6 +197,8 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         return self.plan.strategy == "fsdp" and self.num_processes > 1
 
     def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        if not self.plan.device.supports_float64:
+            cast_float64_model(model, self.device)
         model = model.to(self.device)
         if self.plan.device.channels_last_helps and _mostly_convolutions(model):
             # cuDNN's NHWC kernels on tensor cores: the same math, a faster layout for convolutions
