@@ -338,3 +338,20 @@ def test_item6_a_float64_model_is_cast_once_and_its_optimizer_follows(fake_mac):
     accelerator.backward(loss)
     optimizer.step()
     accelerator.end_training()
+
+
+# -- 6 (part). fp16 on MPS keeps the fused AdamW: braeburn's own overflow skip guards it ------------------------
+def test_item6_fp16_trainer_on_a_mac_uses_the_fused_adamw_and_applies_no_overflow_step(fake_mac, monkeypatch, tmp_path):
+    from braeburn import Trainer, TrainingConfig
+    from tests.test_mac import IgnoresFoundInfAdamW, overflowing_data
+
+    monkeypatch.setattr(torch.optim, "AdamW", IgnoresFoundInfAdamW)  # MPS's fused kernel: found_inf ignored
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    before = [p.detach().clone() for p in model.parameters()]
+    config = TrainingConfig(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=16,
+                            mixed_precision="fp16", logging_steps=1, save_strategy="no", learning_rate=0.1)
+    trainer = Trainer(model, config, train_dataset=overflowing_data(), loss_fn=torch.nn.functional.mse_loss)
+    trainer.train()
+    assert trainer.optimizer.param_groups[0]["fused"]  # was the per-parameter loop
+    assert all(torch.equal(w.detach(), b) for w, b in zip(model.parameters(), before))  # every step overflowed
