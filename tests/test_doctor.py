@@ -22,7 +22,7 @@ def test_json_on_fake_apple_silicon(fake_host, capsys):
     code, out = run_doctor(capsys, "--json")
     report = json.loads(out)
     assert code == 0 and report["exit_code"] == 0
-    assert report["selected"]["device"] == "mps" and report["selected"]["precision"] == "bf16"
+    assert report["selected"]["device"] == "mps" and report["selected"]["precision"] == "no"
     mps = next(d for d in report["devices"] if d["name"] == "mps")
     assert mps["usable"] and mps["process_group_backend"] is None and mps["float64"] is False
     fallback = next(v for v in report["environment"] if v["name"] == "PYTORCH_ENABLE_MPS_FALLBACK")

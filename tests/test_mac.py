@@ -103,7 +103,7 @@ def test_row1_fp16_trainer_on_a_mac_never_applies_an_overflow_step(fake_mac, mon
     trainer = Trainer(model, config, train_dataset=overflowing_data(), loss_fn=torch.nn.functional.mse_loss)
     assert trainer.accelerator.plan.device.name == MpsDevice.name and trainer.accelerator.scaler is not None
     trainer.train()
-    assert not trainer.optimizer.param_groups[0]["fused"]  # the non-fused AdamW: GradScaler skips in Python
+    assert trainer.optimizer.param_groups[0]["fused"]  # fused (issue 29): braeburn skips the overflow step itself
     for weight, start in zip(model.parameters(), before):
         assert torch.isfinite(weight).all()
         assert torch.equal(weight.detach(), start)  # every step overflowed: none was applied
@@ -139,7 +139,7 @@ def test_row1_devices_that_honour_found_inf_keep_the_fused_kernel(fake_host):
 
     assert use_fused_adamw(get_kind("cuda"), grad_scaler=True, host=fake_host("cuda"))
     assert use_fused_adamw(MpsDevice(), grad_scaler=False, host=APPLE_M)  # bf16/float32: nothing to skip
-    assert not use_fused_adamw(MpsDevice(), grad_scaler=True, host=APPLE_M)
+    assert use_fused_adamw(MpsDevice(), grad_scaler=True, host=APPLE_M)  # guarded by ScaledFp16Policy (issue 29)
 
 
 # -- row 2: the CPU-fallback report counts every op and every call ----------------------------------
@@ -227,7 +227,8 @@ def test_row3_a_value_libtorch_cannot_parse_is_explained_before_torch_aborts():
 def test_row3_nothing_is_set_once_torch_has_loaded():
     environ: dict[str, str] = {}
     assert _early.import_defaults(environ, "Darwin", torch_loaded=True) == [] and environ == {}
-    assert _early.import_defaults(environ, "Darwin", torch_loaded=False) == [] and environ == {FALLBACK_VAR: "1"}
+    assert _early.import_defaults(environ, "Darwin", torch_loaded=False) == []
+    assert environ == {FALLBACK_VAR: "1", _early.SET_BY_BRAEBURN_VAR: f"{FALLBACK_VAR}=1"}  # marked as braeburn's
     assert _early.import_defaults({FALLBACK_VAR: " 1"}, "Darwin", torch_loaded=False) == []  # stoi skips spaces
 
 

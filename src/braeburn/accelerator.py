@@ -18,13 +18,13 @@ import torch
 
 from . import compile_policy, manifest, output_lock, probe
 from .accelerate_compat import AccelerateCompat, accelerate_options
-from .data import BatchTracker, DeviceDataLoader, apply_to_tensors, truncate_padding
+from .data import BatchTracker, DeviceDataLoader, apply_to_tensors, cast_float64_model, truncate_padding
 from .devices.host import current_host
 from .distributed import checkpoint as dist_ckpt
 from .distributed import fsdp
 from .distributed import process_group as pg
 from .envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, env_default, env_device
-from .fallback import FallbackRecorder, early_env_advice
+from .fallback import FallbackRecorder, early_env_advice, early_env_conflicts
 from .plan import OptionError, Plan, PlanError, RunOptions, make_plan
 from .precision import PrecisionPolicy, make_policy
 from .prepared_optim import AcceleratedOptimizer, AcceleratedScheduler
@@ -121,6 +121,11 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
             plan = make_plan(options, current_host())
         except PlanError as error:
             raise PlanError(error.errors + errors) from None
+        # mps_fallback is this class's only option that travels in the environment
+        errors += [OptionError("mps_fallback", mps_fallback, f"asks for {name}={wanted}, but {why}")
+                   for name, wanted, why in early_env_conflicts(plan.env, current_host(), os.environ)]
+        # what torch reads at load or at the first allocation, checked before that fails (start of a run)
+        errors += [OptionError("", None, problem) for problem in plan.device.env_problems(os.environ, current_host().system)]
         if errors:
             raise PlanError(errors)
         return plan
@@ -192,6 +197,8 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         return self.plan.strategy == "fsdp" and self.num_processes > 1
 
     def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        if not self.plan.device.supports_float64:
+            cast_float64_model(model, self.device)
         model = model.to(self.device)
         if self.plan.device.channels_last_helps and _mostly_convolutions(model):
             # cuDNN's NHWC kernels on tensor cores: the same math, a faster layout for convolutions

@@ -79,6 +79,25 @@ def _float64_names(data: Any, name: str = "batch") -> list[str]:
     return []
 
 
+def cast_float64_model(model: torch.nn.Module, device: torch.device) -> None:
+    """Cast ``model``'s float64 parameters and buffers to float32 in place (the same Parameter objects, so an
+    optimizer made before keeps them), for a device without float64, where ``model.to(device)`` would fail with
+    "Cannot convert a MPS Tensor to float64 dtype"; one line names them."""
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    names = [name for name, tensor in tensors if tensor.dtype == torch.float64]
+    if not names:
+        return
+    for _, tensor in tensors:
+        if tensor.dtype == torch.float64:
+            tensor.data = tensor.data.float()
+            if tensor.grad is not None:
+                tensor.grad = tensor.grad.float()
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    warnings.warn(f"braeburn: the model's {shown} {'is' if len(names) == 1 else 'are'} float64, which {device.type} "
+                  "does not support: cast to float32 before moving the model (call model.float() before prepare() "
+                  "to make this explicit)", UserWarning, stacklevel=4)
+
+
 def cast_float64(batch: Any, device: torch.device, announced: set[str]) -> Any:
     """``batch`` with float64 tensors cast to float32, on the CPU before the copy, for a device without
     float64; the first time a name is cast, one line says so (``announced`` remembers the names)."""
@@ -344,4 +363,4 @@ def truncate_padding(data: Any, keep: int) -> Any:
 
 
 __all__ = ["DeviceDataLoader", "ShardSampler", "BatchTracker", "move_to_device", "apply_to_tensors",
-           "truncate_padding", "first_dim", "cast_float64"]
+           "truncate_padding", "first_dim", "cast_float64", "cast_float64_model"]

@@ -18,6 +18,7 @@ import warnings
 from collections import Counter
 from collections.abc import Mapping
 
+from ._early import set_by_braeburn
 from .devices.host import HostFacts
 
 _FALLBACK_TEXT = re.compile(r"The operator '([^']+)' is not currently supported on the MPS backend "
@@ -139,4 +140,18 @@ def early_env_advice(plan_env: Mapping[str, str], host: HostFacts, environ: Mapp
             f"Start the script with `braeburn launch script.py`, or `export {exports}` before starting Python.")
 
 
-__all__ = ["parse_fallback_warning", "FallbackRecorder", "early_env_advice"]
+def early_env_conflicts(plan_env: Mapping[str, str], host: HostFacts, environ: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """(variable, wanted value, why and the fix) where an explicit option asks for another value than the
+    default braeburn's import set before torch loaded: libtorch read the default, so the option would be
+    silently ignored."""
+    if host.torch_loaded_before_braeburn:  # braeburn's import set nothing then
+        return []
+    defaults = set_by_braeburn(environ)
+    return [(name, value, f"`import braeburn` set its default {name}={defaults[name]} before torch loaded, and "
+             "torch reads it only when it loads, so this option cannot take effect in this process. Export "
+             f"{name}={value} before starting Python, or pass the option to `braeburn launch`, which sets it "
+             "before the script starts") for name, value in plan_env.items()
+            if name in defaults and defaults[name] != value]
+
+
+__all__ = ["parse_fallback_warning", "FallbackRecorder", "early_env_advice", "early_env_conflicts"]

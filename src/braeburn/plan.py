@@ -41,6 +41,8 @@ class OptionError:
     message: str  # why it cannot work, and the fix
 
     def __str__(self) -> str:
+        if not self.option:  # a problem of the environment, not of one option: the message names it
+            return self.message
         return f"{self.option}={excerpt(self.value)}: {self.message}"  # a huge value is shown cut short
 
 
@@ -81,15 +83,20 @@ def _requested_accelerator(options: RunOptions) -> tuple[str, str, object]:
     return str(options.accelerator).lower(), "accelerator", options.accelerator
 
 
-def _choose_device(options: RunOptions, host: HostFacts, errors: list[OptionError]) -> tuple[DeviceKind, str]:
+def _choose_device(options: RunOptions, host: HostFacts, errors: list[OptionError],
+                   notes: list[str]) -> tuple[DeviceKind, str]:
     request, option, value = _requested_accelerator(options)
     if request not in ACCELERATOR_CHOICES:
         errors.append(OptionError(option, value, f"unknown accelerator; choose one of {', '.join(ACCELERATOR_CHOICES)}"))
         return fallback_kind(), "fallback after an unknown accelerator"
     if request == "auto":
         for kind in KINDS:
-            if kind.availability(host).usable:
+            availability = kind.availability(host)
+            if availability.usable:
                 return kind, f"auto: the best usable device here ({kind.describe(host)})"
+            if availability.skipped_with_warning:
+                notes.append(f"{kind.name} skipped: {availability.reason}. Training on the next usable device; "
+                             f"{availability.fix}")
     candidates = accelerator_kinds() if request == GPU_ALIAS else (get_kind(request),)
     for kind in candidates:
         if kind.availability(host).usable:
@@ -152,7 +159,7 @@ def _choose_precision(options: RunOptions, kind: DeviceKind, host: HostFacts,
             if support.supported and (not support.needs_grad_scaler or support.grad_scaler_supported):
                 scaler = " with a grad scaler" if support.needs_grad_scaler else ""
                 return dtype, support.needs_grad_scaler, f"auto: {dtype}{scaler}, the best mixed precision {kind.name} supports here"
-        return "no", False, f"auto: float32, since {kind.name} has no mixed precision worth using here"
+        return "no", False, f"auto: float32, {kind.auto_float32_reason(host)}"
     support = kind.precision_support(asked, host)
     if not support.supported or (support.needs_grad_scaler and not support.grad_scaler_supported):
         errors.append(OptionError("mixed_precision", asked, f"{support.reason}. Upgrade, or pass "
@@ -203,11 +210,11 @@ def _mps_env(options: RunOptions, kind: DeviceKind, errors: list[OptionError]) -
 def make_plan(options: RunOptions, host: HostFacts) -> Plan:
     """Resolve ``options`` against ``host``; raise :class:`PlanError` listing every problem."""
     errors: list[OptionError] = []
-    kind, device_reason = _choose_device(options, host, errors)
+    notes: list[str] = []
+    kind, device_reason = _choose_device(options, host, errors, notes)
     devices = _check_devices(options, kind, host, errors)
     strategy = _check_processes(options, kind, host, errors)
     precision, scaler, precision_reason = _choose_precision(options, kind, host, errors)
-    notes: list[str] = []
     use_compile, compile_reason = _choose_compile(options, kind, host, errors, notes)
     env = _mps_env(options, kind, errors)
     if errors:

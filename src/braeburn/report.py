@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from . import __version__
+from ._early import set_by_braeburn
 from .devices.base import PRECISIONS
 from .devices.host import HostFacts, python_arch_note, version_text
 from .devices.registry import KINDS
@@ -28,36 +29,44 @@ def _device_entry(kind, host: HostFacts) -> dict:
         precisions[dtype] = {"supported": usable, "grad_scaler": support.needs_grad_scaler, "reason": support.reason}
     return {"name": kind.name, "usable": availability.usable, "reason": availability.reason,
             "fix": availability.fix, "fixable": availability.fixable, "count": kind.device_count(host),
+            "fails_although_reported": availability.skipped_with_warning,
             "process_group_backend": kind.process_group_backend, "float64": kind.supports_float64,
             "mixed_precision": precisions}
 
 
 def _environment(host: HostFacts, current_env: Mapping[str, str]) -> list[dict]:
     rows = []
+    defaults = set_by_braeburn(current_env)
     variables = [*BRAEBURN_VARIABLES, *(v for kind in KINDS for v in kind.environment_variables)]
     for name, purpose, read_at_load in variables:
         at_load = host.env.get(name)
         known = not host.torch_loaded_before_braeburn
-        rows.append({"name": name, "value": current_env.get(name), "purpose": purpose,
+        value = current_env.get(name)
+        set_by = None if value is None else "braeburn (its default)" if name in defaults else "you"
+        rows.append({"name": name, "value": value, "purpose": purpose, "set_by": set_by,
                      "read_when_torch_loads": read_at_load,
                      "set_before_torch_loaded": (at_load is not None) if known else None})
     return rows
 
 
-def _selection(options: RunOptions, host: HostFacts) -> dict:
+def _selection(options: RunOptions, host: HostFacts, current_env: Mapping[str, str]) -> dict:
     try:
         plan = make_plan(options, host)
     except PlanError as error:
         return {"ok": False, "errors": [str(e) for e in error.errors]}
+    problems = plan.device.env_problems(current_env, host.system)  # what torch reads would stop it
+    if problems:
+        return {"ok": False, "errors": problems}
     return {"ok": True, "device": plan.device.name, "device_reason": plan.device_reason, "devices": plan.devices,
             "precision": plan.precision, "grad_scaler": plan.grad_scaler, "precision_reason": plan.precision_reason,
-            "compile": plan.compile, "compile_auto": plan.compile_auto, "compile_reason": plan.compile_reason, "env_for_child": plan.env}
+            "compile": plan.compile, "compile_auto": plan.compile_auto, "compile_reason": plan.compile_reason, "env_for_child": plan.env,
+            "notes": list(plan.notes)}
 
 
 def build_report(host: HostFacts, options: RunOptions, current_env: Mapping[str, str], torch_info: dict) -> dict:
     """Everything doctor prints; ``exit_code`` follows the EXIT_* codes above."""
     devices = [_device_entry(kind, host) for kind in KINDS]
-    selection = _selection(options, host)
+    selection = _selection(options, host, current_env)
     problems = [f"{d['name']}: {d['reason']}. Fix: {d['fix']}" for d in devices if d["fixable"] and not d["usable"]]
     if not selection["ok"]:
         code = EXIT_REFUSED

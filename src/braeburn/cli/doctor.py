@@ -52,7 +52,8 @@ def _device_table(report: dict) -> Table:
     for column in ("device", "status", "count", "mixed precision", "distributed", "why / fix"):
         table.add_column(column)
     for d in report["devices"]:
-        status = "[green]usable[/]" if d["usable"] else ("[yellow]fixable[/]" if d["fixable"] else "[dim]absent[/]")
+        status = "[green]usable[/]" if d["usable"] else ("[yellow]fixable[/]" if d["fixable"] else
+                                                         "[red]fails[/]" if d.get("fails_although_reported") else "[dim]absent[/]")
         precisions = ", ".join(name for name, p in d["mixed_precision"].items() if p["supported"]) or "none"
         precisions = precisions if d["usable"] else "-"
         why = d["reason"] + (f"\nfix: {d['fix']}" if d["fix"] else "")
@@ -62,13 +63,14 @@ def _device_table(report: dict) -> Table:
 
 def _env_table(report: dict) -> Table:
     table = Table(title="Environment", title_justify="left")
-    for column in ("variable", "value", "set before torch loaded", "what it does"):
+    for column in ("variable", "value", "set by", "set before torch loaded", "what it does"):
         table.add_column(column)
     for row in report["environment"]:
         before = {True: "yes", False: "no", None: "unknown (torch loaded first)"}[row["set_before_torch_loaded"]]
         if not row["read_when_torch_loads"]:
             before = "-"
-        table.add_row(row["name"], row["value"] if row["value"] is not None else "[dim]unset[/]", before, row["purpose"])
+        table.add_row(row["name"], row["value"] if row["value"] is not None else "[dim]unset[/]", row["set_by"] or "-",
+                      before, row["purpose"])
     return table
 
 
@@ -86,6 +88,8 @@ def render(report: dict, console: Console) -> None:
         console.print(f"[bold]Precision:[/] {selected['precision_reason']}")
         state = "auto" if selected["compile"] and selected.get("compile_auto") else "on" if selected["compile"] else "off"
         console.print(f"[bold]torch.compile:[/] {state} - {selected['compile_reason']}")
+        for note in selected.get("notes", []):
+            console.print(f"[yellow]Note:[/] {note}")
     else:
         console.print("[bold red]Cannot use what was asked:[/]")
         for error in selected["errors"]:

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .._early import put_option
 from ..devices.host import HostFacts, current_host
 from ..envvars import COMPILE_VAR, DEVICE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR
 from ..launch_config import (ConfigError, LaunchSettings, ResolvedSettings, add_settings_arguments, flag_values,
@@ -49,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_launch(resolved, current_host())
     settings = resolved.settings
     env = child_environment(plan, settings, os.environ)
+    problems = plan.device.env_problems(env, current_host().system)  # the pair the child's torch will read
+    if problems:
+        raise ConfigError([], problems)
     port = 0
     if uses_elastic_launch(settings):
         port = settings.main_process_port or (MULTI_NODE_DEFAULT_PORT if settings.num_machines > 1 else free_port())
@@ -114,11 +118,12 @@ def _check_gpu_ids(settings: LaunchSettings, plan: Plan, host: HostFacts) -> lis
 # -- the child's environment ------------------------------------------------------------------------
 
 def child_environment(plan: Plan, settings: LaunchSettings, parent: Mapping[str, str]) -> dict[str, str]:
-    """The parent's environment, plus the plan's pre-torch variables where the user set none, plus
+    """The parent's environment, plus the plan's pre-torch variables where the user set none (braeburn's own
+    import default gives way: --no-mps-fallback wins over the fallback `import braeburn` turned on), plus
     the launcher's choices for Accelerator/Trainer, plus the visible devices with --gpu-ids."""
     env = dict(parent)
     for name, value in plan.env.items():
-        env.setdefault(name, value)  # a value the user exported wins
+        put_option(env, name, value)  # over braeburn's import default; a value the user exported wins
     env[DEVICE_VAR] = plan.device.name
     # What the user asked, not what "auto" resolved to here: the child resolves "auto" to the same
     # plan, keeps the per-model rules of "auto" (CNNs stay eager), and says "auto" in its messages.

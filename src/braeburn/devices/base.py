@@ -22,6 +22,9 @@ class Availability:
     # True when the hardware is there but this setup cannot reach it (Rosetta,
     # an old OS, a torch build without support): the user has something to fix.
     fixable: bool = False
+    # True when torch reports the device, yet it cannot work (an allocation failed): "auto" passes over it
+    # with a warning that says why, rather than in silence.
+    skipped_with_warning: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,10 @@ class DeviceKind(ABC):
         """Mixed-precision dtypes that ``mixed_precision="auto"`` tries, best first."""
         return ("bf16", "fp16")
 
+    def auto_float32_reason(self, host: HostFacts) -> str:
+        """Why ``mixed_precision="auto"`` keeps float32 when :meth:`auto_precision_order` offers nothing usable."""
+        return f"since {self.name} has no mixed precision worth using here"
+
     def env_before_torch(self, *, fallback: bool = True, high_watermark: float | None = None,
                          low_watermark: float | None = None) -> dict[str, str]:
         """Variables that must be in the environment before torch loads."""
@@ -101,6 +108,11 @@ class DeviceKind(ABC):
     def explicit_compile(self, host: HostFacts) -> CompileSupport:
         """What ``compile=True`` (asked for, not "auto") meets here with this torch."""
         return CompileSupport()
+
+    def checkpoint_replays_rng(self, host: HostFacts) -> bool:
+        """torch.utils.checkpoint restores this kind's random state before it recomputes a forward, so dropout
+        draws the same mask twice (True: nothing for braeburn to do)."""
+        return True
 
     def fused_optimizers_honour_grad_scaler(self, host: HostFacts) -> bool:
         """The fused Adam/AdamW kernels skip an overflow step when GradScaler hands them ``found_inf``."""

@@ -11,7 +11,7 @@ import dataclasses
 import os
 import platform
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .. import _early
@@ -52,6 +52,7 @@ class HostFacts:
     cuda_names: tuple[str, ...] = ()
     mps_built: bool = False
     mps_available: bool = False
+    mps_allocation_error: str | None = None  # why a one-element MPS allocation failed (VM Macs); None: it worked
     cpu_count: int = 1
     env: Mapping[str, str] = field(default_factory=dict)  # environment when braeburn loaded
     torch_loaded_before_braeburn: bool = False
@@ -83,6 +84,16 @@ def _mac_facts(machine: str) -> dict:
     }
 
 
+def macos_version_from_torch(at_least: Callable[[int, int], bool], reported: tuple[int, ...]) -> tuple[int, ...]:
+    """The macOS version by torch's own check (``torch.backends.mps.is_macos_or_newer``, NSProcessInfo), which the
+    SDK a Python was built with cannot skew: ``platform.mac_ver()`` says "10.16" under SYSTEM_VERSION_COMPAT and
+    "16.0" on macOS 26 in such a Python. ``reported`` is kept when torch's check answers nothing."""
+    major = next((m for m in range(40, 10, -1) if at_least(m, 0)), None)  # macOS 11 to 15, then 26 and on
+    if major is None:
+        return reported
+    return (major, max(n for n in range(0, 20) if n == 0 or at_least(major, n)))
+
+
 def _cuda_facts(torch) -> dict:
     available = torch.cuda.is_available()
     count = torch.cuda.device_count() if available else 0
@@ -98,6 +109,14 @@ def _cuda_facts(torch) -> dict:
     }
 
 
+def _mps_allocation_error(torch) -> str | None:
+    from . import mps  # mps imports this module
+
+    if not torch.backends.mps.is_available() or mps.watermark_env_problem(os.environ):
+        return None  # nothing to probe, or a pair torch refuses, which the device's env_problems reports
+    return mps.probe_allocation()
+
+
 def gather_host_facts() -> HostFacts:
     """Read the real facts of this process. Imports torch (about a second)."""
     import torch
@@ -106,6 +125,8 @@ def gather_host_facts() -> HostFacts:
     facts: dict = {"system": system, "machine": machine}
     if system == "Darwin":
         facts.update(_mac_facts(machine))
+    if system == "Darwin" and torch.backends.mps.is_built():
+        facts["macos_version"] = macos_version_from_torch(torch.backends.mps.is_macos_or_newer, facts["macos_version"])
     facts.update(_cuda_facts(torch))
     facts.update(
         python_version=platform.python_version(),
@@ -113,6 +134,7 @@ def gather_host_facts() -> HostFacts:
         torch_version_str=torch.__version__,
         mps_built=torch.backends.mps.is_built(),
         mps_available=torch.backends.mps.is_available(),
+        mps_allocation_error=_mps_allocation_error(torch),
         cpu_count=os.cpu_count() or 1,
         env=dict(_early.ENV_AT_IMPORT),
         torch_loaded_before_braeburn=_early.TORCH_LOADED_FIRST,

@@ -55,6 +55,33 @@ def _old_macos(host: HostFacts, need: tuple[int, ...]) -> Availability:
                         f"update macOS to {version_text(need)} or newer{older}", fixable=True)
 
 
+def probe_allocation() -> str | None:
+    """Allocate one element on MPS: None when it works, else the error's first line.
+
+    Macs in a virtual machine (macOS runners of CI services) report torch.backends.mps.is_available(), yet
+    every allocation fails, e.g. 'MPS backend out of memory (MPS allocated: 0 bytes, other allocations: 0
+    bytes, max allowed: 7.93 GB). Tried to allocate 256 bytes on private pool' (actions/runner-images#9918).
+    This starts torch's MPS allocator, which reads the watermark variables now.
+    """
+    import torch
+
+    try:
+        torch.zeros(1, device="mps")
+    except RuntimeError as error:
+        text = str(error).strip()
+        return text.splitlines()[0] if text else type(error).__name__
+    return None
+
+
+def _cannot_allocate(host: HostFacts) -> Availability:
+    return Availability(False, "torch reports MPS as available, but allocating a one-element tensor on it failed "
+                        f"({host.mps_allocation_error}). A Mac in a virtual machine (the macOS runners of CI "
+                        "services) behaves so: Metal is visible but has no GPU memory to give, so every MPS "
+                        "allocation fails, whatever the model or batch size",
+                        "run on a Mac with direct access to its GPU, or pass --cpu (accelerator='cpu')",
+                        skipped_with_warning=True)
+
+
 def _not_available_reason(host: HostFacts) -> Availability:
     if host.system != "Darwin":
         return Availability(False, f"MPS needs macOS on Apple silicon; this is {host.system}")
@@ -105,6 +132,47 @@ def _watermark_problems(high: float | None, low: float | None) -> list[tuple[str
     return problems
 
 
+def _exported_ratio(env: Mapping[str, str], name: str, default: float) -> tuple[float, str]:
+    """(the ratio torch's allocator will use, how to show it); ValueError when it is not a number."""
+    raw = env.get(name)
+    if raw is None:
+        return default, f"unset (torch's default {default})"
+    try:
+        return float(raw), raw
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number: torch reads it with strtod, which takes it as 0.0 "
+                         "(for the high ratio: no memory limit at all). Export a number, e.g. "
+                         f"{HIGH_WATERMARK_VAR}=1.0 {LOW_WATERMARK_VAR}=0.8, or unset it") from None
+
+
+def watermark_env_problem(env: Mapping[str, str]) -> str | None:
+    """The effective watermark pair in ``env`` checked by torch's rules (MPSAllocator.mm: the high ratio in
+    [0, 2.0]; the low one from 0 to the high one, or to 2.0 when the high is 0.0). The low ratio's default
+    is a fixed 1.4 on unified memory, not a share of the high one, so exporting a high ratio below 1.4
+    alone stops torch at the first MPS allocation."""
+    if HIGH_WATERMARK_VAR not in env and LOW_WATERMARK_VAR not in env:
+        return None
+    try:
+        high, high_shown = _exported_ratio(env, HIGH_WATERMARK_VAR, DEFAULT_HIGH_WATERMARK)
+        low, low_shown = _exported_ratio(env, LOW_WATERMARK_VAR, DEFAULT_LOW_WATERMARK)
+    except ValueError as error:
+        return str(error)
+    pair = f"{HIGH_WATERMARK_VAR}={high_shown} and {LOW_WATERMARK_VAR}={low_shown}"
+    if not 0 <= high <= WATERMARK_UPPER_BOUND:
+        return (f"{pair}: torch accepts a high ratio from 0.0 (no limit) to {WATERMARK_UPPER_BOUND} and stops at "
+                f"the first MPS allocation with 'invalid high watermark ratio {high}'. Export "
+                f"{HIGH_WATERMARK_VAR}={WATERMARK_UPPER_BOUND} or less, or unset it")
+    ceiling = high if high > 0 else WATERMARK_UPPER_BOUND
+    if 0 <= low <= ceiling:
+        return None
+    fit = round(high * DEFAULT_LOW_WATERMARK / DEFAULT_HIGH_WATERMARK, 3) if high > 0 else DEFAULT_LOW_WATERMARK
+    return (f"{pair}: torch needs the low ratio from 0.0 to the high one (to {WATERMARK_UPPER_BOUND} when the high "
+            f"is 0.0) and stops at the first MPS allocation with 'invalid low watermark ratio {low}'. Export "
+            f"{LOW_WATERMARK_VAR}={fit} as well (torch's proportion {DEFAULT_LOW_WATERMARK}/{DEFAULT_HIGH_WATERMARK}"
+            f" of the high ratio), or unset {HIGH_WATERMARK_VAR}, or pass --mps-high-watermark-ratio {high} to "
+            "`braeburn launch`, which sets the low ratio with it")
+
+
 class MpsDevice(DeviceKind):
     name: ClassVar[str] = "mps"
     is_accelerator: ClassVar[bool] = True
@@ -119,15 +187,22 @@ class MpsDevice(DeviceKind):
         (FALLBACK_VAR, "run ops MPS lacks on the CPU instead of failing", True),
         (HIGH_WATERMARK_VAR, "MPS memory limit as a share of recommended memory (0.0: none)", True),
         (LOW_WATERMARK_VAR, "MPS memory level at which cached memory is given back", True),
+        # PyTorch's "MPS Environment Variables" page; each is read once per process, at its first use.
+        ("PYTORCH_MPS_PREFER_METAL", "1: Metal kernels instead of MPS Graph (for now only matmul)", True),
+        ("PYTORCH_MPS_FAST_MATH", "1: fast math in MPS Metal kernels (faster, less exact)", True),
+        ("PYTORCH_MPS_LOG_PROFILE_INFO", "MPS profiler log bitmask (LogOptions in MPSProfiler.h; logs CPU fallbacks)",
+         True),
     )
 
     def availability(self, host: HostFacts) -> Availability:
+        if host.mps_available and host.mps_allocation_error:
+            return _cannot_allocate(host)
         if host.mps_available:
             return Availability(True, f"Apple-silicon GPU, macOS {version_text(host.macos_version)}")
         return _not_available_reason(host)
 
     def device_count(self, host: HostFacts) -> int:
-        return 1 if host.mps_available else 0
+        return 1 if host.mps_available and not host.mps_allocation_error else 0
 
     def precision_support(self, dtype: str, host: HostFacts) -> PrecisionSupport:
         tv, scaler = host.torch_version, host.torch_version >= (2, 8)
@@ -145,6 +220,17 @@ class MpsDevice(DeviceKind):
             return PrecisionSupport("bf16", False, reason="bf16 on MPS needs macOS 14 or newer; this is "
                                     f"macOS {version_text(host.macos_version)}")
         return PrecisionSupport("bf16", True)
+
+    def auto_precision_order(self, host: HostFacts) -> tuple[str, ...]:
+        # No measurement backs a mixed precision on MPS: bf16 is emulated on M1/M2 (Transformers PR #40458, "no
+        # performance benefit") and was measured slower than float32 on an M4 too (nanochat #685); fp16 needs
+        # GradScaler("mps") and the non-fused AdamW. Until braeburn measures on the user's Mac, float32.
+        return ()
+
+    def auto_float32_reason(self, host: HostFacts) -> str:
+        return ("since no measurement backs a faster mixed precision on Apple silicon: bf16 is emulated on M1/M2 "
+                "and was measured slower than float32 on newer chips too. Pass mixed_precision='bf16' (macOS 14+) "
+                "or 'fp16' to try one, and compare the step times")
 
     def env_before_torch(self, *, fallback: bool = True, high_watermark: float | None = None,
                          low_watermark: float | None = None) -> dict[str, str]:
@@ -174,6 +260,13 @@ class MpsDevice(DeviceKind):
                                   "compare a few steps with the CPU, or upgrade to torch 2.13 or newer")
         return CompileSupport()
 
+    def checkpoint_replays_rng(self, host: HostFacts) -> bool:
+        # torch/utils/checkpoint.py stashes a device's RNG state only when its module has `_initialized`
+        # (both the reentrant and the non-reentrant path); torch.mps has none in 2.6-2.13, so the recomputed
+        # forward draws a new dropout mask and the gradients are silently wrong (upstream fix pytorch#194478,
+        # open). No torch version is trusted yet.
+        return False
+
     def fused_optimizers_honour_grad_scaler(self, host: HostFacts) -> bool:
         # FusedAdamWKernelImpl.mm / FusedAdamKernelImpl.mm take grad_scale and found_inf and ignore both,
         # and GradScaler.step leaves the overflow skip to a fused optimizer, so an fp16 overflow step
@@ -185,11 +278,15 @@ class MpsDevice(DeviceKind):
         return {FALLBACK_VAR: "1"} if host_system == "Darwin" else {}
 
     def env_problems(self, env: Mapping[str, str], host_system: str) -> list[str]:
-        value = env.get(FALLBACK_VAR)
-        if host_system != "Darwin" or value is None or _STOI_PARSES.match(value):
+        if host_system != "Darwin":
             return []
-        return [f"{FALLBACK_VAR}={value!r} is not a whole number: libtorch reads it with std::stoi when it loads "
-                "and throws, so `import torch` aborts. Use 1 (ops MPS lacks run on the CPU) or 0 (they fail)"]
+        value, problems = env.get(FALLBACK_VAR), []
+        if value is not None and not _STOI_PARSES.match(value):
+            problems.append(f"{FALLBACK_VAR}={value!r} is not a whole number: libtorch reads it with std::stoi when "
+                            "it loads and throws, so `import torch` aborts. Use 1 (ops MPS lacks run on the CPU) or "
+                            "0 (they fail)")
+        watermarks = watermark_env_problem(env)
+        return problems + ([watermarks] if watermarks else [])
 
     def watermark_problems(self, high: float | None, low: float | None) -> list[tuple[str, object, str]]:
         return _watermark_problems(high, low)

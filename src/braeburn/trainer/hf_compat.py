@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+from ..devices.base import DeviceKind
+from ..devices.host import HostFacts
 from ..plan import OptionError
 
 LABEL_KEYS = ("labels", "label", "label_ids")
@@ -327,9 +329,11 @@ def resolve_training_parts(model: Any, config: Any, *, optimizer: Any, lr_schedu
     return optimizer, lr_scheduler, loss_fn
 
 
-def prepare_model_options(model: Any, config: Any) -> None:
-    """gradient_checkpointing and tf32, applied before training (full_determinism: the Trainer, before the Accelerator)."""
+def prepare_model_options(model: Any, config: Any, kind: DeviceKind, host: HostFacts) -> None:
+    """gradient_checkpointing (with the random-state replay ``kind`` needs) and tf32, applied before training."""
     import torch
+
+    from .checkpointing import checkpointing_kwargs
 
     if config.gradient_checkpointing:
         enable = getattr(model, "gradient_checkpointing_enable", None)
@@ -337,7 +341,7 @@ def prepare_model_options(model: Any, config: Any) -> None:
             raise ValueError(f"gradient_checkpointing=True, but {type(model).__name__} has no "
                              "gradient_checkpointing_enable(); wrap your blocks in torch.utils.checkpoint.checkpoint "
                              "instead, or pass --gradient_checkpointing false")
-        enable(gradient_checkpointing_kwargs=config.gradient_checkpointing_kwargs)
+        enable(gradient_checkpointing_kwargs=checkpointing_kwargs(config.gradient_checkpointing_kwargs, kind, host))
     if config.tf32 is not None:
         torch.set_float32_matmul_precision("high" if config.tf32 else "highest")
 

@@ -22,6 +22,7 @@ from .. import output_lock
 from ..accelerator import Accelerator
 from ..collate import BucketPadding, batch_signature, position_limit
 from ..compile_policy import PreparedForward, prepared_forward
+from ..devices.host import current_host
 from ..distributed import process_group as pg
 from ..plan import PlanError
 from ..state import enable_full_determinism
@@ -92,8 +93,8 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
             optimizer_cls_and_kwargs=optimizer_cls_and_kwargs, loss_fn=loss_fn, compute_loss_func=compute_loss_func)
         self.processing_class = processing_class or tokenizer
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
-        prepare_model_options(model, self.config)
         self.accelerator = accelerator or Accelerator(**self.config.accelerator_options())
+        prepare_model_options(model, self.config, self.accelerator.plan.device, current_host())
         self.accelerator.defer_compile = True  # compiled (or not) once the first steps are measured
         self.model = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..devices.base import DeviceKind
-from ..devices.host import HostFacts, current_host
+from ..devices.host import HostFacts
 from .config import TrainingConfig
 from .schedules import lambda_schedule, schedule_factor  # noqa: F401  (schedule_factor: re-exported)
 
@@ -38,11 +38,10 @@ def _optim_args(text: str | None) -> dict[str, float]:
 
 
 def use_fused_adamw(kind: DeviceKind, grad_scaler: bool, host: HostFacts | None = None) -> bool:
-    """Fused where the kind has the kernel, unless a grad scaler is active and the kernel would apply
-    an overflow step anyway (it must honour GradScaler's found_inf: see ``ScaledFp16Policy``)."""
-    if not kind.fused_adamw:
-        return False
-    return not grad_scaler or kind.fused_optimizers_honour_grad_scaler(host or current_host())
+    """Fused where the kind has the kernel, with a grad scaler too: where the fused kernel ignores GradScaler's
+    found_inf (``fused_optimizers_honour_grad_scaler`` False, MPS), ``ScaledFp16Policy`` unscales, checks for
+    inf/NaN and skips the overflow step itself, so the kernel only ever sees true, finite gradients."""
+    return kind.fused_adamw
 
 
 def default_optimizer(model: torch.nn.Module, config: TrainingConfig, kind: DeviceKind, *,
