@@ -14,6 +14,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from . import no_follow
 from .errors import UnsafeFileError
 
 MANIFEST = "manifest.json"
@@ -32,8 +33,8 @@ def listed_files(folder: Path) -> list[str]:
 
 def write(folder: Path, data: dict[str, Any]) -> Path:
     path = folder / MANIFEST
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1)
+    with no_follow.create_new(path) as handle:
+        handle.write(json.dumps(data, indent=1).encode("utf-8"))
         handle.flush()
         os.fsync(handle.fileno())
     return path
