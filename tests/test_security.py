@@ -17,7 +17,6 @@ from torch.utils.data import TensorDataset
 
 from braeburn.accelerator import Accelerator
 from braeburn.errors import UnsafeFileError, is_user_error
-from braeburn.output_lock import LOCK_FILE
 from braeburn.manifest import WHOLE, ManifestError, write_sizes
 from braeburn.trainer import ConfigError, Trainer, TrainingConfig, parse_config
 from braeburn.trainer.checkpoint import CheckpointCorruptError, write_manifest
@@ -193,7 +192,8 @@ def test_links_planted_in_output_dir_are_never_followed_to_write_or_delete(tmp_p
     (out / "..checkpoint-2.tmp.partial").symlink_to(outside["accelerator-staged"], target_is_directory=True)
     small_trainer(out, max_steps=4, save_steps=1, save_total_limit=1, overwrite_output_dir=True).train()
     assert {name: tree(folder) for name, folder in outside.items()} == before
-    assert "Saving" in capsys.readouterr().out  # the save of step 2 failed cleanly instead of following a link
+    assert "Saving" not in capsys.readouterr().out  # step 2 saved: its staging names' links were removed, not followed
+    assert not (out / ".checkpoint-2.tmp").exists() and not (out / "..checkpoint-2.tmp.partial").is_symlink()
     # The link named checkpoint-1 was moved aside (never followed) when step 1 saved over its name.
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4"]
 
@@ -206,5 +206,5 @@ def test_output_dir_that_is_a_link_is_followed_and_nothing_is_written_beside_it(
     small_trainer(link, max_steps=3, save_steps=1, save_total_limit=1).train()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["outputs", "scratch"]
     assert sorted(p.name for p in real.iterdir() if p.name.startswith("checkpoint")) == ["checkpoint-3"]
-    # no staging left; the lock file (empty once the run ended) is the one hidden file a run keeps
-    assert [p.name for p in real.iterdir() if p.name.startswith(".")] == [LOCK_FILE]
+    # no staging left, and no lock file (deleted when the run ended)
+    assert [p.name for p in real.iterdir() if p.name.startswith(".")] == []
