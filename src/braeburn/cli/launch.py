@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_launch(resolved, current_host())
     settings = resolved.settings
     env = child_environment(plan, settings, os.environ)
+    _say_outer_job_ignored(os.environ, settings)
     port = 0
     if uses_elastic_launch(settings):
         port = settings.main_process_port or (MULTI_NODE_DEFAULT_PORT if settings.num_machines > 1 else free_port())
@@ -113,10 +114,21 @@ def _check_gpu_ids(settings: LaunchSettings, plan: Plan, host: HostFacts) -> lis
 
 # -- the child's environment ------------------------------------------------------------------------
 
+# What torchrun (or another launcher) sets for the processes of ITS job. `braeburn launch` starts a job of
+# its own: inherited from an outer job (a shell inside an allocation, a script started by torchrun), they
+# would make a single process wait forever for an outer world's other ranks, or resume as a restarted worker.
+OUTER_JOB_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                  "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+                  "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
+                  "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING_SET_BY_AGENT")
+
+
 def child_environment(plan: Plan, settings: LaunchSettings, parent: Mapping[str, str]) -> dict[str, str]:
-    """The parent's environment, plus the plan's pre-torch variables where the user set none, plus
-    the launcher's choices for Accelerator/Trainer, plus the visible devices with --gpu-ids."""
-    env = dict(parent)
+    """The parent's environment without an outer job's world (OUTER_JOB_VARS), plus the plan's pre-torch
+    variables where the user set none, plus the launcher's choices for Accelerator/Trainer, plus the
+    visible devices with --gpu-ids. The world of the job started is set by torch.distributed.run (several
+    processes), or is a single process (none of those variables)."""
+    env = {name: value for name, value in parent.items() if name not in OUTER_JOB_VARS}
     for name, value in plan.env.items():
         env.setdefault(name, value)  # a value the user exported wins
     env[DEVICE_VAR] = plan.device.name
@@ -129,6 +141,14 @@ def child_environment(plan: Plan, settings: LaunchSettings, parent: Mapping[str,
     if settings.gpu_ids != "all" and var is not None:
         env[var] = _visible_devices(settings.gpu_ids, parent.get(var))
     return env
+
+
+def _say_outer_job_ignored(parent: Mapping[str, str], settings: LaunchSettings) -> None:
+    inherited = [f"{name}={parent[name]}" for name in OUTER_JOB_VARS if name in parent]
+    if inherited:
+        print(f"braeburn launch: not passing on {', '.join(inherited)} (inherited from an outer job): this launch "
+              f"starts a job of its own, of {settings.num_processes} process(es). Unset them to silence this note.",
+              file=sys.stderr, flush=True)
 
 
 def _visible_devices(ids: str, already: str | None) -> str:
