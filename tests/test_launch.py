@@ -318,3 +318,17 @@ def test_one_process_under_an_outer_jobs_variables_trains_alone_instead_of_hangi
         process.kill()
     assert code == 0 and "world 1 rank 0" in out, out
     assert time.monotonic() - started < 60
+
+
+def test_the_launchers_own_port_in_use_is_one_line_not_a_traceback(tmp_path, clean_env):
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        code, out = finish(launcher("--cpu", "--num-processes", "2", "--main-process-port", str(port),
+                                    str(script(tmp_path, "ar.py", ALL_REDUCE)), xdg=str(tmp_path)), timeout=120)
+    assert code != 0 and "Traceback" not in out, out
+    assert f"error: --main-process-port={port}: the job's rendezvous port cannot be opened on this machine" in out
+    assert "Pass another --main-process-port" in out

@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     port = 0
     if uses_elastic_launch(settings):
         port = settings.main_process_port or (MULTI_NODE_DEFAULT_PORT if settings.num_machines > 1 else free_port())
+        if settings.machine_rank == 0 and not args.dry_run:
+            check_port_free(settings.main_process_ip or LOCALHOST, port)
     command = build_command(settings, plan, args.script, args.script_args, module=args.module, port=port)
     if args.dry_run:
         added = {k: v for k, v in env.items() if os.environ.get(k) != v}
@@ -120,7 +122,7 @@ def _check_gpu_ids(settings: LaunchSettings, plan: Plan, host: HostFacts) -> lis
 OUTER_JOB_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                   "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
                   "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
-                  "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING_SET_BY_AGENT")
+                  "TORCHELASTIC_ERROR_FILE")
 
 
 def child_environment(plan: Plan, settings: LaunchSettings, parent: Mapping[str, str]) -> dict[str, str]:
@@ -165,6 +167,25 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((LOCALHOST, 0))
         return probe.getsockname()[1]
+
+
+class PortInUseError(RuntimeError):
+    """The rendezvous port of the job is taken on this machine (checked before starting anything)."""
+
+
+def check_port_free(address: str, port: int) -> None:
+    """Rank 0's machine opens the job's rendezvous on ``port``: say now, in one line, when it cannot
+    (torch would end in a traceback from its agent). Another program may still take it in between."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's store: TIME_WAIT is no conflict
+        try:
+            probe.bind(("" if address != LOCALHOST else LOCALHOST, port))
+        except OSError as error:
+            raise PortInUseError(
+                f"--main-process-port={port}: the job's rendezvous port cannot be opened on this machine "
+                f"({error.strerror or error}: another job, or a process still holding it; `ss -ltnp | grep :{port}` "
+                "shows which). Pass another --main-process-port, or leave it out on one machine (a free port is "
+                "picked).") from None
 
 
 def uses_elastic_launch(settings: LaunchSettings) -> bool:
