@@ -158,6 +158,41 @@ def test_config_files_too_deep_too_large_or_self_referring_are_refused(tmp_path,
     assert len(error.value.errors) == 1 and len(str(error.value)) < 600
 
 
+@pytest.mark.parametrize("name, text, key, lines", [
+    ("dup.yaml", "learning_rate: 0.1\nseed: 3\nlearning_rate: 0.5\n", "'learning_rate'", "lines 1 and 3"),
+    ("flow.yaml", "seed: 1\nlr_scheduler_kwargs: {a: 1, a: 2}\n", "'a'", "lines 2 and 2"),
+])
+def test_a_yaml_key_given_twice_is_refused_with_its_lines(tmp_path, name, text, key, lines):
+    """YAML keeps the last of two equal keys without a word (issue 32, item 8); TOML refuses them itself."""
+    config = tmp_path / name
+    config.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        parse_config(TrainingConfig, argv=["--config", str(config)], exit_on_error=False)
+    message = str(error.value)
+    assert f"gives the key {key} twice ({lines})" in message and "Keep one of them" in message
+    assert str(config) in message
+
+
+@pytest.mark.parametrize("name, line", [("keys.yaml", "k{}: 1\n"), ("keys.toml", "k{} = 1\n")])
+def test_a_hundred_thousand_unknown_keys_are_refused_fast_in_a_few_lines(tmp_path, name, line):
+    """Was: 29 s and 111,000 lines of did-you-mean (issue 32, item 12)."""
+    config = tmp_path / name
+    config.write_text("".join(line.format(i) for i in range(90_000)))
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match="more than the 10,000|more than 10,000 values") as error:
+        parse_config(TrainingConfig, argv=["--config", str(config)], exit_on_error=False)
+    assert time.perf_counter() - started < 8 and len(error.value.errors) == 1 and "right file" in str(error.value)
+
+
+def test_many_unknown_keys_name_the_first_twenty_and_count_the_rest(tmp_path):
+    config = tmp_path / "keys.yaml"
+    config.write_text("".join(f"k{i}: 1\n" for i in range(500)))
+    with pytest.raises(ConfigError) as error:
+        parse_config(TrainingConfig, argv=["--config", str(config)], exit_on_error=False)
+    assert len(error.value.errors) == 21 and "'480 more'" in str(error.value.errors[-1])
+    assert "k19" in str(error.value) and "k20'" not in str(error.value)
+
+
 def test_a_huge_value_is_shown_as_a_short_excerpt(tmp_path):
     config = tmp_path / "long.yaml"
     config.write_text("learning_rate: [" + ", ".join(["1"] * 9000) + "]\nseed: '" + "9" * 100_000 + "'\n")
