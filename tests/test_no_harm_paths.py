@@ -222,3 +222,24 @@ def test_a_waiter_never_holds_a_deleted_lock_file(tmp_path):
     output_lock.acquire(tmp_path)  # a new file, held for real
     assert (tmp_path / LOCK_FILE).exists()
     output_lock.release(tmp_path)
+
+
+# -- item 12: "~" in output_dir ----------------------------------------------------------------------
+def test_a_tilde_in_output_dir_is_the_home_folder_not_a_folder_named_tilde(tmp_path, monkeypatch):
+    """As in a shell and in Transformers: a config file or a quoted flag reaches braeburn unexpanded."""
+    from braeburn.trainer import parse_config
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    (config,) = parse_config(TrainingConfig, argv=["--output_dir", "~/runs/a", "--logging_dir", "~/tb"],
+                             exit_on_error=False)
+    assert (config.output_dir, config.logging_dir) == (str(home / "runs" / "a"), str(home / "tb"))
+    x = torch.randn(8, 4)
+    trainer = Trainer(torch.nn.Linear(4, 2), TrainingConfig(output_dir="~/runs/b", max_steps=1, use_cpu=True,
+                                                             per_device_train_batch_size=4, report_to="none"),
+                      train_dataset=TensorDataset(x, (x.sum(1) > 0).long()), loss_fn=torch.nn.functional.cross_entropy)
+    trainer.train()
+    assert list(cwd.iterdir()) == [] and (home / "runs" / "b").is_dir()

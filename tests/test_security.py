@@ -8,6 +8,7 @@ The launcher's rendezvous address (127.0.0.1 unless several machines) is tested 
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -54,6 +55,19 @@ def prepared(accelerator: Accelerator):
     model(torch.randn(4, 3)).sum().backward()
     optimizer.step()
     return model, optimizer
+
+
+def test_a_huge_planted_manifest_is_refused_before_it_is_parsed(tmp_path):
+    """Was: a 64 MB manifest took 33 s and 630 MB to be refused (issue 32, item 12)."""
+    accelerator = Accelerator(cpu=True)
+    prepared(accelerator)
+    accelerator.save_state(tmp_path / "state")
+    entries = {f"f{i:07d}.pt": {"size": 1} for i in range(400_000)}  # ~10 MB of JSON
+    (tmp_path / "state" / "manifest.json").write_text(json.dumps({"format": 1, "layout": WHOLE, "files": entries}))
+    started = time.perf_counter()
+    with pytest.raises(ManifestError, match=r"manifest.json is [\d,]+ bytes, more than the 8,388,608 .*not read"):
+        accelerator.load_state(tmp_path / "state")
+    assert time.perf_counter() - started < 1
 
 
 @pytest.mark.parametrize("name", ["accelerator.pt", "model_0.pt", "optimizer_0.pt", "rng_state_0.pt"])
