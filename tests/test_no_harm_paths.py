@@ -127,7 +127,8 @@ def test_whole_file_writes_replace_a_planted_link(tmp_path):
 
 def test_a_training_run_in_a_folder_with_planted_links_harms_nothing(tmp_path, capsys):
     targets = {name: victim(tmp_path, f"{i}.txt") for i, name in
-               enumerate([f".{PLOT_FILE}.tmp", PLOT_FILE, "all_results.json", "train_results.json", STATE_FILE])}
+               enumerate([f".{PLOT_FILE}.tmp", PLOT_FILE, "all_results.json", "train_results.json", STATE_FILE,
+                          "model.safetensors", "training_args.bin", "README.md"])}
     run = tmp_path / "run"
     for name, target in targets.items():
         plant(run / name, target)
@@ -139,6 +140,8 @@ def test_a_training_run_in_a_folder_with_planted_links_harms_nothing(tmp_path, c
     metrics = trainer.train().metrics
     trainer.save_metrics("train", metrics)
     trainer.save_state()
+    trainer.save_model()
+    trainer.create_model_card()
     assert all(target.read_text() == PRECIOUS for target in targets.values())
     assert not any((run / name).is_symlink() for name in targets if not name.endswith(".tmp"))
     assert not (run / LOCK_FILE).exists()  # item 5: no lock file left behind
