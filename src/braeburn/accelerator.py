@@ -58,6 +58,8 @@ def _is_scheduler(obj: Any) -> bool:
     return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
 
 
+MAX_HELD_STATE_LOCKS = 8  # save_state() folders whose lock is held until end_training (one open file each)
+
 class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other names
     """Make a hand-written training loop run on the best device, with the right precision, on 1..N processes.
 
@@ -100,7 +102,7 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps
         self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
-        self._locked: set[str] = set()  # folders save_state() holds the lock of (one writer each)
+        self._locked: dict[str, None] = {}  # state folders save_state() holds the lock of, oldest first
         self._init_accelerate_compat(**accelerate_kwargs)
         self._announce()
 
@@ -379,7 +381,11 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         if folder not in self._locked and not output_lock.held_over(folder):
             self._check_not_in_a_live_run(folder)
             output_lock.acquire(folder, purpose="save_state", state_folder=True)
-            self._locked.add(folder)
+            self._locked[folder] = None
+            while len(self._locked) > MAX_HELD_STATE_LOCKS:  # a folder per step: hold only the recent ones
+                oldest = next(iter(self._locked))
+                del self._locked[oldest]
+                output_lock.release(oldest)
         state_io.prepare_staging(output_dir)
 
     @staticmethod
