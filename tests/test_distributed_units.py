@@ -90,8 +90,8 @@ def test_a_restarted_worker_resumes_from_the_latest_checkpoint_only_when_one_exi
 
 def test_a_restart_count_inherited_without_a_torchrun_agent_is_ignored_and_said(tmp_path, capsys):
     """A shell left over from a torchrun worker: resuming (or overwriting) unasked would be silent harm."""
-    for inherited in ({"TORCHELASTIC_RESTART_COUNT": "1"},
-                      {"TORCHELASTIC_RESTART_COUNT": "4", "TORCHELASTIC_RUN_ID": "x", "TORCHELASTIC_MAX_RESTARTS": "3"}):
+    beyond_its_maximum = {"TORCHELASTIC_RESTART_COUNT": "4", "TORCHELASTIC_RUN_ID": "x", "TORCHELASTIC_MAX_RESTARTS": "3"}
+    for inherited in ({"TORCHELASTIC_RESTART_COUNT": "1"}, beyond_its_maximum):
         assert restart_count(inherited) == 0 and resume_request(tmp_path / "checkpoint-8", inherited) is None
     err = capsys.readouterr().err
     assert "TORCHELASTIC_RESTART_COUNT=1 is set, but not by a torchrun agent" in err and "is ignored" in err

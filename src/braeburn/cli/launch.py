@@ -120,9 +120,9 @@ def _check_gpu_ids(settings: LaunchSettings, plan: Plan, host: HostFacts) -> lis
 # its own: inherited from an outer job (a shell inside an allocation, a script started by torchrun), they
 # would make a single process wait forever for an outer world's other ranks, or resume as a restarted worker.
 OUTER_JOB_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-                  "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
-                  "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
-                  "TORCHELASTIC_ERROR_FILE")
+                  "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+                  "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+                  "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE")
 
 
 def child_environment(plan: Plan, settings: LaunchSettings, parent: Mapping[str, str]) -> dict[str, str]:
