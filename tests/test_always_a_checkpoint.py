@@ -159,7 +159,7 @@ def test_load_state_falls_back_to_the_kept_old_state_and_the_next_save_mends_it(
     set_version(model, optimizer, 4)
     accelerator.save_state(target)  # the old copy is the good one until the new one is in place
     assert loaded_version(accelerator, model, optimizer, target) == 4
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".braeburn.lock", "state"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".state.braeburn.lock", "state"]  # held till end_training
 
 
 def test_sigkill_anywhere_in_a_trainer_save_of_the_same_step_keeps_that_step(tmp_path):

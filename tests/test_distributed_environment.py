@@ -23,7 +23,8 @@ MEET = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
     ({"WORLD_SIZE": "2", "RANK": "0"}, {"MASTER_ADDR": "is not set", "MASTER_PORT": "is not set"}),
     ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "99999"},
      {"MASTER_PORT": "from 1 to 65535"}),
-    ({"WORLD_SIZE": "0"}, {"WORLD_SIZE": "1 or more"}),
+    ({"WORLD_SIZE": "0"}, {"WORLD_SIZE": "from 1 to 1048576"}),
+    ({"WORLD_SIZE": str(10**24), "RANK": "0", **MEET}, {"WORLD_SIZE": "from 1 to 1048576"}),  # (was a pybind TypeError)
     ({"WORLD_SIZE": "two", "RANK": "1"}, {"WORLD_SIZE": "not a whole number", "RANK": "from 0 to WORLD_SIZE-1 (0)"}),
     ({"WORLD_SIZE": "2", "RANK": "7", "LOCAL_RANK": "x"},
      {"RANK": "wait for it forever", "LOCAL_RANK": "not a whole number", "MASTER_ADDR": "braeburn launch",

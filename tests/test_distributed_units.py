@@ -80,11 +80,22 @@ def test_an_old_loader_state_without_a_world_size_is_used_as_it_is():
 
 def test_a_restarted_worker_resumes_from_the_latest_checkpoint_only_when_one_exists(tmp_path):
     assert restart_count({}) == 0 and not is_restarted({"TORCHELASTIC_RESTART_COUNT": "0"})
-    assert restart_count({"TORCHELASTIC_RESTART_COUNT": "2"}) == 2
-    restarted = {"TORCHELASTIC_RESTART_COUNT": "1"}
+    agent = {"TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_MAX_RESTARTS": "3"}  # what torchrun's agent sets beside it
+    assert restart_count({"TORCHELASTIC_RESTART_COUNT": "2", **agent}) == 2
+    restarted = {"TORCHELASTIC_RESTART_COUNT": "1", **agent}
     assert resume_request(tmp_path / "checkpoint-8", restarted) == "latest"
     assert resume_request(None, restarted) is None  # died before the first save: start again
     assert resume_request(tmp_path / "checkpoint-8", {}) is None  # the first attempt starts as asked
+
+
+def test_a_restart_count_inherited_without_a_torchrun_agent_is_ignored_and_said(tmp_path, capsys):
+    """A shell left over from a torchrun worker: resuming (or overwriting) unasked would be silent harm."""
+    beyond_its_maximum = {"TORCHELASTIC_RESTART_COUNT": "4", "TORCHELASTIC_RUN_ID": "x", "TORCHELASTIC_MAX_RESTARTS": "3"}
+    for inherited in ({"TORCHELASTIC_RESTART_COUNT": "1"}, beyond_its_maximum):
+        assert restart_count(inherited) == 0 and resume_request(tmp_path / "checkpoint-8", inherited) is None
+    err = capsys.readouterr().err
+    assert "TORCHELASTIC_RESTART_COUNT=1 is set, but not by a torchrun agent" in err and "is ignored" in err
+    assert err.count("TORCHELASTIC_RESTART_COUNT=1 is set") == 1  # said once
 
 
 def test_training_config_strategy_reaches_the_plan_and_mps_is_refused_with_the_reason():

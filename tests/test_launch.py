@@ -286,3 +286,49 @@ def test_explicit_choices_reach_the_child_as_asked_and_auto_stays_auto():
     auto = LaunchSettings(num_processes=1)
     env = child_environment(plan_launch(resolve_settings({}, {}, None), CUDA_BOX, env={}), auto, {})
     assert (env["BRAEBURN_MIXED_PRECISION"], env["BRAEBURN_COMPILE"]) == ("auto", "auto")
+
+
+OUTER_JOB = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29531",
+             "TORCHELASTIC_RESTART_COUNT": "1"}  # a shell still inside an outer job's world (issue 32, item 9)
+
+ACCELERATOR_WORLD = """
+from braeburn.accelerator import Accelerator
+accelerator = Accelerator()
+print(f"world {accelerator.num_processes} rank {accelerator.process_index}", flush=True)
+"""
+
+
+def test_one_process_does_not_inherit_an_outer_jobs_world(tmp_path, clean_env):
+    record = tmp_path / "env.json"
+    code, out = finish(launcher("--cpu", "--num-processes", "1", str(script(tmp_path, "rec.py", RECORD_ENV)),
+                                str(record), env=OUTER_JOB, xdg=str(tmp_path)))
+    assert code == 0, out
+    seen = json.loads(record.read_text())["env"]
+    assert not set(OUTER_JOB) & set(seen), {k: seen[k] for k in set(OUTER_JOB) & set(seen)}
+    assert "not passing on WORLD_SIZE=2, RANK=0" in out and "inherited from an outer job" in out
+
+
+def test_one_process_under_an_outer_jobs_variables_trains_alone_instead_of_hanging(tmp_path, clean_env):
+    started = time.monotonic()
+    process = launcher("--cpu", "--num-processes", "1", str(script(tmp_path, "acc.py", ACCELERATOR_WORLD)),
+                       env=OUTER_JOB, xdg=str(tmp_path))
+    try:
+        code, out = finish(process, timeout=60)  # (before: waited for rank 1 of the outer world, 30 minutes)
+    finally:
+        process.kill()
+    assert code == 0 and "world 1 rank 0" in out, out
+    assert time.monotonic() - started < 60
+
+
+def test_the_launchers_own_port_in_use_is_one_line_not_a_traceback(tmp_path, clean_env):
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        code, out = finish(launcher("--cpu", "--num-processes", "2", "--main-process-port", str(port),
+                                    str(script(tmp_path, "ar.py", ALL_REDUCE)), xdg=str(tmp_path)), timeout=120)
+    assert code != 0 and "Traceback" not in out, out
+    assert f"error: --main-process-port={port}: the job's rendezvous port cannot be opened on this machine" in out
+    assert "Pass another --main-process-port" in out

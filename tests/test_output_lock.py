@@ -37,9 +37,11 @@ def job_env() -> dict[str, str]:
     return env
 
 
-HOLDER = ("import importlib.util, sys, time\n"
-          "spec = importlib.util.spec_from_file_location('lock', sys.argv[1]); lock = importlib.util.module_from_spec(spec)\n"
-          "sys.modules['lock'] = lock; spec.loader.exec_module(lock); lock.acquire(sys.argv[2]); print('held', flush=True); time.sleep(120)\n")
+# The braeburn package without its __init__ (which imports torch): output_lock and no_follow only.
+LONE_LOCK = ("import os, sys, types; package = types.ModuleType('braeburn'); "
+             "package.__path__ = [os.path.dirname(sys.argv[1])]; sys.modules['braeburn'] = package\n")
+HOLDER = LONE_LOCK + "import time; import braeburn.output_lock as lock\n" \
+                     "lock.acquire(sys.argv[2]); print('held', flush=True); time.sleep(120)\n"
 
 
 def hold_in_another_process(folder: Path) -> subprocess.Popen:
@@ -67,7 +69,7 @@ def test_a_live_holder_is_named_and_a_dead_one_never_blocks(tmp_path):
     assert output_lock.acquire(tmp_path) == tmp_path.resolve()
     assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
     output_lock.release(tmp_path)
-    assert (tmp_path / LOCK_FILE).read_text() == ""  # released: the record names nobody
+    assert not (tmp_path / LOCK_FILE).exists()  # released: deleted (while still held), nothing left behind
 
 
 def test_one_process_shares_its_own_lock_and_the_last_release_drops_it(tmp_path):
@@ -96,9 +98,8 @@ def test_a_file_system_without_working_locks_is_explained_not_trusted(tmp_path, 
 
 def test_without_fcntl_it_imports_and_explains(tmp_path):
     """Windows has no fcntl: the module imports there (msvcrt locks), and with neither lock says so."""
-    code = ("import importlib.util, sys; sys.modules['fcntl'] = None; sys.modules['msvcrt'] = None\n"
-            "spec = importlib.util.spec_from_file_location('lock', sys.argv[1]); lock = importlib.util.module_from_spec(spec)\n"
-            "sys.modules['lock'] = lock; spec.loader.exec_module(lock)\n"
+    code = (LONE_LOCK + "sys.modules['fcntl'] = None; sys.modules['msvcrt'] = None\n"
+            "import braeburn.output_lock as lock\n"
             "try:\n    lock.acquire(sys.argv[2])\nexcept lock.OutputLockUnsupportedError as error:\n    print(error)\n")
     done = subprocess.run([sys.executable, "-c", code, output_lock.__file__, str(tmp_path)], capture_output=True,
                           text=True, timeout=60)
@@ -106,12 +107,13 @@ def test_without_fcntl_it_imports_and_explains(tmp_path):
     assert "this platform has no file locks" in done.stdout
 
 
-def test_save_state_refuses_a_folder_another_process_writes_in(tmp_path, capsys):
+def test_save_state_refuses_a_folder_inside_another_runs_output_dir(tmp_path, capsys):
     accelerator = Accelerator(cpu=True)
     model = accelerator.prepare(torch.nn.Linear(2, 2))
     holder = hold_in_another_process(tmp_path)
     try:
-        with pytest.raises(OutputDirBusyError, match=f"pid {holder.pid}"):
+        with pytest.raises(OutputDirBusyError, match=f"save_state.*is the output_dir of another live run .pid "
+                                                     f"{holder.pid}.*Pass a folder outside it to save_state"):
             accelerator.save_state(tmp_path / "state")
         assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_FILE]  # nothing written
     finally:
@@ -121,6 +123,7 @@ def test_save_state_refuses_a_folder_another_process_writes_in(tmp_path, capsys)
     assert output_lock.held_over(tmp_path / "state")  # held until the end of training
     accelerator.end_training()
     assert not output_lock.held_over(tmp_path) and model is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state"]  # no lock file left behind
 
 
 # -- two training runs -------------------------------------------------------------------------------
@@ -201,7 +204,7 @@ def test_a_second_run_is_refused_before_during_and_after_a_save(tmp_path):
     assert seen == ["locked", "saving", "saved"]
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-12", "checkpoint-4", "checkpoint-8"]
     assert_same_run(run, lone)
-    assert (run / LOCK_FILE).read_text() == ""  # released at the end
+    assert not (run / LOCK_FILE).exists()  # released at the end, and deleted
 
 
 def test_every_rank_of_a_distributed_run_stops_when_output_dir_is_taken(tmp_path):

@@ -12,6 +12,7 @@ import builtins
 import contextlib
 import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -57,6 +58,8 @@ def _is_scheduler(obj: Any) -> bool:
     return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
 
 
+MAX_HELD_STATE_LOCKS = 8  # save_state() folders whose lock is held until end_training (one open file each)
+
 class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other names
     """Make a hand-written training loop run on the best device, with the right precision, on 1..N processes.
 
@@ -99,7 +102,7 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps
         self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
-        self._locked: set[str] = set()  # folders save_state() holds the lock of (one writer each)
+        self._locked: dict[str, None] = {}  # state folders save_state() holds the lock of, oldest first
         self._init_accelerate_compat(**accelerate_kwargs)
         self._announce()
 
@@ -387,12 +390,30 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         self._after_automatic_save(output_dir)
 
     def _start_save(self, output_dir) -> None:
-        """Rank 0 holds the lock of the folder it writes in (until end_training), unless a Trainer does."""
-        parent = os.path.dirname(os.path.abspath(output_dir))
-        if parent not in self._locked and not output_lock.held_over(parent):
-            output_lock.acquire(parent, purpose="save_state")
-            self._locked.add(parent)
+        """Rank 0 holds the lock of the state folder it writes (until end_training), unless a Trainer holds
+        the folder it lies in. Only that folder: jobs saving to sibling folders do not exclude each other."""
+        folder = os.path.abspath(output_dir)
+        if folder not in self._locked and not output_lock.held_over(folder):
+            self._check_not_in_a_live_run(folder)
+            output_lock.acquire(folder, purpose="save_state", state_folder=True)
+            self._locked[folder] = None
+            while len(self._locked) > MAX_HELD_STATE_LOCKS:  # a folder per step: hold only the recent ones
+                oldest = next(iter(self._locked))
+                del self._locked[oldest]
+                output_lock.release(oldest)
         state_io.prepare_staging(output_dir)
+
+    @staticmethod
+    def _check_not_in_a_live_run(folder: str) -> None:
+        parent = os.path.dirname(folder)
+        try:
+            output_lock.ensure_free(parent)
+        except output_lock.OutputDirBusyError as error:
+            raise output_lock.OutputDirBusyError(
+                f"save_state({folder!r}): its folder {parent!r} is the output_dir of another live run "
+                f"({output_lock.describe_holder(Path(parent) / output_lock.LOCK_FILE)}), whose checkpoints and "
+                "logs this save would mix with. Pass a folder outside it to save_state(), or wait for that run "
+                "to end.") from error
 
     def _finish_save(self, output_dir) -> None:
         staging = state_io.staging_dir(output_dir)

@@ -3,8 +3,10 @@
 A 360-byte YAML file of nested aliases (a "billion laughs") expands to billions of values; building
 them, or printing one in an error message, hangs the process. So a YAML document is first composed
 into its node graph (aliases share nodes, nothing is expanded yet), its expanded size and depth are
-measured on that graph, and only a document within the limits is turned into Python values. TOML has
-no aliases; its size and depth are capped the same way. :func:`excerpt` keeps any value printed in a
+measured on that graph, and only a document within the limits is turned into Python values (libyaml's
+loader when PyYAML has it: the pure-Python one takes half a minute on a 1 MB file). A key written twice in
+one YAML table is refused with both lines (YAML would keep the last silently). TOML has no aliases (and
+refuses repeated keys itself); its size and depth are capped the same way. :func:`excerpt` keeps any value printed in a
 message short, whatever its size.
 """
 
@@ -50,18 +52,33 @@ def load_yaml(text: str) -> Any:
     """The document as Python data (``yaml.SafeLoader``: no tags that build objects), within the limits."""
     import yaml
 
-    loader = yaml.SafeLoader(text)
+    _check_yaml_lines(text)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)  # (the same safe constructors, in C)
     try:
         try:
             node = loader.get_single_node()
         except RecursionError:
             raise ConfigFileError(_too_deep()) from None
+        except yaml.YAMLError as error:
+            if "maximum nesting depth" in str(error):  # libyaml's own limit (1,000 levels)
+                raise ConfigFileError(_too_deep()) from None
+            raise
         if node is None:
             return None
         _check_yaml_graph(node)
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def _check_yaml_lines(text: str) -> None:
+    """Before parsing (10 s for a flat 1 MB file, even in C): every line that is neither blank nor a comment
+    holds at least one value (block scalars aside), so more such lines than :data:`MAX_VALUES` are too many."""
+    lines = sum(1 for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+    if lines > MAX_VALUES:
+        raise ConfigFileError(f"has {lines:,} lines of values, more than the {MAX_VALUES:,} a config file may hold; "
+                              "a config file holds option = value pairs (a few hundred at most): is this the right "
+                              "file?")
 
 
 def _check_yaml_graph(root: Any) -> None:
@@ -78,6 +95,8 @@ def _check_yaml_graph(root: Any) -> None:
             continue
         children = _yaml_children(node, yaml)
         if not children_done:
+            if isinstance(node, yaml.MappingNode):
+                _check_repeated_keys(node, yaml)
             if key in in_progress:
                 raise ConfigFileError("holds an alias that refers to itself (a value inside its own anchor); "
                                       "write the value out instead of the alias")
@@ -95,6 +114,19 @@ def _check_yaml_graph(root: Any) -> None:
         if depth > MAX_DEPTH:
             raise ConfigFileError(_too_deep())
         sizes[key] = (size, depth)
+
+
+def _check_repeated_keys(mapping: Any, yaml: Any) -> None:
+    """A key given twice in one table: YAML keeps the last value without a word; refuse, naming both lines."""
+    first_line: dict[tuple[str, str], int] = {}
+    for key, _ in mapping.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":  # (<<: *defaults)
+            continue
+        line, seen = key.start_mark.line + 1, first_line.get((key.tag, key.value))
+        first_line.setdefault((key.tag, key.value), line)
+        if seen is not None:
+            raise ConfigFileError(f"gives the key {excerpt(key.value)} twice (lines {seen} and {line}); YAML would "
+                                  "keep the last value without a word. Keep one of them.")
 
 
 def _yaml_children(node: Any, yaml: Any) -> list[Any]:
@@ -120,12 +152,17 @@ def load_toml(text: str) -> dict[str, Any]:
 
 
 def check_depth(data: Any) -> None:
-    """Refuse data (already built, without shared parts) nested deeper than :data:`MAX_DEPTH`."""
-    stack = [(data, 1)]
+    """Refuse data (already built, without shared parts) nested deeper than :data:`MAX_DEPTH`, or holding
+    more than :data:`MAX_VALUES` values."""
+    stack, count = [(data, 1)], 0
     while stack:
         value, depth = stack.pop()
+        count += 1
         if depth > MAX_DEPTH:
             raise ConfigFileError(_too_deep())
+        if count > MAX_VALUES:
+            raise ConfigFileError(f"holds more than {MAX_VALUES:,} values; a config file holds option = value "
+                                  "pairs (a few hundred at most): is this the right file?")
         if isinstance(value, dict):
             stack.extend((item, depth + 1) for item in value.values())
         elif isinstance(value, list):

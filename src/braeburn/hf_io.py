@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from . import no_follow
+
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
 
@@ -66,11 +68,13 @@ def save_weights(state: dict[str, Any], save_directory: str | os.PathLike, max_s
         if safe_serialization:
             from safetensors.torch import save_file
 
+            no_follow.remove_file(folder / name)  # a link planted at that name: the link goes, its target stays
             save_file(shard, str(folder / name), metadata={"format": "pt"})
         else:
-            torch.save(shard, folder / name)
+            with no_follow.create_new(folder / name) as handle:
+                torch.save(shard, handle)
     if len(shards) > 1:
         index = {"metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
                  "weight_map": {k: name for name, shard in zip(names, shards) for k in shard}}
-        (folder / f"{stem}.{ext}.index.json").write_text(json.dumps(index, indent=2), encoding="utf-8")
+        no_follow.write_atomic(folder / f"{stem}.{ext}.index.json", json.dumps(index, indent=2))
     return [folder / name for name in names]

@@ -36,6 +36,7 @@ MAX_PROCESSES = 1_048_576  # world sizes: far above the largest jobs run, far be
 MAX_MACHINES = 65_536
 MAX_PROCESSES_PER_MACHINE = 1_024  # each loads torch (hundreds of MB): more is a typo, never a job
 MAX_RESTARTS = 10_000
+MAX_LISTED_UNKNOWN = 20  # unknown keys named one by one (with a did-you-mean); the rest are counted
 CONFIG_FILE_NAME = "config.toml"
 SOURCES = ("default", "file", "environment", "flag")
 
@@ -275,9 +276,12 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], list[SettingProblem]]:
 
 
 def _values_from_table(path: Path, raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[SettingProblem]]:
-    values, problems = {}, []
+    values, problems, unknown = {}, [], 0
     for key, value in raw.items():
         if key not in _FIELDS:
+            unknown += 1
+            if unknown > MAX_LISTED_UNKNOWN:
+                continue  # counted below: a did-you-mean for each of thousands of keys takes seconds
             close = difflib.get_close_matches(key, SETTING_NAMES, n=1)
             fix = f"did you mean {close[0]!r}? Known keys: " if close else "remove it; known keys: "
             problems.append(SettingProblem(str(path), key, value, "unknown key", fix + ", ".join(SETTING_NAMES)))
@@ -286,6 +290,10 @@ def _values_from_table(path: Path, raw: Mapping[str, Any]) -> tuple[dict[str, An
             values[key] = _FIELDS[key].metadata["parse"](value, False)
         except Invalid as bad:
             problems.append(SettingProblem(str(path), key, value, bad.why, bad.fix))
+    if unknown > MAX_LISTED_UNKNOWN:
+        problems.append(SettingProblem(str(path), f"({unknown - MAX_LISTED_UNKNOWN:,} more unknown keys)", _NO_VALUE,
+                                       f"not listed (only the first {MAX_LISTED_UNKNOWN} are)",
+                                       "is this the right file? Known keys: " + ", ".join(SETTING_NAMES)))
     return values, problems
 
 

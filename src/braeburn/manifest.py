@@ -14,11 +14,13 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from . import no_follow
 from .errors import UnsafeFileError
 
 MANIFEST = "manifest.json"
 WHOLE, SHARDED = "whole", "sharded"  # plain torch.save files, or torch.distributed.checkpoint shards
 SHARDED_METADATA = "sharded/.metadata"
+MAX_BYTES = 8 << 20  # about 50,000 files' entries: far more than any checkpoint holds (a 64 MB one took 33 s, 630 MB)
 
 
 class ManifestError(UnsafeFileError):
@@ -32,8 +34,8 @@ def listed_files(folder: Path) -> list[str]:
 
 def write(folder: Path, data: dict[str, Any]) -> Path:
     path = folder / MANIFEST
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1)
+    with no_follow.create_new(path) as handle:
+        handle.write(json.dumps(data, indent=1).encode("utf-8"))
         handle.flush()
         os.fsync(handle.fileno())
     return path
@@ -51,6 +53,11 @@ def read(folder: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise ManifestError(f"{path} is {size:,} bytes, more than the {MAX_BYTES:,} a manifest of any checkpoint "
+                                f"needs: it was not read, and nothing in {folder} can be trusted. Use another "
+                                "checkpoint, or save this state again.")
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ManifestError(f"{path} cannot be read ({type(error).__name__}: {error}), so nothing in {folder} can be "

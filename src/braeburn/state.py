@@ -11,7 +11,6 @@ import io
 import os
 import pickle
 import random
-import shutil
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import torch
 
+from . import no_follow
 from .devices.base import DeviceKind
 
 
@@ -130,8 +130,7 @@ def atomic_directory(output_dir: str | os.PathLike, *, owner: bool = True) -> It
 
 def prepare_staging(output_dir: str | os.PathLike) -> Path:
     staging = staging_dir(output_dir)
-    if staging.exists():
-        shutil.rmtree(staging)  # left by a save that crashed
+    no_follow.remove_tree(staging)  # left by a save that crashed (a link there: the link only)
     staging.mkdir(parents=True)
     return staging
 
@@ -169,15 +168,14 @@ def publish(output_dir: str | os.PathLike) -> Path:
             with open(path, "rb") as handle:
                 os.fsync(handle.fileno())
     if target.exists():  # the target is complete, so an older copy is not needed
-        if old.exists():
-            shutil.rmtree(old)
+        no_follow.remove_tree(old)
         os.replace(target, old)
         fsync_dir(target.parent)
     # (no target but an old one: a kill came between the renames last time; the old one is the good copy)
     os.replace(staging, target)
     fsync_dir(target.parent)
-    if old.exists():
-        shutil.rmtree(old)
+    if old.exists() or old.is_symlink():
+        no_follow.remove_tree(old)  # (a state folder that was a link: the link only, never its target)
         fsync_dir(target.parent)
     return target
 
@@ -213,7 +211,7 @@ def save_file(obj: Any, directory: Path, name: str) -> None:
         torch.save(obj, buffer)  # copies device tensors to the host now: the snapshot is of this moment
         _captured[name] = buffer.getvalue()
         return
-    with open(directory / name, "wb") as handle:  # a full disk then raises OSError with its errno, not a torch enforce
+    with no_follow.create_new(Path(directory) / name) as handle:  # a full disk then raises OSError with its errno, not a torch enforce
         torch.save(obj, handle)
 
 

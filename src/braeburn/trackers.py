@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .no_follow import open_append, write_atomic
+
 JSONL_FILE = "metrics.jsonl"
 
 
@@ -63,7 +65,7 @@ class JSONLinesTracker(GeneralTracker):
         self.folder = Path(logging_dir) / run_name
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / JSONL_FILE
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._file = open_append(self.path)  # (a link planted at its name is refused, not followed)
 
     @property
     def tracker(self) -> Any:
@@ -71,7 +73,7 @@ class JSONLinesTracker(GeneralTracker):
 
     def store_init_configuration(self, values: dict) -> None:
         text = json.dumps({k: _plain(v) for k, v in values.items()}, indent=1, default=str)
-        (self.folder / "config.json").write_text(text, encoding="utf-8")
+        write_atomic(self.folder / "config.json", text)
 
     def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
         if self._file.closed:

@@ -53,9 +53,12 @@ def run(args: argparse.Namespace) -> int:
     problems = plan.device.env_problems(env, current_host().system)  # the pair the child's torch will read
     if problems:
         raise ConfigError([], problems)
+    _say_outer_job_ignored(os.environ, settings)
     port = 0
     if uses_elastic_launch(settings):
         port = settings.main_process_port or (MULTI_NODE_DEFAULT_PORT if settings.num_machines > 1 else free_port())
+        if settings.machine_rank == 0 and not args.dry_run:
+            check_port_free(settings.main_process_ip or LOCALHOST, port)
     command = build_command(settings, plan, args.script, args.script_args, module=args.module, port=port)
     if args.dry_run:
         added = {k: v for k, v in env.items() if os.environ.get(k) != v}
@@ -117,11 +120,22 @@ def _check_gpu_ids(settings: LaunchSettings, plan: Plan, host: HostFacts) -> lis
 
 # -- the child's environment ------------------------------------------------------------------------
 
+# What torchrun (or another launcher) sets for the processes of ITS job. `braeburn launch` starts a job of
+# its own: inherited from an outer job (a shell inside an allocation, a script started by torchrun), they
+# would make a single process wait forever for an outer world's other ranks, or resume as a restarted worker.
+OUTER_JOB_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                  "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+                  "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+                  "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE")
+
+
 def child_environment(plan: Plan, settings: LaunchSettings, parent: Mapping[str, str]) -> dict[str, str]:
-    """The parent's environment, plus the plan's pre-torch variables where the user set none (braeburn's own
-    import default gives way: --no-mps-fallback wins over the fallback `import braeburn` turned on), plus
-    the launcher's choices for Accelerator/Trainer, plus the visible devices with --gpu-ids."""
-    env = dict(parent)
+    """The parent's environment without an outer job's world (OUTER_JOB_VARS), plus the plan's pre-torch
+    variables where the user set none (braeburn's own import default gives way: --no-mps-fallback wins over
+    the fallback `import braeburn` turned on), plus the launcher's choices for Accelerator/Trainer, plus the
+    visible devices with --gpu-ids. The world of the job started is set by torch.distributed.run (several
+    processes), or is a single process (none of those variables)."""
+    env = {name: value for name, value in parent.items() if name not in OUTER_JOB_VARS}
     for name, value in plan.env.items():
         put_option(env, name, value)  # over braeburn's import default; a value the user exported wins
     env[DEVICE_VAR] = plan.device.name
@@ -134,6 +148,14 @@ def child_environment(plan: Plan, settings: LaunchSettings, parent: Mapping[str,
     if settings.gpu_ids != "all" and var is not None:
         env[var] = _visible_devices(settings.gpu_ids, parent.get(var))
     return env
+
+
+def _say_outer_job_ignored(parent: Mapping[str, str], settings: LaunchSettings) -> None:
+    inherited = [f"{name}={parent[name]}" for name in OUTER_JOB_VARS if name in parent]
+    if inherited:
+        print(f"braeburn launch: not passing on {', '.join(inherited)} (inherited from an outer job): this launch "
+              f"starts a job of its own, of {settings.num_processes} process(es). Unset them to silence this note.",
+              file=sys.stderr, flush=True)
 
 
 def _visible_devices(ids: str, already: str | None) -> str:
@@ -150,6 +172,25 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((LOCALHOST, 0))
         return probe.getsockname()[1]
+
+
+class PortInUseError(RuntimeError):
+    """The rendezvous port of the job is taken on this machine (checked before starting anything)."""
+
+
+def check_port_free(address: str, port: int) -> None:
+    """Rank 0's machine opens the job's rendezvous on ``port``: say now, in one line, when it cannot
+    (torch would end in a traceback from its agent). Another program may still take it in between."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's store: TIME_WAIT is no conflict
+        try:
+            probe.bind(("" if address != LOCALHOST else LOCALHOST, port))
+        except OSError as error:
+            raise PortInUseError(
+                f"--main-process-port={port}: the job's rendezvous port cannot be opened on this machine "
+                f"({error.strerror or error}: another job, or a process still holding it; `ss -ltnp | grep :{port}` "
+                "shows which). Pass another --main-process-port, or leave it out on one machine (a free port is "
+                "picked).") from None
 
 
 def uses_elastic_launch(settings: LaunchSettings) -> bool:

@@ -44,6 +44,7 @@ class DistributedEnvironmentError(PlanError):
         self.args = (f"{len(self.errors)} distributed environment {noun} cannot work:\n{lines}",)
 
 
+MAX_WORLD_SIZE = 1 << 20  # more processes than any job has; torch's own limit (a C int) would be a TypeError
 _SET_BY_LAUNCHER = ("torchrun sets it: start the script with `braeburn launch --num-processes N` (or torchrun) "
                     "rather than setting it by hand")
 
@@ -66,9 +67,9 @@ def world_from_env(env: Mapping[str, str] | None = None) -> WorldInfo:
 
     world = number("WORLD_SIZE", 1)
     rank, local_rank = number("RANK", 0), number("LOCAL_RANK", 0)
-    if world < 1:
-        errors.append(OptionError("WORLD_SIZE", world, f"must be 1 or more (the number of processes); "
-                                  f"{_SET_BY_LAUNCHER}"))
+    if not 1 <= world <= MAX_WORLD_SIZE:
+        errors.append(OptionError("WORLD_SIZE", world, f"must be from 1 to {MAX_WORLD_SIZE} (the number of "
+                                  f"processes); {_SET_BY_LAUNCHER}"))
         world = 1
     for name, value in (("RANK", rank), ("LOCAL_RANK", local_rank)):
         if not 0 <= value < world:

@@ -237,6 +237,17 @@ def read_config_file(path: str) -> dict[str, Any]:
     return data
 
 
+MAX_LISTED_UNKNOWN = 20  # unknown options named one by one (with a did-you-mean); the rest are counted
+
+
+def _unknown_options(names: list[str], known: list[str], where: str) -> list[OptionError]:
+    listed = [_unknown(name, known, where) for name in names[:MAX_LISTED_UNKNOWN]]
+    if len(names) > MAX_LISTED_UNKNOWN:
+        listed.append(OptionError("unknown option", f"{len(names) - MAX_LISTED_UNKNOWN:,} more", (
+            f"{where}, not listed (only the first {MAX_LISTED_UNKNOWN} are); is this the right file?")))
+    return listed
+
+
 def _unknown(name: str, known: list[str], where: str) -> OptionError:
     close = difflib.get_close_matches(name.lstrip("-").replace("-", "_"), known, n=1)
     hint = f"did you mean --{close[0]}?" if close else "see --help for the options"
@@ -270,12 +281,13 @@ def parse_dataclasses(dataclass_types: tuple[type, ...], argv: list[str] | None)
     errors = _leftover_errors(leftovers, known)
     values: dict[str, tuple[Any, str]] = {}
     if "__config__" in given:
-        path = given.pop("__config__")
+        path, unknown = given.pop("__config__"), []
         for key, value in read_config_file(path).items():
             if key in known:
                 values[key] = (value, f"in {path}")
             else:
-                errors.append(_unknown(key, known, f"in {path}"))
+                unknown.append(key)
+        errors.extend(_unknown_options(unknown, known, f"in {path}"))
     values.update({key: (value, "on the command line") for key, value in given.items()})
     fields: dict[type, dict[str, Any]] = {cls: {} for cls in dataclass_types}
     incomplete: set[type] = set()

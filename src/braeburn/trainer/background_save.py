@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import state as state_io
+from ..no_follow import create_new
 from .checkpoint import CheckpointManager
 from .state import TrainerState
 
@@ -52,7 +53,7 @@ class _Replay:
     def save_state(self, output_dir: str) -> None:
         staging = state_io.prepare_staging(output_dir)
         for name, data in self.snapshot.files.items():
-            with open(staging / name, "wb") as handle:
+            with create_new(staging / name) as handle:
                 handle.write(data)
         self.snapshot.finish(output_dir)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import manifest as manifest_io
 from ..manifest import MANIFEST
+from ..no_follow import remove_tree
 from ..state import fsync_dir as _fsync_dir
 from ..state import staging_dir
 from .state import STATE_FILE, TrainerState, TrainerStateError
@@ -333,8 +334,7 @@ class CheckpointManager:
         try:
             if main:
                 self.output_dir.mkdir(parents=True, exist_ok=True)
-                if staging.exists():
-                    shutil.rmtree(staging)
+                remove_tree(staging)  # (a link there: the link only)
             accelerator.save_state(str(staging))
             state.last_checkpoint = str(target)
             if main:

@@ -36,6 +36,14 @@ def tensorboard_installed() -> bool:
 
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
+def _expand_home(path: object) -> object:
+    """``~`` or ``~user`` at the start of a path, expanded; anything else as it is."""
+    if isinstance(path, (str, os.PathLike)) and os.fspath(path).startswith("~"):
+        expanded = os.path.expanduser(os.fspath(path))
+        return expanded if isinstance(path, str) else type(path)(expanded)
+    return path
+
+
 @dataclass
 class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     """How to train: batch sizes, optimisation, logging, evaluation, checkpoints and the device.
@@ -215,6 +223,10 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
         from .hf_compat import apply_hf_aliases
 
         apply_hf_aliases(self)
+        # "~/runs/x" means the home folder, as in a shell (and in Transformers), not a folder named "~" here
+        # (a config file or a quoted flag reaches us without the shell's expansion).
+        for name in ("output_dir", "logging_dir", "resume_from_checkpoint"):
+            setattr(self, name, _expand_home(getattr(self, name)))
 
     def validate(self) -> list[OptionError]:
         """Every problem with this config's own fields (device rules are the plan's)."""

@@ -22,6 +22,7 @@ from typing import Any, Callable, NamedTuple
 
 from ..devices.base import DeviceKind
 from ..devices.host import HostFacts
+from ..no_follow import create_new, write_atomic
 from ..plan import OptionError
 
 LABEL_KEYS = ("labels", "label", "label_ids")
@@ -390,7 +391,8 @@ class HfTrainerMixin:
             self.processing_class.save_pretrained(str(folder))
         import torch
 
-        torch.save(self.config, folder / "training_args.bin")
+        with create_new(folder / "training_args.bin") as handle:
+            torch.save(self.config, handle)
 
     def save_state(self) -> None:
         """trainer_state.json in output_dir (the log history, best metric and step), from the main process."""
@@ -416,12 +418,12 @@ class HfTrainerMixin:
             return
         folder = Path(self.config.output_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{split}_results.json").write_text(json.dumps(metrics, indent=4, sort_keys=True), encoding="utf-8")
+        write_atomic(folder / f"{split}_results.json", json.dumps(metrics, indent=4, sort_keys=True))
         if combined:
             path = folder / "all_results.json"
-            merged = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+            merged = {} if path.is_symlink() or not path.exists() else json.loads(path.read_text(encoding="utf-8"))
             merged.update(metrics)
-            path.write_text(json.dumps(merged, indent=4, sort_keys=True), encoding="utf-8")
+            write_atomic(path, json.dumps(merged, indent=4, sort_keys=True))
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Record ``logs`` in log_history and send them to the loggers (callbacks' on_log)."""
@@ -442,7 +444,7 @@ class HfTrainerMixin:
         evals = self._last_eval_metrics()
         if evals:
             lines += ["", "## Evaluation", ""] + [f"- {k}: {_format(v)}" for k, v in sorted(evals.items())]
-        (folder / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_atomic(folder / "README.md", "\n".join(lines) + "\n")
 
     def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError("braeburn does not upload to the Hugging Face Hub: call trainer.save_model(dir) "

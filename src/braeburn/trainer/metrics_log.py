@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from ..no_follow import open_append, open_update
 from .callbacks import Callback
 from .state import TrainerState
 from .write_faults import WriteWarnings
@@ -91,9 +92,9 @@ class MetricsLogCallback(Callback):
         """Open the log for appending; after a failed write, first cut off the partial line it left."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            if repair and self.path.exists() and self.path.stat().st_size > self._good_size:
-                os.truncate(self.path, self._good_size)
-            self._file = open(self.path, "a", encoding="utf-8")
+            self._file = open_append(self.path)  # (a link planted at its name is refused, not followed)
+            if repair and os.fstat(self._file.fileno()).st_size > self._good_size:
+                os.ftruncate(self._file.fileno(), self._good_size)
             self._good_size = os.fstat(self._file.fileno()).st_size
             return True
         except OSError as error:
@@ -163,12 +164,12 @@ def _tensorboard_writer(folder: Path):
 
 def _drop_torn_last_line(path: Path) -> None:
     """A run killed inside a write can leave half a record; the next append would glue onto it."""
-    if not path.is_file() or path.stat().st_size == 0:
+    if not (path.is_file() or path.is_symlink()):
         return
-    data = path.read_bytes()
-    if data.endswith(b"\n"):
-        return
-    with open(path, "r+b") as handle:
+    with open_update(path) as handle:  # (a link planted at its name is refused, not followed)
+        data = handle.read()
+        if not data or data.endswith(b"\n"):
+            return
         handle.truncate(data.rfind(b"\n") + 1)
     print(f"braeburn: {path} ended in half a record (a run was stopped while writing it); that line was dropped.")
 

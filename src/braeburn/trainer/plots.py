@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..no_follow import create_new, remove_file
 from .callbacks import Callback
 from .state import TrainerState
 from .write_faults import WriteWarnings
@@ -61,10 +62,11 @@ def plot_history(history: list[dict[str, Any]], path: Path) -> Path | None:
             ax.legend()
     temporary = path.with_name(f".{path.name}.tmp")
     try:
-        figure.savefig(temporary, format="png", dpi=100)
-        os.replace(temporary, path)
+        with create_new(temporary) as handle:  # a fresh file: a link planted at that name is removed, not followed
+            figure.savefig(handle, format="png", dpi=100)
+        os.replace(temporary, path)  # (replaces a link at ``path`` itself, never its target)
     except BaseException:
-        temporary.unlink(missing_ok=True)  # never leave a half-written picture behind
+        remove_file(temporary)  # never leave a half-written picture behind
         raise
     return path
 

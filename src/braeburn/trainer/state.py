@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..no_follow import write_atomic
+
 STATE_FILE = "trainer_state.json"
 
 
@@ -56,7 +58,7 @@ class TrainerState:
 
     def save(self, folder: Path) -> Path:
         path = Path(folder) / STATE_FILE
-        path.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=True), encoding="utf-8")
+        write_atomic(path, json.dumps(self.to_dict(), indent=1, allow_nan=True))  # (replaces a link, never follows)
         return path
 
     @classmethod

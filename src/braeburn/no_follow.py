@@ -1,0 +1,113 @@
+"""Writing in an output folder without following links that braeburn did not create.
+
+A shared scratch folder can hold a symbolic link planted under a name braeburn writes (``metrics.jsonl``,
+``.braeburn.lock``, a temporary file): a plain ``open`` writes through it, into a file outside the run.
+Every writer in braeburn's folders goes through these functions instead:
+
+- a file written whole is written to a fresh temporary file (``O_EXCL``: never an existing one) and renamed
+  over its name, which replaces a link there (the link, not its target);
+- a file appended to or locked (the metrics log, the lock file) is opened with ``O_NOFOLLOW``: a link there
+  is refused with :class:`PlantedLinkError`, which names the link and the fix;
+- a folder to be removed is unlinked when it is a link (its target is left alone).
+
+Only the last part of a path is guarded: the output folder itself may be a link the user made.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+from typing import IO
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # (Windows has no O_NOFOLLOW; it has no unprivileged symlinks either)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_BINARY = getattr(os, "O_BINARY", 0)
+
+
+class PlantedLinkError(OSError):
+    """A file braeburn writes is a symbolic link it did not create; nothing was written through it."""
+
+    def __init__(self, path: str | os.PathLike):
+        path = Path(path)
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        super().__init__(errno.ELOOP, (
+            f"{path} is a symbolic link (to {target}) that braeburn did not create. braeburn never writes through "
+            "a link in its folders: it would change a file outside them. Remove the link "
+            f"(rm {str(path)!r}; its target is not touched), or use another folder."))
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def open_fd(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that refuses a link at ``path`` (:class:`PlantedLinkError`) instead of following it."""
+    try:
+        return os.open(path, flags | _NOFOLLOW | _CLOEXEC | _BINARY, mode)
+    except OSError as error:
+        if os.path.islink(path) and error.errno in (errno.ELOOP, errno.EMLINK, errno.EEXIST):
+            raise PlantedLinkError(path) from None  # (FreeBSD says EMLINK; O_EXCL on a link says EEXIST)
+        raise
+
+
+def open_append(path: str | os.PathLike) -> IO[str]:
+    """``path`` opened for appending text (created when missing); a link there is refused."""
+    return os.fdopen(open_fd(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8")
+
+
+def open_update(path: str | os.PathLike) -> IO[bytes]:
+    """An existing ``path`` opened to read and write bytes (``r+b``); a link there is refused."""
+    return os.fdopen(open_fd(path, os.O_RDWR), "r+b")
+
+
+def create_new(path: str | os.PathLike) -> IO[bytes]:
+    """A new, empty file at ``path`` for writing bytes. Whatever had that name (a file or link left by a
+    crash, or planted) is removed first: only the name, never a link's target. Use it for names that are
+    braeburn's alone (temporary and staging files)."""
+    remove_file(path)
+    return os.fdopen(open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb")
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
+    """``path`` replaced by ``data`` (text is UTF-8): a temporary file renamed over it, so a reader sees
+    the old file or the new one, and a link at ``path`` is replaced, never written through."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with create_new(temporary) as handle:
+            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(temporary, path)
+    except BaseException:
+        remove_file(temporary)
+        raise
+    return path
+
+
+def remove_file(path: str | os.PathLike) -> None:
+    """Remove the name ``path`` (a file, or a link: never its target); nothing there is fine."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        remove_tree(path)
+    except PermissionError:
+        if not os.path.isdir(path) or os.path.islink(path):
+            raise
+        remove_tree(path)  # (macOS says EPERM for unlink() of a folder)
+
+
+def remove_tree(path: str | os.PathLike) -> None:
+    """Remove the folder ``path`` and what it holds; a link there is removed itself (its target is kept)."""
+    if os.path.islink(path):
+        os.unlink(path)
+    elif os.path.exists(path):
+        shutil.rmtree(path)
+
+
+__all__ = ["PlantedLinkError", "create_new", "open_append", "open_fd", "open_update", "remove_file", "remove_tree",
+           "write_atomic"]

@@ -1,0 +1,248 @@
+"""braeburn writes nothing outside its folders, and follows no link it did not create (issue 32, items 2 and 5).
+
+A shared scratch folder can hold links planted under the names braeburn writes: every writer either
+refuses such a link (naming it and the fix) or replaces the link itself; the file it points to is never
+changed. The output lock guards the folder actually written (the state folder of ``save_state``, not its
+parent), leaves no lock file behind after a normal end, and a lock left by a dead process (or another user)
+is taken over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from braeburn import output_lock
+from braeburn.accelerator import Accelerator
+from braeburn.output_lock import LOCK_FILE, OutputDirBusyError
+from braeburn.trackers import JSONLinesTracker
+from braeburn.trainer import Trainer, TrainingConfig
+from braeburn.trainer.metrics_log import METRICS_FILE, MetricsLogCallback
+from braeburn.trainer.plots import PLOT_FILE, plot_history
+from braeburn.trainer.state import STATE_FILE, TrainerState
+
+pytestmark = pytest.mark.usefixtures("no_launcher_env")
+SRC = Path(__file__).resolve().parents[1] / "src"
+PRECIOUS = "a line of someone's file\nthe last line, not ended"
+
+
+def victim(tmp_path: Path, name: str = "precious.txt") -> Path:
+    """A file outside the run that a planted link points to."""
+    outside = tmp_path / "outside"
+    outside.mkdir(exist_ok=True)
+    path = outside / name
+    path.write_text(PRECIOUS)
+    return path
+
+
+def plant(link: Path, target: Path) -> Path:
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target)
+    return link
+
+
+def job_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAEBURN_", "TORCHELASTIC_"))}
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")])), OMP_NUM_THREADS="1")
+    return env
+
+
+# -- item 2: planted links -----------------------------------------------------------------------
+def test_a_lock_file_planted_as_a_link_is_refused_and_its_target_kept(tmp_path):
+    target = victim(tmp_path)
+    link = plant(tmp_path / "run" / LOCK_FILE, target)
+    with pytest.raises(OSError, match="is a symbolic link") as error:
+        output_lock.acquire(tmp_path / "run")
+    assert str(link) in str(error.value) and "Remove the link" in str(error.value)
+    assert target.read_text() == PRECIOUS and link.is_symlink()
+    assert not output_lock.held_over(tmp_path / "run")
+
+
+def test_save_state_writes_through_no_planted_link(tmp_path):
+    """The state folder's lock, its staging folder and the parent's lock, each a planted link."""
+    target, elsewhere = victim(tmp_path), tmp_path / "outside" / "folder"
+    (elsewhere / "keep").mkdir(parents=True)
+    plant(tmp_path / "jobs" / ".state.partial", elsewhere)  # the staging folder of save_state(jobs/state)
+    accelerator = Accelerator(cpu=True)
+    accelerator.prepare(torch.nn.Linear(2, 2))
+    plant(tmp_path / "jobs" / f".state{LOCK_FILE}", target)
+    with pytest.raises(OSError, match="is a symbolic link .*Remove the link"):
+        accelerator.save_state(tmp_path / "jobs" / "state")
+    (tmp_path / "jobs" / f".state{LOCK_FILE}").unlink()
+    accelerator.save_state(tmp_path / "jobs" / "state")  # the staging link is replaced, its target kept
+    accelerator.end_training()
+    assert target.read_text() == PRECIOUS and (elsewhere / "keep").is_dir()
+    assert (tmp_path / "jobs" / "state" / "model_0.pt").is_file()
+
+
+def test_metrics_log_refuses_a_planted_link_and_training_goes_on(tmp_path, capsys):
+    target = victim(tmp_path)
+    link = plant(tmp_path / "run" / METRICS_FILE, target)
+    logger, state = MetricsLogCallback(tensorboard=False), TrainerState()
+    trainer = type("T", (), {"is_main_process": True, "output_dir": tmp_path / "run"})()
+    logger.on_train_begin(trainer, state)
+    logger.on_log(trainer, state, {"loss": 1.0})
+    logger.on_train_end(trainer, state)
+    assert target.read_text() == PRECIOUS  # not cut at its last line, nothing appended
+    err = capsys.readouterr().err
+    assert f"cannot write {link} ({link} is a symbolic link" in err and "Training goes on" in err
+
+
+def test_the_plot_replaces_planted_links_and_never_writes_through_them(tmp_path):
+    temporary_target, final_target = victim(tmp_path, "a.txt"), victim(tmp_path, "b.txt")
+    plant(tmp_path / f".{PLOT_FILE}.tmp", temporary_target)
+    plant(tmp_path / PLOT_FILE, final_target)
+    assert plot_history([{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5}], tmp_path / PLOT_FILE)
+    assert temporary_target.read_text() == PRECIOUS and final_target.read_text() == PRECIOUS
+    assert not (tmp_path / PLOT_FILE).is_symlink() and (tmp_path / PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / f".{PLOT_FILE}.tmp").exists()
+
+
+def test_whole_file_writes_replace_a_planted_link(tmp_path):
+    """trainer_state.json, the tracker's config.json: the link is replaced; metrics.jsonl: refused."""
+    targets = [victim(tmp_path, f"{i}.txt") for i in range(3)]
+    plant(tmp_path / STATE_FILE, targets[0])
+    TrainerState(global_step=3).save(tmp_path)
+    plant(tmp_path / "jsonl" / "run" / "config.json", targets[1])
+    plant(tmp_path / "jsonl" / "run" / "metrics.jsonl", targets[2])
+    with pytest.raises(OSError, match="is a symbolic link"):
+        JSONLinesTracker("run", tmp_path / "jsonl")
+    (tmp_path / "jsonl" / "run" / "metrics.jsonl").unlink()
+    tracker = JSONLinesTracker("run", tmp_path / "jsonl")
+    tracker.store_init_configuration({"lr": 0.1})
+    tracker.finish()
+    assert all(t.read_text() == PRECIOUS for t in targets)
+    assert json.loads((tmp_path / STATE_FILE).read_text())["global_step"] == 3
+    assert json.loads((tmp_path / "jsonl" / "run" / "config.json").read_text()) == {"lr": 0.1}
+
+
+def test_a_training_run_in_a_folder_with_planted_links_harms_nothing(tmp_path, capsys):
+    targets = {name: victim(tmp_path, f"{i}.txt") for i, name in
+               enumerate([f".{PLOT_FILE}.tmp", PLOT_FILE, "all_results.json", "train_results.json", STATE_FILE,
+                          "model.safetensors", "training_args.bin", "README.md"])}
+    run = tmp_path / "run"
+    for name, target in targets.items():
+        plant(run / name, target)
+    x = torch.randn(16, 4)
+    config = TrainingConfig(output_dir=str(run), overwrite_output_dir=True, max_steps=4, logging_steps=1,
+                            per_device_train_batch_size=4, save_strategy="no", use_cpu=True, report_to="none")
+    trainer = Trainer(torch.nn.Linear(4, 2), config, train_dataset=TensorDataset(x, (x.sum(1) > 0).long()),
+                      loss_fn=torch.nn.functional.cross_entropy)
+    metrics = trainer.train().metrics
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    trainer.save_model()
+    trainer.create_model_card()
+    assert all(target.read_text() == PRECIOUS for target in targets.values())
+    assert not any((run / name).is_symlink() for name in targets if not name.endswith(".tmp"))
+    assert not (run / LOCK_FILE).exists()  # item 5: no lock file left behind
+
+
+# -- item 5: the lock of save_state, its removal, stale locks --------------------------------------
+SAVER = ("import sys, time, torch\nfrom braeburn.accelerator import Accelerator\n"
+         "a = Accelerator(cpu=True); a.prepare(torch.nn.Linear(2, 2)); a.save_state(sys.argv[1])\n"
+         "print('saved', flush=True)\nif sys.argv[2] == 'wait': time.sleep(120)\n")
+
+
+def save_in_another_process(folder: Path, wait: bool) -> subprocess.Popen:
+    saver = subprocess.Popen([sys.executable, "-c", SAVER, str(folder), "wait" if wait else "exit"], env=job_env(),
+                             stdout=subprocess.PIPE, text=True)
+    lines = []
+    while not lines or lines[-1] != "saved":  # (after the Accelerator's line about the device)
+        line = saver.stdout.readline()
+        assert line, f"the saving process ended early: {lines}"
+        lines.append(line.strip())
+    return saver
+
+
+def test_save_state_to_a_sibling_folder_is_not_refused_but_the_same_folder_is(tmp_path):
+    other = save_in_another_process(tmp_path / "job_a", wait=True)
+    try:
+        accelerator = Accelerator(cpu=True)
+        accelerator.prepare(torch.nn.Linear(2, 2))
+        accelerator.save_state(tmp_path / "job_b")  # an unrelated job beside it: no conflict
+        with pytest.raises(OutputDirBusyError) as error:
+            accelerator.save_state(tmp_path / "job_a")
+        message = str(error.value)
+        assert message.startswith(f"save_state({str((tmp_path / 'job_a').resolve())!r}): that folder is being saved "
+                                  f"to by another process (pid {other.pid} "), message
+        assert "Pass another folder to save_state()" in message and "--output_dir" not in message
+        accelerator.end_training()
+    finally:
+        other.send_signal(signal.SIGKILL)
+        other.wait()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".job_a{LOCK_FILE}", "job_a", "job_b"]  # killed: its record
+
+
+def test_no_lock_file_is_left_after_a_normal_end(tmp_path):
+    save_in_another_process(tmp_path / "state", wait=False).wait(timeout=60)  # no end_training(): released at exit
+    accelerator = Accelerator(cpu=True)
+    accelerator.prepare(torch.nn.Linear(2, 2))
+    accelerator.save_state(tmp_path / "mine")
+    accelerator.end_training()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "state"]
+
+
+def test_a_lock_left_by_a_dead_process_or_another_user_is_taken_over(tmp_path, monkeypatch):
+    dead = save_in_another_process(tmp_path / "state", wait=True)
+    dead.send_signal(signal.SIGKILL)
+    dead.wait()
+    lock_file = tmp_path / f".state{LOCK_FILE}"
+    assert stat.S_IMODE(lock_file.stat().st_mode) == 0o666  # any user may take it once its holder is gone
+    # Another user's file that this user may only read: flock needs no more than that.
+    no_follow = output_lock.no_follow  # (imported here: the old code had no such module)
+    real_open = no_follow.open_fd
+
+    def read_only(path, flags, mode=0o644):
+        if Path(path) == lock_file and flags & os.O_RDWR:
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(no_follow, "open_fd", read_only)
+    output_lock.acquire(tmp_path / "state", purpose="save_state", state_folder=True)
+    assert output_lock.held_over(tmp_path / "state")
+    output_lock.release(tmp_path / "state")
+
+
+def test_a_waiter_never_holds_a_deleted_lock_file(tmp_path):
+    """The last release deletes the file: a process that opened it just before must not think it holds it."""
+    output_lock.acquire(tmp_path)
+    stale = os.open(tmp_path / LOCK_FILE, os.O_RDONLY)  # opened by a second taker before the release
+    output_lock.release(tmp_path)
+    try:
+        assert not output_lock._still_named(stale, tmp_path / LOCK_FILE)
+    finally:
+        os.close(stale)
+    output_lock.acquire(tmp_path)  # a new file, held for real
+    assert (tmp_path / LOCK_FILE).exists()
+    output_lock.release(tmp_path)
+
+
+# -- item 12: "~" in output_dir ----------------------------------------------------------------------
+def test_a_tilde_in_output_dir_is_the_home_folder_not_a_folder_named_tilde(tmp_path, monkeypatch):
+    """As in a shell and in Transformers: a config file or a quoted flag reaches braeburn unexpanded."""
+    from braeburn.trainer import parse_config
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    (config,) = parse_config(TrainingConfig, argv=["--output_dir", "~/runs/a", "--logging_dir", "~/tb"],
+                             exit_on_error=False)
+    assert (config.output_dir, config.logging_dir) == (str(home / "runs" / "a"), str(home / "tb"))
+    x = torch.randn(8, 4)
+    trainer = Trainer(torch.nn.Linear(4, 2), TrainingConfig(output_dir="~/runs/b", max_steps=1, use_cpu=True,
+                                                             per_device_train_batch_size=4, report_to="none"),
+                      train_dataset=TensorDataset(x, (x.sum(1) > 0).long()), loss_fn=torch.nn.functional.cross_entropy)
+    trainer.train()
+    assert list(cwd.iterdir()) == [] and (home / "runs" / "b").is_dir()
