@@ -117,7 +117,7 @@ CASES = [
     ("warmup_ratio 2", None, lambda t: cli("--warmup_ratio", "2"), ["warmup_ratio=2.0", "[0, 1)", "--warmup_ratio 0.1"]),
     ("negative warmup", None, lambda t: cli("--warmup_steps", "-1"), ["warmup_steps=-1", ">= 0"]),
     ("scheduler typo", None, lambda t: cli("--lr_scheduler_type", "cosin"),
-     ["lr_scheduler_type='cosin'", "linear, cosine, constant"]),
+     ["lr_scheduler_type='cosin'", "linear, cosine, cosine_with_restarts, constant"]),
     ("eval strategy typo", None, lambda t: cli("--eval_strategy", "sometimes"), ["eval_strategy='sometimes'", "no, steps"]),
     ("save strategy typo", None, lambda t: cli("--save_strategy", "step"), ["save_strategy='step'", "no, steps, epoch"]),
     ("max_steps 0 epochs 0", None, lambda t: cli("--max_steps", "0", "--num_train_epochs", "0"),

@@ -127,9 +127,10 @@ def _halve(trainer: "Trainer", loader: Any, reason: str) -> None:
     new_batch, new_accumulation = old_batch // 2, old_accumulation * 2
     trainer.optimizer.zero_grad(set_to_none=True)  # the failed window's partial gradients
     trainer._window_has_grads = False
-    batches_done = min((state.global_step - state.epoch * state.steps_per_epoch) * old_accumulation, len(loader))
+    epoch = loader.epoch  # the epoch running (state.epoch is fractional, as in Transformers)
+    batches_done = min((state.global_step - epoch * state.steps_per_epoch) * old_accumulation, len(loader))
     loader.rebatch(new_batch)
-    loader.load_state_dict({"epoch": state.epoch, "batches_yielded": batches_done * old_batch // new_batch})
+    loader.load_state_dict({"epoch": epoch, "batches_yielded": batches_done * old_batch // new_batch})
     acc.restart_accumulation(new_accumulation)
     config.per_device_train_batch_size, config.gradient_accumulation_steps = new_batch, new_accumulation
     state.per_device_train_batch_size, state.gradient_accumulation_steps = new_batch, new_accumulation
