@@ -178,3 +178,14 @@ def test_subclass_overriding_compute_loss(no_launcher_env, tmp_path):
     trainer.train()
     assert seen == [["features"], ["features"]]  # the unused "text" column was removed, labels renamed
     assert trainer.get_num_trainable_parameters() == 10 and trainer.get_total_train_batch_size() == 4
+
+
+def test_fp16_and_bf16_together_are_one_error_not_three(tmp_path):
+    """Issue 31: --fp16 --bf16 also gave two errors about a --mixed_precision auto the user never passed."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(TrainingConfig, argv=["--bf16", "--fp16", "--output_dir", str(tmp_path)], exit_on_error=False,
+                     check_plan=False)
+    assert "1 problem" in str(caught.value) and "mixed_precision auto" not in str(caught.value)
+    with pytest.raises(ConfigError, match="fp16=True: conflicts with --mixed_precision bf16"):
+        parse_config(TrainingConfig, argv=["--fp16", "--mixed_precision", "bf16", "--output_dir", str(tmp_path)],
+                     exit_on_error=False, check_plan=False)
