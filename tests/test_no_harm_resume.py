@@ -43,6 +43,7 @@ def test_evaluate_and_predict_after_train_on_two_processes_cover_the_whole_datas
 from torch.utils.data import TensorDataset  # noqa: E402
 
 from braeburn.trainer import Callback, Trainer, TrainingConfig  # noqa: E402
+from tests.resume_world_job import CountSteps  # noqa: E402  (the step counter the 2-process job uses too)
 
 
 class StopAt(Callback):
@@ -53,13 +54,6 @@ class StopAt(Callback):
         if state.global_step == self.step:
             state.request_stop("test stop", save=True)
 
-
-class CountSteps(Callback):
-    def __init__(self):
-        self.steps = 0
-
-    def on_step_end(self, trainer, state):
-        self.steps += 1
 
 
 def _data(n: int = 40) -> TensorDataset:
