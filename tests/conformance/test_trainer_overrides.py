@@ -74,14 +74,14 @@ def _scaled_compute_loss(base):
     return ScaledLoss
 
 
-def _halved_training_step(base):
-    class HalfStep(base):
+def _quartered_training_step(base):
+    class QuarterStep(base):
         def training_step(self, model, inputs, num_items_in_batch=None):
             model.train()
-            loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch) * 0.5
+            loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch) * 0.25
             self.accelerator.backward(loss)
             return loss.detach()
-    return HalfStep
+    return QuarterStep
 
 
 def _sgd_with_decay(base):
@@ -118,7 +118,9 @@ def transformers_runs(tmp_path_factory):
 CASES = [("compute_loss", _scaled_compute_loss, {}),
          ("compute_loss_accumulated", _scaled_compute_loss, {"per_device_train_batch_size": 4,
                                                               "gradient_accumulation_steps": 2}),
-         ("training_step", _halved_training_step, {}),
+         ("training_step", _quartered_training_step, {}),
+         ("training_step_accumulated", _quartered_training_step, {"per_device_train_batch_size": 4,
+                                                                "gradient_accumulation_steps": 2}),
          ("create_optimizer", _sgd_with_decay, {})]
 
 

@@ -23,8 +23,10 @@ braeburn passes ``num_items_in_batch=None``: losses are averaged per batch (docs
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -88,13 +90,19 @@ class HfOverridableMixin:
             self.lr_scheduler = default_scheduler(optimizer or self.optimizer, self.config, num_training_steps)
         return self.lr_scheduler
 
+    @property
+    def current_gradient_accumulation_steps(self) -> int:
+        return self.config.gradient_accumulation_steps
+
     def training_step(self, model: torch.nn.Module, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
         """Forward and backward of one micro-batch; the loss returned is divided by gradient_accumulation_steps
         (Transformers' convention: the logged loss is the sum of a step's returns)."""
         model.train()
         loss = self._forward_loss(model, inputs)  # calls an overridden compute_loss
-        self.accelerator.backward(loss)  # divides by gradient_accumulation_steps itself
-        return loss.detach() / self.config.gradient_accumulation_steps
+        with backward_as_in_transformers(self.accelerator):
+            loss = loss / self.current_gradient_accumulation_steps
+            self.accelerator.backward(loss)
+        return loss.detach()
 
     def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
                      num_items_in_batch: Any = None) -> Any:
@@ -148,10 +156,24 @@ class HfOverridableMixin:
         return output._replace(metrics=metrics)
 
 
+@contextlib.contextmanager
+def backward_as_in_transformers(accelerator: Any) -> Iterator[None]:
+    """Transformers' Trainer runs Accelerate with gradient_accumulation_steps=1 and divides the loss in its
+    training_step; inside a training_step, ``self.accelerator.backward(loss)`` therefore does not divide (braeburn's
+    Accelerator divides, as Accelerate's does with accumulation). The micro-batch's sync_gradients is decided
+    already (accumulate() ran), so only the division changes."""
+    steps = accelerator.gradient_accumulation_steps
+    accelerator.gradient_accumulation_steps = 1
+    try:
+        yield
+    finally:
+        accelerator.gradient_accumulation_steps = steps
+
+
 def _without_keys(logits: Any, ignore_keys: list[str] | None) -> Any:
     if ignore_keys and isinstance(logits, dict):
         return {k: v for k, v in logits.items() if k not in ignore_keys}
     return logits
 
 
-__all__ = ["EvalLoopOutput", "HfOverridableMixin", "OVERRIDABLE", "Overrides"]
+__all__ = ["EvalLoopOutput", "HfOverridableMixin", "OVERRIDABLE", "Overrides", "backward_as_in_transformers"]

@@ -38,7 +38,7 @@ from .evaluation import EvaluationMixin
 from .hf_callbacks import HfOptionsCallback, adapt_callback
 from .hf_compat import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, make_collate,
                         prepare_model_options, resolve_training_parts)
-from .hf_overrides import HfOverridableMixin, Overrides
+from .hf_overrides import HfOverridableMixin, Overrides, backward_as_in_transformers
 from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
 from .plots import PlotCallback
@@ -277,7 +277,8 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
     def _overridden_training_step(self, model: torch.nn.Module, batch: Any) -> None:
         """Transformers' training_step returns the loss divided by the accumulation steps; the window keeps
         per-batch losses, as braeburn's own path does."""
-        loss = self.training_step(model, batch, None)
+        with backward_as_in_transformers(self.accelerator):
+            loss = self.training_step(model, batch, None)
         self._window_losses.append(loss.detach().float() * self.config.gradient_accumulation_steps)
         self._window_has_grads = True
 
