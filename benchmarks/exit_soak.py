@@ -7,6 +7,7 @@ tests/test_accelerator_ddp.py's script. A retry hides such a fault; this loop me
     python benchmarks/exit_soak.py --runs 100                 # the test's script, as the test runs it
     python benchmarks/exit_soak.py --runs 100 --load 2        # with 2 CPU burners beside it
     python benchmarks/exit_soak.py --runs 100 --out soak/     # keep the logs (and core files) of failed runs
+    python benchmarks/exit_soak.py --runs 100 --job trainer   # Trainer: train(), evaluate(), predict(), then exit
 
 Every run is a fresh `python -m torch.distributed.run --nproc_per_node 2` on a free port, in its own folder.
 Core dumps are switched on for the workers; for a run that died of a signal, the backtrace of every thread
@@ -68,10 +69,16 @@ def _backtraces(folder: Path) -> None:
         (folder / f"{core.name}.backtrace.txt").write_text(done.stdout + done.stderr)
 
 
-def run_once(script: Path, folder: Path, env: dict[str, str]) -> tuple[int, str]:
+def _job_arguments(job: str, folder: Path) -> list[str]:
+    if job == "trainer":  # tests/eval_after_train_job.py OUT: the group is torn down at exit, every rank meeting
+        return [str(folder)]
+    return ["4", str(folder / "two.pt"), str(folder / "state")]  # the test's (batch, out, state_dir)
+
+
+def run_once(script: Path, folder: Path, env: dict[str, str], job: str = "accelerator") -> tuple[int, str]:
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-               str(_free_port()), str(script), "4", str(folder / "two.pt"), str(folder / "state")]
+               str(_free_port()), str(script), *_job_arguments(job, folder)]
     done = subprocess.run(command, env=env, cwd=folder, capture_output=True, text=True, timeout=600,
                           preexec_fn=_allow_core_dumps)
     return done.returncode, done.stdout + done.stderr
@@ -81,14 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100, help="how many jobs to run (default 100)")
     parser.add_argument("--load", type=int, default=0, help="CPU burners to run beside the jobs (default 0)")
+    parser.add_argument("--job", choices=("accelerator", "trainer"), default="accelerator",
+                        help="accelerator: tests/test_accelerator_ddp.py's script (end_training() tears the group "
+                             "down); trainer: tests/eval_after_train_job.py (torn down at exit)")
     parser.add_argument("--script", type=Path, default=None,
-                        help="a script taking (batch, out, state_dir); default: tests/test_accelerator_ddp.py's")
+                        help="a script taking the job's arguments instead of the job's own")
     parser.add_argument("--out", type=Path, default=None, help="where to keep failed runs (default: a temp folder)")
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="braeburn-exit-soak-"))
     out.mkdir(parents=True, exist_ok=True)
-    script = args.script or out / "train_ddp.py"
-    if args.script is None:
+    script = args.script or (ROOT / "tests" / "eval_after_train_job.py" if args.job == "trainer"
+                             else out / "train_ddp.py")
+    if args.script is None and args.job == "accelerator":
         script.write_text(_test_script())
     env = {key: value for key, value in os.environ.items() if not key.startswith("BRAEBURN_")}
     env.update(OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1",
@@ -100,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for index in range(1, args.runs + 1):
             folder = out / f"run-{index}"
-            code, log = run_once(script, folder, env)
+            code, log = run_once(script, folder, env, args.job)
             if code == 0:
                 shutil.rmtree(folder, ignore_errors=True)
             else:

@@ -56,6 +56,14 @@ def _column(rows: list[dict], name: str, path: Path) -> list[str]:
                          "or pass the matching --task_name.") from None
 
 
+def _existing(path: Path, given_as: str) -> Path:
+    """``path``, or one clear error naming the option it came from (not open()'s traceback)."""
+    if not path.is_file():
+        why = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise FileNotFoundError(f"{given_as} {path}: {why} (working directory {Path.cwd()}). Check the path.")
+    return path
+
+
 def read_glue_tsv(path: str | Path, task_name: str) -> TextExamples:
     """A GLUE task's TSV; a UTF-8 byte-order mark (MRPC's dev.tsv has one) is dropped, quotes are kept as text."""
     task_name = task_name.lower()
@@ -63,7 +71,7 @@ def read_glue_tsv(path: str | Path, task_name: str) -> TextExamples:
         raise ValueError(f"--task_name {task_name!r} is not one this example reads; known: "
                          f"{', '.join(GLUE_TASKS)}. For other data pass --train_file/--validation_file (CSV or JSON lines).")
     first, second, label, _ = GLUE_TASKS[task_name]
-    path = Path(path)
+    path = _existing(Path(path), f"--data_dir's {Path(path).name} (--task_name {task_name}):")
     # utf-8-sig strips the BOM; otherwise the header's first name reads '\ufeffQuality' and no column matches.
     # QUOTE_NONE: GLUE sentences hold unbalanced quote characters that are text, not CSV quoting.
     with path.open(encoding="utf-8-sig", newline="") as handle:
@@ -76,7 +84,7 @@ def read_glue_tsv(path: str | Path, task_name: str) -> TextExamples:
 
 def read_rows(path: str | Path) -> list[dict]:
     """Rows of a .csv, .tsv or .json/.jsonl (one JSON object per line) file."""
-    path = Path(path)
+    path = _existing(Path(path), "--train_file/--validation_file/--test_file")
     suffix = path.suffix.lower()
     if suffix in (".json", ".jsonl"):
         with path.open(encoding="utf-8-sig") as handle:

@@ -112,6 +112,9 @@ def _child_python_path() -> None:
 def pytest_configure(config):
     config.addinivalue_line("markers", "requires(device, min_devices=1): needs real hardware")
     _child_python_path()
+    # Every child process (torchrun workers, examples, jobs) prints the Python stack of each of its threads if it
+    # dies of a signal (SIGABRT, SIGSEGV): a rare abort at exit (issue 32, item 13) then says where it happened.
+    os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 
 
 def pytest_runtest_setup(item):

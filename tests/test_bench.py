@@ -40,6 +40,17 @@ def test_tiny_mlp_and_cnn_on_the_cpu(capsys):
     assert row["speedup_vs_cpu"] == 1.0 and "only cpu was benchmarked" in mlp["verdict"]
 
 
+def test_a_long_bench_says_what_it_is_doing_on_stderr(capsys):
+    """Issue 31: `--workload all` ran minutes with no output. Progress goes to stderr; stdout stays the JSON."""
+    code = main(["bench", "--json", "--devices", "cpu", "--size", "tiny", "--workload", "mlp", "--steps", "2",
+                 "--warmup", "1"])
+    captured = capsys.readouterr()
+    assert code == 0 and json.loads(captured.out)["workloads"][0]["workload"] == "mlp"
+    assert "braeburn bench: 1 workload(s) on cpu; measuring each device's matmul peak" in captured.err
+    assert "braeburn bench: mlp (tiny, batch 32) on cpu: 1 warm-up + up to 2 timed steps..." in captured.err
+    assert "braeburn bench: mlp on cpu: " in captured.err and "samples/s" in captured.err
+
+
 def test_rich_output_and_plot(capsys, tmp_path):
     chart = tmp_path / "bench.png"
     code = main(["bench", "--size", "tiny", "--workload", "mlp", "--steps", "2", "--warmup", "0", "--batch-size", "8",

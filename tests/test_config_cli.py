@@ -43,13 +43,27 @@ def test_piped_answers_write_the_xdg_file(clean_env):
     assert problems == [] and values["mixed_precision"] == "bf16" and values["compile"] is False
 
 
-def test_a_wrong_answer_is_asked_again_and_early_end_of_input_is_explained(clean_env):
+def test_a_wrong_answer_is_asked_again_and_the_end_of_input_takes_the_defaults(clean_env):
     result = braeburn("config", stdin="fp8\nno\n", env={"XDG_CONFIG_HOME": str(clean_env.parents[1])},
                       host="linux_cpu")
     assert "Please select one of the available options" in result.stdout
-    assert result.returncode == 1 and not clean_env.exists()
-    assert "standard input ended before this question was answered: 'torch.compile'" in result.stderr
-    assert "braeburn config --default" in result.stderr
+    assert result.returncode == 0, result.stderr
+    assert "end of input: the questions left take the defaults offered" in result.stdout
+    assert "torch.compile: auto (default)" in result.stdout  # issue 31: it used to stop with an error
+    values, problems = read_config_file(clean_env)
+    assert problems == [] and values["mixed_precision"] == "no" and values["compile"] == "auto"
+
+
+def test_a_rerun_asks_before_replacing_the_file_and_keeps_it_by_default(clean_env):
+    env = {"XDG_CONFIG_HOME": str(clean_env.parents[1])}
+    assert braeburn("config", stdin="bf16\nfalse\n", env=env, host="linux_cpu").returncode == 0
+    before = clean_env.read_bytes()
+    kept = braeburn("config", stdin="", env=env, host="linux_cpu")  # issue 31: it replaced the file silently
+    assert kept.returncode == 0 and "exists. Replace it?" in kept.stdout and "nothing written" in kept.stdout
+    assert clean_env.read_bytes() == before
+    replaced = braeburn("config", stdin="y\nno\ntrue\n", env=env, host="linux_cpu")
+    assert replaced.returncode == 0, replaced.stderr
+    assert read_config_file(clean_env)[0]["mixed_precision"] == "no"
 
 
 def test_on_a_mac_it_asks_the_fallback_and_a_memory_limit(clean_env, fake_host, monkeypatch, capsys):

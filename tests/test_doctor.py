@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -82,3 +83,13 @@ def test_no_verb_prints_help(capsys):
     assert main([]) == 2
     assert "doctor" in capsys.readouterr().out
     _ = APPLE_M
+
+
+def test_an_80_column_terminal_shows_every_variable_name_whole():
+    """Issue 32/31: `doctor` in 80 columns cut the names a user copies into `export` (PYTORCH_MPS_HIGH_…)."""
+    done = subprocess.run([sys.executable, "-m", "braeburn.cli.main", "doctor"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "80", "BRAEBURN_DEVICE": "cpu"})
+    for name in ("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "PYTORCH_MPS_LOW_WATERMARK_RATIO", "PYTORCH_ENABLE_MPS_FALLBACK",
+                 "BRAEBURN_MIXED_PRECISION", "CUDA_VISIBLE_DEVICES"):
+        assert name in done.stdout, done.stdout
+    assert "…" not in done.stdout

@@ -220,3 +220,14 @@ def test_subclass_training_step_and_optimizer_and_eval_overrides(no_launcher_env
     losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
     assert len(losses) == 2 and all(0 < loss < 5 for loss in losses)  # per-batch losses, not divided or summed
     assert trainer.evaluate()["eval_loss"] > 100
+
+
+def test_fp16_and_bf16_together_are_one_error_not_three(tmp_path):
+    """Issue 31: --fp16 --bf16 also gave two errors about a --mixed_precision auto the user never passed."""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(TrainingConfig, argv=["--bf16", "--fp16", "--output_dir", str(tmp_path)], exit_on_error=False,
+                     check_plan=False)
+    assert "1 problem" in str(caught.value) and "mixed_precision auto" not in str(caught.value)
+    with pytest.raises(ConfigError, match="fp16=True: conflicts with --mixed_precision bf16"):
+        parse_config(TrainingConfig, argv=["--fp16", "--mixed_precision", "bf16", "--output_dir", str(tmp_path)],
+                     exit_on_error=False, check_plan=False)

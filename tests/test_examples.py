@@ -159,3 +159,16 @@ def test_json_lines_files_with_string_labels(tmp_path):
 def test_text_example_without_data_says_what_to_pass(tmp_path):
     with pytest.raises(SystemExit, match="--task_name mrpc --data_dir DIR"):
         text_classification.main(["--task_name", "mrpc", "--output_dir", str(tmp_path)])
+
+
+def test_text_example_with_a_missing_file_is_one_line_not_a_traceback(tmp_path):
+    """Issue 31: a mistyped --train_file printed open()'s 22-line traceback."""
+    valid = tmp_path / "valid.csv"
+    valid.write_text("sentence,label\nhello,1\nbye,0\n")
+    command = [sys.executable, str(EXAMPLES / "text_classification.py"), "--cpu", "--do_train", "--output_dir",
+               str(tmp_path / "out"), "--train_file", str(tmp_path / "trian.csv"), "--validation_file", str(valid)]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                              env=os.environ | {"PYTHONPATH": str(BRAEBURN_ROOT)})
+    assert finished.returncode == 1, finished.stderr[-3000:]
+    assert f"--train_file/--validation_file/--test_file {tmp_path / 'trian.csv'}: does not exist" in finished.stderr
+    assert "Traceback" not in finished.stderr

@@ -332,3 +332,24 @@ def test_the_launchers_own_port_in_use_is_one_line_not_a_traceback(tmp_path, cle
     assert code != 0 and "Traceback" not in out, out
     assert f"error: --main-process-port={port}: the job's rendezvous port cannot be opened on this machine" in out
     assert "Pass another --main-process-port" in out
+
+
+@pytest.mark.parametrize("flag", ["--nproc_per_node", "--nproc-per-node", "--nproc"])
+def test_torchruns_process_count_flags_are_understood(tmp_path, clean_env, capsys, flag):
+    """docs/accelerator.md and docs/migrating.md users type torchrun's spelling from habit (issue 31)."""
+    target = tmp_path / "t.py"
+    target.write_text("print('hi')\n")
+    assert main(["launch", "--cpu", flag, "2", "--dry-run", str(target)]) == 0
+    assert "--nproc-per-node 2" in capsys.readouterr().out
+    assert main(["launch", "--cpu", "--num-machines", "2", "--machine-rank", "1", "--main-process-ip", "10.0.0.1",
+                 flag, "2", "--dry-run", str(target)]) == 0
+    assert "--nnodes 2 --nproc-per-node 2" in capsys.readouterr().out  # per machine: 4 in all
+
+
+def test_torchruns_process_count_and_num_processes_together_are_one_clear_error(tmp_path, clean_env, capsys):
+    target = tmp_path / "t.py"
+    target.write_text("print('hi')\n")
+    assert main(["launch", "--cpu", "--nproc_per_node", "2", "--num-processes", "2", str(target)]) == 1
+    assert "Pass one of them" in capsys.readouterr().err
+    assert main(["launch", "--cpu", "--nproc_per_node", "two", str(target)]) == 1
+    assert "--nproc-per-node='two'" in capsys.readouterr().err

@@ -113,7 +113,7 @@ def test_latest_refuses_to_choose_between_two_runs(reused):
 def test_the_nan_message_names_this_runs_checkpoint_not_another_runs(reused):
     out, second, _ = reused
     message = second._non_finite_message(13, float("nan"))
-    assert f"The last good checkpoint is {out / 'checkpoint-12'}" in message
+    assert f"Resume from the last good checkpoint ({out / 'checkpoint-12'})" in message
 
 
 def test_a_resumed_run_rotates_its_own_earlier_checkpoints_and_no_others(reused):

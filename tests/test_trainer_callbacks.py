@@ -147,3 +147,45 @@ def test_report_to_tensorboard_without_the_package_is_refused(monkeypatch):
     (error,) = [e for e in TrainingConfig(report_to="tensorboard").validate() if e.option == "report_to"]
     assert "pip install tensorboard" in str(error) and "--report_to all" in str(error)
     assert [e.option for e in TrainingConfig(report_to="wandb").validate()] == ["report_to"]
+
+
+def test_a_banner_says_what_the_run_is_about_to_do(tmp_path, cpu_only, capsys):
+    """Issue 31: with output to a file, nothing said what was about to happen before the first log line."""
+    from torch.utils.data import TensorDataset
+
+    from braeburn import Trainer, TrainingConfig
+
+    data = TensorDataset(torch.randn(40, 3), torch.randn(40))
+    config = TrainingConfig(output_dir=str(tmp_path), num_train_epochs=2, per_device_train_batch_size=8,
+                            gradient_accumulation_steps=1, save_strategy="no", logging_steps=3)
+    Trainer(torch.nn.Linear(3, 1), config, train_dataset=data,
+            loss_fn=lambda out, y: torch.nn.functional.mse_loss(out.squeeze(-1), y)).train()
+    out = capsys.readouterr().out
+    assert ("braeburn: training on 40 examples: 2 epochs, 10 optimizer steps, 8 samples a step (8 per device x 1 "
+            "process x 1 accumulated); a log line every 3 steps; output in " + str(tmp_path)) in out
+    assert "training ended (2 epochs done)" in out
+
+
+def test_without_a_terminal_a_line_comes_between_far_apart_logs(tmp_path, monkeypatch):
+    import braeburn.trainer.progress as progress_module
+
+    monkeypatch.setattr(progress_module, "HEARTBEAT_SECONDS", 0.0)  # every step is "a while" since the last line
+    stream = io.StringIO()
+    progress, state = ProgressCallback(stream=stream), TrainerState(max_steps=10, steps_per_epoch=5)
+    progress.on_train_begin(fake_trainer(tmp_path), state)
+    state.global_step = 1
+    progress.on_step_end(fake_trainer(tmp_path), state)
+    assert stream.getvalue().startswith("step 1/10 (10%) | epoch 0.20 | ETA ")
+
+
+def test_on_a_terminal_every_log_stays_on_screen(tmp_path):
+    """Issue 31: in a terminal only the last loss and evaluation stayed visible (in the bar)."""
+    stream = io.StringIO()
+    progress, state = ProgressCallback(stream=stream, rich_bar=True), TrainerState(max_steps=4)
+    progress.on_train_begin(fake_trainer(tmp_path), state)
+    for step, logs in ((2, {"loss": 0.5}), (2, {"eval_loss": 0.75}), (4, {"loss": 0.125})):
+        state.global_step = step
+        progress.on_log(fake_trainer(tmp_path), state, logs)
+    progress.on_train_end(fake_trainer(tmp_path), state)
+    shown = stream.getvalue()
+    assert "step 2/4 | loss 0.5000" in shown and "step 2/4 | eval_loss 0.7500" in shown and "loss 0.1250" in shown

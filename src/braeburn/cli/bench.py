@@ -197,8 +197,11 @@ def bench_workload(name: str, args, kinds: list[DeviceKind], host, peaks: dict) 
     flops = training_flops_per_sample(built)
     rows = []
     for kind in kinds:
+        _say(f"{name} ({args.size}, batch {batch_size}) on {kind.name}: {args.warmup} warm-up + up to "
+             f"{args.steps} timed steps...")
         row = time_training(built, kind, host, args.mixed_precision, batch_size, args.warmup, args.steps,
                             args.max_seconds)
+        _say(f"{name} on {kind.name}: {row['samples_per_s']:.1f} samples/s")
         _add_mfu(row, flops, peaks[kind.name])
         rows.append(row)
     cpu = next((r for r in rows if not _kind(r["device"]).is_accelerator), None)
@@ -206,6 +209,11 @@ def bench_workload(name: str, args, kinds: list[DeviceKind], host, peaks: dict) 
         row["speedup_vs_cpu"] = row["samples_per_s"] / cpu["samples_per_s"] if cpu else None
     return {"workload": name, "size": args.size, "sample": built.sample, "batch_size": batch_size,
             "flops_per_sample": flops, "devices": rows}
+
+
+def _say(text: str) -> None:
+    """Progress on stderr (stdout stays the table, or the JSON with --json): long runs are not silent."""
+    print(f"braeburn bench: {text}", file=sys.stderr, flush=True)
 
 
 def _kind(name: str) -> DeviceKind:
@@ -236,6 +244,8 @@ def run_workloads(args, host) -> dict:
     skipped = {n: get_workload(n).missing_dependency() for n in names if get_workload(n).missing_dependency()}
     if skipped and args.workload != "all":
         raise ImportError(next(iter(skipped.values())))
+    _say(f"{len(names) - len(skipped)} workload(s) on {', '.join(k.name for k in kinds)}; measuring each device's "
+         "matmul peak and bandwidth first...")
     peaks = {kind.name: device_peaks(kind, host, args.size, args.mixed_precision) for kind in kinds}
     results = [bench_workload(n, args, kinds, host, peaks) for n in names if n not in skipped]
     for result in results:

@@ -62,7 +62,11 @@ def run(args: argparse.Namespace) -> int:
         settings = LaunchSettings()
     else:
         console.print(f"[bold]braeburn config[/]: a few questions about this machine; the answers go to {path}")
-        settings = ask_questions(current_host(), Asker(console))
+        asker = Asker(console)
+        if path.exists() and not asker.confirm(f"{path} exists. Replace it?", default=False):
+            console.print(f"Kept {path} as it is; nothing written (--config-file PATH writes elsewhere).")
+            return 0
+        settings = ask_questions(current_host(), asker)
     write_config_file(settings, path)
     console.print(f"Wrote {path}\nCheck it with `braeburn config show`; use it with `braeburn launch script.py`.")
     return 0
@@ -71,17 +75,24 @@ def run(args: argparse.Namespace) -> int:
 # -- the questionnaire ------------------------------------------------------------------------------
 
 class Asker:
-    """rich prompts read through input(), so answers can be typed or piped; end of input is an error."""
+    """rich prompts read through input(), so answers can be typed or piped; at the end of input every question
+    left takes the default it offers (as pressing Enter would), and says so."""
 
     def __init__(self, console: Console):
         self.console = console
+        self.ended = False
 
     def _guard(self, ask, question: str, **kwargs) -> Any:
-        try:
-            return ask(question, console=self.console, **kwargs)
-        except EOFError:
-            raise EOFError(f"standard input ended before this question was answered: {question!r}. Answer "
-                           "every question, or write a file without questions: braeburn config --default") from None
+        if not self.ended:
+            try:
+                return ask(question, console=self.console, **kwargs)
+            except EOFError:
+                self.ended = True
+                self.console.print("\n(end of input: the questions left take the defaults offered)")
+        default = kwargs.get("default")
+        shown = ("yes" if default else "no") if isinstance(default, bool) else (default if default != "" else "(empty)")
+        self.console.print(f"{question}: {shown} (default)")
+        return default
 
     def confirm(self, question: str, default: bool) -> bool:
         return self._guard(Confirm.ask, question, default=default)
@@ -96,6 +107,9 @@ class Asker:
             try:
                 return parse_setting(name, answer)
             except Invalid as bad:
+                if self.ended:
+                    raise EOFError(f"standard input ended at {question!r}, whose default {answer!r} {bad.why}; "
+                                   "answer it, or write a file without questions: braeburn config --default") from None
                 self.console.print(f"[red]{answer!r} {bad.why}.[/] {bad.fix[:1].upper()}{bad.fix[1:]}.")
 
 

@@ -63,8 +63,11 @@ def _device_table(report: dict) -> Table:
 
 def _env_table(report: dict) -> Table:
     table = Table(title="Environment", title_justify="left")
-    for column in ("variable", "value", "set by", "set before torch loaded", "what it does"):
-        table.add_column(column)
+    # the names are what a user copies into `export`: never cut, whatever the terminal's width
+    table.add_column("variable", no_wrap=True, min_width=max((len(row["name"]) for row in report["environment"]),
+                                                             default=8))
+    for column in ("value", "set by", "set before torch loaded", "what it does"):
+        table.add_column(column, overflow="fold")  # a narrow terminal folds long words instead of cutting them
     for row in report["environment"]:
         before = {True: "yes", False: "no", None: "unknown (torch loaded first)"}[row["set_before_torch_loaded"]]
         if not row["read_when_torch_loads"]:

@@ -18,6 +18,7 @@ import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .._early import put_option
 from ..devices.host import HostFacts, current_host
@@ -33,6 +34,9 @@ MULTI_NODE_DEFAULT_PORT = 29500  # torchrun's default: every machine must agree 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.usage = "braeburn launch [options] (script.py | -m module) [script args...]"
     add_settings_arguments(parser)
+    parser.add_argument("--nproc-per-node", "--nproc_per_node", "--nproc", dest="nproc_per_node", default=None,
+                        metavar="N", help="torchrun's spelling: processes on each machine (num_processes = N x "
+                        "num_machines); give it or --num-processes, not both")
     parser.add_argument("-m", "--module", action="store_true",
                         help="run the target as a module, like `python -m module`")
     parser.add_argument("--dry-run", action="store_true",
@@ -46,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.module and not os.path.isfile(args.script):
         raise FileNotFoundError(f"script {args.script!r} was not found (working directory {os.getcwd()}); "
                                 "check the path, or pass -m to run a module")
-    resolved = resolve_settings(flag_values(args), os.environ, args.config_file)
+    resolved = resolve_settings(launch_flags(args), os.environ, args.config_file)
     plan = plan_launch(resolved, current_host())
     settings = resolved.settings
     env = child_environment(plan, settings, os.environ)
@@ -67,6 +71,25 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {name}={value}")
         return 0
     return run_child(command, env, own_session=uses_elastic_launch(settings))
+
+
+def launch_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given as flags; torchrun's --nproc-per-node N becomes num_processes = N x num_machines."""
+    flags = flag_values(args)
+    per_node = getattr(args, "nproc_per_node", None)
+    if per_node is None:
+        return flags
+    if "num_processes" in flags:
+        raise ConfigError([], [f"--nproc-per-node={per_node} and --num-processes={flags['num_processes']} were both "
+                               "given: they say the same thing (torchrun's per-machine count, braeburn's and "
+                               "Accelerate's total). Pass one of them"])
+    text = str(per_node).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError([], [f"--nproc-per-node={per_node!r}: must be a whole number of processes, 1 or more "
+                               "(one per device). Fix: --nproc-per-node 2, or --num-processes for the total"])
+    machines = resolve_settings(flags, os.environ, args.config_file).settings.num_machines
+    flags["num_processes"] = str(int(text) * machines)
+    return flags
 
 
 # -- the plan ---------------------------------------------------------------------------------------

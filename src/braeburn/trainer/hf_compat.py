@@ -84,7 +84,8 @@ def hf_errors(config: Any) -> list[OptionError]:
     if config.bf16 and config.fp16:
         errors.append(OptionError("bf16", True, "and --fp16 both set; choose one"))
     for flag, precision in (("bf16", "bf16"), ("fp16", "fp16")):
-        if getattr(config, flag) and config.mixed_precision != precision:
+        # "auto" is the default, not a choice: with both --fp16 and --bf16 it stays "auto", and the error above says all
+        if getattr(config, flag) and config.mixed_precision not in (precision, "auto"):
             errors.append(OptionError(flag, True, f"conflicts with --mixed_precision {config.mixed_precision}; "
                                       "pass one of them"))
     for name in ("gradient_checkpointing_kwargs", "lr_scheduler_kwargs"):

@@ -325,12 +325,21 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
     def _non_finite_message(self, step: int, value: float) -> str:
         self._saver.wait()  # a checkpoint still being written is the last good one
         last = self.checkpoints.latest(self.state.run_id) if self.is_main_process else None  # never another run's
-        where = (f"The last good checkpoint is {last}: resume from it with --resume_from_checkpoint {last}"
-                 if last else "No checkpoint was saved before it")
-        return (f"The training loss became {value} at step {step} (epoch {self.state.epoch}); training stopped, "
-                f"and the weights after that step cannot be trusted. {where}, after lowering --learning_rate, "
-                f"setting --max_grad_norm, or trying --mixed_precision no. To skip such steps instead, pass "
+        where = (f"Resume from the last good checkpoint ({last}) with --resume_from_checkpoint {last}"
+                 if last else "No checkpoint was saved before it, so train again")
+        return (f"The training loss became {value} at step {step} (epoch {self.state.epoch:.2f}); training stopped, "
+                f"and the weights after that step cannot be trusted. {where} after lowering --learning_rate, "
+                f"setting --max_grad_norm 1.0, or trying --mixed_precision no. To skip such steps instead, pass "
                 f"--nan_policy skip.")
+
+    def _ending(self) -> str:
+        """Why a run that nothing stopped ended: its max_steps, or its epochs (max_steps is derived from them)."""
+        state = self.state
+        if state.global_step < state.max_steps:
+            return "done"
+        if self.config.max_steps > 0:
+            return "max_steps reached"
+        return f"{state.num_epochs} epoch{'s' if state.num_epochs != 1 else ''} done"
 
     def _log(self) -> None:
         state, now = self.state, time.perf_counter()
@@ -585,7 +594,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         fallback = ", ".join(f"{op} x{count}" for op, count in acc.fallback_report()) or "none"
         compiled = self._compile_window.summary(len(self._shapes), self._pads_to_buckets and _padded_text(self._shapes))
         compiled += self._step_breakdown.summary(acc.num_processes)
-        ending = state.stop_reason or ("max_steps reached" if state.global_step >= state.max_steps else "done")
+        ending = state.stop_reason or self._ending()
         return "\n".join([
             f"braeburn: training ended ({ending}) after {seconds:.1f} s",
             f"  device     {acc.device} ({plan.device_reason})",

@@ -1,8 +1,11 @@
 """Progress: a rich bar on a terminal; plain periodic lines when stdout is a file or a pipe.
 
-The bar shows the step, loss, learning rate, samples/s, device memory and ETA. It never reads a
-device tensor: the loss and memory it shows are those of the last logging step (``on_log``), and
-its position is refreshed at most ten times a second, so a step costs a clock read here.
+A banner first says what is about to happen (examples, epochs, steps, the batch a step takes, the output
+folder). The bar shows the step, loss, learning rate, samples/s, device memory and ETA, and each log and
+evaluation also stays on screen as a line above it. Without a terminal (a log file, CI, nohup, a scheduler)
+there is a line per log, and a plain "step n/N, ETA" line at least every HEARTBEAT_SECONDS between them.
+Nothing here reads a device tensor: the loss and memory shown are those of the last logging step
+(``on_log``), and a step costs a clock read.
 """
 
 from __future__ import annotations
@@ -18,6 +21,21 @@ if TYPE_CHECKING:
     from .loop import Trainer
 
 REFRESH_SECONDS = 0.1
+HEARTBEAT_SECONDS = 30.0  # without a terminal, a line at least this often even when logs are far apart
+
+
+def run_banner(trainer: "Trainer", state: TrainerState) -> str:
+    """What the run is about to do, in one line (the Transformers Trainer's "***** Running training *****")."""
+    config, processes = trainer.config, trainer.accelerator.num_processes
+    dataset = trainer.train_dataset
+    examples = f"{len(dataset)} examples" if hasattr(dataset, "__len__") else "an iterable dataset"
+    per_step = config.per_device_train_batch_size * processes * config.gradient_accumulation_steps
+    epochs = f"{state.num_epochs} epoch{'s' if state.num_epochs != 1 else ''}"
+    resumed = f", from step {state.global_step}" if state.global_step else ""
+    return (f"braeburn: training on {examples}: {epochs}, {state.max_steps} optimizer steps{resumed}, "
+            f"{per_step} samples a step ({config.per_device_train_batch_size} per device x {processes} "
+            f"process{'es' if processes != 1 else ''} x {config.gradient_accumulation_steps} accumulated); "
+            f"a log line every {config.logging_steps} steps; output in {trainer.output_dir}")
 
 
 def memory_line(stats: dict[str, int]) -> str:
@@ -74,6 +92,7 @@ class ProgressCallback(Callback):
         self._progress = None
         self._task = None
         self._next_refresh = 0.0
+        self._next_heartbeat = float("inf")
         self._start = 0.0
         self._start_step = 0
 
@@ -83,6 +102,9 @@ class ProgressCallback(Callback):
         stream = self.stream or sys.stdout
         use_rich = stream.isatty() if self.rich_bar is None else self.rich_bar
         self._start, self._start_step = time.perf_counter(), state.global_step
+        if hasattr(trainer, "accelerator"):
+            print(run_banner(trainer, state), file=stream, flush=True)
+        self._next_heartbeat = self._start + HEARTBEAT_SECONDS
         if use_rich:
             self._progress = _rich_progress(stream)
             self._task = self._progress.add_task("train", total=state.max_steps, completed=state.global_step,
@@ -90,9 +112,11 @@ class ProgressCallback(Callback):
             self._progress.start()
 
     def on_step_end(self, trainer: "Trainer", state: TrainerState) -> None:
-        if self._progress is None:
-            return
         now = time.perf_counter()
+        if self._progress is None:
+            if now >= self._next_heartbeat:  # no terminal, no log for a while: say where the run is
+                self._print_line(state, now, "")
+            return
         if now >= self._next_refresh:
             self._next_refresh = now + REFRESH_SECONDS
             self._progress.update(self._task, completed=state.global_step)
@@ -102,14 +126,20 @@ class ProgressCallback(Callback):
             return
         if self._progress is not None:
             self._progress.update(self._task, completed=state.global_step, info=describe_logs(logs))
+            # kept above the bar: every loss and evaluation stays on screen, not only the last one
+            self._progress.console.print(f"step {state.global_step}/{state.max_steps} | {describe_logs(logs)}",
+                                         highlight=False)
             return
+        self._print_line(state, time.perf_counter(), describe_logs(logs))
+
+    def _print_line(self, state: TrainerState, now: float, described: str) -> None:
         done = state.global_step - self._start_step
-        elapsed = time.perf_counter() - self._start
-        left = (state.max_steps - state.global_step) * elapsed / done if done else 0.0
+        left = (state.max_steps - state.global_step) * (now - self._start) / done if done else 0.0
         percent = 100 * state.global_step / max(state.max_steps, 1)
-        line = (f"step {state.global_step}/{state.max_steps} ({percent:.0f}%) | epoch {state.epoch_progress:.2f} | "
-                f"{describe_logs(logs)} | ETA {human_seconds(left)}")
-        print(line, file=self.stream or sys.stdout, flush=True)
+        middle = f" | {described}" if described else ""
+        print(f"step {state.global_step}/{state.max_steps} ({percent:.0f}%) | epoch {state.epoch_progress:.2f}{middle} | "
+              f"ETA {human_seconds(left)}", file=self.stream or sys.stdout, flush=True)
+        self._next_heartbeat = now + HEARTBEAT_SECONDS
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
         if self._progress is not None:
