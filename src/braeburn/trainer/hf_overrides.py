@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -152,7 +153,9 @@ class HfOverridableMixin:
         seconds = time.perf_counter() - started
         samples = output.num_samples or 0
         metrics[f"{prefix}_runtime"] = round(seconds, 4)
+        steps = math.ceil(samples / (self.config.per_device_eval_batch_size * self.accelerator.num_processes))
         metrics[f"{prefix}_samples_per_second"] = round(samples / seconds, 3) if seconds > 0 else 0.0
+        metrics[f"{prefix}_steps_per_second"] = round(steps / seconds, 3) if seconds > 0 else 0.0
         return output._replace(metrics=metrics)
 
 
