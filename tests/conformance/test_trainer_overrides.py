@@ -184,6 +184,7 @@ def test_every_overridden_method_is_called(hf_lib, tmp_path):
     assert called.count("create_optimizer") == 1 and called.count("create_scheduler") == 1
     assert called.count("training_step") == 3  # one per batch
     assert any("eval_loss" in record for record in trainer.state.log_history)
+    assert "train_runtime" in trainer.state.log_history[-1]  # train() ends with self.log(metrics)
 
 
 def test_evaluation_overrides_change_the_metrics(hf_lib, tmp_path):

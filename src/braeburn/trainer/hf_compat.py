@@ -514,7 +514,10 @@ class HfTrainerMixin:
                    "train_samples_per_second": round(samples / seconds, 3) if seconds > 0 else 0.0,
                    "train_steps_per_second": round(steps_done / seconds, 3) if seconds > 0 else 0.0,
                    "train_loss": self._mean_training_loss(), "epoch": round(self.state.epoch_progress, 4)}
-        self.state.log_history.append({"step": self.state.global_step, **metrics})
+        if self._overrides.log:  # Transformers ends train() with self.log(metrics): an override sees them too
+            self.log(dict(metrics))
+        else:
+            self.state.log_history.append({"step": self.state.global_step, **metrics})
         return metrics
 
 
