@@ -180,6 +180,48 @@ def test_subclass_overriding_compute_loss(no_launcher_env, tmp_path):
     assert trainer.get_num_trainable_parameters() == 10 and trainer.get_total_train_batch_size() == 4
 
 
+def test_no_override_keeps_the_fast_path_and_overrides_are_read_once(no_launcher_env, tmp_path):
+    from braeburn.trainer.hf_overrides import Overrides
+
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", disable_tqdm=True)
+    assert braeburn.Trainer(model=_Tiny(), args=args)._overrides == Overrides()
+
+    class OwnStep(braeburn.Trainer):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    assert OwnStep(model=_Tiny(), args=args)._overrides == Overrides(training_step=True)
+
+
+def test_subclass_training_step_and_optimizer_and_eval_overrides(no_launcher_env, tmp_path):
+    calls = []
+
+    class Custom(braeburn.Trainer):
+        def create_optimizer(self, model=None):
+            calls.append("create_optimizer")
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.0)  # a rate of 0: nothing moves
+            return self.optimizer
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            calls.append("training_step")
+            return super().training_step(model, inputs, num_items_in_batch)
+
+        def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+            loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+            return loss + 100, logits, labels
+
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, max_steps=2, per_device_train_batch_size=4,
+                             save_strategy="no", report_to="none", disable_tqdm=True, logging_steps=1)
+    trainer = Custom(model=_Tiny(), args=args, train_dataset=_rows(), eval_dataset=_rows(8))
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    trainer.train()
+    assert calls == ["create_optimizer", "training_step", "training_step"]
+    assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    assert len(losses) == 2 and all(0 < loss < 5 for loss in losses)  # per-batch losses, not divided or summed
+    assert trainer.evaluate()["eval_loss"] > 100
+
+
 def test_fp16_and_bf16_together_are_one_error_not_three(tmp_path):
     """Issue 31: --fp16 --bf16 also gave two errors about a --mixed_precision auto the user never passed."""
     with pytest.raises(ConfigError) as caught:

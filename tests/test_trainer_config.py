@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from braeburn.trainer.config import ConfigError, TrainingConfig, parse_config
+from braeburn.trainer.hf_args import is_unsupported
 
 
 @dataclass
@@ -62,8 +63,8 @@ def parse(*argv, types=(ExampleArguments, TrainingConfig)):
 
 def test_cli_surface_is_frozen():
     fields = dataclasses.fields(TrainingConfig)
-    assert [f.name for f in fields if not f.metadata.get("unsupported")] == FROZEN_FLAGS
-    assert [f.name for f in fields if f.metadata.get("unsupported")] == REFUSED_FLAGS
+    assert [f.name for f in fields if not is_unsupported(f)] == FROZEN_FLAGS
+    assert [f.name for f in fields if is_unsupported(f)] == REFUSED_FLAGS
 
 
 def test_defaults():
@@ -198,3 +199,30 @@ def test_infinite_and_huge_numbers_are_refused_all_at_once():
     assert [e.option for e in errors] == ["num_train_epochs"] and "--max_steps" in errors[0].message
     assert not TrainingConfig(seed=2**64 - 1, num_train_epochs=1000.0).validate()
     assert not TrainingConfig(seed=-(2**63)).validate()
+
+
+def test_field_metadata_is_argparse_keywords_only():
+    """Transformers' HfArgumentParser passes a field's metadata to add_argument as keywords, unchanged."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    for spec in dataclasses.fields(TrainingConfig):
+        kwargs = dict(spec.metadata)
+        aliases = kwargs.pop("aliases", ())
+        parser.add_argument(f"--{spec.name}", *aliases, **kwargs)  # raises TypeError on a foreign key
+
+
+def test_refused_field_is_hidden_but_still_refused_with_its_reason(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(TrainingConfig, argv=["--help"])
+    assert "--deepspeed" not in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="deepspeed='ds.json': is a Transformers option braeburn does not "
+                       "support: braeburn has no DeepSpeed"):
+        parse("--deepspeed", "ds.json")
+
+
+def test_devices_given_as_text_is_a_count():
+    assert TrainingConfig(devices="2").devices == 2
+    assert TrainingConfig(devices=None).devices == "auto"
+    (config,) = parse("--devices", "1", types=(TrainingConfig,))
+    assert config.devices == 1

@@ -16,7 +16,7 @@ _WHERE = {
     "ProgressCallback": "progress", "SignalCallback": "signals", "TrainingInterrupted": "signals",
     "TrainerState": "state",
     "EvalPrediction": "loop", "NonFiniteLossError": "loop", "PredictionOutput": "loop", "Trainer": "loop",
-    "TrainOutput": "loop",
+    "TrainOutput": "loop", "EvalLoopOutput": "hf_overrides",
 }
 
 __all__ = sorted(_WHERE)

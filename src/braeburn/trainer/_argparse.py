@@ -99,8 +99,9 @@ def _specs(dataclass_types: tuple[type, ...]) -> list[_Spec]:
                 raise TypeError(f"field {field.name!r} is defined by both {specs[field.name].owner.__name__} and "
                                 f"{cls.__name__}; rename one of them")
             help_text = field.metadata.get("help") or docs.get(field.name, "")
-            specs[field.name] = _Spec(cls, field.name, hints[field.name], help_text,
-                                      tuple(field.metadata.get("aliases", ())), bool(field.metadata.get("hidden")))
+            hidden = help_text == argparse.SUPPRESS  # as argparse's own spelling, so Transformers' parser agrees
+            specs[field.name] = _Spec(cls, field.name, hints[field.name], "" if hidden else help_text,
+                                      tuple(field.metadata.get("aliases", ())), hidden)
     return list(specs.values())
 
 

@@ -36,6 +36,15 @@ def tensorboard_installed() -> bool:
 
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
+def _devices_value(devices: object) -> object:
+    """A count given as text (Transformers' parser reads --devices as a string) as the int; None as auto."""
+    if devices is None:
+        return "auto"
+    if isinstance(devices, str) and devices.strip().isdigit():
+        return int(devices)
+    return devices
+
+
 def _expand_home(path: object) -> object:
     """``~`` or ``~user`` at the start of a path, expanded; anything else as it is."""
     if isinstance(path, (str, os.PathLike)) and os.fspath(path).startswith("~"):
@@ -119,7 +128,9 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     """Train on the CPU even when a GPU is available (--cpu is the same flag)."""
     accelerator: str = "auto"
     """Device kind as Lightning spells it: auto, gpu, cuda, mps or cpu."""
-    devices: int | str = "auto"
+    # None in the type only so Transformers' HfArgumentParser reads the flag as text: for a two-type union it
+    # would convert the "auto" default with int() and fail before parsing. __post_init__ makes "2" the int 2.
+    devices: int | str | None = "auto"
     """How many devices of that kind to use, or auto."""
     compile: str = "auto"
     """torch.compile the model: auto (only when the measured eager time still ahead earns the compile back), true or false."""
@@ -227,6 +238,7 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
         # (a config file or a quoted flag reaches us without the shell's expansion).
         for name in ("output_dir", "logging_dir", "resume_from_checkpoint"):
             setattr(self, name, _expand_home(getattr(self, name)))
+        self.devices = _devices_value(self.devices)
 
     def validate(self) -> list[OptionError]:
         """Every problem with this config's own fields (device rules are the plan's)."""

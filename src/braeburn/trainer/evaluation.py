@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch.utils.data import Dataset
 
 from ..data import apply_to_tensors
-from .batches import batch_inputs, compute_loss, model_logits
+from .batches import batch_inputs
 from .hf_compat import EvalPrediction, PredictionOutput, concat_padded, to_numpy
+from .hf_overrides import EvalLoopOutput
 
 
 class EvaluationMixin:
@@ -28,47 +28,48 @@ class EvaluationMixin:
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if dataset is None:
             raise ValueError("evaluate() needs an eval_dataset: pass Trainer(..., eval_dataset=...) or evaluate(dataset)")
-        keep = self.compute_metrics is not None and not self.config.prediction_loss_only
-        output = self._prediction_loop(dataset, metric_key_prefix, keep_predictions=keep)
+        loss_only = True if self.compute_metrics is None else None  # None: config.prediction_loss_only decides
+        output = self._evaluation_output(self._eval_loader(dataset), "Evaluation", metric_key_prefix, loss_only,
+                                         ignore_keys)
         metrics = output.metrics
         if self.state.max_steps:
             metrics["epoch"] = round(self.state.epoch_progress, 4)
         self._update_best(metrics)
-        self._record(dict(metrics))
+        self.log(dict(metrics))
         self.callbacks.on_evaluate(self, self.state, metrics)
         return metrics
 
     def predict(self, test_dataset: Dataset, ignore_keys: list[str] | None = None,
                 metric_key_prefix: str = "test") -> PredictionOutput:
         """Predictions (logits, as numpy arrays) for ``test_dataset``, with labels and metrics when it has labels."""
-        output = self._prediction_loop(test_dataset, metric_key_prefix, keep_predictions=True)
+        output = self._evaluation_output(self._eval_loader(test_dataset), "Prediction", metric_key_prefix, False,
+                                         ignore_keys)
         self._call_hf_hook("on_predict", metrics=output.metrics)
-        return output
+        return PredictionOutput(output.predictions, output.label_ids, output.metrics)
 
-    def _prediction_loop(self, dataset: Dataset, prefix: str, keep_predictions: bool) -> PredictionOutput:
+    def _prediction_loop(self, loader: Any, prefix: str, keep_predictions: bool,
+                         ignore_keys: list[str] | None = None) -> EvalLoopOutput:
+        """prediction_step over every batch of a prepared loader (evaluation_loop's body)."""
         acc, started = self.accelerator, time.perf_counter()
         model = self._model_for_inference()
-        loader = self._eval_loader(dataset)
         was_training = model.training
         model.eval()
         loss_sum, count, predictions, labels = torch.zeros((), device=acc.device), 0, [], []
-        with torch.no_grad():
-            for batch in loader:
-                args, kwargs, batch_labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
-                outputs = model(*args, **kwargs)
-                size = len(batch_labels) if batch_labels is not None else None
-                if batch_labels is not None and (self.loss_fn is not None or _has_loss(outputs)):
-                    loss_sum += compute_loss(outputs, batch_labels, self.loss_fn).detach().float() * size
-                    count += size
-                if keep_predictions:
-                    logits = model_logits(outputs)
-                    if self.preprocess_logits_for_metrics is not None:
-                        logits = self.preprocess_logits_for_metrics(logits, batch_labels)
-                    predictions.append(_to_cpu(acc.gather_for_metrics(logits)))
-                    if batch_labels is not None:
-                        labels.append(_to_cpu(acc.gather_for_metrics(batch_labels)))
+        for batch in loader:
+            loss, logits, batch_labels = self.prediction_step(model, batch, not keep_predictions, ignore_keys)
+            if loss is not None:
+                size = _batch_size(batch)
+                loss_sum += loss.float() * size
+                count += size
+            if keep_predictions and logits is not None:
+                if self.preprocess_logits_for_metrics is not None:
+                    logits = self.preprocess_logits_for_metrics(logits, batch_labels)
+                predictions.append(_to_cpu(acc.gather_for_metrics(logits)))
+                if batch_labels is not None:
+                    labels.append(_to_cpu(acc.gather_for_metrics(batch_labels)))
         model.train(was_training)
-        return self._prediction_output(prefix, loss_sum, count, predictions, labels, started, len(dataset))
+        samples = len(loader.dataset) if hasattr(loader, "dataset") else count
+        return self._prediction_output(prefix, loss_sum, count, predictions, labels, started, samples)
 
     def _prediction_output(self, prefix, loss_sum, count, predictions, labels, started, samples) -> PredictionOutput:
         metrics: dict[str, float] = {}
@@ -84,7 +85,7 @@ class EvaluationMixin:
         metrics[f"{prefix}_samples_per_second"] = samples / seconds if seconds > 0 else 0.0
         batches = math.ceil(samples / (self.config.per_device_eval_batch_size * self.accelerator.num_processes))
         metrics[f"{prefix}_steps_per_second"] = batches / seconds if seconds > 0 else 0.0
-        return PredictionOutput(preds, label_ids, metrics)
+        return EvalLoopOutput(preds, label_ids, metrics, samples)
 
     def _update_best(self, metrics: dict[str, float]) -> None:
         """A better metric_for_best_model (when one is set) makes this step's checkpoint the best, once written:
@@ -106,7 +107,8 @@ def _to_cpu(data: Any) -> Any:
     return apply_to_tensors(lambda t: t.cpu(), data)
 
 
-def _has_loss(outputs: Any) -> bool:
-    if isinstance(outputs, Mapping):
-        return outputs.get("loss") is not None
-    return getattr(outputs, "loss", None) is not None
+def _batch_size(batch: Any) -> int:
+    """The number of samples in a batch: the length of its labels (or of its first input)."""
+    args, kwargs, labels = batch_inputs(batch, pass_labels=False)
+    first = labels if labels is not None else next(iter([*args, *kwargs.values()]))
+    return len(first)

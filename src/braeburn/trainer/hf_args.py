@@ -12,6 +12,7 @@ No torch at import time: the parser (``--help``) must stay fast.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import enum
@@ -23,8 +24,17 @@ from typing import Any, Iterator
 from ..plan import OptionError
 
 
+# The reason for each refused field is kept out of its metadata on purpose: Transformers' HfArgumentParser
+# passes a field's metadata straight to argparse's add_argument, so metadata may hold only add_argument
+# keywords. ``help=SUPPRESS`` is one: both parsers accept the flag (so braeburn can refuse it, with the
+# reason, when the arguments are built) without listing it in --help. The reasons are collected in
+# declaration order and keyed by field name below the class (UNSUPPORTED_INSTEAD).
+_REASONS: list[str] = []
+
+
 def _no(default: Any, instead: str, *, factory: bool = False) -> Any:
-    meta = {"unsupported": instead, "hidden": True}
+    meta = {"help": argparse.SUPPRESS}
+    _REASONS.append(instead)
     if factory:
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -114,6 +124,14 @@ class UnsupportedFields:
     dispatch_batches: bool | None = _no(None, "every process loads its own shard")
 
 
+UNSUPPORTED_INSTEAD: dict[str, str] = dict(zip((f.name for f in dataclasses.fields(UnsupportedFields)), _REASONS,
+                                              strict=True))
+
+
+def is_unsupported(field: dataclasses.Field) -> bool:
+    return field.name in UNSUPPORTED_INSTEAD
+
+
 def unsupported_errors(config: Any) -> list[OptionError]:
     """An error for every unsupported field set away from Transformers' default."""
     errors = []
@@ -122,7 +140,7 @@ def unsupported_errors(config: Any) -> list[OptionError]:
         default = spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()
         if value != default and not (value in (None, "", [], False) and default in (None, "", [], False)):
             errors.append(OptionError(spec.name, value, f"is a Transformers option braeburn does not support: "
-                                      f"{spec.metadata['unsupported']}"))
+                                      f"{UNSUPPORTED_INSTEAD[spec.name]}"))
     return errors
 
 
@@ -225,7 +243,7 @@ class HfArgumentsMixin:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if not f.metadata.get("unsupported")}
+                if not is_unsupported(f)}
 
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)
@@ -235,4 +253,5 @@ class HfArgumentsMixin:
         return {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in self.to_dict().items()}
 
 
-__all__ = ["HfArgumentsMixin", "ParallelMode", "UnsupportedFields", "unsupported_errors"]
+__all__ = ["UNSUPPORTED_INSTEAD", "HfArgumentsMixin", "ParallelMode", "UnsupportedFields", "is_unsupported",
+           "unsupported_errors"]

@@ -478,16 +478,6 @@ class HfTrainerMixin:
                 return item
         return None
 
-    def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
-                     num_items_in_batch: Any = None) -> Any:
-        """The loss of one batch (override it in a subclass, as with Transformers; the loop then calls it)."""
-        from .batches import batch_inputs, compute_loss
-
-        args, kwargs, labels = batch_inputs(inputs, pass_labels=self.loss_fn is None)
-        outputs = model(*args, **kwargs)
-        loss = compute_loss(outputs, labels, self.loss_fn)
-        return (loss, outputs) if return_outputs else loss
-
     def get_train_dataloader(self) -> Any:
         """The training DataLoader as the Trainer builds it (shuffled, collated; not yet prepared)."""
         if self.train_dataset is None:
@@ -524,7 +514,10 @@ class HfTrainerMixin:
                    "train_samples_per_second": round(samples / seconds, 3) if seconds > 0 else 0.0,
                    "train_steps_per_second": round(steps_done / seconds, 3) if seconds > 0 else 0.0,
                    "train_loss": self._mean_training_loss(), "epoch": round(self.state.epoch_progress, 4)}
-        self.state.log_history.append({"step": self.state.global_step, **metrics})
+        if self._overrides.log:  # Transformers ends train() with self.log(metrics): an override sees them too
+            self.log(dict(metrics))
+        else:
+            self.state.log_history.append({"step": self.state.global_step, **metrics})
         return metrics
 
 

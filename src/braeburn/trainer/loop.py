@@ -38,9 +38,9 @@ from .evaluation import EvaluationMixin
 from .hf_callbacks import HfOptionsCallback, adapt_callback
 from .hf_compat import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, make_collate,
                         prepare_model_options, resolve_training_parts)
+from .hf_overrides import HfOverridableMixin, Overrides, backward_as_in_transformers
 from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
-from .optim import default_optimizer, default_scheduler
 from .plots import PlotCallback
 from .progress import ProgressCallback, memory_line
 from .resume import reconcile
@@ -57,12 +57,14 @@ class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite and nan_policy is "stop"."""
 
 
-class Trainer(EvaluationMixin, HfTrainerMixin):
+class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
     """Train ``model`` on ``train_dataset`` as ``config`` says; see docs/trainer.md.
 
     Transformers' arguments work as there (``args=``, ``data_collator=``, ``processing_class=``,
     ``optimizers=(opt, sched)``, ``compute_loss_func=``, ``model_init=``, ...); braeburn's own names
     (``config=``, ``collate_fn=``, ``loss_fn=``, ``optimizer=``, ``lr_scheduler=``) keep working.
+    A subclass may override Transformers' ``training_step``, ``compute_loss``, ``create_optimizer``,
+    ``create_scheduler``, ``prediction_step``, ``evaluation_loop`` and ``log`` (hf_overrides.py).
     """
 
     def __init__(self, model: torch.nn.Module | None = None, args: TrainingConfig | None = None,
@@ -114,7 +116,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         self._train_forward: tuple[Any, PreparedForward | None] = (None, None)
         self._inputs_checked = False  # the first training batch is checked once (input_checks.py)
         self._shapes: set[tuple] = set()  # distinct training batch shapes: each costs kernel plans, or a graph
-        self._custom_compute_loss = type(self).compute_loss is not HfTrainerMixin.compute_loss
+        self._overrides = Overrides.of(type(self), Trainer)  # once: the loop's fast path when none is overridden
         self._call_hf_hook("on_init_end")
 
     def _callbacks(self, user_callbacks: list[Any]) -> CallbackList:
@@ -207,13 +209,16 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
             self.callbacks.on_epoch_begin(self, state)
             for batch in loader:  # already on the device (a resumed epoch skips the batches done)
                 with acc.accumulate(model):
-                    loss = self._forward_loss(model, batch)
-                    if config.nan_policy == "skip" and not torch.isfinite(loss):  # sync: the price of "skip"
-                        self._skipped += 1
+                    if self._overrides.training_step:  # a subclass's training_step: forward and backward
+                        self._overridden_training_step(model, batch)
                     else:
-                        acc.backward(loss)
-                        self._window_losses.append(loss.detach())  # stays on the device: no sync
-                        self._window_has_grads = True
+                        loss = self._forward_loss(model, batch)
+                        if config.nan_policy == "skip" and not torch.isfinite(loss):  # sync: the price of "skip"
+                            self._skipped += 1
+                        else:
+                            acc.backward(loss)
+                            self._window_losses.append(loss.detach())  # stays on the device: no sync
+                            self._window_has_grads = True
                     if acc.sync_gradients:
                         self._optimizer_step(model, optimizer, scheduler)
                 state.samples_seen += self._samples_per_batch
@@ -237,8 +242,8 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
 
     def _forward_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         self._shapes.add(batch_signature(batch))
-        if self._custom_compute_loss:  # a subclass overrode Transformers' compute_loss(model, inputs)
-            return self.compute_loss(model, batch)
+        if self._overrides.compute_loss:  # a subclass overrode Transformers' compute_loss
+            return self.compute_loss(model, batch, num_items_in_batch=None)
         args, kwargs, labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
         if not self._inputs_checked:
             check_batch_inputs(kwargs)
@@ -259,7 +264,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         returns its outputs as computed: the logits are not copied to float32 (for GPT-2 small at batch 8 that
         copy is 1.6 GB written per step, and memory at the forward's peak), since nothing reads them. The
         returned forward has float_outputs off until the caller turns it back on."""
-        if self.loss_fn is not None or self._custom_compute_loss:
+        if self.loss_fn is not None or self._overrides.compute_loss:
             return None
         if self._train_forward[0] is not model:  # once per prepared (or newly compiled) model
             self._train_forward = (model, prepared_forward(self.accelerator.unwrap_model(model)))
@@ -268,6 +273,14 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
             return None
         forward.float_outputs = False
         return forward
+
+    def _overridden_training_step(self, model: torch.nn.Module, batch: Any) -> None:
+        """Transformers' training_step returns the loss divided by the accumulation steps; the window keeps
+        per-batch losses, as braeburn's own path does."""
+        with backward_as_in_transformers(self.accelerator):
+            loss = self.training_step(model, batch, None)
+        self._window_losses.append(loss.detach().float() * self.config.gradient_accumulation_steps)
+        self._window_has_grads = True
 
     def _optimizer_step(self, model, optimizer, scheduler) -> None:
         if self._window_has_grads:  # with nan_policy="skip" a window can hold no gradient at all
@@ -346,7 +359,7 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         if self._skipped:
             logs["skipped_steps"] = float(self._skipped)
         self._window_start = (now, state.samples_seen)
-        self._record(logs)
+        self.log(logs, start_time=started)
 
     def _record(self, logs: dict[str, float]) -> None:
         self.state.log_history.append({"step": self.state.global_step, **logs})
@@ -507,12 +520,11 @@ class Trainer(EvaluationMixin, HfTrainerMixin):
         loader = acc.prepare(loader)  # first: sharded, its length is this process's batches per epoch
         steps_per_epoch = math.ceil(len(loader) / config.gradient_accumulation_steps)
         max_steps = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * steps_per_epoch)
-        rate_from_config = self.optimizer is None  # braeburn's optimizer: config.learning_rate is its rate
-        optimizer = self.optimizer or default_optimizer(acc.unwrap_model(model), config, acc.plan.device,
-                                                        grad_scaler=acc.plan.grad_scaler)
-        scheduler = self.lr_scheduler or default_scheduler(optimizer, config, max_steps)
-        self.optimizer = acc.prepare(optimizer)
-        self.lr_scheduler = acc.prepare_scheduler(scheduler, once_per_step=True)  # the schedule counts optimizer steps
+        rate_from_config = self.optimizer is None and not self._overrides.create_optimizer  # config.learning_rate
+        self.create_optimizer()  # Transformers' order: the optimizer, then its scheduler (hf_overrides.py)
+        self.create_scheduler(num_training_steps=max_steps)
+        self.optimizer = acc.prepare(self.optimizer)
+        self.lr_scheduler = acc.prepare_scheduler(self.lr_scheduler, once_per_step=True)  # the schedule counts optimizer steps
         if self.eval_dataset is not None and config.eval_strategy != "no":
             self._eval_loader(self.eval_dataset)  # prepared now, before a checkpoint is loaded
         self.state = TrainerState(max_steps=max_steps, steps_per_epoch=steps_per_epoch,
