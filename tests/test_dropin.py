@@ -178,3 +178,38 @@ def test_subclass_overriding_compute_loss(no_launcher_env, tmp_path):
     trainer.train()
     assert seen == [["features"], ["features"]]  # the unused "text" column was removed, labels renamed
     assert trainer.get_num_trainable_parameters() == 10 and trainer.get_total_train_batch_size() == 4
+
+
+class _TwoHeads(torch.nn.Module):
+    """A question-answering-like model: two label keys, two outputs, as Transformers' QA models."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.start, self.end = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+
+    def forward(self, features, start_label=None, end_label=None):
+        start, end = self.start(features), self.end(features)
+        out = {"start_logits": start, "end_logits": end}
+        if start_label is not None:
+            loss_fn = torch.nn.functional.cross_entropy
+            out = {"loss": loss_fn(start, start_label) + loss_fn(end, end_label), **out}
+        return out
+
+
+def test_labels_under_other_names_give_loss_metrics_and_tuples(no_launcher_env, tmp_path):
+    rows = [{"features": r["features"], "start_label": i % 3, "end_label": (i + 1) % 3} for i, r in enumerate(_rows(10))]
+    seen = []
+
+    def metrics(eval_pred):
+        (start, end), (start_ids, end_ids) = eval_pred.predictions, eval_pred.label_ids
+        seen.append((start.shape, end.shape, start_ids.tolist()))
+        return {"start_accuracy": float((start.argmax(-1) == start_ids).mean())}
+
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, per_device_eval_batch_size=4, report_to="none",
+                             disable_tqdm=True)
+    trainer = braeburn.Trainer(_TwoHeads(), args, eval_dataset=rows, compute_metrics=metrics)
+    assert trainer.label_names == ["start_label", "end_label"]  # found in forward, as Transformers' find_labels
+    result = trainer.evaluate()
+    assert result["eval_loss"] > 0 and "eval_start_accuracy" in result
+    assert seen == [((10, 3), (10, 3), [i % 3 for i in range(10)])]

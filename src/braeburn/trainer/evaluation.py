@@ -16,7 +16,8 @@ from torch.utils.data import Dataset
 
 from ..data import apply_to_tensors
 from .batches import batch_inputs, compute_loss, model_logits
-from .hf_compat import EvalPrediction, PredictionOutput, concat_padded, to_numpy
+from .hf_compat import (EvalPrediction, PredictionOutput, concat_padded, ignored_output_keys, labels_by_name,
+                        output_predictions, to_numpy)
 
 
 class EvaluationMixin:
@@ -29,7 +30,7 @@ class EvaluationMixin:
         if dataset is None:
             raise ValueError("evaluate() needs an eval_dataset: pass Trainer(..., eval_dataset=...) or evaluate(dataset)")
         keep = self.compute_metrics is not None and not self.config.prediction_loss_only
-        output = self._prediction_loop(dataset, metric_key_prefix, keep_predictions=keep)
+        output = self._prediction_loop(dataset, metric_key_prefix, keep_predictions=keep, ignore_keys=ignore_keys)
         metrics = output.metrics
         if self.state.max_steps:
             metrics["epoch"] = round(self.state.epoch_progress, 4)
@@ -41,13 +42,17 @@ class EvaluationMixin:
     def predict(self, test_dataset: Dataset, ignore_keys: list[str] | None = None,
                 metric_key_prefix: str = "test") -> PredictionOutput:
         """Predictions (logits, as numpy arrays) for ``test_dataset``, with labels and metrics when it has labels."""
-        output = self._prediction_loop(test_dataset, metric_key_prefix, keep_predictions=True)
+        output = self._prediction_loop(test_dataset, metric_key_prefix, keep_predictions=True,
+                                       ignore_keys=ignore_keys)
         self._call_hf_hook("on_predict", metrics=output.metrics)
         return output
 
-    def _prediction_loop(self, dataset: Dataset, prefix: str, keep_predictions: bool) -> PredictionOutput:
+    def _prediction_loop(self, dataset: Dataset, prefix: str, keep_predictions: bool,
+                         ignore_keys: list[str] | None = None) -> PredictionOutput:
         acc, started = self.accelerator, time.perf_counter()
         model = self._model_for_inference()
+        label_names, ignore_keys = self.label_names, ignored_output_keys(self.model, ignore_keys)
+        loss_without_labels = not label_names and self.can_return_loss  # CLIP-like: return_loss=True
         loader = self._eval_loader(dataset)
         was_training = model.training
         model.eval()
@@ -55,13 +60,17 @@ class EvaluationMixin:
         with torch.no_grad():
             for batch in loader:
                 args, kwargs, batch_labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
+                if isinstance(batch, Mapping):  # Transformers' label_names: one tensor, or a tuple of several
+                    batch_labels = labels_by_name(batch, label_names)
                 outputs = model(*args, **kwargs)
-                size = len(batch_labels) if batch_labels is not None else None
-                if batch_labels is not None and (self.loss_fn is not None or _has_loss(outputs)):
-                    loss_sum += compute_loss(outputs, batch_labels, self.loss_fn).detach().float() * size
+                loss = _eval_loss(outputs, batch_labels, self.loss_fn, loss_without_labels)
+                if loss is not None:
+                    size = _batch_size(batch) or 1
+                    loss_sum += loss.detach().float() * size
                     count += size
                 if keep_predictions:
-                    logits = model_logits(outputs)
+                    logits = output_predictions(outputs, ignore_keys) if isinstance(outputs, Mapping) \
+                        else model_logits(outputs)
                     if self.preprocess_logits_for_metrics is not None:
                         logits = self.preprocess_logits_for_metrics(logits, batch_labels)
                     predictions.append(_to_cpu(acc.gather_for_metrics(logits)))
@@ -104,6 +113,27 @@ class EvaluationMixin:
 
 def _to_cpu(data: Any) -> Any:
     return apply_to_tensors(lambda t: t.cpu(), data)
+
+
+def _batch_size(batch: Any) -> int | None:
+    """The length of the batch's first tensor (None when it holds none), as Transformers' find_batch_size."""
+    items = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else [batch]
+    for item in items:
+        if isinstance(item, torch.Tensor) and item.dim() > 0:
+            return len(item)
+        if isinstance(item, (Mapping, list, tuple)) and (found := _batch_size(item)) is not None:
+            return found
+    return None
+
+
+def _eval_loss(outputs: Any, labels: Any, loss_fn: Any, loss_without_labels: bool) -> torch.Tensor | None:
+    """The batch's loss: loss_fn's or the model's when the batch has labels (or the model returns a loss
+    without them), else None (no eval loss, as Transformers)."""
+    if labels is not None and (loss_fn is not None or _has_loss(outputs)):
+        return compute_loss(outputs, labels, loss_fn)
+    if labels is None and loss_without_labels and _has_loss(outputs):
+        return compute_loss(outputs, None, None)
+    return None
 
 
 def _has_loss(outputs: Any) -> bool:
