@@ -213,3 +213,37 @@ def test_labels_under_other_names_give_loss_metrics_and_tuples(no_launcher_env, 
     result = trainer.evaluate()
     assert result["eval_loss"] > 0 and "eval_start_accuracy" in result
     assert seen == [((10, 3), (10, 3), [i % 3 for i in range(10)])]
+
+
+def _lr_per_step(tmp_path, scheduler_for, epochs=3):
+    model = _Tiny()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, num_train_epochs=epochs,
+                             per_device_train_batch_size=4, logging_steps=1, save_strategy="no", report_to="none",
+                             disable_tqdm=True)
+    trainer = braeburn.Trainer(model, args, train_dataset=_rows(), optimizers=(optimizer, scheduler_for(optimizer)))
+    trainer.train()
+    return [round(r["learning_rate"], 6) for r in trainer.state.log_history if "learning_rate" in r]
+
+
+def test_lightning_scheduler_dict_steps_per_epoch(no_launcher_env, tmp_path):
+    rates = _lr_per_step(tmp_path, lambda opt: {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5),
+                                               "interval": "epoch"})
+    assert rates == [0.1] * 4 + [0.05] * 4 + [0.025] * 4  # 4 steps per epoch, one scheduler step per epoch
+    rates = _lr_per_step(tmp_path / "f2", lambda opt: {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5),
+                                                      "interval": "step", "frequency": 2}, epochs=1)
+    assert rates == [0.1, 0.1, 0.05, 0.05]
+
+
+def test_bare_epoch_style_scheduler_is_stepped_per_step_and_said(no_launcher_env, tmp_path, capsys):
+    rates = _lr_per_step(tmp_path, lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5), epochs=1)
+    assert rates == [0.1, 0.05, 0.025, 0.0125]  # as the Transformers Trainer
+    assert "'interval': 'epoch'" in capsys.readouterr().err
+
+
+def test_bad_scheduler_dict_is_refused_with_the_fix(no_launcher_env, tmp_path):
+    optimizer = torch.optim.SGD(_Tiny().parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    with pytest.raises(ValueError, match="'interval': 'step' or 'epoch'"):
+        braeburn.Trainer(_Tiny(), TrainingArguments(output_dir=str(tmp_path), use_cpu=True),
+                         optimizers=(optimizer, {"scheduler": sched, "interval": "batch"}))
