@@ -281,3 +281,11 @@ def test_accelerate_variables_fill_the_accelerator_but_not_the_trainer_accumulat
     # the Transformers Trainer passes its accumulation as a plugin, which the variable does not replace
     config = TrainingConfig(output_dir="unused", use_cpu=True, gradient_accumulation_steps=2)
     assert Accelerator(**config.accelerator_options()).gradient_accumulation_steps == 2
+
+
+def test_epoch_style_scheduler_on_several_processes_is_said(no_launcher_env):
+    acc = Accelerator(cpu=True)
+    acc.num_processes = 2  # as on two processes: the prepared scheduler moves 2 steps per step() call
+    optimizer = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)
+    with pytest.warns(UserWarning, match="step_scheduler_with_optimizer=False"):
+        acc.prepare_scheduler(torch.optim.lr_scheduler.ExponentialLR(optimizer, 0.9))

@@ -28,7 +28,7 @@ from .envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, accelerate_
 from .fallback import FallbackRecorder, early_env_advice, early_env_conflicts
 from .plan import OptionError, Plan, PlanError, RunOptions, make_plan
 from .precision import PrecisionPolicy, make_policy
-from .prepared_optim import AcceleratedOptimizer, AcceleratedScheduler
+from .prepared_optim import USUALLY_PER_EPOCH, AcceleratedOptimizer, AcceleratedScheduler
 from . import state as state_io
 
 _said_once: set[str] = set()
@@ -299,6 +299,12 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
     def _prepare_scheduler(self, scheduler, once_per_step: bool = False) -> AcceleratedScheduler:
         prepared = AcceleratedScheduler(scheduler, self, self.step_scheduler_with_optimizer,
                                         steps_per_call=1 if once_per_step else self.num_processes)
+        name = type(scheduler).__name__
+        if prepared.steps_per_call > 1 and self.step_scheduler_with_optimizer and name in USUALLY_PER_EPOCH \
+                and self.is_main_process:  # braeburn cannot know whether step() is called per batch or per epoch
+            _say_once(f"braeburn: the prepared {name} moves {prepared.steps_per_call} steps per step() call on "
+                      f"{self.num_processes} processes, as Accelerate's; if you call step() once per epoch, pass "
+                      "Accelerator(step_scheduler_with_optimizer=False)", as_warning=True)
         self._schedulers.append(prepared)
         return prepared
 

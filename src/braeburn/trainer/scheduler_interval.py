@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..prepared_optim import USUALLY_PER_EPOCH
+
 _INTERVALS = ("step", "epoch")
 _LIGHTNING_KEYS = {"scheduler", "interval", "frequency", "monitor", "name", "strict"}
-# torch schedulers whose arguments (step_size, milestones, T_max, total_iters) are usually counted in epochs
-_USUALLY_PER_EPOCH = {"StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts",
-                      "PolynomialLR", "LinearLR", "ConstantLR"}
 _PLATEAU = {"ReduceLROnPlateau", "GreedyLR"}  # step(metric): Transformers steps them after each evaluation
 
 
@@ -55,7 +54,7 @@ def is_plateau(scheduler: Any) -> bool:
 def per_step_note(scheduler: Any, interval: SchedulerInterval, steps_per_epoch: int) -> str | None:
     """What to say once when a bare, usually-per-epoch scheduler will step per optimizer step."""
     name = type(scheduler).__name__
-    if interval.given or steps_per_epoch <= 1 or name not in _USUALLY_PER_EPOCH:
+    if interval.given or steps_per_epoch <= 1 or name not in USUALLY_PER_EPOCH:
         return None
     return (f"the lr_scheduler you gave ({name}) steps after every optimizer step ({steps_per_epoch} per epoch), as "
             "the Transformers Trainer steps it; Lightning steps a bare scheduler once per epoch. If it is meant per "
