@@ -241,3 +241,51 @@ def test_prepare_draws_no_random_number_and_the_seed_still_orders_the_data(fake_
     torch.manual_seed(5)
     Accelerator(seed=5).prepare(DataLoader(TensorDataset(torch.arange(8.0)), shuffle=True))
     assert torch.equal(torch.rand(2), expected)
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, dict(cpu=False, mixed_precision=None, gradient_accumulation_steps=None, compile=None, notes=0)),
+    ({"ACCELERATE_USE_CPU": "True", "ACCELERATE_MIXED_PRECISION": "BF16"}, dict(cpu=True, mixed_precision="bf16")),
+    ({"ACCELERATE_USE_CPU": "false", "ACCELERATE_MIXED_PRECISION": "no", "ACCELERATE_DYNAMO_BACKEND": "NO"},
+     dict(cpu=False, mixed_precision="no", compile=None, notes=0)),  # what `accelerate launch` sets by default
+    ({"ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "4"}, dict(gradient_accumulation_steps=4)),
+    ({"ACCELERATE_DYNAMO_BACKEND": "inductor", "ACCELERATE_DYNAMO_MODE": "max-autotune"},
+     dict(compile=True, compile_mode="max-autotune")),
+    ({"ACCELERATE_MIXED_PRECISION": "fp8"}, dict(mixed_precision=None, notes=1)),
+    ({"ACCELERATE_USE_FSDP": "true", "ACCELERATE_USE_DEEPSPEED": "false"}, dict(notes=1)),
+    ({"ACCELERATE_TORCH_DEVICE": "cuda:1", "ACCELERATE_DYNAMO_BACKEND": "aot_eager"}, dict(notes=2, compile=None)),
+])
+def test_accelerate_env_table(env, expected):
+    from braeburn.envvars import accelerate_env
+
+    found = accelerate_env(env)
+    for name, value in expected.items():
+        assert (len(found.notes) if name == "notes" else getattr(found, name)) == value, name
+    assert all(note.split("=")[0] in env for note in found.notes)  # each note names its variable
+
+
+def test_unsupported_accelerate_variable_is_said_with_the_fix(no_launcher_env, monkeypatch):
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "1")
+    with pytest.warns(UserWarning, match=r"ACCELERATE_USE_DEEPSPEED=1 is not supported .*strategy='fsdp'"):
+        Accelerator(cpu=True)
+
+
+def test_accelerate_variables_fill_the_accelerator_but_not_the_trainer_accumulation(no_launcher_env, monkeypatch):
+    from braeburn.trainer import TrainingConfig
+
+    monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "3")
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    acc = Accelerator(cpu=True)
+    assert (acc.gradient_accumulation_steps, acc.mixed_precision) == (3, "bf16")
+    assert Accelerator(cpu=True, mixed_precision="no").mixed_precision == "no"  # the argument wins
+    # the Transformers Trainer passes its accumulation as a plugin, which the variable does not replace
+    config = TrainingConfig(output_dir="unused", use_cpu=True, gradient_accumulation_steps=2)
+    assert Accelerator(**config.accelerator_options()).gradient_accumulation_steps == 2
+
+
+def test_epoch_style_scheduler_on_several_processes_is_said(no_launcher_env):
+    acc = Accelerator(cpu=True)
+    acc.num_processes = 2  # as on two processes: the prepared scheduler moves 2 steps per step() call
+    optimizer = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)
+    with pytest.warns(UserWarning, match="step_scheduler_with_optimizer=False"):
+        acc.prepare_scheduler(torch.optim.lr_scheduler.ExponentialLR(optimizer, 0.9))

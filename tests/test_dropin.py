@@ -231,3 +231,72 @@ def test_fp16_and_bf16_together_are_one_error_not_three(tmp_path):
     with pytest.raises(ConfigError, match="fp16=True: conflicts with --mixed_precision bf16"):
         parse_config(TrainingConfig, argv=["--fp16", "--mixed_precision", "bf16", "--output_dir", str(tmp_path)],
                      exit_on_error=False, check_plan=False)
+
+
+class _TwoHeads(torch.nn.Module):
+    """A question-answering-like model: two label keys, two outputs, as Transformers' QA models."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.start, self.end = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+
+    def forward(self, features, start_label=None, end_label=None):
+        start, end = self.start(features), self.end(features)
+        out = {"start_logits": start, "end_logits": end}
+        if start_label is not None:
+            loss_fn = torch.nn.functional.cross_entropy
+            out = {"loss": loss_fn(start, start_label) + loss_fn(end, end_label), **out}
+        return out
+
+
+def test_labels_under_other_names_give_loss_metrics_and_tuples(no_launcher_env, tmp_path):
+    rows = [{"features": r["features"], "start_label": i % 3, "end_label": (i + 1) % 3} for i, r in enumerate(_rows(10))]
+    seen = []
+
+    def metrics(eval_pred):
+        (start, end), (start_ids, end_ids) = eval_pred.predictions, eval_pred.label_ids
+        seen.append((start.shape, end.shape, start_ids.tolist()))
+        return {"start_accuracy": float((start.argmax(-1) == start_ids).mean())}
+
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, per_device_eval_batch_size=4, report_to="none",
+                             disable_tqdm=True)
+    trainer = braeburn.Trainer(_TwoHeads(), args, eval_dataset=rows, compute_metrics=metrics)
+    assert trainer.label_names == ["start_label", "end_label"]  # found in forward, as Transformers' find_labels
+    result = trainer.evaluate()
+    assert result["eval_loss"] > 0 and "eval_start_accuracy" in result
+    assert seen == [((10, 3), (10, 3), [i % 3 for i in range(10)])]
+
+
+def _lr_per_step(tmp_path, scheduler_for, epochs=3):
+    model = _Tiny()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, num_train_epochs=epochs,
+                             per_device_train_batch_size=4, logging_steps=1, save_strategy="no", report_to="none",
+                             disable_tqdm=True)
+    trainer = braeburn.Trainer(model, args, train_dataset=_rows(), optimizers=(optimizer, scheduler_for(optimizer)))
+    trainer.train()
+    return [round(r["learning_rate"], 6) for r in trainer.state.log_history if "learning_rate" in r]
+
+
+def test_lightning_scheduler_dict_steps_per_epoch(no_launcher_env, tmp_path):
+    rates = _lr_per_step(tmp_path, lambda opt: {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5),
+                                               "interval": "epoch"})
+    assert rates == [0.1] * 4 + [0.05] * 4 + [0.025] * 4  # 4 steps per epoch, one scheduler step per epoch
+    rates = _lr_per_step(tmp_path / "f2", lambda opt: {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5),
+                                                      "interval": "step", "frequency": 2}, epochs=1)
+    assert rates == [0.1, 0.1, 0.05, 0.05]
+
+
+def test_bare_epoch_style_scheduler_is_stepped_per_step_and_said(no_launcher_env, tmp_path, capsys):
+    rates = _lr_per_step(tmp_path, lambda opt: torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5), epochs=1)
+    assert rates == [0.1, 0.05, 0.025, 0.0125]  # as the Transformers Trainer
+    assert "'interval': 'epoch'" in capsys.readouterr().err
+
+
+def test_bad_scheduler_dict_is_refused_with_the_fix(no_launcher_env, tmp_path):
+    optimizer = torch.optim.SGD(_Tiny().parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    with pytest.raises(ValueError, match="'interval': 'step' or 'epoch'"):
+        braeburn.Trainer(_Tiny(), TrainingArguments(output_dir=str(tmp_path), use_cpu=True),
+                         optimizers=(optimizer, {"scheduler": sched, "interval": "batch"}))

@@ -24,11 +24,11 @@ from .devices.host import current_host
 from .distributed import checkpoint as dist_ckpt
 from .distributed import fsdp
 from .distributed import process_group as pg
-from .envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, env_default, env_device
+from .envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, accelerate_env, env_default, env_device
 from .fallback import FallbackRecorder, early_env_advice, early_env_conflicts
 from .plan import OptionError, Plan, PlanError, RunOptions, make_plan
 from .precision import PrecisionPolicy, make_policy
-from .prepared_optim import AcceleratedOptimizer, AcceleratedScheduler
+from .prepared_optim import USUALLY_PER_EPOCH, AcceleratedOptimizer, AcceleratedScheduler
 from . import state as state_io
 
 _said_once: set[str] = set()
@@ -60,6 +60,30 @@ def _is_scheduler(obj: Any) -> bool:
 
 MAX_HELD_STATE_LOCKS = 8  # save_state() folders whose lock is held until end_training (one open file each)
 
+def _with_accelerate_env(cpu: bool, mixed_precision: str, steps: int, plugin_steps: int | None, compile: Any,
+                         compile_mode: str | None, dynamo_given: bool) -> tuple[bool, str, int, Any, str | None]:
+    """The constructor's options with the ACCELERATE_* variables applied as Accelerate 1.15 applies them:
+    ACCELERATE_USE_CPU forces the CPU; ACCELERATE_MIXED_PRECISION and ACCELERATE_DYNAMO_* fill only what the
+    call (and BRAEBURN_*) left unset; ACCELERATE_GRADIENT_ACCUMULATION_STEPS replaces the argument unless a
+    GradientAccumulationPlugin is given. Unsupported ones are said once, with the fix."""
+    env = accelerate_env()
+    for note in env.notes:
+        _say_once(f"braeburn: {note}", as_warning=True)
+    if env.mixed_precision is not None and env_default(MIXED_PRECISION_VAR, mixed_precision) == "auto":
+        mixed_precision = env.mixed_precision
+    if plugin_steps is not None:
+        steps = plugin_steps
+    elif env.gradient_accumulation_steps is not None:
+        if steps not in (1, env.gradient_accumulation_steps):
+            _say_once(f"braeburn: ACCELERATE_GRADIENT_ACCUMULATION_STEPS={env.gradient_accumulation_steps} replaces "
+                      f"gradient_accumulation_steps={steps}, as in Accelerate; unset the variable to use the argument",
+                      as_warning=True)
+        steps = env.gradient_accumulation_steps
+    if env.compile and not dynamo_given and compile == "auto":
+        compile, compile_mode = True, compile_mode or env.compile_mode
+    return cpu or env.cpu, mixed_precision, steps, compile, compile_mode
+
+
 class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other names
     """Make a hand-written training loop run on the best device, with the right precision, on 1..N processes.
 
@@ -71,8 +95,11 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
                  accelerator: str = "auto", devices="auto", strategy: str = "auto", compile="auto",
                  seed: int | None = None, mps_fallback: bool = True, step_scheduler_with_optimizer: bool = True,
                  compile_backend: str = "inductor", compile_mode: str | None = None, **accelerate_kwargs: Any):
+        dynamo_given = accelerate_kwargs.get("dynamo_backend") is not None
         mixed_precision, steps, accelerate_kwargs = accelerate_options(mixed_precision, accelerate_kwargs)
-        gradient_accumulation_steps, compile = steps or gradient_accumulation_steps, accelerate_kwargs.pop("compile") or compile
+        compile = accelerate_kwargs.pop("compile") or compile
+        cpu, mixed_precision, gradient_accumulation_steps, compile, compile_mode = _with_accelerate_env(
+            cpu, mixed_precision, gradient_accumulation_steps, steps, compile, compile_mode, dynamo_given)
         world = pg.world_from_env()
         self.plan: Plan = self._make_plan(cpu, mixed_precision, gradient_accumulation_steps, accelerator, devices,
                                           strategy, compile, mps_fallback, world.world_size)
@@ -272,6 +299,12 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
     def _prepare_scheduler(self, scheduler, once_per_step: bool = False) -> AcceleratedScheduler:
         prepared = AcceleratedScheduler(scheduler, self, self.step_scheduler_with_optimizer,
                                         steps_per_call=1 if once_per_step else self.num_processes)
+        name = type(scheduler).__name__
+        if prepared.steps_per_call > 1 and self.step_scheduler_with_optimizer and name in USUALLY_PER_EPOCH \
+                and self.is_main_process:  # braeburn cannot know whether step() is called per batch or per epoch
+            _say_once(f"braeburn: the prepared {name} moves {prepared.steps_per_call} steps per step() call on "
+                      f"{self.num_processes} processes, as Accelerate's; if you call step() once per epoch, pass "
+                      "Accelerator(step_scheduler_with_optimizer=False)", as_warning=True)
         self._schedulers.append(prepared)
         return prepared
 

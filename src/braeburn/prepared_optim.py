@@ -76,6 +76,11 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         return f"AcceleratedOptimizer({self.optimizer!r})"
 
 
+# torch schedulers whose arguments (step_size, milestones, T_max, total_iters) are usually counted in epochs
+USUALLY_PER_EPOCH = frozenset({"StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
+                               "CosineAnnealingWarmRestarts", "PolynomialLR", "LinearLR", "ConstantLR"})
+
+
 class AcceleratedScheduler:
     """Steps only when the optimizers really stepped (a boundary, and the grad scaler did not skip), and then
     ``steps_per_call`` times: Accelerate steps it once per process, since each step saw num_processes batches."""

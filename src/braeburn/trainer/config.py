@@ -323,9 +323,13 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
                           num_processes=num_processes, strategy=self.strategy)
 
     def accelerator_options(self) -> dict[str, Any]:
-        """The Accelerator's keyword arguments for this config."""
+        """The Accelerator's keyword arguments for this config. The accumulation travels as a plugin, as the
+        Transformers Trainer passes it, so that ACCELERATE_GRADIENT_ACCUMULATION_STEPS does not replace it."""
+        from ..accelerate_compat import GradientAccumulationPlugin
+
         return {"cpu": self.use_cpu, "mixed_precision": self.mixed_precision,
-                "gradient_accumulation_steps": self.gradient_accumulation_steps, "accelerator": self.accelerator,
+                "gradient_accumulation_plugin": GradientAccumulationPlugin(num_steps=self.gradient_accumulation_steps),
+                "accelerator": self.accelerator,
                 "devices": self.devices, "compile": _compile_value(self.compile), "strategy": self.strategy,
                 "seed": self.seed, "compile_backend": self.torch_compile_backend,
                 "compile_mode": self.torch_compile_mode}

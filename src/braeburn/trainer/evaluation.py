@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch.utils.data import Dataset
 
 from ..data import apply_to_tensors
-from .batches import batch_inputs
 from .hf_compat import EvalPrediction, PredictionOutput, concat_padded, to_numpy
 from .hf_overrides import EvalLoopOutput
 
@@ -58,7 +58,7 @@ class EvaluationMixin:
         for batch in loader:
             loss, logits, batch_labels = self.prediction_step(model, batch, not keep_predictions, ignore_keys)
             if loss is not None:
-                size = _batch_size(batch)
+                size = _batch_size(batch) or 1  # Transformers' find_batch_size: the first tensor's length
                 loss_sum += loss.float() * size
                 count += size
             if keep_predictions and logits is not None:
@@ -107,8 +107,13 @@ def _to_cpu(data: Any) -> Any:
     return apply_to_tensors(lambda t: t.cpu(), data)
 
 
-def _batch_size(batch: Any) -> int:
-    """The number of samples in a batch: the length of its labels (or of its first input)."""
-    args, kwargs, labels = batch_inputs(batch, pass_labels=False)
-    first = labels if labels is not None else next(iter([*args, *kwargs.values()]))
-    return len(first)
+def _batch_size(batch: Any) -> int | None:
+    """The length of the batch's first tensor (None when it holds none), as Transformers' find_batch_size."""
+    items = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else [batch]
+    for item in items:
+        if isinstance(item, torch.Tensor) and item.dim() > 0:
+            return len(item)
+        if isinstance(item, (Mapping, list, tuple)) and (found := _batch_size(item)) is not None:
+            return found
+    return None
+

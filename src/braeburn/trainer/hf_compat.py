@@ -237,6 +237,56 @@ def concat_padded(parts: list[Any], padding_index: int = -100) -> Any:
 
 
 # -- batches ---------------------------------------------------------------------------------------------
+def find_label_names(model: Any) -> list[str]:
+    """Transformers' default ``label_names``: the forward's parameters with "label" in their name, and
+    ``start_positions``/``end_positions`` for a question-answering model; ``["labels"]`` when it names none
+    (braeburn's models with a ``loss_fn``)."""
+    import torch
+
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    try:
+        params = list(inspect.signature(forward).parameters)
+    except (TypeError, ValueError):
+        return ["labels"]
+    answers = ("start_positions", "end_positions") if "QuestionAnswering" in type(model).__name__ else ()
+    return [p for p in params if "label" in p or p in answers] or ["labels"]
+
+
+def can_return_loss(model: Any) -> bool:
+    """Transformers' ``can_return_loss``: the forward has ``return_loss=True`` as a default (CLIP-like models)."""
+    try:
+        param = inspect.signature(model.forward).parameters.get("return_loss")
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return param is not None and param.default is True
+
+
+def labels_by_name(batch: Mapping, names: list[str]) -> Any:
+    """A dict batch's labels as Transformers' prediction_step takes them: the tensor for one name, a tuple in
+    ``names``' order for several, None unless every one is there."""
+    values = tuple(batch.get(name) for name in names)
+    if not values or any(value is None for value in values):
+        return None
+    return values[0] if len(values) == 1 else values
+
+
+def output_predictions(outputs: Any, ignore_keys: list[str] | None = None) -> Any:
+    """The predictions of a dict-like output (a ModelOutput) as Transformers gives them: the values other than
+    ``loss`` and ``ignore_keys``, in order, as a tuple, or the value itself when there is one
+    (``start_logits, end_logits = predictions``)."""
+    skip = {"loss", *(ignore_keys or ())}
+    values = tuple(v for k, v in outputs.items() if k not in skip and v is not None)
+    return values[0] if len(values) == 1 else values
+
+
+def ignored_output_keys(model: Any, ignore_keys: list[str] | None) -> list[str]:
+    """Transformers' default ``ignore_keys``: the model config's ``keys_to_ignore_at_inference``."""
+    if ignore_keys is not None:
+        return ignore_keys
+    config = getattr(model, "config", None)
+    return list(getattr(config, "keys_to_ignore_at_inference", ["cache"])) if config is not None else []
+
+
 def forward_arguments(model: Any) -> set[str] | None:
     """The names the model's forward declares (as Transformers' signature columns), or None when it
     declares none besides *args/**kwargs (then nothing is removed)."""
@@ -365,6 +415,26 @@ class HfTrainerMixin:
     @args.setter
     def args(self, value: Any) -> None:
         self.config = value
+
+    @property
+    def label_names(self) -> list[str]:
+        """The batch keys that hold the labels: ``args.label_names``, else the model's (Transformers' rule)."""
+        names = getattr(self, "_label_names", None)
+        if names is None:
+            names = list(self.config.label_names or find_label_names(self._unwrapped_for_labels()))
+        return names
+
+    @label_names.setter
+    def label_names(self, names: list[str]) -> None:
+        self._label_names = list(names)
+
+    @property
+    def can_return_loss(self) -> bool:
+        return can_return_loss(self._unwrapped_for_labels())
+
+    def _unwrapped_for_labels(self) -> Any:
+        base = getattr(self.model, "get_base_model", None)  # a PEFT model: its base names the labels
+        return base() if callable(base) else self.model
 
     def is_world_process_zero(self) -> bool:
         return self.accelerator.is_main_process
@@ -522,4 +592,5 @@ class HfTrainerMixin:
 
 
 __all__ = ["EvalPrediction", "HfArgumentParser", "HfTrainerMixin", "PredictionOutput", "TrainOutput",
-           "apply_hf_aliases", "hf_errors", "make_collate"]
+           "apply_hf_aliases", "can_return_loss", "find_label_names", "hf_errors", "labels_by_name", "make_collate",
+           "output_predictions"]

@@ -27,12 +27,13 @@ import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 import torch
 
 from .batches import batch_inputs, compute_loss, model_logits, output_loss
+from .hf_compat import ignored_output_keys, labels_by_name, output_predictions
 
 # The methods a subclass may replace; Overrides has one flag per name.
 OVERRIDABLE = ("training_step", "compute_loss", "create_optimizer", "create_scheduler", "prediction_step",
@@ -116,21 +117,29 @@ class HfOverridableMixin:
     # -- evaluation --------------------------------------------------------------------------------------
     def prediction_step(self, model: torch.nn.Module, inputs: Any, prediction_loss_only: bool,
                         ignore_keys: list[str] | None = None) -> tuple[Any, Any, Any]:
-        """(loss, logits, labels) of one evaluation batch; loss is None without labels, logits and labels are
-        None when ``prediction_loss_only``."""
+        """(loss, logits, labels) of one evaluation batch, by Transformers' rules: a dict batch's labels are its
+        ``label_names`` (one tensor, or a tuple of several; None unless all are there); the loss is None without
+        labels (unless the model returns one without them: ``can_return_loss``); a dict output's predictions are
+        its values minus ``loss`` and ``ignore_keys`` (default: the model config's keys_to_ignore_at_inference),
+        one value alone or a tuple. Logits and labels are None when ``prediction_loss_only``."""
         args, kwargs, labels = batch_inputs(inputs, pass_labels=self.loss_fn is None)
+        label_names = self.label_names
+        if isinstance(inputs, Mapping):  # Transformers' label_names: one tensor, or a tuple of several
+            labels = labels_by_name(inputs, label_names)
+        loss_without_labels = not label_names and self.can_return_loss  # CLIP-like: return_loss=True
         loss = None
         with torch.no_grad():
-            if labels is not None and self._overrides.compute_loss:
+            if (labels is not None or loss_without_labels) and self._overrides.compute_loss:
                 loss, outputs = self.compute_loss(model, inputs, return_outputs=True)
             else:
                 outputs = model(*args, **kwargs)
-                if labels is not None and (self.loss_fn is not None or output_loss(outputs) is not None):
-                    loss = compute_loss(outputs, labels, self.loss_fn)
+                loss = _eval_loss(outputs, labels, self.loss_fn, loss_without_labels)
         loss = None if loss is None else loss.detach().mean()
         if prediction_loss_only:
             return loss, None, None
-        return loss, _without_keys(model_logits(outputs), ignore_keys), labels
+        if isinstance(outputs, Mapping):
+            return loss, output_predictions(outputs, ignored_output_keys(self.model, ignore_keys)), labels
+        return loss, model_logits(outputs), labels
 
     def evaluation_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
                         ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> EvalLoopOutput:
@@ -173,10 +182,14 @@ def backward_as_in_transformers(accelerator: Any) -> Iterator[None]:
         accelerator.gradient_accumulation_steps = steps
 
 
-def _without_keys(logits: Any, ignore_keys: list[str] | None) -> Any:
-    if ignore_keys and isinstance(logits, dict):
-        return {k: v for k, v in logits.items() if k not in ignore_keys}
-    return logits
+def _eval_loss(outputs: Any, labels: Any, loss_fn: Any, loss_without_labels: bool) -> torch.Tensor | None:
+    """The batch's loss: loss_fn's or the model's when the batch has labels (or the model returns a loss
+    without them), else None (no eval loss, as Transformers)."""
+    if labels is not None and (loss_fn is not None or output_loss(outputs) is not None):
+        return compute_loss(outputs, labels, loss_fn)
+    if labels is None and loss_without_labels and output_loss(outputs) is not None:
+        return compute_loss(outputs, None, None)
+    return None
 
 
 __all__ = ["EvalLoopOutput", "HfOverridableMixin", "OVERRIDABLE", "Overrides", "backward_as_in_transformers"]

@@ -41,6 +41,7 @@ from .hf_compat import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainO
 from .hf_overrides import HfOverridableMixin, Overrides, backward_as_in_transformers
 from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
+from .scheduler_interval import SchedulerSteps, is_plateau, per_step_note, say_once, split_scheduler
 from .plots import PlotCallback
 from .progress import ProgressCallback, memory_line
 from .resume import reconcile
@@ -93,6 +94,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         optimizer, lr_scheduler, loss_fn = resolve_training_parts(
             model, self.config, optimizer=optimizer or optimizers[0], lr_scheduler=lr_scheduler or optimizers[1],
             optimizer_cls_and_kwargs=optimizer_cls_and_kwargs, loss_fn=loss_fn, compute_loss_func=compute_loss_func)
+        lr_scheduler, self._scheduler_interval = split_scheduler(lr_scheduler)  # Lightning's dict: its interval
         self.processing_class = processing_class or tokenizer
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.accelerator = accelerator or Accelerator(**self.config.accelerator_options())
@@ -235,6 +237,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
                 if state.should_stop or state.global_step >= state.max_steps:
                     break
             if _epoch_finished(loader, epoch):
+                self._scheduler_steps.after_epoch(epoch)  # before the epoch's checkpoint, which holds its state
                 self.callbacks.on_epoch_end(self, state)
                 self._evaluate_and_save(step_end=False)
             if state.should_stop or state.global_step >= state.max_steps:
@@ -282,13 +285,22 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         self._window_losses.append(loss.detach().float() * self.config.gradient_accumulation_steps)
         self._window_has_grads = True
 
+    def _scheduler_policy(self, scheduler: Any, steps_per_epoch: int) -> SchedulerSteps:
+        note = per_step_note(scheduler, self._scheduler_interval, steps_per_epoch)
+        if is_plateau(scheduler) and self.config.eval_strategy == "no":
+            note = (f"{type(scheduler).__name__} steps after each evaluation (as in Transformers), but "
+                    "--eval_strategy is no, so its learning rate never changes: pass --eval_strategy epoch (or steps)")
+        if note and self.accelerator.is_main_process:
+            say_once(note)
+        return SchedulerSteps(self.lr_scheduler, self._scheduler_interval, self.config.metric_for_best_model)
+
     def _optimizer_step(self, model, optimizer, scheduler) -> None:
         if self._window_has_grads:  # with nan_policy="skip" a window can hold no gradient at all
             if self.config.max_grad_norm > 0:
                 self._grad_norm = self.accelerator.clip_grad_norm_(self._parameters, self.config.max_grad_norm)
             optimizer.step()
             self._step_lr = scheduler.get_last_lr()[0]  # the rate this step used: Transformers logs it
-            scheduler.step()
+            self._scheduler_steps.after_optimizer_step(self.state.global_step + 1)
         optimizer.zero_grad(set_to_none=True)
         self._window_has_grads = False
 
@@ -371,7 +383,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         strategy_now = "steps" if step_end else "epoch"
         eval_every = config.eval_steps or config.logging_steps
         if config.eval_strategy == strategy_now and (not step_end or state.global_step % eval_every == 0):
-            self.evaluate()
+            self._scheduler_steps.after_evaluate(self.evaluate())  # ReduceLROnPlateau's step, as Transformers
         wants_save = config.save_strategy == strategy_now and (not step_end or state.global_step % config.save_steps == 0)
         if wants_save or state.should_save:
             self._save()
@@ -523,8 +535,10 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         rate_from_config = self.optimizer is None and not self._overrides.create_optimizer  # config.learning_rate
         self.create_optimizer()  # Transformers' order: the optimizer, then its scheduler (hf_overrides.py)
         self.create_scheduler(num_training_steps=max_steps)
+        scheduler = self.lr_scheduler  # unprepared: the interval policy reads its type
         self.optimizer = acc.prepare(self.optimizer)
-        self.lr_scheduler = acc.prepare_scheduler(self.lr_scheduler, once_per_step=True)  # the schedule counts optimizer steps
+        self.lr_scheduler = acc.prepare_scheduler(scheduler, once_per_step=True)  # the schedule counts optimizer steps
+        self._scheduler_steps = self._scheduler_policy(scheduler, steps_per_epoch)
         if self.eval_dataset is not None and config.eval_strategy != "no":
             self._eval_loader(self.eval_dataset)  # prepared now, before a checkpoint is loaded
         self.state = TrainerState(max_steps=max_steps, steps_per_epoch=steps_per_epoch,
