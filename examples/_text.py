@@ -84,8 +84,10 @@ def read_glue_tsv(path: str | Path, task_name: str) -> TextExamples:
 
 def read_rows(path: str | Path) -> list[dict]:
     """Rows of a .csv, .tsv or .json/.jsonl (one JSON object per line) file."""
-    path = _existing(Path(path), "--train_file/--validation_file/--test_file")
+    path = Path(path)
     suffix = path.suffix.lower()
+    if suffix in (".json", ".jsonl", ".csv", ".tsv"):
+        _existing(path, "--train_file/--validation_file/--test_file")
     if suffix in (".json", ".jsonl"):
         with path.open(encoding="utf-8-sig") as handle:
             return [json.loads(line) for line in handle if line.strip()]
