@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -147,13 +148,16 @@ def failing_saves(monkeypatch, trainer: Trainer, background: bool, from_step: in
 def test_a_run_whose_every_save_failed_says_so_and_fails(tmp_path, monkeypatch, capsys, background):
     trainer = tiny_trainer(tmp_path / "out", save_strategy="steps", save_steps=4, save_in_background=background)
     failing_saves(monkeypatch, trainer, background)
-    attempts = 2 if background else 3  # in the foreground the end of the loop tries step 8 once more
+    # In the foreground the end of the loop tries step 8 once more (3 attempts). In the background that retry
+    # happens only if the step-8 save had already failed when the loop ended, which is a matter of timing (2 or 3).
+    attempts = "[23]" if background else "3"
     with pytest.raises(CheckpointError, match=rf"Training ended at step 8, but its checkpoint could not be written "
-                                              rf"\({attempts} of {attempts} saves failed\), so no checkpoint of this "
-                                              r"run exists\. The last error: .*File too large"):
+                                              rf"\(({attempts}) of \1 saves failed\), so no checkpoint of this "
+                                              r"run exists\. The last error: .*File too large") as caught:
         trainer.train()
+    counted = re.search(r"\((\d) of", str(caught.value)).group(1)
     printed = capsys.readouterr().out
-    assert f"checkpoint NONE written: all {attempts} saves of this run failed (the last: Saving" in printed
+    assert f"checkpoint NONE written: all {counted} saves of this run failed (the last: Saving" in printed
     assert trainer.state.last_checkpoint is None and not CheckpointManager(trainer.output_dir).checkpoints()
 
 
