@@ -82,7 +82,7 @@ def test_mrpc_batches_take_at_most_four_lengths_instead_of_dozens(tmp_path):
 
 def test_the_summary_names_text_padding_only_for_text_batches():
     from braeburn.collate import batch_signature
-    from braeburn.trainer.loop import _padded_text
+    from braeburn.trainer.summary import _padded_text
 
     text = batch_signature({"input_ids": torch.zeros(8, 64), "attention_mask": torch.zeros(8, 64)})
     images = batch_signature((torch.zeros(32, 1, 8, 8), torch.zeros(32)))

@@ -19,6 +19,7 @@ from torch.utils.data import TensorDataset
 from braeburn.trainer import Trainer, TrainingConfig, background_save
 from braeburn.trainer.checkpoint import CheckpointError, CheckpointManager, run_of
 from braeburn.trainer.hf_callbacks import _load_best
+from braeburn.trainer.summary import non_finite_message
 
 pytestmark = pytest.mark.usefixtures("one_thread", "cpu_only")
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -113,7 +114,7 @@ def test_latest_refuses_to_choose_between_two_runs(reused):
 
 def test_the_nan_message_names_this_runs_checkpoint_not_another_runs(reused):
     out, second, _ = reused
-    message = second._non_finite_message(13, float("nan"))
+    message = non_finite_message(second, 13, float("nan"))
     assert f"Resume from the last good checkpoint ({out / 'checkpoint-12'})" in message
 
 

@@ -43,8 +43,9 @@ from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
 from .scheduler_interval import SchedulerSteps, is_plateau, per_step_note, say_once, split_scheduler
 from .plots import PlotCallback
-from .progress import ProgressCallback, memory_line
+from .progress import ProgressCallback
 from .resume import reconcile
+from .summary import non_finite_message, run_summary
 from .signals import SignalCallback, TrainingInterrupted
 from .state import TrainerState
 from .step_breakdown import StepBreakdownCallback
@@ -184,7 +185,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
                     self._plot.wait()
                 finally:
                     self.signals.restore()
-        summary = self._summary(seconds, self.state.global_step - start_step)
+        summary = run_summary(self, seconds, self.state.global_step - start_step)
         acc.print(summary)
         # The group stays for evaluate()/predict() after train(), which gather from every rank (destroyed at exit);
         # a signal ends the process on every rank together, so it is torn down now, all ranks meeting first.
@@ -326,32 +327,13 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         bad = (~torch.isfinite(losses)).nonzero()
         if bad.numel():  # .numel() of a nonzero() result waits for the device
             step = self._window_first_step + int(bad[0]) // self.config.gradient_accumulation_steps
-            raise NonFiniteLossError(self._non_finite_message(step, float(losses[int(bad[0])])))
+            raise NonFiniteLossError(non_finite_message(self, step, float(losses[int(bad[0])])))
         mean = float(losses.mean())  # sync
         total, count = self._loss_total
         self._loss_total = (total + mean * len(losses), count + len(losses))
         self._window_losses = []
         self._window_first_step = self.state.global_step + 1
         return mean
-
-    def _non_finite_message(self, step: int, value: float) -> str:
-        self._saver.wait()  # a checkpoint still being written is the last good one
-        last = self.checkpoints.latest(self.state.run_id) if self.is_main_process else None  # never another run's
-        where = (f"Resume from the last good checkpoint ({last}) with --resume_from_checkpoint {last}"
-                 if last else "No checkpoint was saved before it, so train again")
-        return (f"The training loss became {value} at step {step} (epoch {self.state.epoch:.2f}); training stopped, "
-                f"and the weights after that step cannot be trusted. {where} after lowering --learning_rate, "
-                f"setting --max_grad_norm 1.0, or trying --mixed_precision no. To skip such steps instead, pass "
-                f"--nan_policy skip.")
-
-    def _ending(self) -> str:
-        """Why a run that nothing stopped ended: its max_steps, or its epochs (max_steps is derived from them)."""
-        state = self.state
-        if state.global_step < state.max_steps:
-            return "done"
-        if self.config.max_steps > 0:
-            return "max_steps reached"
-        return f"{state.num_epochs} epoch{'s' if state.num_epochs != 1 else ''} done"
 
     def _log(self) -> None:
         state, now = self.state, time.perf_counter()
@@ -599,30 +581,6 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         breakdown = self._step_breakdown.record()
         return record if breakdown is None else {**record, "step_breakdown": breakdown}
 
-    def _summary(self, seconds: float, steps: int) -> str:
-        acc, state, plan = self.accelerator, self.state, self.accelerator.plan
-        memory = memory_line(acc.memory_stats())
-        samples = steps * self._samples_per_batch * self.config.gradient_accumulation_steps
-        evals = ", ".join(f"{k} {v:.4g}" for k, v in self._last_eval_metrics().items()
-                          if not k.endswith(("_runtime", "_per_second"))) or "none"
-        fallback = ", ".join(f"{op} x{count}" for op, count in acc.fallback_report()) or "none"
-        compiled = self._compile_window.summary(len(self._shapes), self._pads_to_buckets and _padded_text(self._shapes))
-        compiled += self._step_breakdown.summary(acc.num_processes)
-        ending = state.stop_reason or self._ending()
-        return "\n".join([
-            f"braeburn: training ended ({ending}) after {seconds:.1f} s",
-            f"  device     {acc.device} ({plan.device_reason})",
-            f"  precision  {plan.precision} ({plan.precision_reason})",
-            f"  steps      {state.global_step}/{state.max_steps} optimizer steps ({steps} in this run), "
-            f"epoch {state.epoch_progress:.2f}",
-            f"  speed      {samples / seconds if seconds > 0 else 0:.1f} samples/s",
-            f"  {memory}",
-            *compiled,
-            f"  last eval  {evals}",
-            f"  CPU fallback ops  {fallback}",
-            f"  output     {self.output_dir}",
-            *filter(None, [self._save_log.summary_line(state.last_checkpoint)])])
-
     def _exit_after_signal(self) -> None:
         import signal
 
@@ -655,11 +613,6 @@ def _metrics_log(config: TrainingConfig) -> MetricsLogCallback:
     chosen = config.report_to
     tensorboard = chosen is not None and ("all" in chosen or "tensorboard" in chosen)
     return MetricsLogCallback(tensorboard=tensorboard, tensorboard_dir=config.logging_dir)
-
-
-def _padded_text(signatures: set[tuple]) -> bool:
-    """Whether the training batches were text that bucket padding pads (a mapping with input_ids)."""
-    return any(item[:1] == ("input_ids",) for signature in signatures for item in signature)  # () for 0-d tensors
 
 
 def _epoch_finished(loader, epoch: int) -> bool:
