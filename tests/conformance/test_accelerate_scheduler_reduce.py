@@ -5,14 +5,11 @@ sums by default."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from tests.conformance._two_processes import run_two_processes
 
 pytestmark = pytest.mark.slow  # one torchrun with 2 gloo processes per library (a few seconds)
 
@@ -57,23 +54,8 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _run(lib: str, directory) -> list[dict]:
-    script = directory / "scheduler_reduce.py"
-    script.write_text(SCRIPT)
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("BRAEBURN_", "ACCELERATE_"))}
-    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", ACCELERATE_USE_CPU="true",
-               PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")])))
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-               str(_free_port()), str(script), lib, str(directory / lib)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    return [json.loads((directory / f"{lib}.{rank}.json").read_text()) for rank in (0, 1)]
+    return run_two_processes(SCRIPT, "scheduler_reduce.py", lib, directory)
 
 
 # LambdaLR 1/(step+1), 3 optimizer steps on 2 processes: the schedule moves 2 steps per optimizer step.
