@@ -29,7 +29,8 @@ LABEL_KEYS = ("labels", "label", "label_ids")
 _noted: set[str] = set()
 
 
-def _note_once(message: str) -> None:
+def note_once(message: str) -> None:
+    """A note on stderr, once per process (a difference from a peer the user should know of)."""
     if message not in _noted:
         _noted.add(message)
         print(f"braeburn: {message}", file=sys.stderr, flush=True)
@@ -70,11 +71,11 @@ def apply_hf_aliases(config: Any) -> None:
     for name in ("gradient_checkpointing_kwargs", "lr_scheduler_kwargs"):
         _json_field(config, name)
     if config.eval_strategy == "steps" and config.eval_steps is None and config.logging_steps == 50:
-        _note_once("--eval_strategy steps without --eval_steps evaluates every logging_steps, as Transformers "
+        note_once("--eval_strategy steps without --eval_steps evaluates every logging_steps, as Transformers "
                    "does, but braeburn's default logging_steps is 50 (Transformers': 500), so it evaluates every "
                    "50 steps; pass --eval_steps 500 for Transformers' cadence.")
     if config.use_mps_device:
-        _note_once("--use_mps_device is deprecated in Transformers and not needed: braeburn (like Transformers) "
+        note_once("--use_mps_device is deprecated in Transformers and not needed: braeburn (like Transformers) "
                    "trains on the Mac's GPU (mps) by default when it is usable; --accelerator mps insists on it.")
 
 

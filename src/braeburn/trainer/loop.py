@@ -36,12 +36,12 @@ from .config import ConfigError, TrainingConfig
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
 from .evaluation import EvaluationMixin
 from .hf_callbacks import HfOptionsCallback, adapt_callback
-from .hf_compat import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, make_collate,
+from .hf_compat import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, make_collate, note_once,
                         prepare_model_options, resolve_training_parts)
 from .hf_overrides import HfOverridableMixin, Overrides, backward_as_in_transformers
 from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
-from .scheduler_interval import SchedulerSteps, is_plateau, per_step_note, say_once, split_scheduler
+from .scheduler_interval import SchedulerSteps, is_plateau, per_step_note, split_scheduler
 from .plots import PlotCallback
 from .progress import ProgressCallback
 from .resume import reconcile
@@ -292,7 +292,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
             note = (f"{type(scheduler).__name__} steps after each evaluation (as in Transformers), but "
                     "--eval_strategy is no, so its learning rate never changes: pass --eval_strategy epoch (or steps)")
         if note and self.accelerator.is_main_process:
-            say_once(note)
+            note_once(note)
         return SchedulerSteps(self.lr_scheduler, self._scheduler_interval, self.config.metric_for_best_model)
 
     def _optimizer_step(self, model, optimizer, scheduler) -> None:

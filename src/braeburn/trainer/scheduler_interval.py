@@ -9,7 +9,6 @@ step), so for the schedulers usually written per epoch it says once what it does
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -88,12 +87,6 @@ class SchedulerSteps:
                            f"return (it returned {sorted(metrics)}): set --metric_for_best_model (or the scheduler "
                            "dict's 'monitor') to one of them, or return it from compute_metrics")
         self.prepared.scheduler.step(metrics[self.monitor])
-
-
-def say_once(message: str, _said: set[str] = set()) -> None:  # noqa: B006 (the set is the memory)
-    if message not in _said:
-        _said.add(message)
-        print(f"braeburn: {message}", file=sys.stderr, flush=True)
 
 
 __all__ = ["SchedulerInterval", "SchedulerSteps", "is_plateau", "per_step_note", "split_scheduler"]
