@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from ..data import apply_to_tensors
 from ..plan import OptionError, PlanError
+from .backend_threads import wait_until_parked
 
 
 @dataclass(frozen=True)
@@ -167,9 +168,13 @@ def host_group() -> "dist.ProcessGroup":
 
 def destroy_process_group(wait_s: float = 10.0) -> None:
     """Where the host group exists (the Trainer makes it), every rank meets on it first (``wait_s``; 0: not), so no
-    rank tears its connections down while a peer still uses them: a gloo thread that finds its peer gone aborts
-    the process ("terminate called without an active exception", seen once in CI on a rank stopped by SIGTERM).
-    No group is made here: making one is a collective that a rank already gone would never join."""
+    rank tears its connections down while a peer still uses them. No group is made here: making one is a
+    collective that a rank already gone would never join.
+
+    Then this waits until gloo's worker threads have let go of their last collective, which a DDP model keeps
+    alive until the process ends: one still releasing it when the interpreter finalizes aborts the process
+    ("terminate called without an active exception", issue 32 item 13; see backend_threads)."""
+    global _host_group
     if not is_initialized():
         return
     if wait_s > 0 and _host_group is not None and _host_group[0] is dist.group.WORLD:
@@ -180,6 +185,11 @@ def destroy_process_group(wait_s: float = 10.0) -> None:
         except Exception:  # a peer already gone (or slow): tear down anyway, as before
             pass
     dist.destroy_process_group()
+    _host_group = None  # its threads end now; the default group's live on inside a DDP model
+    wait_until_parked(_PARK_WAIT_S if wait_s > 0 else 0.5)
+
+
+_PARK_WAIT_S = 10.0  # a worker still in a collective whose peer is gone never parks: the wait has an end
 
 
 def _buffer_sync_argument() -> str:

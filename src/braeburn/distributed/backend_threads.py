@@ -1,0 +1,63 @@
+"""Waiting, at teardown, until gloo's worker threads have let go of their last collective (Linux).
+
+Why (issue 32, item 13; docs/reliability.md shows it happen on demand): a gloo worker thread releases a
+collective's tensors after the caller has been woken, and releasing a tensor that Python has seen takes
+the GIL (torch 2.13 does so on every release by another thread). If that thread is still waiting for the
+GIL when the interpreter begins to finalize, and gets it there, Python ends the thread with pthread_exit,
+and the forced unwind through a noexcept C++ destructor aborts the process with "terminate called without
+an active exception" -- after the job's work is done. Once a DDP model has used the default group, its
+worker threads live until the process ends, so they cannot be joined; they can be waited for.
+
+A worker that has let go of its last collective is parked on its queue's condition variable: an untimed
+futex wait. Waiting for the GIL, or inside a collective, is a timed wait. ``/proc/self/task/<id>/syscall``
+tells the two apart; while this waits, the GIL is free for a worker that needs it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+_WORKER_NAME = "pt_gloo_runloop"  # what torch names gloo's worker threads
+_FUTEX = {"x86_64": 202, "aarch64": 98, "arm64": 98}  # the futex system call's number
+_TASKS = Path("/proc/self/task")
+
+
+def _workers() -> list[Path]:
+    found = []
+    for task in _TASKS.iterdir():
+        try:
+            if (task / "comm").read_text().strip() == _WORKER_NAME:
+                found.append(task)
+        except OSError:  # the thread ended meanwhile
+            continue
+    return found
+
+
+def _parked(task: Path, futex: int) -> bool:
+    """True when the thread waits in futex with no timeout (its queue's condition variable), or has ended."""
+    try:
+        fields = (task / "syscall").read_text().split()
+    except OSError:
+        return not task.exists()
+    return len(fields) > 4 and fields[0] == str(futex) and int(fields[4], 16) == 0
+
+
+def wait_until_parked(timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` until every gloo worker of this process is parked; True when they are.
+
+    Where the threads cannot be seen (not Linux, an unnamed or unknown architecture), the GIL is left
+    free for a moment, so a worker already waiting for it finishes; False then."""
+    futex = _FUTEX.get(platform.machine())
+    if futex is None or not _TASKS.is_dir() or not os.access(_TASKS, os.R_OK):
+        time.sleep(0.05)
+        return False
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if all(_parked(task, futex) for task in _workers()):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)  # the GIL is free meanwhile: a worker waiting for it takes it and finishes
