@@ -86,12 +86,6 @@ def from_other_model(tmp: Path) -> None:
     second.train(resume_from_checkpoint=str(tmp / "out" / "checkpoint-2"))
 
 
-def non_empty_output_dir(tmp: Path) -> None:
-    (tmp / "out").mkdir()
-    (tmp / "out" / "notes.txt").write_text("an earlier run")
-    trainer(tmp).train()
-
-
 def output_dir_is_a_file(tmp: Path) -> None:
     (tmp / "taken").write_text("")
     cli("--output_dir", str(tmp / "taken"))
@@ -189,7 +183,6 @@ CASES = [
      ["resume_from_checkpoint=", "gone", "no such folder", "'latest'"]),
     ("resume latest with no checkpoint", None, lambda t: trainer(t).train(resume_from_checkpoint="latest"),
      ["resume_from_checkpoint='latest'", "holds no complete checkpoint", "start afresh"]),
-    ("non-empty output_dir", None, non_empty_output_dir, ["is not empty", "--overwrite_output_dir", "--resume_from_checkpoint latest"]),
 ]
 
 

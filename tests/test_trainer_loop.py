@@ -111,14 +111,39 @@ def test_output_without_loss_names_both_fixes(tmp_path):
         trainer.train()
 
 
-def test_non_empty_output_dir_is_refused(tmp_path):
+def test_a_rerun_into_a_used_output_dir_sets_the_earlier_run_aside_and_trains(tmp_path, capsys):
+    """Transformers 5 trains into a non-empty output_dir (it has no --overwrite_output_dir); braeburn does too, and
+    first moves the earlier run's files into previous-run-N/, so that nothing of it is written over."""
+    def run():
+        trainer = Trainer(mlp(), TrainingConfig(output_dir=str(tmp_path), max_steps=2, save_steps=1),
+                          train_dataset=TensorDataset(torch.randn(4, 64), torch.zeros(4, dtype=torch.long)),
+                          loss_fn=torch.nn.functional.cross_entropy)
+        trainer.train()
+        return trainer
+
+    (tmp_path / "notes.txt").write_text("the user's")
+    run()
+    first = {p.name: p.read_bytes() for p in (tmp_path / "checkpoint-2").rglob("*") if p.is_file()}
+    run()
+    assert "held an earlier run" in capsys.readouterr().out
+    assert (tmp_path / "previous-run-1" / "notes.txt").read_text() == "the user's"
+    assert (tmp_path / "previous-run-1" / "previous-run-2").exists() is False
+    kept = tmp_path / "previous-run-2" / "checkpoint-2"
+    assert {p.name: p.read_bytes() for p in kept.rglob("*") if p.is_file()} == first
+    assert (tmp_path / "checkpoint-2").is_dir()  # the new run's own
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("previous-run-")) == [
+        "previous-run-1", "previous-run-2"]
+
+
+def test_overwrite_output_dir_keeps_the_files_in_place(tmp_path):
     (tmp_path / "old.txt").write_text("earlier run")
-    trainer = Trainer(mlp(), TrainingConfig(output_dir=str(tmp_path), max_steps=1),
+    trainer = Trainer(mlp(), TrainingConfig(output_dir=str(tmp_path), max_steps=1, overwrite_output_dir=True,
+                                            save_strategy="no"),
                       train_dataset=TensorDataset(torch.randn(4, 64), torch.zeros(4, dtype=torch.long)),
                       loss_fn=torch.nn.functional.cross_entropy)
-    with pytest.raises(FileExistsError, match="not empty.*old.txt.*--overwrite_output_dir.*--resume_from_checkpoint"):
-        trainer.train()
-    assert [p.name for p in tmp_path.iterdir()] == ["old.txt"]
+    trainer.train()
+    assert (tmp_path / "old.txt").read_text() == "earlier run"
+    assert not any(p.name.startswith("previous-run-") for p in tmp_path.iterdir())
 
 
 class PoisonAt(Callback):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from . import run_glue_port
 
 SEED_FLAGS = ["--task_name", "mrpc", "--do_train", "--do_eval", "--do_predict", "--max_seq_length", "32",
@@ -36,3 +38,25 @@ def test_seed_command_with_use_mps_device(tmp_path, monkeypatch, capsys):
                                             braeburn.TrainingArguments)).parse_args_into_dataclasses(args=argv)
     assert args.use_mps_device is True
     assert "--use_mps_device is deprecated" in capsys.readouterr().err
+
+
+def test_rerunning_a_command_into_its_own_output_dir_trains_again(hf_lib, tmp_path, capsys):
+    """Transformers 5 has no --overwrite_output_dir and trains into a non-empty output_dir; a rerun of the same
+    command (here without checkpoints, so run_glue has none to resume from) must not fail under braeburn either.
+    braeburn keeps the first run's files in previous-run-1/ rather than writing over them."""
+    import transformers
+
+    if hf_lib.name == "transformers" and int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("Transformers 4's run_glue refuses a non-empty output_dir without --overwrite_output_dir")
+    flags = [flag for flag in SEED_FLAGS if flag not in ("--load_best_model_at_end", "--metric_for_best_model",
+                                                          "accuracy")]
+    flags[flags.index("--save_strategy") + 1] = "no"
+    argv = flags + ["--output_dir", str(tmp_path / "mrpc")]
+    first = run_glue_port.main(hf_lib, argv, tmp_path)
+    second = run_glue_port.main(hf_lib, argv, tmp_path)
+    assert second["eval"]["eval_accuracy"] == first["eval"]["eval_accuracy"]
+    assert {"model.safetensors", "all_results.json"} <= set(second["files"])
+    if hf_lib.name == "braeburn":
+        kept = tmp_path / "mrpc" / "previous-run-1"
+        assert {"model.safetensors", "all_results.json", "predict_results_mrpc.txt"} <= {p.name for p in kept.iterdir()}
+        assert "held an earlier run" in capsys.readouterr().out

@@ -64,7 +64,7 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     output_dir: str = "outputs"
     """Folder for checkpoints, metrics and plots. braeburn writes and deletes nothing outside it."""
     overwrite_output_dir: bool = False
-    """Allow training into a non-empty output_dir (files there may be replaced)."""
+    """Train in a non-empty output_dir over the files there (without it, they are first moved to previous-run-N/)."""
     do_train: bool = False
     """For scripts: run training."""
     do_eval: bool = False

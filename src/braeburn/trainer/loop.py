@@ -27,6 +27,7 @@ from ..distributed import process_group as pg
 from ..plan import PlanError
 from ..state import enable_full_determinism
 from .autobatch import train_through_out_of_memory
+from . import earlier_run
 from .compile_window import CompileWindow
 from .batches import batch_inputs, compute_loss
 from .callbacks import CallbackList
@@ -439,24 +440,20 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         out = self.output_dir
         if out.exists() and not out.is_dir():
             raise FileExistsError(f"output_dir={str(out)!r} is a file, not a folder. Pass a folder to --output_dir.")
-        entries = sorted(p.name for p in out.iterdir() if p.name != output_lock.LOCK_FILE) if out.is_dir() else []
-        refused = bool(entries) and not (self.config.overwrite_output_dir or resume)
-        self._lock_output_dir(only_check=refused)  # a run that holds it is named first, whatever the folder holds
-        if refused:
-            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
-            raise FileExistsError(
-                f"output_dir={str(out)!r} is not empty ({len(entries)} entries: {shown}), and training there could "
-                "overwrite an earlier run. Pass --overwrite_output_dir to train there anyway, --resume_from_checkpoint "
-                "latest to continue the run saved there, or choose another --output_dir.")
+        self._lock_output_dir()  # a run that holds it is named first, whatever the folder holds
+        entries = earlier_run.earlier_entries(out, ignore={output_lock.LOCK_FILE})
+        if entries and not (self.config.overwrite_output_dir or resume) and self.is_main_process:
+            target = earlier_run.set_aside(out, entries)
+            self.accelerator.print(earlier_run.note(out, target, entries))
         if self.is_main_process:
             prepare_output_dir(out)  # a read-only parent or disk: one clear error now, not a traceback later
 
-    def _lock_output_dir(self, only_check: bool) -> None:
+    def _lock_output_dir(self) -> None:
         """Rank 0 holds output_dir's lock for the run (one writer); every rank learns if it was refused."""
         refusal: Exception | None = None
         if self.is_main_process:
             try:
-                (output_lock.ensure_free if only_check else output_lock.acquire)(self.output_dir)
+                output_lock.acquire(self.output_dir)
             except (output_lock.OutputDirBusyError, output_lock.OutputLockUnsupportedError, OSError) as error:
                 refusal = error  # raised after the other ranks heard of it, so that none waits forever
         if not pg.all_ok(refusal is None, self.accelerator.device):
