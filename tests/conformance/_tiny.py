@@ -13,11 +13,17 @@ WORDS = ("the cat dog sat ran on mat log a big small red blue house tree car fas
 
 
 def tokenizer(folder: Path):
+    """A WordPiece tokenizer whose vocabulary covers every word of :func:`sentence_pairs` (no ``[UNK]``)."""
+    import inspect
+
     from transformers import BertTokenizerFast
 
     folder.mkdir(parents=True, exist_ok=True)
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
     vocab = folder / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]) + "\n", encoding="utf-8")
+    vocab.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    if "vocab" in inspect.signature(BertTokenizerFast.__init__).parameters:  # Transformers 5 ignores vocab_file
+        return BertTokenizerFast(vocab={token: index for index, token in enumerate(tokens)}, do_lower_case=True)
     return BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
 
 
