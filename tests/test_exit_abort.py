@@ -53,11 +53,13 @@ def test_a_worker_is_parked_only_in_an_untimed_futex_wait(tmp_path):
     # as read from a live 2-process job on x86_64: its queue's condition variable, the GIL, a running thread
     parked = _task(tmp_path, "1", "202 0x557ab02a27f0 0x189 0x0 0x0 0x0 0xffffffff 0x7fb4f5511d10 0x7fb5156a3f16")
     on_the_gil = _task(tmp_path, "2", "202 0x7fb515d4e6f0 0x89 0x0 0x7fb4f5d12ce0 0x0 0xffffffff 0x7fb4f5d12bb0 0x0")
-    running = _task(tmp_path, "3", "running")
+    in_a_collective = _task(tmp_path, "3", "202 0x7ff900009338 0x189 0x0 0x7ff90d012240 0x0 0xffffffff 0x0 0x0")
+    on_a_mutex = _task(tmp_path, "4", "202 0x7fb515d4e6f8 0x80 0x2 0x0 0x0 0x0 0x0 0x0")  # FUTEX_WAIT: the GIL's mutex
+    running = _task(tmp_path, "5", "running")
     assert backend_threads._parked(parked, 202)
-    assert not backend_threads._parked(on_the_gil, 202)
-    assert not backend_threads._parked(running, 202)
-    assert backend_threads._parked(tmp_path / "4", 202)  # a thread that has ended
+    for busy in (on_the_gil, in_a_collective, on_a_mutex, running):
+        assert not backend_threads._parked(busy, 202), busy.name
+    assert backend_threads._parked(tmp_path / "6", 202)  # a thread that has ended
 
 
 def test_waiting_for_workers_that_never_park_ends_at_its_timeout(tmp_path, monkeypatch):

@@ -9,8 +9,10 @@ an active exception" -- after the job's work is done. Once a DDP model has used 
 worker threads live until the process ends, so they cannot be joined; they can be waited for.
 
 A worker that has let go of its last collective is parked on its queue's condition variable: an untimed
-futex wait. Waiting for the GIL, or inside a collective, is a timed wait. ``/proc/self/task/<id>/syscall``
-tells the two apart; while this waits, the GIL is free for a worker that needs it.
+FUTEX_WAIT_BITSET (how glibc waits on a condition variable). Waiting for the GIL, or inside a collective, is
+a timed wait; locking a mutex (the GIL's own, on the way to the GIL) is a plain FUTEX_WAIT.
+``/proc/self/task/<id>/syscall`` tells them apart. A worker must be seen parked twice in a row, a
+millisecond apart; while this waits, the GIL is free for a worker that needs it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pathlib import Path
 
 _WORKER_NAME = "pt_gloo_runloop"  # what torch names gloo's worker threads
 _FUTEX = {"x86_64": 202, "aarch64": 98, "arm64": 98}  # the futex system call's number
+_FUTEX_WAIT_BITSET = 9
+_FUTEX_COMMAND = 0x7F  # without FUTEX_PRIVATE_FLAG (128) and FUTEX_CLOCK_REALTIME (256)
 _TASKS = Path("/proc/self/task")
 
 
@@ -37,12 +41,13 @@ def _workers() -> list[Path]:
 
 
 def _parked(task: Path, futex: int) -> bool:
-    """True when the thread waits in futex with no timeout (its queue's condition variable), or has ended."""
+    """True when the thread waits on a condition variable with no timeout (its queue's), or has ended."""
     try:
         fields = (task / "syscall").read_text().split()
     except OSError:
         return not task.exists()
-    return len(fields) > 4 and fields[0] == str(futex) and int(fields[4], 16) == 0
+    return (len(fields) > 4 and fields[0] == str(futex) and int(fields[2], 16) & _FUTEX_COMMAND == _FUTEX_WAIT_BITSET
+            and int(fields[4], 16) == 0)
 
 
 def wait_until_parked(timeout_s: float) -> bool:
@@ -54,9 +59,10 @@ def wait_until_parked(timeout_s: float) -> bool:
     if futex is None or not _TASKS.is_dir() or not os.access(_TASKS, os.R_OK):
         time.sleep(0.05)
         return False
-    deadline = time.monotonic() + timeout_s
+    deadline, seen_parked = time.monotonic() + timeout_s, 0
     while True:
-        if all(_parked(task, futex) for task in _workers()):
+        seen_parked = seen_parked + 1 if all(_parked(task, futex) for task in _workers()) else 0
+        if seen_parked == 2:
             return True
         if time.monotonic() > deadline:
             return False
