@@ -4,6 +4,7 @@
     python benchmarks/recipes.py --recipes mrpc --rounds 5 --out results/recipes
     python benchmarks/recipes.py --cpu --recipes mrpc --max-steps 40  # quick check on a CPU
     python benchmarks/recipes.py --recipes gpt2 --rounds 1             # the long recipe, on a GPU
+    python benchmarks/recipes.py --recipes mrpc --seeds 1,2,3,4,5       # quality over seeds: one seed a round
 
 Each (recipe, runner) is a fresh ``python`` process, timed from its start to its exit (imports, data
 and tokenisation, model load, compile, training, evaluation, checkpoints, plots: all of it); the
@@ -148,7 +149,7 @@ def _shuffled_batches(args, tensors: dict, device, add=None):
     import torch
 
     count = len(next(iter(tensors.values())))
-    generator = torch.Generator().manual_seed(42)
+    generator = torch.Generator().manual_seed(args.seed)
 
     def batches(epoch):
         order = torch.randperm(count, generator=generator).to(device)
@@ -178,6 +179,7 @@ def bare_mrpc(args) -> None:
     import torch
 
     device, dtype = _device(args.cpu)
+    torch.manual_seed(args.seed)  # the classifier head, as run_glue seeds before loading the model
     tokenizer, model = _mrpc_model()
     (train, train_labels), (dev, dev_labels) = _mrpc_data(tokenizer, "max_length")
     data_done = time.perf_counter()
@@ -244,8 +246,8 @@ def bare_digits(args) -> None:
 
     device, dtype = _device(args.cpu)
     source = load_source(ImageArguments())
-    torch.manual_seed(42)
-    train, held_out = build_datasets(ImageArguments(), source, 42)
+    torch.manual_seed(args.seed)
+    train, held_out = build_datasets(ImageArguments(), source, args.seed)
     images = torch.stack([train[i][0] for i in range(len(train))]).to(device)
     labels = torch.tensor([train[i][1] for i in range(len(train))], device=device)
     model = SmallCNN(images.shape[1], len(source.class_names)).to(device)
@@ -253,7 +255,7 @@ def bare_digits(args) -> None:
     data_done = train_started = time.perf_counter()
     steps = math.ceil(len(labels) / 32) * 10
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / steps))
-    generator = torch.Generator().manual_seed(42)
+    generator = torch.Generator().manual_seed(args.seed)
     for _epoch in range(10):
         order = torch.randperm(len(labels), generator=generator).to(device)
         for start in range(0, len(labels), 32):
@@ -285,14 +287,15 @@ def _hf_args(args, output_dir, epochs, lr, **extra):
     options = {"per_device_train_batch_size": 32, "max_steps": args.max_steps or -1, **extra}
     return TrainingArguments(output_dir=output_dir, learning_rate=lr, num_train_epochs=epochs, bf16=dtype is not None,
                              use_cpu=device.type == "cpu", save_strategy="no", report_to="none", logging_steps=50,
-                             seed=42, **options)
+                             seed=args.seed, **options)
 
 
 def transformers_mrpc(args) -> None:
     started = time.perf_counter()
     import numpy
-    from transformers import Trainer
+    from transformers import Trainer, set_seed
 
+    set_seed(args.seed)  # before the model, as run_glue does: the classifier head follows the seed
     tokenizer, model = _mrpc_model()
     (train, train_labels), (dev, dev_labels) = _mrpc_data(tokenizer, "max_length")
     rows = lambda encoded, labels: _Rows([{**{k: v[i] for k, v in encoded.items()}, "labels": labels[i]}  # noqa: E731
@@ -375,7 +378,7 @@ def _overrides(args) -> dict:
 
 
 def _example_command(args, recipe: str, workdir: str) -> list[str]:
-    flags = [f"--{key} {value}" for key, value in _overrides(args).items()]
+    flags = [f"--{key} {value}" for key, value in ({"seed": args.seed} | _overrides(args)).items()]
     if args.max_steps:
         flags.append(f"--max_steps {args.max_steps}")
     if args.cpu:
@@ -410,6 +413,7 @@ def _command(args, recipe: str, runner: str, workdir: str) -> list[str]:
         return _example_command(args, recipe, workdir)
     command = [sys.executable, __file__, "--child", f"{recipe}:{runner}", "--workdir", workdir]
     command += ["--cpu"] if args.cpu else []
+    command += ["--seed", str(args.seed)]
     command += ["--max-steps", str(args.max_steps)] if args.max_steps else []
     command += ["--gpt2-cache", args.gpt2_cache, "--gpt2-steps", str(args.gpt2_steps)] if recipe == "gpt2" else []
     command += ["--gpt2-tiny"] if recipe == "gpt2" and args.gpt2_tiny else []
@@ -442,7 +446,7 @@ def run_one(args, recipe: str, runner: str, round_index: int) -> dict:
     log = Path(args.out) / "logs" / f"{label}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(" ".join(command) + "\n\n" + output)
-    result = {"recipe": recipe, "runner": runner, "round": round_index, "process_seconds": seconds,
+    result = {"recipe": recipe, "runner": runner, "round": round_index, "seed": args.seed, "process_seconds": seconds,
               "returncode": completed.returncode, "command": " ".join(command)}
     if completed.returncode != 0:
         print(f"  {recipe}/{runner} round {round_index}: FAILED ({completed.returncode}); see {log}", flush=True)
@@ -461,6 +465,11 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
 
+def _metric_spread(values: list[float]) -> str:
+    middle = f"{statistics.median(values):.4g}"
+    return middle if len(values) == 1 else f"{middle} ({min(values):.4g}-{max(values):.4g})"
+
+
 def table(results: list[dict]) -> str:
     lines = ["| recipe | runner | whole process, s: median (min-max) | x floor | training, s | evaluation, s | metric |",
              "|---|---|---|---|---|---|---|"]
@@ -477,7 +486,7 @@ def table(results: list[dict]) -> str:
             lines.append(f"| {recipe} | {runner} | {_spread(whole)} | {ratio} | "
                          f"{_spread([r['training_seconds'] for r in mine if r.get('training_seconds')])} | "
                          f"{_spread([r['eval_seconds'] for r in mine if r.get('eval_seconds')])} | "
-                         f"{name} {statistics.median(metric):.4g}" if metric else f"| {recipe} | {runner} | failed |")
+                         f"{name} {_metric_spread(metric)} |" if metric else f"| {recipe} | {runner} | failed |")
     return "\n".join(lines)
 
 
@@ -486,6 +495,8 @@ def main() -> None:
     parser.add_argument("--recipes", default="mrpc,clm,digits")
     parser.add_argument("--runners", default=None, help="semicolon-separated, e.g. 'bare;braeburn;braeburn[save_strategy=no]'")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=42, help="every runner's seed (model head, data order, dropout)")
+    parser.add_argument("--seeds", default=None, help="comma-separated: one round per seed (replaces --rounds)")
     parser.add_argument("--out", default="benchmarks/results/recipes")
     parser.add_argument("--work", default=None, help="where the runs write their output folders (default: OUT/work)")
     parser.add_argument("--cpu", action="store_true", help="every runner on the CPU")
@@ -510,11 +521,12 @@ def main() -> None:
     plan = [(recipe, runner) for recipe in args.recipes.split(",")
             for runner in (args.runners.split(";") if args.runners else RUNNERS[recipe])
             if runner.split("[")[0] in RUNNERS[recipe]]
+    seeds = [int(seed) for seed in args.seeds.split(",")] if args.seeds else [args.seed] * args.rounds
     results = []
-    for round_index in range(1, args.rounds + 1):
-        print(f"round {round_index}/{args.rounds}", flush=True)
+    for round_index, seed in enumerate(seeds, start=1):
+        print(f"round {round_index}/{len(seeds)} (seed {seed})", flush=True)
         for recipe, runner in plan:
-            results.append(run_one(args, recipe, runner, round_index))
+            results.append(run_one(argparse.Namespace(**{**vars(args), "seed": seed}), recipe, runner, round_index))
     out = Path(args.out)
     (out / "recipes.json").write_text(json.dumps({"argv": sys.argv, "results": results}, indent=1))
     text = table(results)
