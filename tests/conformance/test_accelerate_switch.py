@@ -102,7 +102,8 @@ UNUSED_PARAMETER = textwrap.dedent('''
 
 
     accelerator = lib.Accelerator(cpu=True, dataloader_config=lib.DataLoaderConfiguration(),
-                                  kwargs_handlers=[lib.DistributedDataParallelKwargs(find_unused_parameters=True)])
+                                  kwargs_handlers=[lib.DistributedDataParallelKwargs(find_unused_parameters=True,
+                                                                                    broadcast_buffers=False)])
     torch.manual_seed(0)
     model = TwoHeads()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -115,6 +116,7 @@ UNUSED_PARAMETER = textwrap.dedent('''
     weights = accelerator.unwrap_model(model).used.weight.detach().flatten().tolist()
     with open(f"{out}.{accelerator.process_index}.json", "w") as handle:
         json.dump({"find_unused_parameters": model.find_unused_parameters,
+                   "sync_buffers": getattr(model, "forward_sync_buffers", getattr(model, "broadcast_buffers", None)),
                    "weights": [round(w, 6) for w in weights]}, handle)
     accelerator.end_training()
 ''')
@@ -128,7 +130,7 @@ def test_ddp_kwargs_find_unused_parameters_on_two_processes(lib, tmp_path):
     if importlib.util.find_spec(lib) is None:
         pytest.skip(f"{lib} is not installed")
     ranks = run_two_processes(UNUSED_PARAMETER, "unused.py", lib, tmp_path)
-    assert [rank["find_unused_parameters"] for rank in ranks] == [True, True]
+    assert [(rank["find_unused_parameters"], rank["sync_buffers"]) for rank in ranks] == [(True, False)] * 2
     assert ranks[0]["weights"] == ranks[1]["weights"]
     _DDP_RESULTS[lib] = ranks
     if len(_DDP_RESULTS) == 2:  # both ran: the same weights

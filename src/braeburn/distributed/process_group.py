@@ -223,9 +223,8 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device, **options: Any) -> to
     # would be a second collective a step that holds the ranks in lockstep (BERT-base on 2 x H200: 77% ->
     # 85% scaling efficiency without it, benchmarks/results/h200x2-scaling).
     settings = {"gradient_as_bucket_view": True, _buffer_sync_argument(): buffers_change_in_forward(model)}
-    if "broadcast_buffers" in options:  # Accelerate's (and torch < 2.13's) name for it
-        options = {**options}
-        options[_buffer_sync_argument()] = options.pop("broadcast_buffers")
+    if "broadcast_buffers" in options:  # asked for by name (Accelerate's DDP kwargs): passed as given, as Accelerate
+        settings.pop(_buffer_sync_argument())  # does (False also skips the sync at construction), not braeburn's
     return DistributedDataParallel(model, device_ids=device_ids, **{**settings, **options})
 
 
