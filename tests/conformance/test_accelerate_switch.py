@@ -62,12 +62,14 @@ def test_what_braeburn_cannot_honour_is_refused_as_such_all_at_once():
     with pytest.raises(NotSupportedError) as caught:
         braeburn.Accelerator(cpu=True,
                              dataloader_config=braeburn.DataLoaderConfiguration(even_batches=False, dispatch_batches=True),
-                             kwargs_handlers=[braeburn.DistributedDataParallelKwargs(comm_hook="fp16")])
+                             kwargs_handlers=[braeburn.DistributedDataParallelKwargs(comm_hook="fp16"),
+                                              braeburn.DistributedDataParallelKwargs()])
     message = str(caught.value)
     assert "cannot work on this machine" not in message and "braeburn does not support" in message
     assert "DataLoaderConfiguration.even_batches=False" in message and "Fix: leave it True" in message
     assert "DataLoaderConfiguration.dispatch_batches=True" in message
     assert "DistributedDataParallelKwargs.comm_hook='fp16'" in message and "register_comm_hook" in message
+    assert "kwargs_handlers='DistributedDataParallelKwargs': is given twice" in message
 
 
 def test_a_data_seed_orders_the_data_as_the_seed_says(acc_lib):

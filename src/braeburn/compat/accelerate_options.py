@@ -167,9 +167,14 @@ def _kwargs_handlers(handlers: Any, errors: list[OptionError]) -> tuple[dict[str
     from an InitProcessGroupKwargs; every refusal into ``errors``."""
     ddp_options: dict[str, Any] = {}
     timeout = None
+    seen: set[str] = set()
     for handler in list(handlers or []):
         kind = type(handler).__name__
         changed = changed_fields(handler)
+        if kind in seen:  # as Accelerate: one handler of each kind
+            errors.append(OptionError("kwargs_handlers", kind, "is given twice; pass one of each kind"))
+            continue
+        seen.add(kind)
         if changed is None:
             errors.append(OptionError("kwargs_handlers", kind, "is not one of Accelerate's kwargs handlers (a "
                                       "DistributedDataParallelKwargs, GradScalerKwargs, ... instance). Fix: remove it"))
