@@ -14,6 +14,8 @@ _WHERE = {
     "DistributedType": ".accelerate_compat", "GradientAccumulationPlugin": ".accelerate_compat",
     "ProjectConfiguration": ".accelerate_compat", "find_executable_batch_size": ".accelerate_compat",
     "skip_first_batches": ".accelerate_compat",
+    "DataLoaderConfiguration": ".compat.accelerate_options",
+    "DistributedDataParallelKwargs": ".compat.accelerate_options",
     "GeneralTracker": ".trackers",
     "Trainer": ".trainer", "TrainingConfig": ".trainer", "TrainingArguments": ".trainer",
     "EarlyStoppingCallback": ".trainer", "EvalPrediction": ".trainer", "HfArgumentParser": ".trainer",

@@ -27,13 +27,24 @@ from .distributed import process_group as pg
 
 
 class DistributedType(str, enum.Enum):
-    """Accelerate's ``DistributedType`` values that braeburn can be in."""
+    """Accelerate 1.15's ``DistributedType``, every value, so that a script's comparisons work unchanged
+    (``if accelerator.distributed_type == DistributedType.XLA``). braeburn is only ever in NO, MULTI_CPU,
+    MULTI_GPU or FSDP; the others exist to be compared against and are never reported."""
 
     NO = "NO"
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_XPU = "MULTI_XPU"
+    DEEPSPEED = "DEEPSPEED"
     FSDP = "FSDP"
-    DEEPSPEED = "DEEPSPEED"  # never braeburn's; present so that comparisons in scripts work
+    XLA = "XLA"
+    MEGATRON_LM = "MEGATRON_LM"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
 
 
 @dataclass
@@ -59,49 +70,6 @@ class GradientAccumulationPlugin:
     num_steps: int = 1
     adjust_scheduler: bool = True
     sync_with_dataloader: bool = True
-
-
-# Accelerator(...) arguments of Accelerate that braeburn refuses, with what to use instead.
-_REFUSED = {
-    "deepspeed_plugin": "braeburn has no DeepSpeed; pass strategy='fsdp' to shard the model",
-    "deepspeed_plugins": "braeburn has no DeepSpeed; pass strategy='fsdp' to shard the model",
-    "fsdp_plugin": "pass strategy='fsdp'; braeburn configures FSDP itself",
-    "megatron_lm_plugin": "braeburn has no Megatron-LM; pass strategy='fsdp'",
-    "torch_tp_plugin": "braeburn has no tensor parallelism; pass strategy='fsdp'",
-    "parallelism_config": "pass strategy='ddp' or 'fsdp'",
-    "kwargs_handlers": "braeburn sets up DDP, the grad scaler and the process group itself",
-    "dynamo_plugin": "pass compile=True (braeburn chooses the backend)",
-    "dataloader_config": "prepared DataLoaders already shard, reshuffle per epoch and resume mid-epoch",
-}
-_ACCEPTED_DEFAULTS = {"device_placement": True, "split_batches": False, "rng_types": None}
-
-
-def accelerate_options(mixed_precision: Any, options: dict[str, Any]) -> tuple[str, int | None, dict[str, Any]]:
-    """Accelerate-only ``Accelerator(...)`` arguments, checked: (mixed_precision, accumulation steps, the rest)."""
-    from .plan import OptionError, PlanError
-
-    errors = []
-    for name, value in options.items():
-        if name in _REFUSED and value not in (None, [], {}):
-            errors.append(OptionError(name, type(value).__name__, f"is not supported: {_REFUSED[name]}"))
-        elif name in _ACCEPTED_DEFAULTS and value not in (_ACCEPTED_DEFAULTS[name], None):
-            errors.append(OptionError(name, value, "is not supported: braeburn places every batch on the device, "
-                                      "splits nothing, and restores all RNG states; leave it at its default"))
-        elif name not in _REFUSED and name not in _ACCEPTED_DEFAULTS and name not in (
-                "log_with", "project_dir", "project_config", "gradient_accumulation_plugin", "dynamo_backend"):
-            errors.append(OptionError(name, value, "is not an argument of Accelerator (braeburn or Accelerate)"))
-    dynamo = options.get("dynamo_backend")
-    if dynamo not in (None, "no", "NO", "inductor", "INDUCTOR"):
-        errors.append(OptionError("dynamo_backend", dynamo, "braeburn compiles with inductor only; pass "
-                                  "dynamo_backend='inductor' or compile=True"))
-    if errors:
-        raise PlanError(errors)
-    plugin = options.get("gradient_accumulation_plugin")
-    steps = plugin.num_steps if plugin is not None else None
-    rest = {k: options.get(k) for k in ("log_with", "project_dir", "project_config")}
-    rest["compile"] = True if str(dynamo).lower() == "inductor" else None
-    return ("auto" if mixed_precision is None else str(getattr(mixed_precision, "value", mixed_precision)),
-            steps, rest)
 
 
 class AccelerateCompat:

@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from . import compile_policy, manifest, output_lock, probe
-from .accelerate_compat import AccelerateCompat, accelerate_options
+from .accelerate_compat import AccelerateCompat
+from .compat.accelerate_options import accelerate_options
 from .data import BatchTracker, DeviceDataLoader, apply_to_tensors, cast_float64_model, truncate_padding
 from .devices.host import current_host
 from .distributed import checkpoint as dist_ckpt
@@ -96,10 +97,11 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
                  seed: int | None = None, mps_fallback: bool = True, step_scheduler_with_optimizer: bool = True,
                  compile_backend: str = "inductor", compile_mode: str | None = None, **accelerate_kwargs: Any):
         dynamo_given = accelerate_kwargs.get("dynamo_backend") is not None
-        mixed_precision, steps, accelerate_kwargs = accelerate_options(mixed_precision, accelerate_kwargs)
-        compile = accelerate_kwargs.pop("compile") or compile
+        accelerate = accelerate_options(mixed_precision, accelerate_kwargs)
+        compile = accelerate.compile or compile
         cpu, mixed_precision, gradient_accumulation_steps, compile, compile_mode = _with_accelerate_env(
-            cpu, mixed_precision, gradient_accumulation_steps, steps, compile, compile_mode, dynamo_given)
+            cpu, accelerate.mixed_precision, gradient_accumulation_steps, accelerate.accumulation_steps, compile,
+            compile_mode, dynamo_given)
         world = pg.world_from_env()
         self.plan: Plan = self._make_plan(cpu, mixed_precision, gradient_accumulation_steps, accelerator, devices,
                                           strategy, compile, mps_fallback, world.world_size)
@@ -114,7 +116,8 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         self.seed = seed
         self._owns_process_group = False
         if world.distributed:
-            self._owns_process_group = pg.init_process_group(self.plan.backend, world, self.device)
+            self._owns_process_group = pg.init_process_group(self.plan.backend, world, self.device,
+                                                             accelerate.process_group_timeout)
         if seed is not None:
             state_io.seed_everything(seed, kind)
         self._policy = make_policy(self.plan.precision, self.plan.grad_scaler, self.device,
@@ -125,12 +128,13 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[DeviceDataLoader] = []
-        self._data_seed: int | None = seed
+        self._data_seed: int | None = accelerate.data_seed if accelerate.data_seed is not None else seed
+        self._ddp_options = accelerate.ddp_options  # DistributedDataParallelKwargs' changed fields
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps
         self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
         self._locked: dict[str, None] = {}  # state folders save_state() holds the lock of, oldest first
-        self._init_accelerate_compat(**accelerate_kwargs)
+        self._init_accelerate_compat(**accelerate.tracking)
         self._announce()
 
     @staticmethod
@@ -238,7 +242,7 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         if self.shards_model:  # in place: the module stays the user's, its parameters become shards
             model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype)
         elif self.num_processes > 1:
-            model = pg.wrap_ddp(model, self.device)
+            model = pg.wrap_ddp(model, self.device, **self._ddp_options)
         decision = self.compile_decision(model)
         forward.stats.reason = decision.reason
         if decision.compile and not self.defer_compile:

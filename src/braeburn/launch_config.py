@@ -168,6 +168,8 @@ class LaunchSettings:
                                              "one machine, 29500 on several)", metavar="PORT")
     max_restarts: int = _setting(0, _whole(0, MAX_RESTARTS), "restart all workers up to this many times when one fails "
                                  "(elastic launch)", metavar="N")
+    multi_gpu: bool = _setting(False, _bool, "Accelerate's --multi_gpu: DDP on the GPUs, one process per GPU "
+                               "(num_processes defaults to the GPUs of every machine)")
     gpu_ids: str = _setting("all", _gpu_ids, "which devices to use: all, or indices such as 0,1",
                             flags=("--gpu-ids", "--gpu_ids", "--devices"), metavar="IDS")
     strategy: str = _setting("auto", _choice(*STRATEGIES), "distributed strategy with several processes: "
@@ -211,6 +213,7 @@ class SettingProblem:
     value: Any
     why: str
     fix: str
+    overridable: bool = False  # no problem when a flag or the environment gives the key instead
 
     def __str__(self) -> str:
         value = "" if self.value is _NO_VALUE else f" = {excerpt(self.value)}"  # a huge value is cut short
@@ -254,7 +257,12 @@ def _toml_syntax_problem(path: Path, text: str, error: Exception) -> SettingProb
 
 
 def read_config_file(path: Path) -> tuple[dict[str, Any], list[SettingProblem]]:
-    """The file's valid settings, and a problem for every bad line, key or value."""
+    """The file's valid settings, and a problem for every bad line, key or value. A .yaml, .yml or .json
+    file is Accelerate's (``accelerate config``); braeburn's own is TOML."""
+    from .compat import accelerate_config
+
+    if accelerate_config.is_accelerate_file(path):
+        return _read_accelerate_config(path)
     try:
         text = read_text(path)
     except FileNotFoundError:
@@ -273,6 +281,31 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], list[SettingProblem]]:
     except ConfigFileError as error:  # nested too deep
         return {}, [SettingProblem(str(path), "(file)", _NO_VALUE, str(error), "write one key = value per line")]
     return _values_from_table(path, raw)
+
+
+def _read_accelerate_config(path: Path) -> tuple[dict[str, Any], list[SettingProblem]]:
+    import yaml
+
+    from .compat.accelerate_config import read_accelerate_file, settings_from_accelerate
+
+    try:
+        table = read_accelerate_file(path)
+    except FileNotFoundError:
+        return {}, [SettingProblem(str(path), "(file)", _NO_VALUE, "the config file does not exist",
+                                   "check the path (an `accelerate config` file is usually "
+                                   "~/.cache/huggingface/accelerate/default_config.yaml)")]
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as error:
+        reason = " ".join(str(error).split())
+        return {}, [SettingProblem(str(path), "(file)", _NO_VALUE, f"cannot be read as Accelerate's config file "
+                                   f"({excerpt(reason)})", "write it again with `accelerate config`, or give "
+                                   "braeburn's TOML file (`braeburn config`)")]
+    raw, refusals = settings_from_accelerate(table)
+    problems = [SettingProblem(str(path), key, value, why, fix) for key, value, why, fix in refusals]
+    if raw.pop("_num_processes_from_command_line", False):
+        problems.append(SettingProblem(str(path), "num_processes", -1, "-1 means the count is given on the "
+                                       "command line (as in Accelerate)", "pass --num-processes N", overridable=True))
+    values, bad_values = _values_from_table(path, raw)
+    return values, problems + bad_values
 
 
 def _values_from_table(path: Path, raw: Mapping[str, Any]) -> tuple[dict[str, Any], list[SettingProblem]]:
@@ -425,6 +458,7 @@ def resolve_settings(flags: Mapping[str, Any], env: Mapping[str, str], config_fi
             sources[name] = Source("default", "")
     settings = replace(LaunchSettings(), **chosen)
     where = {name: _where(sources[name]) for name in SETTING_NAMES}
+    problems = [p for p in problems if not (p.overridable and (p.key in flag_values_ or p.key in env_values))]
     problems = problems + env_problems + flag_problems + check_settings(settings, where)
     read = path if (config_file is not None or path.exists()) else None
     return ResolvedSettings(settings, sources, read, problems)

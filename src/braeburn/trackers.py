@@ -44,6 +44,9 @@ class GeneralTracker:
         """The underlying object (a SummaryWriter, a wandb run, ...)."""
         return None
 
+    def start(self) -> None:
+        """Called by init_trackers before anything is logged (Accelerate's lazy start)."""
+
     def store_init_configuration(self, values: dict) -> None:
         """Record the run's hyperparameters."""
 
@@ -198,6 +201,15 @@ def _name(item: Any) -> str:
     return str(getattr(item, "value", item)).lower()  # Accelerate's LoggerType enum members too
 
 
+def is_tracker(item: Any) -> bool:
+    """A tracker object: braeburn's GeneralTracker, or any object with a tracker's methods (a subclass of
+    Accelerate's ``accelerate.tracking.GeneralTracker`` among them)."""
+    if isinstance(item, GeneralTracker):
+        return True
+    return not isinstance(item, str) and hasattr(item, "name") and all(
+        callable(getattr(item, method, None)) for method in ("store_init_configuration", "log", "finish"))
+
+
 def resolve_log_with(log_with: Any) -> list[Any]:
     """Names (and GeneralTracker instances) to start, from Accelerate's ``log_with``; errors name the fix."""
     if log_with is None:
@@ -205,11 +217,11 @@ def resolve_log_with(log_with: Any) -> list[Any]:
     items = list(log_with) if isinstance(log_with, (list, tuple)) else [log_with]
     if any(isinstance(i, str) and _name(i) == "none" for i in items):
         return []
-    if any(not isinstance(i, GeneralTracker) and _name(i) == "all" for i in items):
-        return available_trackers() + [i for i in items if isinstance(i, GeneralTracker)]
+    if any(not is_tracker(i) and _name(i) == "all" for i in items):
+        return available_trackers() + [i for i in items if is_tracker(i)]
     chosen: list[Any] = []
     for item in items:
-        if isinstance(item, GeneralTracker):
+        if is_tracker(item):
             chosen.append(item)
             continue
         name = _name(item)
@@ -230,7 +242,9 @@ def start_trackers(chosen: list[Any], project_name: str, logging_dir: str | os.P
     started: list[GeneralTracker] = []
     init_kwargs = init_kwargs or {}
     for item in chosen:
-        if isinstance(item, GeneralTracker):
+        if is_tracker(item):  # made by the user, started as Accelerate starts it
+            if callable(getattr(item, "start", None)):
+                item.start()
             started.append(item)
             continue
         cls = TRACKERS[item][0]
@@ -247,4 +261,4 @@ def start_trackers(chosen: list[Any], project_name: str, logging_dir: str | os.P
 
 
 __all__ = ["GeneralTracker", "JSONLinesTracker", "MLflowTracker", "TensorBoardTracker", "TRACKERS", "WandBTracker",
-           "available_trackers", "resolve_log_with", "start_trackers"]
+           "available_trackers", "is_tracker", "resolve_log_with", "start_trackers"]

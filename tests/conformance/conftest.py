@@ -26,7 +26,8 @@ def acc_lib(request, monkeypatch, no_launcher_env, one_thread):
     monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
     _reset_accelerate()
     yield SimpleNamespace(name=name, **{n: getattr(module, n) for n in (
-        "Accelerator", "find_executable_batch_size", "skip_first_batches", "DistributedType")})
+        "Accelerator", "find_executable_batch_size", "skip_first_batches", "DistributedType",
+        "DataLoaderConfiguration", "DistributedDataParallelKwargs")})
     _reset_accelerate()
 
 

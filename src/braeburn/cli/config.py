@@ -30,7 +30,7 @@ from ..launch_config import (SETTING_NAMES, ConfigError, Invalid, LaunchSettings
                              add_settings_arguments, default_config_path, flag_values, parse_setting,
                              resolve_settings, write_config_file)
 from ..plan import STRATEGIES, make_plan
-from .launch import plan_launch, run_options
+from .launch import plan_launch, resolve_multi_gpu, run_options
 
 # torch's own defaults keep the low watermark at 1.4/1.7 of the high one; a lower high limit with the
 # default low one makes torch refuse to start the allocator, so both move together.
@@ -197,7 +197,7 @@ def ask_questions(host: HostFacts, asker: Asker) -> LaunchSettings:
 
 def _plan_summary(resolved: ResolvedSettings, host: HostFacts) -> dict:
     try:
-        plan = plan_launch(resolved, host)
+        plan = plan_launch(resolve_multi_gpu(resolved, host), host)
     except ConfigError as error:
         return {"ok": False, "problems": [str(p) for p in error.problems] + error.extra}
     return {"ok": True, "device": plan.device.name, "device_reason": plan.device_reason,

@@ -17,14 +17,16 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from .._early import put_option
 from ..devices.host import HostFacts, current_host
+from ..devices.registry import GPU_ALIAS, accelerator_kinds
 from ..envvars import COMPILE_VAR, DEVICE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR
-from ..launch_config import (ConfigError, LaunchSettings, ResolvedSettings, add_settings_arguments, flag_values,
-                             resolve_settings)
+from ..launch_config import (ConfigError, LaunchSettings, ResolvedSettings, SettingProblem, Source,
+                             add_settings_arguments, flag_values, resolve_settings)
 from ..plan import OptionError, Plan, PlanError, RunOptions, make_plan
 
 LOCALHOST = "127.0.0.1"
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.module and not os.path.isfile(args.script):
         raise FileNotFoundError(f"script {args.script!r} was not found (working directory {os.getcwd()}); "
                                 "check the path, or pass -m to run a module")
-    resolved = resolve_settings(launch_flags(args), os.environ, args.config_file)
+    resolved = resolve_multi_gpu(resolve_settings(launch_flags(args), os.environ, args.config_file), current_host())
     plan = plan_launch(resolved, current_host())
     settings = resolved.settings
     env = child_environment(plan, settings, os.environ)
@@ -94,9 +96,53 @@ def launch_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 # -- the plan ---------------------------------------------------------------------------------------
 
+def resolve_multi_gpu(resolved: ResolvedSettings, host: HostFacts) -> ResolvedSettings:
+    """Accelerate's --multi_gpu (or distributed_type: MULTI_GPU): DDP on the GPUs; without a process count,
+    one process per GPU of every machine. Where no GPU here can run DDP, a problem naming the flag and the fix."""
+    settings = resolved.settings
+    if not settings.multi_gpu:
+        return resolved
+    kinds = [kind for kind in accelerator_kinds() if kind.availability(host).usable and kind.process_group_backend]
+    problem = _multi_gpu_problem(settings, kinds, host, resolved.sources.get("multi_gpu", Source("default", "")))
+    if problem is not None:  # said once: the plan goes on without it
+        return ResolvedSettings(replace(settings, multi_gpu=False), resolved.sources, resolved.config_file,
+                                [*resolved.problems, problem])
+    if resolved.sources.get("num_processes", Source("default", "")).kind != "default":
+        return resolved
+    ids = settings.gpu_ids
+    per_machine = kinds[0].device_count(host) if ids == "all" else len(ids.split(","))
+    sources = {**resolved.sources, "num_processes": Source("default", "multi_gpu: one process per GPU")}
+    return ResolvedSettings(replace(settings, num_processes=per_machine * settings.num_machines), sources,
+                            resolved.config_file, resolved.problems)
+
+
+def _multi_gpu_problem(settings: LaunchSettings, kinds: list, host: HostFacts, source: Source) -> SettingProblem | None:
+    if kinds and not settings.cpu:
+        return None
+    from ..compat.accelerate_config import is_accelerate_file
+
+    if source.kind == "file" and is_accelerate_file(Path(source.detail)):  # Accelerate's distributed_type: MULTI_GPU
+        where, key, value = source.detail, "distributed_type", "MULTI_GPU"
+        cpu_fix = "write distributed_type: MULTI_CPU and use_cpu: true to run num_processes CPU processes with gloo"
+    else:
+        where = {"flag": "flag --multi-gpu", "environment": f"environment variable {source.detail}"}.get(
+            source.kind, source.detail)
+        key, value, cpu_fix = "multi_gpu", True, "drop --multi_gpu and pass --cpu --num-processes N to run N CPU " \
+            "processes with gloo"
+    if settings.cpu:
+        return SettingProblem(where, key, value, "asks for DDP on the GPUs, while cpu asks for the CPU",
+                              f"keep one of them: {cpu_fix}")
+    reasons = "; ".join(f"{kind.name}: {kind.availability(host).reason}" if not kind.availability(host).usable
+                        else f"{kind.name}: no process-group backend handles {kind.name} tensors"
+                        for kind in accelerator_kinds())
+    return SettingProblem(where, key, value, f"asks for DDP on several GPUs, but this machine has no GPU that DDP "
+                          f"can use ({reasons})", f"{cpu_fix}, or run on a machine with NVIDIA GPUs")
+
+
 def run_options(settings: LaunchSettings, env_device: str | None) -> RunOptions:
     ids = settings.gpu_ids
-    return RunOptions(cpu=settings.cpu, env_device=env_device, mixed_precision=settings.mixed_precision,
+    return RunOptions(accelerator=GPU_ALIAS if settings.multi_gpu else "auto", cpu=settings.cpu,
+                      env_device=env_device, mixed_precision=settings.mixed_precision,
                       devices="auto" if ids == "all" else len(ids.split(",")),
                       num_processes=settings.num_processes, strategy=settings.strategy, compile=settings.compile,
                       mps_fallback=settings.mps_fallback, mps_high_watermark_ratio=settings.mps_high_watermark_ratio,

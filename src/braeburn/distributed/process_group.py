@@ -104,8 +104,10 @@ def is_initialized() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def init_process_group(backend: str, world: WorldInfo, device: torch.device | None = None) -> bool:
-    """Join the group torchrun described; True when this call created it (and so should destroy it)."""
+def init_process_group(backend: str, world: WorldInfo, device: torch.device | None = None,
+                       timeout: Any = None) -> bool:
+    """Join the group torchrun described; True when this call created it (and so should destroy it).
+    ``timeout`` (a timedelta) bounds each collective; None keeps torch's default."""
     if is_initialized():
         return False
     if not dist.is_available():
@@ -114,7 +116,7 @@ def init_process_group(backend: str, world: WorldInfo, device: torch.device | No
     if device is not None and device.index is not None:
         torch.accelerator.set_device_index(device.index)  # before any collective touches the GPU
     dist.init_process_group(backend=backend, store=_attempt_store(world), rank=world.rank,
-                            world_size=world.world_size)
+                            world_size=world.world_size, **({"timeout": timeout} if timeout is not None else {}))
     # Kept until the process ends unless destroyed sooner (Accelerator.end_training): evaluate() and
     # predict() after Trainer.train() gather from every rank, so the group must outlive train().
     atexit.register(_destroy_at_exit)
@@ -221,6 +223,8 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device, **options: Any) -> to
     # would be a second collective a step that holds the ranks in lockstep (BERT-base on 2 x H200: 77% ->
     # 85% scaling efficiency without it, benchmarks/results/h200x2-scaling).
     settings = {"gradient_as_bucket_view": True, _buffer_sync_argument(): buffers_change_in_forward(model)}
+    if "broadcast_buffers" in options:  # asked for by name (Accelerate's DDP kwargs): passed as given, as Accelerate
+        settings.pop(_buffer_sync_argument())  # does (False also skips the sync at construction), not braeburn's
     return DistributedDataParallel(model, device_ids=device_ids, **{**settings, **options})
 
 
