@@ -165,3 +165,26 @@ def test_rich_report_names_the_failure_and_the_faster_device(capsys):
     text = " ".join(capsys.readouterr().out.split())  # undo the console's line wrapping
     assert "FAIL" in text and "encoder.0.weight" in text and "aten::nonzero (2x)" in text
     assert "the CPU is the faster choice for this script (4.00x faster)" in text
+
+
+def _timed(side, device, times, precision="no"):
+    return _side(side, device, [{"step": i + 1, "loss": 1.0, "time_s": t} for i, t in enumerate(times)], precision)
+
+
+def test_a_speed_difference_inside_the_steps_spread_is_no_clear_difference():
+    """Issue 31: the same check said 5.20x faster, 2.64x faster and 155x slower in three runs; a ratio the steps'
+    own spread covers is reported as no clear difference, with the range."""
+    reference = _timed("reference", "cpu", [9.0, 0.010, 0.020, 0.012, 0.030])
+    accelerator = _timed("accelerator", "cpu", [9.0, 0.011, 0.025, 0.009, 0.014], "bf16")
+    report = check.build_report("t.py", reference, accelerator, "")
+    low, high = report["speedup_range"]
+    assert low < 1 < high and report["timed_steps"] == 4
+    line = check._timing_line(report, "cpu")
+    assert "no clear difference" in line and "4 steps each" in line and f"{low:.2f}x-{high:.2f}x" in line
+
+
+def test_a_speed_difference_beyond_the_spread_is_named_with_its_range():
+    reference = _timed("reference", "cpu", [9.0, 0.40, 0.42, 0.41])
+    accelerator = _timed("accelerator", "mps", [9.0, 0.10, 0.11, 0.10], "bf16")
+    line = check._timing_line(check.build_report("t.py", reference, accelerator, ""), "cpu")
+    assert "4.10x faster" in line and "3.64x-4.20x" in line and "no clear difference" not in line

@@ -145,11 +145,24 @@ def run_side(script: str, script_args: list[str], env: dict, side: str, device: 
 # -- comparing the records --------------------------------------------------------------------
 
 
-def step_seconds(record: dict | None) -> float | None:
-    """Median step time; the first step (warm-up, compilation, data-loader start) is left out."""
+def step_times(record: dict | None) -> list[float]:
+    """Each step's time; the first (warm-up, compilation, data-loader start) is left out."""
     times = [s["time_s"] for s in (record or {}).get("steps", [])]
-    times = times[1:] if len(times) > 1 else times
+    return times[1:] if len(times) > 1 else times
+
+
+def step_seconds(record: dict | None) -> float | None:
+    """Median step time, the first step left out."""
+    times = step_times(record)
     return statistics.median(times) if times else None
+
+
+def speedup_range(reference: list[float], accelerator: list[float]) -> tuple[float, float] | None:
+    """The lowest and highest speed-up the timed steps allow: slowest reference over fastest accelerator step
+    and the other way round. Each step is one more measurement; the range is their spread."""
+    if not reference or not accelerator or min(accelerator) <= 0 or max(accelerator) <= 0:
+        return None
+    return min(reference) / max(accelerator), max(reference) / min(accelerator)
 
 
 def _number(value) -> float:
@@ -217,6 +230,8 @@ def build_report(script: str, reference: SideRun, accelerator: SideRun, toleranc
         "worst_parameters": comparison["worst_parameters"],
         "step_seconds": {"reference": ref_time, "accelerator": acc_time},
         "speedup": ref_time / acc_time if ref_time and acc_time else None,
+        "speedup_range": speedup_range(step_times(reference.record), step_times(accelerator.record)),
+        "timed_steps": min(len(step_times(reference.record)), len(step_times(accelerator.record))),
         "fallback_ops": dict(accelerator.fallback_ops.most_common()), "failed_ops": accelerator.failed_ops,
         "float64": float64, "dropout_disabled": (reference.record or {}).get("dropout_disabled", []),
         "failures": failures, "passed": not failures,
@@ -343,11 +358,16 @@ def _timing_line(report: dict, reference: str) -> str:
     if device == reference and report["precision"] == "no":
         return line + " (the same device and precision on both sides)"
     label = f"{device} ({_precision(report)})"
+    low, high = report.get("speedup_range") or (speedup, speedup)
+    spread = f" (medians of {report.get('timed_steps', 0)} steps each; the steps allow {low:.2f}x-{high:.2f}x)"
+    if low <= 1 <= high:
+        return line + f": no clear difference between {label} and float32 on the {reference}, " \
+                      f"{speedup:.2f}x{spread}; a longer run (--steps) narrows it"
     if speedup >= 1:
-        return line + f": {label} is {speedup:.2f}x faster"
+        return line + f": {label} is {speedup:.2f}x faster{spread}"
     if device == reference:
-        return line + f": {label} is {1 / speedup:.2f}x slower than float32 here"
-    return line + f": [bold yellow]the CPU is the faster choice for this script ({1 / speedup:.2f}x faster)[/]"
+        return line + f": {label} is {1 / speedup:.2f}x slower than float32 here{spread}"
+    return line + f": [bold yellow]the CPU is the faster choice for this script ({1 / speedup:.2f}x faster)[/]{spread}"
 
 
 def render(report: dict, reference: str) -> None:
