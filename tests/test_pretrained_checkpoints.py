@@ -13,6 +13,7 @@ from torch.utils.data import TensorDataset
 
 from braeburn.trainer import Trainer, TrainingConfig
 from braeburn.trainer.checkpoint import CheckpointManager, write_manifest
+from tests.conformance import _tiny as tiny
 
 pytestmark = pytest.mark.usefixtures("one_thread", "cpu_only")
 transformers = pytest.importorskip("transformers")
@@ -32,13 +33,15 @@ def token_rows(count: int, vocab: int, mlm: bool = False) -> list[dict]:
              "labels": row.clone() if mlm else (row[0] % 2).long()} for row in ids]
 
 
-def bert_trainer(out: Path, model_class: str = "BertForSequenceClassification", **options) -> Trainer:
+def bert_trainer(out: Path, model_class: str = "BertForSequenceClassification", processing_class=None,
+                 **options) -> Trainer:
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                      intermediate_size=32, max_position_embeddings=16, num_labels=2)
     model = getattr(transformers, model_class)(config)
     rows = token_rows(16, 40, mlm=model_class == "BertForMaskedLM")
-    return Trainer(model, TrainingConfig(output_dir=str(out), use_cpu=True, **settings(**options)), train_dataset=rows)
+    return Trainer(model, TrainingConfig(output_dir=str(out), use_cpu=True, **settings(**options)), train_dataset=rows,
+                   processing_class=processing_class)
 
 
 class TiedModule(torch.nn.Module):
@@ -86,7 +89,8 @@ def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 @pytest.mark.parametrize("background", [False, True], ids=["foreground", "background"])
 def test_from_pretrained_loads_every_checkpoint_and_the_final_output(tmp_path, background):
     out = tmp_path / "out"
-    trainer = bert_trainer(out, save_in_background=background)
+    tokenizer = tiny.tokenizer(tmp_path / "vocab")
+    trainer = bert_trainer(out, processing_class=tokenizer, save_in_background=background)
     trainer.train()
     trainer.save_model()
     final = final_weights(trainer)
@@ -102,9 +106,12 @@ def test_from_pretrained_loads_every_checkpoint_and_the_final_output(tmp_path, b
             with torch.no_grad():
                 assert torch.equal(loaded.eval()(**probe).logits, trained(**probe).logits)
         assert same(weights, safetensors_torch.load_file(folder / "model.safetensors"))
+        reloaded = transformers.AutoTokenizer.from_pretrained(folder)  # the tokenizer too, as Transformers saves it
+        assert reloaded("the cat sat")["input_ids"] == tokenizer("the cat sat")["input_ids"]
     for folder in (out / "checkpoint-2", out / "checkpoint-4"):
         manifest = json.loads((folder / "manifest.json").read_text())["files"]
-        assert {"config.json", "model.safetensors"} <= manifest.keys() and "model_0.pt" not in manifest
+        assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= manifest.keys()
+        assert "model_0.pt" not in manifest
         assert json.loads((folder / "config.json").read_text())["architectures"] == ["BertForSequenceClassification"]
         CheckpointManager(out).verify(folder)  # the checksums cover the new files
 

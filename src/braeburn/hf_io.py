@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import tempfile
 import re
 from pathlib import Path
 from typing import Any
@@ -101,3 +102,15 @@ def pretrained_config_files(model: Any) -> dict[str, bytes]:
     if generation is not None and callable(can_generate) and can_generate():
         files["generation_config.json"] = generation.to_json_string(use_diff=True).encode("utf-8")
     return files
+
+
+def processing_files(processing_class: Any) -> dict[str, bytes]:
+    """What ``processing_class.save_pretrained`` writes (a tokenizer's files), as Transformers' Trainer puts them in
+    every checkpoint: ``AutoTokenizer.from_pretrained`` and ``pipeline`` then load the folder. Read back from a
+    temporary folder (the save takes a folder), so that a background save writes the files of this moment."""
+    if not callable(getattr(processing_class, "save_pretrained", None)):
+        return {}
+    with tempfile.TemporaryDirectory(prefix="braeburn-processing-") as folder:
+        processing_class.save_pretrained(folder)
+        return {path.relative_to(folder).as_posix(): path.read_bytes()
+                for path in sorted(Path(folder).rglob("*")) if path.is_file()}

@@ -342,6 +342,7 @@ class CheckpointManager:
             if main:
                 state.save(staging)
                 for name, data in (files or {}).items():
+                    (staging / name).parent.mkdir(parents=True, exist_ok=True)
                     with create_new(staging / name) as handle:
                         handle.write(data)
                 write_manifest(staging, state.global_step)

@@ -24,7 +24,7 @@ from ..collate import BucketPadding, batch_signature, position_limit
 from ..compile_policy import PreparedForward, prepared_forward
 from ..devices.host import current_host
 from ..distributed import process_group as pg
-from ..hf_io import pretrained_config_files
+from ..hf_io import pretrained_config_files, processing_files
 from ..plan import PlanError
 from ..state import enable_full_determinism
 from .autobatch import train_through_out_of_memory
@@ -401,11 +401,12 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
             self.state.best_checkpoint = str(self.output_dir / f"checkpoint-{self.state.global_step}")
 
     def _pretrained_files(self) -> dict[str, bytes]:
-        """A Transformers model's config.json for the checkpoint, beside its model.safetensors (none with FSDP,
-        whose checkpoints hold shards: a config.json alone would not load)."""
+        """A Transformers model's config.json beside the checkpoint's model.safetensors, and the tokenizer's files, as
+        Transformers' Trainer writes them (none with FSDP, whose checkpoints hold shards: they would not load)."""
         if not self.is_main_process or self.accelerator.plan.strategy == "fsdp":
             return {}
-        return pretrained_config_files(self.accelerator.unwrap_model(self._prepared_model))
+        model = self.accelerator.unwrap_model(self._prepared_model)
+        return {**processing_files(self.processing_class), **pretrained_config_files(model)}
 
     def _snapshot_for_background(self, files: dict[str, bytes]) -> Snapshot | None:
         acc = self.accelerator
