@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import struct
 import sys
 from pathlib import Path
@@ -65,7 +66,10 @@ def _refuse(path: Path, reason: str) -> UnsafeFileError:
 
 def read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The tensors and metadata of the safetensors file ``path``; :class:`UnsafeFileError` when it is not one."""
-    data = bytearray(path.read_bytes())
+    with open(path, "rb") as handle:  # read once, into the buffer the tensors then view (no second copy)
+        data = bytearray(os.fstat(handle.fileno()).st_size)
+        if handle.readinto(data) != len(data):
+            raise _refuse(path, "it changed while being read")
     if len(data) < 8:
         raise _refuse(path, f"{len(data)} bytes, shorter than its header length")
     (length,) = struct.unpack("<Q", data[:8])
