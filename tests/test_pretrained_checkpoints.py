@@ -79,7 +79,8 @@ def tensors_in(value) -> list[torch.Tensor]:
 
 
 def final_weights(trainer: Trainer) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in trainer.accelerator.unwrap_model(trainer._prepared_model).state_dict().items()}
+    model = trainer.accelerator.unwrap_model(trainer._prepared_model)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
@@ -180,3 +181,21 @@ def test_an_old_layout_checkpoint_still_resumes_exactly(tmp_path):
     assert same(final_weights(resumed), final_weights(reference))
     written = tmp_path / "out" / "checkpoint-4"  # the checkpoints after the resume are in the new layout
     assert (written / "model.safetensors").is_file() and not (written / "model_0.pt").exists()
+
+
+def test_a_wrapper_that_is_not_a_transformers_model_gets_no_config(tmp_path):
+    """A PEFT-like wrapper forwards config and save_pretrained, but its state dict names its own layers: a
+    config.json beside it would make from_pretrained load a model with none of its weights."""
+    class Wrapper(torch.nn.Module):
+        def __init__(self, base):
+            super().__init__()
+            self.base_model, self.config = base, base.config
+
+        def save_pretrained(self, folder):
+            raise AssertionError("not called")
+
+    from braeburn.hf_io import pretrained_config_files
+
+    base = bert_trainer(tmp_path / "unused").model
+    assert set(pretrained_config_files(base)) == {"config.json"}
+    assert pretrained_config_files(Wrapper(base)) == {}

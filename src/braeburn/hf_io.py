@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import sys
 import tempfile
 import re
 from pathlib import Path
@@ -86,12 +87,14 @@ def save_weights(state: dict[str, Any], save_directory: str | os.PathLike, max_s
 def pretrained_config_files(model: Any) -> dict[str, bytes]:
     """``config.json`` (and ``generation_config.json`` for a model that generates) as ``save_pretrained`` writes
     them, for a Transformers model: beside a checkpoint's ``model.safetensors`` they make the folder load with
-    ``AutoModel.from_pretrained``. Empty for any other model. The live config is not changed (save_pretrained
-    sets ``architectures`` and the dtype on it; here a copy gets them)."""
-    config = getattr(model, "config", None)
-    if not callable(getattr(model, "save_pretrained", None)) or not callable(getattr(config, "to_json_string", None)):
-        return {}
-    config = copy.deepcopy(config)
+    ``AutoModel.from_pretrained``. Empty for any other model, and for one with adapters. The live config is not
+    changed (save_pretrained sets ``architectures`` and the dtype on it; here a copy gets them)."""
+    transformers = sys.modules.get("transformers")  # (a Transformers model has imported it)
+    if transformers is None or not isinstance(model, transformers.PreTrainedModel):
+        return {}  # a PEFT wrapper too: its state dict is not the base model's, so a config.json would mislead
+    if getattr(model, "_hf_peft_config_loaded", False):
+        return {}  # adapters added in place: the weights' names are not those from_pretrained expects
+    config = copy.deepcopy(model.config)
     config.architectures = [type(model).__name__]
     dtype = getattr(model, "dtype", None)
     if isinstance(dtype, torch.dtype):  # Transformers 5 calls it dtype, 4 torch_dtype

@@ -47,7 +47,8 @@ def write(tensors: dict[str, torch.Tensor], handle: BinaryIO, metadata: dict[str
     offset = 0
     for name, tensor in tensors.items():
         size = tensor.numel() * tensor.element_size()
-        header[name] = {"dtype": DTYPES[tensor.dtype], "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
+        header[name] = {"dtype": DTYPES[tensor.dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + size]}
         offset += size
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)  # the tensors' bytes start 8-aligned, as the safetensors package writes them

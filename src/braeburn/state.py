@@ -8,6 +8,7 @@ unpickled as code on load.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import json
@@ -265,22 +266,21 @@ def _without_aliases(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Te
     """
     kept: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
-    seen: dict[tuple, str] = {}
+    first: dict[tuple, str] = {}
     for name, tensor in state.items():
-        view = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
-                tuple(tensor.stride()), tensor.dtype)
-        if tensor.numel() and view in seen:
-            aliases[name] = seen[view]
-            continue
-        seen.setdefault(view, name)
-        kept[name] = tensor
-    storages: dict[tuple, int] = {}
-    for tensor in kept.values():
-        if tensor.numel():
-            key = (tensor.device, tensor.untyped_storage().data_ptr())
-            storages[key] = storages.get(key, 0) + 1
-    shared = {name for name, t in kept.items() if t.numel() and storages[(t.device, t.untyped_storage().data_ptr())] > 1}
-    return {n: t.clone(memory_format=torch.contiguous_format) if n in shared else t for n, t in kept.items()}, aliases
+        view = (*_storage_of(tensor), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+        if tensor.numel() and view in first:
+            aliases[name] = first[view]
+        else:
+            first.setdefault(view, name)
+            kept[name] = tensor
+    users = collections.Counter(_storage_of(t) for t in kept.values() if t.numel())
+    return {n: t.clone(memory_format=torch.contiguous_format) if t.numel() and users[_storage_of(t)] > 1 else t
+            for n, t in kept.items()}, aliases
+
+
+def _storage_of(tensor: torch.Tensor) -> tuple:
+    return tensor.device, tensor.untyped_storage().data_ptr()
 
 
 def save_model_state(state: dict[str, Any], directory: Path, index: int) -> None:

@@ -83,7 +83,8 @@ class BackgroundSaver:
         return memory is None or snapshot.size < MAX_SNAPSHOT_SHARE * memory
 
     def submit(self, snapshot: Snapshot, state: TrainerState,
-               on_done: Callable[[Path | None, BaseException | None], None], files: dict[str, bytes] | None = None) -> None:
+               on_done: Callable[[Path | None, BaseException | None], None],
+               files: dict[str, bytes] | None = None) -> None:
         self.wait()
         state_copy = copy.deepcopy(state)
         self._on_done = on_done
