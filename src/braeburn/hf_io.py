@@ -7,9 +7,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import sys
 import tempfile
-import re
 from pathlib import Path
 from typing import Any
 

@@ -268,7 +268,8 @@ def _without_aliases(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Te
     aliases: dict[str, str] = {}
     first: dict[tuple, str] = {}
     for name, tensor in state.items():
-        view = (*_storage_of(tensor), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+        view = (*_storage_of(tensor), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()),
+                tensor.dtype)
         if tensor.numel() and view in first:
             aliases[name] = first[view]
         else:
