@@ -63,22 +63,23 @@ class Faults(Callback):
 
 
 def tear_saves_at(step: int, trainer: Trainer) -> None:
-    """SIGKILL in the middle of writing model_0.pt of checkpoint-``step``: half its bytes are on disk."""
-    original = state_io.save_file
+    """SIGKILL in the middle of writing model.safetensors of checkpoint-``step``: half its bytes are on disk."""
+    original = state_io.save_model_state
 
-    def save_file(obj, directory, name):
-        if trainer.state.global_step == step and name.startswith("model_"):
-            buffer = io.BytesIO()
-            torch.save(obj, buffer)
+    def save_model_state(state, directory, index):
+        if trainer.state.global_step == step:
+            with state_io.capture_writes() as files:  # the bytes the save would write
+                original(state, directory, index)
+            (name, data), = files.items()
             with open(directory / name, "wb") as handle:
-                handle.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+                handle.write(data[: len(data) // 2])
                 handle.flush()
                 os.fsync(handle.fileno())
             print(f"job: killed while writing {directory / name}", flush=True)
             die()
-        return original(obj, directory, name)
+        return original(state, directory, index)
 
-    state_io.save_file = save_file  # the Accelerator looks it up on every save
+    state_io.save_model_state = save_model_state  # the Accelerator looks it up on every save
 
 
 def main(argv: list[str]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from braeburn import safetensors_file
 from braeburn.trainer.checkpoint import CheckpointManager
 
 JOB = Path(__file__).with_name("background_save_job.py")
@@ -26,7 +27,11 @@ def run_job(*args: str) -> subprocess.CompletedProcess:
 
 
 def load_all(folder: Path) -> dict[str, object]:
-    return {p.name: torch.load(p, weights_only=True) for p in sorted(folder.glob("*.pt"))}
+    """Every file of a checkpoint, loaded: the weights' safetensors too (the tensors and the file's metadata)."""
+    loaded: dict[str, object] = {p.name: torch.load(p, weights_only=True) for p in sorted(folder.glob("*.pt"))}
+    loaded.update({p.name: safetensors_file.read(p) for p in sorted(folder.glob("*.safetensors"))})
+    assert "model.safetensors" in loaded
+    return loaded
 
 
 def same(a, b) -> bool:

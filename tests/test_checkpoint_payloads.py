@@ -72,7 +72,14 @@ def raw_pickle(path: Path, marker: Path) -> None:  # what torch's DCP would pick
     path.write_bytes(pickle.dumps(Payload(marker)))
 
 
-WHOLE_FILES = ["accelerator.pt", "model_0.pt", "optimizer_0.pt", "scheduler_0.pt", "dataloader_0.pt", "rng_state_0.pt"]
+WHOLE_FILES = ["accelerator.pt", "optimizer_0.pt", "scheduler_0.pt", "dataloader_0.pt", "rng_state_0.pt"]
+
+
+def old_layout_payload(folder: Path, marker: Path) -> None:
+    """A checkpoint of the layout before issue 31, whose weights were torch.save's model_0.pt, with the payload there."""
+    (folder / "model.safetensors").unlink()
+    pickle_payload(folder / "model_0.pt", marker)
+    rewrite_manifest(folder)
 
 
 def _cases():
@@ -85,6 +92,13 @@ def _cases():
                       lambda f, m, n=name: (pickle_payload(f / n, m), rewrite_manifest(f)),
                       rf"{name} holds pickled objects other than tensors"))
     cases += [
+        ("model.safetensors swapped", "auto", lambda f, m: pickle_payload(f / "model.safetensors", m),
+         r"model.safetensors is (truncated or altered|corrupted)"),
+        ("model.safetensors swapped, manifest rewritten", "auto",
+         lambda f, m: (pickle_payload(f / "model.safetensors", m), rewrite_manifest(f)),
+         r"model.safetensors is not a safetensors file that braeburn can read"),
+        ("model_0.pt of the old layout, manifest rewritten", "auto", old_layout_payload,
+         r"model_0.pt holds pickled objects other than tensors"),
         ("gradients_0.pt added", "auto", lambda f, m: pickle_payload(f / "gradients_0.pt", m),
          r"gradients_0.pt is not listed in .*manifest.json"),
         ("gradients_0.pt added, manifest rewritten", "auto",

@@ -117,6 +117,6 @@ def test_checkpoints_of_a_two_process_run_are_written_once_and_complete(runs):
     for folder in manager.checkpoints():
         manager.verify(folder)  # every file the manifest lists, with its checksum
     files = sorted(p.name for p in (out / "ddp" / "checkpoint-8").iterdir())
-    assert files.count("model_0.pt") == 1 and {"rng_state_0.pt", "rng_state_1.pt"} <= set(files)
+    assert files.count("model.safetensors") == 1 and {"rng_state_0.pt", "rng_state_1.pt"} <= set(files)
     assert [p.name for p in (out / "ddp").iterdir() if p.name.startswith(".")] == []  # no staging, no lock left
     assert logs["two"].count("braeburn: training ended") == 3  # rank 0 only: ddp (after the restart), 1->2, fsdp

@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
+from braeburn.state import load_model_state
 from braeburn.trainer import Trainer, TrainingConfig, background_save
 from braeburn.trainer.checkpoint import CheckpointError, CheckpointManager, run_of
 from braeburn.trainer.hf_callbacks import _load_best
@@ -49,12 +50,12 @@ def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
 # -- item 4: load_best_model_at_end ----------------------------------------------------------------
 def test_best_model_with_a_flipped_byte_is_refused_and_the_final_weights_kept(trained):
     best = trained.output_dir / "checkpoint-4"
-    weights_file = best / "model_0.pt"
+    weights_file = best / "model.safetensors"
     data = bytearray(weights_file.read_bytes())
     data[len(data) // 2] ^= 0x01
     weights_file.write_bytes(bytes(data))
     final = weights(trained)
-    with pytest.raises(CheckpointError, match=r"load_best_model_at_end: .*model_0.pt is corrupted: its sha256"):
+    with pytest.raises(CheckpointError, match=r"load_best_model_at_end: .*model.safetensors is corrupted: its sha256"):
         _load_best(trained, best)
     assert all(torch.equal(final[k], v) for k, v in weights(trained).items())
 
@@ -79,7 +80,7 @@ def test_a_missing_best_checkpoint_is_reported_as_missing(trained, capsys):
 def test_a_good_best_checkpoint_is_loaded(trained, capsys):
     trained.state.best_metric = 0.5
     _load_best(trained, trained.output_dir / "checkpoint-2")
-    saved = torch.load(trained.output_dir / "checkpoint-2" / "model_0.pt", weights_only=True)
+    saved = load_model_state(trained.output_dir / "checkpoint-2", 0)
     assert all(torch.equal(saved[k], v) for k, v in weights(trained).items())
     assert "loaded the best model from" in capsys.readouterr().out
 
@@ -182,6 +183,7 @@ SCRIPT = """
 import resource, signal, sys, torch
 from torch.utils.data import TensorDataset
 from braeburn.errors import run_main
+from braeburn.state import load_model_state
 from braeburn.trainer import Trainer, TrainingConfig, background_save
 
 def main(argv):

@@ -81,7 +81,7 @@ def test_save_state_writes_through_no_planted_link(tmp_path):
     accelerator.save_state(tmp_path / "jobs" / "state")  # the staging link is replaced, its target kept
     accelerator.end_training()
     assert target.read_text() == PRECIOUS and (elsewhere / "keep").is_dir()
-    assert (tmp_path / "jobs" / "state" / "model_0.pt").is_file()
+    assert (tmp_path / "jobs" / "state" / "model.safetensors").is_file()
 
 
 def test_metrics_log_refuses_a_planted_link_and_training_goes_on(tmp_path, capsys):

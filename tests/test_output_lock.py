@@ -161,6 +161,8 @@ def assert_same_run(run: Path, lone: Path) -> None:
     for name in mine:
         if name.endswith(".pt"):
             assert same_values(torch.load(run / name, weights_only=True), torch.load(lone / name, weights_only=True)), name
+        elif name.endswith(".safetensors"):  # the weights: the same bytes
+            assert mine[name] == theirs[name], name
         elif name.endswith("metrics.jsonl"):
             assert without_timing([json.loads(line) for line in mine[name].splitlines()]) == \
                    without_timing([json.loads(line) for line in theirs[name].splitlines()])
@@ -173,7 +175,7 @@ def assert_same_run(run: Path, lone: Path) -> None:
         elif name.endswith("manifest.json"):
             a, b = (json.loads(text)["files"] for text in (mine[name], theirs[name]))
             assert a.keys() == b.keys(), name  # (trainer_state.json holds the folder's path and timings)
-            assert all(a[n] == b[n] for n in a if n.endswith(".pt")), name  # size and sha256: the same bytes
+            assert all(a[n] == b[n] for n in a if n.endswith((".pt", ".safetensors"))), name  # the same bytes
 
 
 def test_a_second_run_is_refused_before_during_and_after_a_save(tmp_path):

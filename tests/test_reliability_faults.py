@@ -94,10 +94,10 @@ def test_kills_full_disk_and_torn_save_then_resume_bitwise(tmp_path, reference):
     assert killed(stage) and resumed_from(stage, out, 20), (PLAN, stage.stdout, stage.stderr)
     assert checkpoint_steps(out)[-1] == KILL_AFTER_SAVE
 
-    # 4. Resume from there; SIGKILL while model_0.pt of the next checkpoint is half written.
+    # 4. Resume from there; SIGKILL while model.safetensors of the next checkpoint is half written.
     stage = run_job(out, result, "--resume", "--kill-inside-save", str(KILL_INSIDE_SAVE))
     assert killed(stage) and resumed_from(stage, out, KILL_AFTER_SAVE), (PLAN, stage.stdout, stage.stderr)
-    torn = out / f"..checkpoint-{KILL_INSIDE_SAVE}.tmp.partial" / "model_0.pt"
+    torn = out / f"..checkpoint-{KILL_INSIDE_SAVE}.tmp.partial" / "model.safetensors"
     assert torn.is_file() and f"killed while writing {torn}" in stage.stdout
     manager = CheckpointManager(out)
     assert not (out / f"checkpoint-{KILL_INSIDE_SAVE}").exists()

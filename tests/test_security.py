@@ -70,7 +70,7 @@ def test_a_huge_planted_manifest_is_refused_before_it_is_parsed(tmp_path):
     assert time.perf_counter() - started < 1
 
 
-@pytest.mark.parametrize("name", ["accelerator.pt", "model_0.pt", "optimizer_0.pt", "rng_state_0.pt"])
+@pytest.mark.parametrize("name", ["accelerator.pt", "optimizer_0.pt", "rng_state_0.pt"])
 def test_accelerator_load_state_refuses_a_pickled_payload(tmp_path, name):
     accelerator = Accelerator(cpu=True)
     prepared(accelerator)
@@ -89,6 +89,20 @@ def test_accelerator_load_state_refuses_a_pickled_payload(tmp_path, name):
     assert not marker.exists()
 
 
+def test_accelerator_load_state_refuses_a_pickle_in_place_of_the_weights(tmp_path):
+    accelerator = Accelerator(cpu=True)
+    prepared(accelerator)
+    accelerator.save_state(tmp_path / "state")
+    marker, weights = tmp_path / "pwned", tmp_path / "state" / "model.safetensors"
+    plant(weights, marker)
+    write_sizes(tmp_path / "state", WHOLE)  # an attacker who rewrites the manifest too
+    fresh = Accelerator(cpu=True)
+    prepared(fresh)
+    with pytest.raises(UnsafeFileError, match=f"{weights} is not a safetensors file that braeburn can read"):
+        fresh.load_state(tmp_path / "state")
+    assert not marker.exists()
+
+
 def small_trainer(output_dir: Path, **options) -> Trainer:
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
@@ -101,13 +115,13 @@ def test_trainer_resume_refuses_a_pickled_payload_even_with_a_matching_manifest(
     out = tmp_path / "out"
     small_trainer(out).train()
     checkpoint, marker = out / "checkpoint-2", tmp_path / "pwned"
-    plant(checkpoint / "model_0.pt", marker)
-    with pytest.raises(CheckpointCorruptError, match="model_0.pt is truncated or altered"):  # the manifest sees it
+    plant(checkpoint / "optimizer_0.pt", marker)
+    with pytest.raises(CheckpointCorruptError, match="optimizer_0.pt is truncated or altered"):  # the manifest sees it
         small_trainer(out, max_steps=4).train(resume_from_checkpoint=str(checkpoint))
     write_manifest(checkpoint, 2)  # an attacker who rewrites the manifest too
     with pytest.raises(UnsafeFileError) as error:
         small_trainer(out, max_steps=4).train(resume_from_checkpoint="latest")
-    assert f"{checkpoint / 'model_0.pt'} holds pickled objects" in str(error.value) and is_user_error(error.value)
+    assert f"{checkpoint / 'optimizer_0.pt'} holds pickled objects" in str(error.value) and is_user_error(error.value)
     assert not marker.exists()
 
 

@@ -80,8 +80,8 @@ def test_saved_files_load_with_weights_only(tmp_path):
     accelerator, *_ = _setup("no", init_seed=0)
     accelerator.save_state(tmp_path / "ckpt")
     names = sorted(path.name for path in (tmp_path / "ckpt").iterdir())
-    assert names == ["accelerator.pt", "dataloader_0.pt", "manifest.json", "model_0.pt", "optimizer_0.pt",
-                     "rng_state_0.pt", "scheduler_0.pt"]
+    assert names == ["accelerator.pt", "dataloader_0.pt", "manifest.json", "model.safetensors", "optimizer_0.pt",
+                     "rng_state_0.pt", "scheduler_0.pt"]  # the weights in safetensors: no pickle
     for name in names:
         if name.endswith(".pt"):
             torch.load(tmp_path / "ckpt" / name, weights_only=True)  # (manifest.json is JSON)
@@ -112,7 +112,7 @@ def test_a_failed_save_leaves_the_previous_state(tmp_path, monkeypatch):
     assert {path.name: path.read_bytes() for path in target.iterdir()} == before
     monkeypatch.undo()
     accelerator.save_state(target)  # the next save clears the half-written staging directory
-    assert not state_io.staging_dir(target).exists() and (target / "model_0.pt").exists()
+    assert not state_io.staging_dir(target).exists() and (target / "model.safetensors").exists()
 
 
 def test_load_state_with_different_objects_says_what_differs(tmp_path):

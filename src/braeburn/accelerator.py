@@ -487,7 +487,7 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         save = state_io.save_file
         if self.plan.strategy != "fsdp":  # replicated: rank 0's copy is everyone's
             for i, model in enumerate(self._models):
-                save(self.unwrap_model(model).state_dict(), directory, f"model_{i}.pt")
+                state_io.save_model_state(self.unwrap_model(model).state_dict(), directory, i)
             for i, optimizer in enumerate(self._optimizers):
                 save(optimizer.state_dict(), directory, f"optimizer_{i}.pt")
         for i, scheduler in enumerate(self._schedulers):
@@ -517,7 +517,7 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
                              "process, but this run shards the model with strategy='fsdp'. Resume it with "
                              "strategy='ddp' (or one process), or start the FSDP run afresh.")
         for i, model in enumerate(self._models):
-            self.unwrap_model(model).load_state_dict(state_io.load_file(input_dir, f"model_{i}.pt"))
+            self.unwrap_model(model).load_state_dict(state_io.load_model_state(input_dir, i))
         for i, optimizer in enumerate(self._optimizers):
             optimizer.load_state_dict(state_io.load_file(input_dir, f"optimizer_{i}.pt"))
 

@@ -1,11 +1,15 @@
 """Weights on disk as Transformers and Accelerate write them: ``model.safetensors`` (or ``pytorch_model.bin``),
-sharded with an index file when larger than ``max_shard_size``."""
+sharded with an index file when larger than ``max_shard_size``; and the ``config.json`` beside them that makes a
+checkpoint folder load with ``from_pretrained``."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +82,38 @@ def save_weights(state: dict[str, Any], save_directory: str | os.PathLike, max_s
                  "weight_map": {k: name for name, shard in zip(names, shards) for k in shard}}
         no_follow.write_atomic(folder / f"{stem}.{ext}.index.json", json.dumps(index, indent=2))
     return [folder / name for name in names]
+
+
+def pretrained_config_files(model: Any) -> dict[str, bytes]:
+    """``config.json`` (and ``generation_config.json`` for a model that generates) as ``save_pretrained`` writes
+    them, for a Transformers model: beside a checkpoint's ``model.safetensors`` they make the folder load with
+    ``AutoModel.from_pretrained``. Empty for any other model, and for one with adapters. The live config is not
+    changed (save_pretrained sets ``architectures`` and the dtype on it; here a copy gets them)."""
+    transformers = sys.modules.get("transformers")  # (a Transformers model has imported it)
+    if transformers is None or not isinstance(model, transformers.PreTrainedModel):
+        return {}  # a PEFT wrapper too: its state dict is not the base model's, so a config.json would mislead
+    if getattr(model, "_hf_peft_config_loaded", False):
+        return {}  # adapters added in place: the weights' names are not those from_pretrained expects
+    config = copy.deepcopy(model.config)
+    config.architectures = [type(model).__name__]
+    dtype = getattr(model, "dtype", None)
+    if isinstance(dtype, torch.dtype):  # Transformers 5 calls it dtype, 4 torch_dtype
+        setattr(config, "dtype" if hasattr(config, "dtype") else "torch_dtype", str(dtype).removeprefix("torch."))
+    files = {"config.json": config.to_json_string(use_diff=True).encode("utf-8")}
+    generation = getattr(model, "generation_config", None)
+    can_generate = getattr(model, "can_generate", None)
+    if generation is not None and callable(can_generate) and can_generate():
+        files["generation_config.json"] = generation.to_json_string(use_diff=True).encode("utf-8")
+    return files
+
+
+def processing_files(processing_class: Any) -> dict[str, bytes]:
+    """What ``processing_class.save_pretrained`` writes (a tokenizer's files), as Transformers' Trainer puts them in
+    every checkpoint: ``AutoTokenizer.from_pretrained`` and ``pipeline`` then load the folder. Read back from a
+    temporary folder (the save takes a folder), so that a background save writes the files of this moment."""
+    if not callable(getattr(processing_class, "save_pretrained", None)):
+        return {}
+    with tempfile.TemporaryDirectory(prefix="braeburn-processing-") as folder:
+        processing_class.save_pretrained(folder)
+        return {path.relative_to(folder).as_posix(): path.read_bytes()
+                for path in sorted(Path(folder).rglob("*")) if path.is_file()}

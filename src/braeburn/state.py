@@ -1,24 +1,28 @@
 """Training state on disk: atomic directory writes and the RNG states of every generator in use.
 
-Everything is written with ``torch.save`` in a form ``torch.load(weights_only=True)`` accepts
-(tensors, numbers, strings, lists, tuples, dicts): nothing is unpickled as code on load.
+Model weights are written as safetensors (``model.safetensors``: what ``from_pretrained`` and the
+safetensors package read, and no pickle); everything else with ``torch.save`` in a form
+``torch.load(weights_only=True)`` accepts (tensors, numbers, strings, lists, tuples, dicts): nothing is
+unpickled as code on load.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
+import json
 import os
 import pickle
 import random
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
-from . import no_follow
+from . import no_follow, safetensors_file
 from .devices.base import DeviceKind
 
 
@@ -205,14 +209,18 @@ def capture_writes() -> Iterator[dict[str, bytes]]:
         _captured = previous
 
 
-def save_file(obj: Any, directory: Path, name: str) -> None:
+def _write(directory: Path, name: str, write: Callable[[BinaryIO], None]) -> None:
     if _captured is not None:
         buffer = io.BytesIO()
-        torch.save(obj, buffer)  # copies device tensors to the host now: the snapshot is of this moment
+        write(buffer)  # copies device tensors to the host now: the snapshot is of this moment
         _captured[name] = buffer.getvalue()
         return
     with no_follow.create_new(Path(directory) / name) as handle:  # a full disk then raises OSError with its errno, not a torch enforce
-        torch.save(obj, handle)
+        write(handle)
+
+
+def save_file(obj: Any, directory: Path, name: str) -> None:
+    _write(directory, name, lambda handle: torch.save(obj, handle))
 
 
 def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu") -> Any:
@@ -234,5 +242,80 @@ def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu"
             "does. Delete this checkpoint, or resume from one you wrote yourself.") from None
 
 
+# -- model weights --------------------------------------------------------------------------------
+ALIASES = "braeburn_aliases"  # safetensors metadata: {name dropped: name kept} for tensors that share memory
+
+
+def model_file(index: int) -> str:
+    """Accelerate's names: ``model.safetensors`` (what ``from_pretrained`` reads) for the first model."""
+    return "model.safetensors" if index == 0 else f"model_{index}.safetensors"
+
+
+def model_pickle(index: int) -> str:
+    """The torch.save file of a model's weights: every checkpoint before issue 31, and now only a state dict
+    that safetensors cannot hold (a non-tensor extra state, a sparse or quantized tensor)."""
+    return f"model_{index}.pt"
+
+
+def _without_aliases(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Each tensor once (safetensors holds no two names for one memory: tied weights), and the names dropped.
+
+    The first name of a tied pair is kept (a Transformers model's input embedding, before its output layer;
+    ``from_pretrained`` ties the other back). A tensor overlapping another without being the same view is
+    written as a copy: the resumed model shares its memory again, since loading copies into it.
+    """
+    kept: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    first: dict[tuple, str] = {}
+    for name, tensor in state.items():
+        view = (*_storage_of(tensor), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()),
+                tensor.dtype)
+        if tensor.numel() and view in first:
+            aliases[name] = first[view]
+        else:
+            first.setdefault(view, name)
+            kept[name] = tensor
+    users = collections.Counter(_storage_of(t) for t in kept.values() if t.numel())
+    return {n: t.clone(memory_format=torch.contiguous_format) if t.numel() and users[_storage_of(t)] > 1 else t
+            for n, t in kept.items()}, aliases
+
+
+def _storage_of(tensor: torch.Tensor) -> tuple:
+    return tensor.device, tensor.untyped_storage().data_ptr()
+
+
+def save_model_state(state: dict[str, Any], directory: Path, index: int) -> None:
+    """A model's state dict as ``model.safetensors`` (``model_<i>.safetensors``); the torch.save file only
+    when safetensors cannot hold it."""
+    if not safetensors_file.can_hold(state):
+        save_file(state, directory, model_pickle(index))
+        return
+    tensors, aliases = _without_aliases(state)
+    metadata = {"format": "pt", ALIASES: json.dumps(aliases)}  # "pt": what from_pretrained checks for
+    _write(directory, model_file(index), lambda handle: safetensors_file.write(tensors, handle, metadata))
+
+
+def load_model_state(directory: str | os.PathLike, index: int) -> dict[str, Any]:
+    """What :func:`save_model_state` wrote, or the ``model_<i>.pt`` of a checkpoint written before it."""
+    path = Path(directory) / model_file(index)
+    if not path.exists() and (Path(directory) / model_pickle(index)).exists():
+        return load_file(directory, model_pickle(index))
+    if not path.exists():
+        return load_file(directory, model_file(index))  # (its error: the file is missing)
+    tensors, metadata = safetensors_file.read(path)
+    try:
+        aliases = json.loads(metadata.get(ALIASES, "{}"))
+    except ValueError:
+        aliases = None
+    if not isinstance(aliases, dict) or not all(isinstance(k, str) and v in tensors for k, v in aliases.items()):
+        from .errors import UnsafeFileError
+
+        raise UnsafeFileError(f"{path} names tied weights ({ALIASES} in its metadata) that it does not hold, so it "
+                              "was not loaded. A file written by save_state() never does: delete this checkpoint, or "
+                              "resume from another one.")
+    return {**tensors, **{alias: tensors[name] for alias, name in aliases.items()}}
+
+
 __all__ = ["rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
-           "staging_dir", "old_dir", "readable_dir", "fsync_dir", "save_file", "load_file"]
+           "staging_dir", "old_dir", "readable_dir", "fsync_dir", "save_file", "load_file",
+           "model_file", "model_pickle", "save_model_state", "load_model_state"]

@@ -83,14 +83,15 @@ class BackgroundSaver:
         return memory is None or snapshot.size < MAX_SNAPSHOT_SHARE * memory
 
     def submit(self, snapshot: Snapshot, state: TrainerState,
-               on_done: Callable[[Path | None, BaseException | None], None]) -> None:
+               on_done: Callable[[Path | None, BaseException | None], None],
+               files: dict[str, bytes] | None = None) -> None:
         self.wait()
         state_copy = copy.deepcopy(state)
         self._on_done = on_done
 
         def work() -> None:
             try:
-                self._outcome = (self.checkpoints.save(_Replay(snapshot), state_copy), None)
+                self._outcome = (self.checkpoints.save(_Replay(snapshot), state_copy, files), None)
             except BaseException as error:  # handed to the main thread by wait()
                 self._outcome = (None, error)
 

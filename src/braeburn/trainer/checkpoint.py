@@ -1,7 +1,8 @@
 """Checkpoints that survive crashes: atomic writes, checksums, rotation and "latest" discovery.
 
-A checkpoint is ``output_dir/checkpoint-<step>``: what ``Accelerator.save_state`` writes (model,
-optimizer, scheduler, scaler, RNG states, dataloader positions), ``trainer_state.json``, and last
+A checkpoint is ``output_dir/checkpoint-<step>``: what ``Accelerator.save_state`` writes (the model's
+``model.safetensors``, optimizer, scheduler, scaler, RNG states, dataloader positions), a Transformers
+model's ``config.json`` (the folder then loads with ``from_pretrained``), ``trainer_state.json``, and last
 ``manifest.json`` with the size and sha256 of every file. It is assembled in a hidden staging folder
 and renamed into place only when complete, so a kill during a save leaves the previous checkpoints
 as they were. Nothing outside ``output_dir`` is ever written or deleted.
@@ -20,7 +21,7 @@ from typing import Any
 
 from .. import manifest as manifest_io
 from ..manifest import MANIFEST
-from ..no_follow import remove_tree
+from ..no_follow import create_new, remove_tree
 from ..state import fsync_dir as _fsync_dir
 from ..state import staging_dir
 from .state import STATE_FILE, TrainerState, TrainerStateError
@@ -321,11 +322,12 @@ class CheckpointManager:
             if STAGING_RE.match(path.name) and path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
 
-    def save(self, accelerator: Any, state: TrainerState) -> Path:
+    def save(self, accelerator: Any, state: TrainerState, files: dict[str, bytes] | None = None) -> Path:
         """Write ``checkpoint-<global_step>`` atomically; on failure nothing changes on disk.
 
         Called on every process: all of them take part in ``save_state`` (FSDP ranks write their
-        shards), and only the main process writes the trainer state and manifest and renames.
+        shards), and only the main process writes the trainer state, ``files`` (name -> bytes: a
+        Transformers model's config.json), the manifest, and renames.
         """
         target = self.output_dir / f"checkpoint-{state.global_step}"
         staging = self.output_dir / f".checkpoint-{state.global_step}.tmp"
@@ -339,6 +341,10 @@ class CheckpointManager:
             state.last_checkpoint = str(target)
             if main:
                 state.save(staging)
+                for name, data in (files or {}).items():
+                    (staging / name).parent.mkdir(parents=True, exist_ok=True)
+                    with create_new(staging / name) as handle:
+                        handle.write(data)
                 write_manifest(staging, state.global_step)
                 self._publish(staging, target)
         except Exception as error:

@@ -24,6 +24,7 @@ from ..collate import BucketPadding, batch_signature, position_limit
 from ..compile_policy import PreparedForward, prepared_forward
 from ..devices.host import current_host
 from ..distributed import process_group as pg
+from ..hf_io import pretrained_config_files, processing_files
 from ..plan import PlanError
 from ..state import enable_full_determinism
 from .autobatch import train_through_out_of_memory
@@ -379,14 +380,16 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
             return  # this step is saved already
         self._check_finite()  # never save weights that a NaN step has spoiled
         self._name_best()  # before the write, so that the checkpoint's own state names it
-        snapshot = self._snapshot_for_background()
+        files = self._pretrained_files()
+        snapshot = self._snapshot_for_background(files)
         if snapshot is not None:  # a thread writes the snapshot while training goes on (background_save.py)
             previous, state.last_checkpoint = state.last_checkpoint, str(self.output_dir / f"checkpoint-{state.global_step}")
             saved = copy.deepcopy(state)  # on_save, when the write completes, sees the step that was saved
-            self._saver.submit(snapshot, state, lambda folder, error: self._after_save(folder, error, previous, saved))
+            self._saver.submit(snapshot, state, lambda folder, error: self._after_save(folder, error, previous, saved),
+                               files)
             return
         try:
-            folder = self.checkpoints.save(self.accelerator, state)
+            folder = self.checkpoints.save(self.accelerator, state, files)
         except CheckpointError as error:  # keep training: the previous checkpoint is intact
             self._after_save(None, error)
             return
@@ -398,7 +401,15 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
             self._best_before = self.state.best_checkpoint
             self.state.best_checkpoint = str(self.output_dir / f"checkpoint-{self.state.global_step}")
 
-    def _snapshot_for_background(self) -> Snapshot | None:
+    def _pretrained_files(self) -> dict[str, bytes]:
+        """A Transformers model's config.json beside the checkpoint's model.safetensors, and the tokenizer's files, as
+        Transformers' Trainer writes them (none with FSDP, whose checkpoints hold shards: they would not load)."""
+        if not self.is_main_process or self.accelerator.plan.strategy == "fsdp":
+            return {}
+        model = self.accelerator.unwrap_model(self._prepared_model)
+        return {**processing_files(self.processing_class), **pretrained_config_files(model)}
+
+    def _snapshot_for_background(self, files: dict[str, bytes]) -> Snapshot | None:
         acc = self.accelerator
         if not self.config.save_in_background or acc.num_processes > 1 or acc.plan.strategy == "fsdp":
             return None
@@ -406,7 +417,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         snapshot = Snapshot(acc)
         if BackgroundSaver.fits(snapshot):
             return snapshot
-        self._saver.submit(snapshot, self.state, lambda folder, error: self._after_save(folder, error))
+        self._saver.submit(snapshot, self.state, lambda folder, error: self._after_save(folder, error), files)
         self._saver.wait()  # too large to hold while training: written now, from the snapshot taken
         return None
 
