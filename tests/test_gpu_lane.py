@@ -224,7 +224,8 @@ accelerator.end_training()
 def test_two_gpus_reduce_through_nccl_under_braeburn_launch(tmp_path, clean_env):
     script = tmp_path / "nccl.py"
     script.write_text(textwrap.dedent(NCCL_JOB))
-    done = subprocess.run([sys.executable, "-m", "braeburn.cli.main", "launch", "--num-processes", "2", str(script)],
+    done = subprocess.run([sys.executable, "-m", "braeburn.cli.main", "launch", "--num-processes", "2",
+                           "--every-process-prints", str(script)],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for rank in (0, 1):

@@ -71,17 +71,43 @@ def finish(process: subprocess.Popen, timeout: float = 90) -> tuple[int, str]:
 
 
 def test_two_cpu_processes_all_reduce_through_gloo(tmp_path, clean_env):
-    code, out = finish(launcher("--cpu", "--num-processes", "2", str(script(tmp_path, "ar.py", ALL_REDUCE)),
-                                xdg=str(tmp_path)))
+    code, out = finish(launcher("--cpu", "--num-processes", "2", "--every-process-prints",
+                                str(script(tmp_path, "ar.py", ALL_REDUCE)), xdg=str(tmp_path)))
     assert code == 0, out
     for rank in (0, 1):
         assert f"rank {rank} of 2: sum=3 device=cpu strategy=ddp" in out
 
 
+def test_one_process_speaks_and_the_others_output_is_kept_in_files(tmp_path, clean_env):
+    """Issue 31: under launch the example's own lines came once per process, after torchrun's banner. Now rank 0
+    speaks, the others' standard output goes to files in a named folder, and no banner is printed."""
+    code, out = finish(launcher("--cpu", "--num-processes", "2", str(script(tmp_path, "ar.py", ALL_REDUCE)),
+                                xdg=str(tmp_path)))
+    assert code == 0, out
+    assert "rank 0 of 2: sum=3" in out and "rank 1 of 2" not in out
+    assert "OMP_NUM_THREADS" not in out and "*****" not in out  # torchrun's banner
+    folder = Path(out.split("goes to ")[1].split()[0])
+    kept = [path.read_text() for path in folder.rglob("stdout.log")]
+    assert any("rank 1 of 2: sum=3" in text for text in kept), kept
+
+
+def test_quiet_output_is_torchruns_redirect_of_every_local_rank_but_0(tmp_path):
+    many = resolve_settings({"num_processes": "8", "num_machines": "2", "main_process_ip": "10.1.2.3"},
+                            {"XDG_CONFIG_HOME": str(tmp_path)}, None)
+    joined = " ".join(build_command(many.settings, plan_launch(many, CUDA_BOX, env={}), "t.py", [], module=False,
+                                    port=29500, quiet_output_dir="/logs"))
+    assert "--log-dir /logs --redirects 1:1,2:1,3:1 t.py" in joined
+    env = child_environment(plan_launch(many, CUDA_BOX, env={}), many.settings, {})
+    assert int(env["OMP_NUM_THREADS"]) >= 1  # set, so torchrun prints no banner
+    assert child_environment(plan_launch(many, CUDA_BOX, env={}), many.settings,
+                             {"OMP_NUM_THREADS": "3"})["OMP_NUM_THREADS"] == "3"
+
+
 def test_a_crashed_rank_ends_the_job_within_seconds_with_its_error(tmp_path, clean_env):
     # The budget that matters is from the crash to the end (below); starting three torch processes on a
     # loaded machine can take minutes, so the wait for the whole job is generous.
-    code, out = finish(launcher("--cpu", "--num-processes", "2", str(script(tmp_path, "crash.py", CRASH_RANK_1)),
+    code, out = finish(launcher("--cpu", "--num-processes", "2", "--every-process-prints",
+                                str(script(tmp_path, "crash.py", CRASH_RANK_1)),
                                 xdg=str(tmp_path)), timeout=280)
     ended = time.time()
     assert code != 0
@@ -98,7 +124,7 @@ def test_max_restarts_restarts_the_failed_group(tmp_path, clean_env):
     print(f"attempt {attempt} rank {os.environ['RANK']}", flush=True)
     sys.exit(5 if attempt == 0 and os.environ["RANK"] == "1" else 0)
     """
-    code, out = finish(launcher("--cpu", "--num-processes", "2", "--max-restarts", "1",
+    code, out = finish(launcher("--cpu", "--num-processes", "2", "--max-restarts", "1", "--every-process-prints",
                                 str(script(tmp_path, "r.py", body)), xdg=str(tmp_path)))
     assert code == 0, out
     assert "attempt 1 rank 0" in out and "attempt 1 rank 1" in out

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -41,6 +42,10 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         "num_machines); give it or --num-processes, not both")
     parser.add_argument("-m", "--module", action="store_true",
                         help="run the target as a module, like `python -m module`")
+    parser.add_argument("--every-process-prints", action="store_true",
+                        help="show every process's standard output here; by default only the first process of each "
+                             "machine speaks, and the others' output goes to files (the launcher names the folder). "
+                             "Standard error (warnings, errors, tracebacks) always comes from every process")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the command and the environment it would set, and run nothing")
     parser.add_argument("script", help="the training script (or, with -m, the module)")
@@ -65,7 +70,14 @@ def run(args: argparse.Namespace) -> int:
         port = settings.main_process_port or (MULTI_NODE_DEFAULT_PORT if settings.num_machines > 1 else free_port())
         if settings.machine_rank == 0 and not args.dry_run:
             check_port_free(settings.main_process_ip or LOCALHOST, port)
-    command = build_command(settings, plan, args.script, args.script_args, module=args.module, port=port)
+    quiet_dir = None
+    if uses_elastic_launch(settings) and not args.every_process_prints and settings.num_processes > settings.num_machines:
+        quiet_dir = "<a new folder>" if args.dry_run else tempfile.mkdtemp(prefix="braeburn-launch-")
+    command = build_command(settings, plan, args.script, args.script_args, module=args.module, port=port,
+                            quiet_output_dir=quiet_dir)
+    if quiet_dir and not args.dry_run:
+        print(f"braeburn launch: {settings.num_processes} processes; the standard output of all but the first on "
+              f"each machine goes to {quiet_dir} (--every-process-prints shows it here)", file=sys.stderr, flush=True)
     if args.dry_run:
         added = {k: v for k, v in env.items() if os.environ.get(k) != v}
         print(" ".join(command))
@@ -213,10 +225,18 @@ def child_environment(plan: Plan, settings: LaunchSettings, parent: Mapping[str,
     env[MIXED_PRECISION_VAR] = str(settings.mixed_precision)
     env[STRATEGY_VAR] = plan.strategy if plan.strategy in ("ddp", "fsdp") else "auto"
     env[COMPILE_VAR] = settings.compile if isinstance(settings.compile, str) else str(settings.compile).lower()
+    if uses_elastic_launch(settings) and "OMP_NUM_THREADS" not in parent:
+        env["OMP_NUM_THREADS"] = str(_threads_per_process(settings))
     var = plan.device.visible_devices_var
     if settings.gpu_ids != "all" and var is not None:
         env[var] = _visible_devices(settings.gpu_ids, parent.get(var))
     return env
+
+
+def _threads_per_process(settings: LaunchSettings) -> int:
+    """The machine's cores shared out between its processes (torchrun would set 1, and print a banner saying so)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, settings.num_processes // settings.num_machines))
 
 
 def _say_outer_job_ignored(parent: Mapping[str, str], settings: LaunchSettings) -> None:
@@ -267,17 +287,22 @@ def uses_elastic_launch(settings: LaunchSettings) -> bool:
 
 
 def build_command(settings: LaunchSettings, plan: Plan, target: str, target_args: list[str], *, module: bool,
-                  port: int) -> list[str]:
+                  port: int, quiet_output_dir: str | None = None) -> list[str]:
+    """The child's command. ``quiet_output_dir``: the standard output of every local rank but 0 goes to files
+    there (torchrun's --redirects), so that the job speaks once per machine; standard error is left alone."""
     run_target = (["-m"] if module else []) + [target, *target_args]
     if not uses_elastic_launch(settings):
         return [sys.executable, *run_target]
     address = settings.main_process_ip or LOCALHOST  # one machine: nothing outside it need reach us
+    per_node = settings.num_processes // settings.num_machines
+    quiet = ["--log-dir", quiet_output_dir, "--redirects", ",".join(f"{rank}:1" for rank in range(1, per_node))] \
+        if quiet_output_dir and per_node > 1 else []
     return [sys.executable, "-m", "braeburn.cli.job_agent",  # torch.distributed.run, ended with the launcher
             "--nnodes", str(settings.num_machines),
-            "--nproc-per-node", str(settings.num_processes // settings.num_machines),
+            "--nproc-per-node", str(per_node),
             "--node-rank", str(settings.machine_rank),
             "--rdzv-backend", "static", "--master-addr", address, "--master-port", str(port),
-            "--max-restarts", str(settings.max_restarts),
+            "--max-restarts", str(settings.max_restarts), *quiet,
             *run_target]
 
 
