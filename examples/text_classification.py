@@ -32,6 +32,7 @@ from _metrics import classification_metrics, write_json  # noqa: E402
 from _text import (TextExamples, label_indices, label_names, load_pretrained, read_glue_tsv, read_table,  # noqa: E402
                    small_bert, word_tokenizer)
 
+from braeburn.hf_io import transformers_quiet  # noqa: E402
 from braeburn.trainer import TrainingConfig, parse_config  # noqa: E402
 from braeburn.trainer.loop import Trainer  # noqa: E402
 
@@ -123,10 +124,11 @@ def pad_batch(features: list[dict], pad_token_id: int, length: int | None = None
     return batch
 
 
-def build_model(model_args: ModelArguments, train: TextExamples, num_labels: int, max_seq_length: int):
+def build_model(model_args: ModelArguments, train: TextExamples, num_labels: int, max_seq_length: int,
+                quiet: bool = True):
     """(tokenizer, model): pretrained from a directory, or a small BERT with a vocabulary of the training words."""
     if model_args.model_name_or_path:
-        return load_pretrained(model_args.model_name_or_path, num_labels)
+        return load_pretrained(model_args.model_name_or_path, num_labels, quiet)
     with tempfile.TemporaryDirectory() as workdir:  # the tokenizer holds the vocabulary once loaded
         tokenizer = word_tokenizer(train.first + (train.second or []), Path(workdir), model_args.vocab_size)
     model = small_bert(len(tokenizer), num_labels, max_seq_length, model_args.hidden_size,
@@ -145,7 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
     eval_examples = eval_examples.head(data_args.max_eval_samples)
     names = label_names(data_args.task_name, train_examples.labels)
     torch.manual_seed(config.seed)  # same classifier head for the same --seed
-    tokenizer, model = build_model(model_args, train_examples, len(names), data_args.max_seq_length)
+    quiet = config.log_level not in ("info", "debug")  # Transformers' own reports come back with --log_level info
+    tokenizer, model = build_model(model_args, train_examples, len(names), data_args.max_seq_length, quiet)
     train_dataset = EncodedDataset(train_examples, label_indices(train_examples.labels, names, "the training data"),
                                    tokenizer, data_args.max_seq_length)
     eval_dataset = EncodedDataset(eval_examples, label_indices(eval_examples.labels, names, "the validation data"),
@@ -165,8 +168,9 @@ def main(argv: list[str] | None = None) -> dict:
     if config.do_train:
         trainer.train()
         if trainer.is_main_process:  # a Transformers directory: --model_name_or_path reads it back
-            model.save_pretrained(output_dir)
-            tokenizer.save_pretrained(output_dir)
+            with transformers_quiet(quiet):
+                model.save_pretrained(output_dir)
+                tokenizer.save_pretrained(output_dir)
     metrics = {}
     if config.do_eval:
         metrics = trainer.evaluate()

@@ -300,3 +300,16 @@ def test_training_forwards_keep_the_models_dtype_only_where_the_model_computes_t
     assert trainer.state.log_history[-1]["train_loss"] > 0
     prediction = trainer.predict(DictData(8))
     assert prediction.predictions.dtype.name == "float32"
+
+
+def test_transformers_output_is_held_back_and_put_back():
+    """Issue 31: Transformers' load report and progress bars are noise in a braeburn run unless --log_level info."""
+    logging = pytest.importorskip("transformers").utils.logging
+    from braeburn.hf_io import transformers_quiet
+
+    before = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    with transformers_quiet():
+        assert logging.get_verbosity() == logging.ERROR and not logging.is_progress_bar_enabled()
+    assert (logging.get_verbosity(), logging.is_progress_bar_enabled()) == before
+    with transformers_quiet(quiet=False):
+        assert (logging.get_verbosity(), logging.is_progress_bar_enabled()) == before

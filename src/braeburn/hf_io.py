@@ -4,6 +4,7 @@ checkpoint folder load with ``from_pretrained``."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -11,6 +12,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -117,3 +119,24 @@ def processing_files(processing_class: Any) -> dict[str, bytes]:
         processing_class.save_pretrained(folder)
         return {path.relative_to(folder).as_posix(): path.read_bytes()
                 for path in sorted(Path(folder).rglob("*")) if path.is_file()}
+
+
+@contextlib.contextmanager
+def transformers_quiet(quiet: bool = True) -> Iterator[None]:
+    """Transformers' own output (its load report, its "Loading weights"/"Writing model shards" bars, its info
+    and warnings) held back while the block runs, then put back as it was; errors still show. ``quiet=False``
+    (``--log_level info`` or ``debug``) changes nothing."""
+    transformers = sys.modules.get("transformers")
+    if not quiet or transformers is None:
+        yield
+        return
+    logging = transformers.utils.logging
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
