@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import os
 import warnings
 from pathlib import Path
@@ -319,6 +320,22 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
     def autocast(self) -> contextlib.AbstractContextManager:
         """Autocast to the resolved precision (a no-op for float32)."""
         return self._policy.autocast()
+
+    def set_precision(self, precision: str, reason: str) -> PrecisionPolicy:
+        """Train in ``precision`` ("no", "bf16", "fp16") from now on: the policy (a fresh grad scaler where the
+        device needs one), the prepared models' autocast and the plan change together. The Trainer calls it
+        when ``mixed_precision="auto"`` measures (braeburn.precision_trial); returns the new policy."""
+        kind, host = self.plan.device, current_host()
+        scaler = precision != "no" and kind.precision_support(precision, host).needs_grad_scaler
+        self._policy = make_policy(precision, scaler, self.device, kind.fused_optimizers_honour_grad_scaler(host))
+        self.precision = precision
+        self.plan = dataclasses.replace(self.plan, precision=precision, grad_scaler=scaler, precision_reason=reason,
+                                        precision_candidates=())
+        for model in self._models:
+            forward = compile_policy.prepared_forward(self.unwrap_model(model))
+            if forward is not None:
+                forward.autocast = self._policy.autocast if self._policy.dtype is not None else None
+        return self._policy
 
     def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager:
         """One micro-batch: sets ``sync_gradients``; off-boundary, DDP and FSDP skip their gradient

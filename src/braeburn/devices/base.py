@@ -89,6 +89,11 @@ class DeviceKind(ABC):
         """Mixed-precision dtypes that ``mixed_precision="auto"`` tries, best first."""
         return ("bf16", "fp16")
 
+    def auto_precision_candidates(self, host: HostFacts) -> tuple[str, ...]:
+        """Mixed precisions that ``mixed_precision="auto"`` measures against float32 on the user's own model at the
+        start of training (braeburn.precision_trial), where no rule knows the fastest; () decides by rule."""
+        return ()
+
     def auto_float32_reason(self, host: HostFacts) -> str:
         """Why ``mixed_precision="auto"`` keeps float32 when :meth:`auto_precision_order` offers nothing usable."""
         return f"since {self.name} has no mixed precision worth using here"

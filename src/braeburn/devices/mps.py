@@ -222,10 +222,13 @@ class MpsDevice(DeviceKind):
         return PrecisionSupport("bf16", True)
 
     def auto_precision_order(self, host: HostFacts) -> tuple[str, ...]:
-        # No measurement backs a mixed precision on MPS: bf16 is emulated on M1/M2 (Transformers PR #40458, "no
+        # No rule picks a mixed precision on MPS: bf16 is emulated on M1/M2 (Transformers PR #40458, "no
         # performance benefit") and was measured slower than float32 on an M4 too (nanochat #685); fp16 needs
-        # GradScaler("mps") and the non-fused AdamW. Until braeburn measures on the user's Mac, float32.
+        # GradScaler("mps"). The Trainer measures the candidates below instead; until it has, float32.
         return ()
+
+    def auto_precision_candidates(self, host: HostFacts) -> tuple[str, ...]:
+        return ("bf16", "fp16")
 
     def auto_float32_reason(self, host: HostFacts) -> str:
         return ("since no measurement backs a faster mixed precision on Apple silicon: bf16 is emulated on M1/M2 "

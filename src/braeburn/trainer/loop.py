@@ -29,6 +29,7 @@ from ..state import enable_full_determinism
 from .autobatch import train_through_out_of_memory
 from . import earlier_run
 from .compile_window import CompileWindow
+from .precision_window import choose_precision
 from .batches import batch_inputs, compute_loss
 from .callbacks import CallbackList
 from .background_save import BackgroundSaver, Snapshot
@@ -168,6 +169,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         other_runs = self.checkpoints.begin_run(self.state)  # the id that rotation and the NaN message go by
         if other_runs:
             self.accelerator.print(f"braeburn: warning: {other_runs}")
+        self._precision_record = choose_precision(self, train_loader)  # "auto" on MPS: timed here, state restored
         self._reset_window()
         started, start_step = time.perf_counter(), self.state.global_step
         self.callbacks.on_train_begin(self, self.state)
@@ -575,6 +577,8 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
     def _run_record(self) -> dict[str, Any]:
         """What the run did beyond its losses (compile, shapes, where step time went), for metrics.jsonl."""
         record = self._compile_window.record(len(self._shapes))
+        if self._precision_record is not None:
+            record["precision"] = self._precision_record
         breakdown = self._step_breakdown.record()
         return record if breakdown is None else {**record, "step_breakdown": breakdown}
 
