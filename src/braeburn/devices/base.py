@@ -174,6 +174,11 @@ class DeviceKind(ABC):
     def reset_peak_memory(self) -> None:
         """Start a new peak-memory window."""
 
+    def memory_drift(self, stats: dict[str, int]) -> str | None:
+        """Why the memory the driver holds has drifted far beyond the live tensors (from :meth:`memory_stats`),
+        and what to do; None when it has not, or the kind cannot tell."""
+        return None
+
     def memory_beyond_comfort(self) -> str | None:
         """Why the memory this process holds now would page (swap) although it fit; None when it is fine.
 

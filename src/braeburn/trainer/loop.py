@@ -318,6 +318,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         self._grad_norm: torch.Tensor | None = None
         self._step_lr: float | None = None
         self._skipped = 0
+        self._drift_warned = False  # the MPS driver-memory drift is warned once per train()
         self._loss_total = (0.0, 0)
         self._save_log = SaveLog()
 
@@ -353,10 +354,19 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
             logs["samples_per_second"] = (state.samples_seen - samples) / (now - started)
         memory = self.accelerator.memory_stats()
         logs["memory_bytes"] = float(memory.get("allocated_bytes", memory.get("peak_bytes", 0)))
+        if "driver_bytes" in memory:  # MPS: the driver's share grows with each new shape (warned once, below)
+            logs["driver_memory_bytes"] = float(memory["driver_bytes"])
+            self._warn_memory_drift(memory)
         if self._skipped:
             logs["skipped_steps"] = float(self._skipped)
         self._window_start = (now, state.samples_seen)
         self.log(logs, start_time=started)
+
+    def _warn_memory_drift(self, memory: dict[str, int]) -> None:
+        drift = None if self._drift_warned else self.accelerator.plan.device.memory_drift(memory)
+        if drift:
+            self._drift_warned = True
+            self.accelerator.print(f"braeburn: warning at step {self.state.global_step}: {drift}")
 
     def _record(self, logs: dict[str, float]) -> None:
         self.state.log_history.append({"step": self.state.global_step, **logs})
