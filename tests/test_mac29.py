@@ -395,3 +395,19 @@ def test_driver_memory_in_the_log_line_and_summary_and_drift_warned_once(fake_ma
     assert "memory     512.0 MiB in use at the end, " in out and " GiB held by the driver, " in out
     assert [row.get("driver_memory_bytes") for row in trainer.state.log_history if "loss" in row] == \
         [1.0 * GiB, 2.0 * GiB, 3.0 * GiB]
+
+
+# -- DataLoader workers on macOS: the fastest default, and doctor says why -----------------------------------
+def test_dataloader_workers_default_is_none_on_a_mac_and_doctor_says_why(fake_host, capsys, clean_env):
+    fake_host("apple")
+    assert main(["doctor", "--json"]) == 0
+    workers = json.loads(capsys.readouterr().out)["dataloader"]
+    assert workers["num_workers"] == TrainingConfig().dataloader_num_workers == 0
+    assert "spawn" in workers["reason"] and "deadlock on Python 3.12" in workers["reason"]
+    assert "--dataloader_persistent_workers true" in workers["reason"]
+    main(["doctor"])
+    assert "DataLoader workers (Trainer): 0 by default - batches are loaded in the training process" in \
+        " ".join(capsys.readouterr().out.split())
+    fake_host("linux_cpu")
+    assert main(["doctor", "--json"]) == 0
+    assert "fork" in json.loads(capsys.readouterr().out)["dataloader"]["reason"]
