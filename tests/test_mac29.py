@@ -411,3 +411,28 @@ def test_dataloader_workers_default_is_none_on_a_mac_and_doctor_says_why(fake_ho
     fake_host("linux_cpu")
     assert main(["doctor", "--json"]) == 0
     assert "fork" in json.loads(capsys.readouterr().out)["dataloader"]["reason"]
+
+
+# -- the MPS lane: one command on a Mac, skipped here with its reason, a report to paste --------------------
+@pytest.mark.skipif(__import__("sys").platform == "darwin", reason="on a Mac the lane runs for real: see its report")
+def test_the_mps_lane_runs_with_one_command_and_writes_its_report(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "report.md"
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "mps_lane.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = out.read_text()
+    assert report.startswith("## braeburn MPS lane\n") and "torch " in report and "chip: " in report
+    assert "- MPS: not usable (MPS needs macOS on Apple silicon; this is Linux)" in report
+    for claim in ("test_mps_is_chosen_by_default", "test_the_fallback_report_counts_each_call_of_an_unsupported_op",
+                  "test_fp16_with_the_fused_adamw_applies_no_overflow_step",
+                  "test_the_batch_size_finder_catches_both_mps_out_of_memory_errors[buffer]",
+                  "test_the_batch_size_finder_catches_both_mps_out_of_memory_errors[watermark]",
+                  "test_save_and_load_state_round_trip_bitwise[fp16]",
+                  "test_checkpointing_with_dropout_gives_the_right_gradients", "test_auto_precision_is_measured_and_shown",
+                  "test_the_image_example_trains_on_mps", "test_the_text_example_trains_on_mps"):
+        assert f"| {claim} | skipped | Skipped: needs 1 usable mps device(s)" in report, claim
