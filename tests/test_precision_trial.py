@@ -150,3 +150,32 @@ def test_a_candidate_that_fails_is_passed_over(fake_mac, one_thread, monkeypatch
     out = capsys.readouterr().out
     assert trainer.accelerator.precision == "fp16" and trainer.accelerator.scaler is not None
     assert "bf16 failed (MPS does not support linear with BFloat16 on this macOS)" in out
+
+
+def test_a_resumed_run_keeps_the_precision_it_measured(fake_mac, one_thread, monkeypatch, tmp_path, capsys):
+    import shutil
+
+    from braeburn import Trainer, TrainingConfig
+
+    fake_timings(monkeypatch, {"no": 10.0, "bf16": 9.0, "fp16": 6.0})
+
+    def trainer(name: str) -> tuple[Trainer, torch.nn.Module]:
+        generator = torch.Generator().manual_seed(3)
+        data = TensorDataset(torch.randn(64, 8, generator=generator), torch.randn(64, 1, generator=generator))
+        config = TrainingConfig(output_dir=str(tmp_path / name), max_steps=MIN_RUN_STEPS, per_device_train_batch_size=8,
+                                logging_steps=50, save_strategy="steps", save_steps=50, seed=7, learning_rate=1e-2,
+                                disable_tqdm=True)
+        model = DropoutNet()
+        return Trainer(model, config, train_dataset=data, loss_fn=torch.nn.functional.mse_loss), model
+
+    whole, model = trainer("whole")
+    whole.train()
+    assert whole.accelerator.precision == "fp16"
+    shutil.copytree(tmp_path / "whole" / "checkpoint-50", tmp_path / "saved")
+    seen = fake_timings(monkeypatch, {"no": 10.0, "bf16": 1.0, "fp16": 9.0})  # a new measurement would pick bf16
+    resumed, resumed_model = trainer("resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "saved"))
+    assert seen == [] and resumed.accelerator.precision == "fp16"
+    assert "auto: fp16, as the checkpoint trained" in capsys.readouterr().out
+    for got, want in zip(resumed_model.parameters(), model.parameters()):
+        assert torch.equal(got, want)  # the grad scaler's state came back too: exact resume

@@ -509,8 +509,16 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
             save({**loader.state_dict(), "num_processes": self.num_processes, "batch_size": loader.batch_size},
                  directory, f"dataloader_{i}.pt")
         self._save_custom_objects(directory)
-        save({"precision": self._policy.state_dict(), "accumulation_step": self._accumulation_step,
+        save({"precision": self._policy.state_dict(), "precision_name": self.precision,
+              "accumulation_step": self._accumulation_step,
               "counts": self._counts(), "num_processes": self.num_processes}, directory, "accelerator.pt")
+
+    def _resume_measured_precision(self, saved: str | None) -> None:
+        """mixed_precision="auto" still to be measured: a resumed run keeps the precision its checkpoint trained in
+        (and its grad scaler's state), rather than a new measurement that could choose another."""
+        if self.plan.precision_candidates and saved in ("no", *self.plan.precision_candidates):
+            name = "float32" if saved == "no" else saved
+            self.set_precision(saved, f"auto: {name}, as the checkpoint trained (measured when the run began)")
 
     def _gradients(self) -> list[list[torch.Tensor | None]]:
         return [[p.grad for p in self.unwrap_model(model).parameters()] for model in self._models]
@@ -555,6 +563,7 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         for i, loader in enumerate(self._dataloaders):
             saved = load(input_dir, f"dataloader_{i}.pt")
             loader.load_state_dict(dist_ckpt.resume_position(saved, loader.batch_size, self.num_processes))
+        self._resume_measured_precision(meta.get("precision_name"))
         self._policy.load_state_dict(meta["precision"])
         self._load_custom_objects(input_dir)
         self._accumulation_step = int(meta["accumulation_step"])
