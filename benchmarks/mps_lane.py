@@ -42,9 +42,9 @@ class Results:
         if report.skipped:
             detail = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         elif report.failed:
-            detail = str(getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message
-                         or report.longrepr).splitlines()[0]
-        self.rows.append((name, report.outcome if report.when == "call" or not report.passed else "passed", detail))
+            crash = getattr(report.longrepr, "reprcrash", None)
+            detail = (crash.message if crash is not None else str(report.longrepr)).splitlines()[0]
+        self.rows.append((name, report.outcome, detail))
         self.properties += [(name, f"{key}: {value}") for key, value in report.user_properties]
 
 
@@ -71,7 +71,8 @@ def machine_lines() -> list[str]:
 
 
 def report(results: Results, code: int) -> str:
-    counts = {outcome: sum(1 for row in results.rows if row[1] == outcome) for outcome in ("passed", "failed", "skipped")}
+    counts = {outcome: sum(1 for row in results.rows if row[1] == outcome)
+              for outcome in ("passed", "failed", "skipped")}
     lines = ["## braeburn MPS lane", "", *machine_lines(),
              f"- result: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
              f"(pytest exit {code})", "", "| claim (test) | outcome | detail |", "|---|---|---|"]
