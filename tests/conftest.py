@@ -124,5 +124,7 @@ def pytest_runtest_setup(item):
     name = marker.kwargs.get("device", marker.args[0] if marker.args else "cpu")
     wanted = marker.kwargs.get("min_devices", 1)
     kind, host = get_kind(name), current_host()
-    if not kind.availability(host).usable or kind.device_count(host) < wanted:
-        pytest.skip(f"needs {wanted} usable {name} device(s); this machine has {kind.device_count(host)}")
+    availability = kind.availability(host)
+    if not availability.usable or kind.device_count(host) < wanted:
+        why = "" if availability.usable else f" ({availability.reason})"  # a Mac in a VM, a Rosetta Python, ...
+        pytest.skip(f"needs {wanted} usable {name} device(s); this machine has {kind.device_count(host)}{why}")

@@ -156,3 +156,21 @@ def test_bench_times_a_users_script_through_the_probe(capsys, tmp_path):
     assert code == 0, result
     (row,) = result["devices"]
     assert row["device"] == "cpu" and row["steps"] == 3 and row["step_ms"] > 0
+
+
+def test_auto_precision_shows_the_trainers_measured_table(capsys, monkeypatch, cpu_only):
+    # The CPU given the Mac's facts for "auto" (no rule, candidates to measure): bench times them on the workload
+    # as the Trainer would, and prints the same line.
+    from braeburn.devices.cpu import CpuDevice
+
+    monkeypatch.setattr(CpuDevice, "auto_precision_order", lambda self, host: ())
+    monkeypatch.setattr(CpuDevice, "auto_precision_candidates", lambda self, host: ("bf16",))
+    code, result = _bench_json(capsys, "--size", "tiny", "--workload", "mlp", "--steps", 2, "--devices", "cpu",
+                               "--mixed-precision", "auto")
+    row = result["workloads"][0]["devices"][0]
+    assert code == 0 and row["precision"] in ("no", "bf16")
+    assert row["precision_table"].startswith("float32 ") and " | bf16 " in row["precision_table"]
+    assert row["precision_reason"].startswith("auto: ")
+    assert main(["bench", "--size", "tiny", "--workload", "mlp", "--steps", "2", "--devices", "cpu",
+                 "--mixed-precision", "auto"]) == 0
+    assert "mlp on cpu: precision " in capsys.readouterr().out

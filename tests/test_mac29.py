@@ -355,3 +355,84 @@ def test_item6_fp16_trainer_on_a_mac_uses_the_fused_adamw_and_applies_no_overflo
     trainer.train()
     assert trainer.optimizer.param_groups[0]["fused"]  # was the per-parameter loop
     assert all(torch.equal(w.detach(), b) for w, b in zip(model.parameters(), before))  # every step overflowed
+
+
+# -- driver memory beside allocated memory, and a warning when they drift apart ------------------------------
+@pytest.mark.parametrize("allocated, driver, warned", [
+    (6.7e9, 72e9, True),           # the report: 72 GB held by the driver against 6.7 GB of tensors
+    (1 * 2**30, 3 * 2**30, True),  # 3x and 2 GiB beyond
+    (1 * 2**30, 1.9 * 2**30, False),   # under 2x: the allocator's ordinary cache
+    (0.2 * 2**30, 1.1 * 2**30, False),  # over 2x, but less than 1 GiB beyond
+])
+def test_driver_memory_drift_rule(allocated, driver, warned):
+    stats = {"allocated_bytes": int(allocated), "driver_bytes": int(driver)}
+    drift = MpsDevice().memory_drift(stats)
+    assert bool(drift) == warned
+    if warned:
+        assert "pytorch#132596" in drift and "pad_to_buckets" in drift and "torch.mps.empty_cache()" in drift
+    from braeburn.devices.registry import get_kind
+
+    assert get_kind("cpu").memory_drift(stats) is None
+
+
+def test_driver_memory_in_the_log_line_and_summary_and_drift_warned_once(fake_mac, monkeypatch, tmp_path, capsys):
+    from torch.utils.data import TensorDataset
+
+    from braeburn import Trainer
+
+    GiB = 2**30
+    steps = iter(range(1, 10**6))
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: GiB // 2)
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: next(steps) * GiB)  # grows at each read
+    config = TrainingConfig(output_dir=str(tmp_path), max_steps=6, per_device_train_batch_size=4, logging_steps=2,
+                            save_strategy="no", mixed_precision="no", disable_tqdm=True)
+    data = TensorDataset(torch.rand(32, 4), torch.rand(32, 1))
+    trainer = Trainer(torch.nn.Linear(4, 1), config, train_dataset=data, loss_fn=torch.nn.functional.mse_loss)
+    trainer.train()
+    out = capsys.readouterr().out
+    assert "| mem 512.0 MiB (driver 1.0 GiB) |" in out  # the first log: 2x, not yet 1 GiB beyond
+    assert out.count("the MPS driver holds") == 1 and "warning at step 4: the MPS driver holds 2.0 GiB" in out
+    assert "memory     512.0 MiB in use at the end, " in out and " GiB held by the driver, " in out
+    assert [row.get("driver_memory_bytes") for row in trainer.state.log_history if "loss" in row] == \
+        [1.0 * GiB, 2.0 * GiB, 3.0 * GiB]
+
+
+# -- DataLoader workers on macOS: the fastest default, and doctor says why -----------------------------------
+def test_dataloader_workers_default_is_none_on_a_mac_and_doctor_says_why(fake_host, capsys, clean_env):
+    fake_host("apple")
+    assert main(["doctor", "--json"]) == 0
+    workers = json.loads(capsys.readouterr().out)["dataloader"]
+    assert workers["num_workers"] == TrainingConfig().dataloader_num_workers == 0
+    assert "spawn" in workers["reason"] and "deadlock on Python 3.12" in workers["reason"]
+    assert "--dataloader_persistent_workers true" in workers["reason"]
+    main(["doctor"])
+    assert "DataLoader workers (Trainer): 0 by default - batches are loaded in the training process" in \
+        " ".join(capsys.readouterr().out.split())
+    fake_host("linux_cpu")
+    assert main(["doctor", "--json"]) == 0
+    assert "fork" in json.loads(capsys.readouterr().out)["dataloader"]["reason"]
+
+
+# -- the MPS lane: one command on a Mac, skipped here with its reason, a report to paste --------------------
+@pytest.mark.skipif(__import__("sys").platform == "darwin", reason="on a Mac the lane runs for real: see its report")
+def test_the_mps_lane_runs_with_one_command_and_writes_its_report(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "report.md"
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "mps_lane.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = out.read_text()
+    assert report.startswith("## braeburn MPS lane\n") and "torch " in report and "chip: " in report
+    assert "- MPS: not usable (MPS needs macOS on Apple silicon; this is Linux)" in report
+    for claim in ("test_mps_is_chosen_by_default", "test_the_fallback_report_counts_each_call_of_an_unsupported_op",
+                  "test_fp16_with_the_fused_adamw_applies_no_overflow_step",
+                  "test_the_batch_size_finder_catches_both_mps_out_of_memory_errors[buffer]",
+                  "test_the_batch_size_finder_catches_both_mps_out_of_memory_errors[watermark]",
+                  "test_save_and_load_state_round_trip_bitwise[fp16]",
+                  "test_checkpointing_with_dropout_gives_the_right_gradients", "test_auto_precision_is_measured_and_shown",
+                  "test_the_image_example_trains_on_mps", "test_the_text_example_trains_on_mps"):
+        assert f"| {claim} | skipped | Skipped: needs 1 usable mps device(s)" in report, claim

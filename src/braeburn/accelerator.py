@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import os
 import warnings
 from pathlib import Path
@@ -324,6 +325,22 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         """Autocast to the resolved precision (a no-op for float32)."""
         return self._policy.autocast()
 
+    def set_precision(self, precision: str, reason: str) -> PrecisionPolicy:
+        """Train in ``precision`` ("no", "bf16", "fp16") from now on: the policy (a fresh grad scaler where the
+        device needs one), the prepared models' autocast and the plan change together. The Trainer calls it
+        when ``mixed_precision="auto"`` measures (braeburn.precision_trial); returns the new policy."""
+        kind, host = self.plan.device, current_host()
+        scaler = precision != "no" and kind.precision_support(precision, host).needs_grad_scaler
+        self._policy = make_policy(precision, scaler, self.device, kind.fused_optimizers_honour_grad_scaler(host))
+        self.precision = precision
+        self.plan = dataclasses.replace(self.plan, precision=precision, grad_scaler=scaler, precision_reason=reason,
+                                        precision_candidates=())
+        for model in self._models:
+            forward = compile_policy.prepared_forward(self.unwrap_model(model))
+            if forward is not None:
+                forward.autocast = self._policy.autocast if self._policy.dtype is not None else None
+        return self._policy
+
     def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager:
         """One micro-batch: sets ``sync_gradients``; off-boundary, DDP and FSDP skip their gradient
         all-reduce / reduce-scatter (the gradients accumulate locally until the boundary step)."""
@@ -496,8 +513,16 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
             save({**loader.state_dict(), "num_processes": self.num_processes, "batch_size": loader.batch_size},
                  directory, f"dataloader_{i}.pt")
         self._save_custom_objects(directory)
-        save({"precision": self._policy.state_dict(), "accumulation_step": self._accumulation_step,
+        save({"precision": self._policy.state_dict(), "precision_name": self.precision,
+              "accumulation_step": self._accumulation_step,
               "counts": self._counts(), "num_processes": self.num_processes}, directory, "accelerator.pt")
+
+    def _resume_measured_precision(self, saved: str | None) -> None:
+        """mixed_precision="auto" still to be measured: a resumed run keeps the precision its checkpoint trained in
+        (and its grad scaler's state), rather than a new measurement that could choose another."""
+        if self.plan.precision_candidates and saved in ("no", *self.plan.precision_candidates):
+            name = "float32" if saved == "no" else saved
+            self.set_precision(saved, f"auto: {name}, as the checkpoint trained (measured when the run began)")
 
     def _gradients(self) -> list[list[torch.Tensor | None]]:
         return [[p.grad for p in self.unwrap_model(model).parameters()] for model in self._models]
@@ -542,6 +567,7 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         for i, loader in enumerate(self._dataloaders):
             saved = load(input_dir, f"dataloader_{i}.pt")
             loader.load_state_dict(dist_ckpt.resume_position(saved, loader.batch_size, self.num_processes))
+        self._resume_measured_precision(meta.get("precision_name"))
         self._policy.load_state_dict(meta["precision"])
         self._load_custom_objects(input_dir)
         self._accumulation_step = int(meta["accumulation_step"])

@@ -190,6 +190,19 @@ class BatchTracker:
     remainder: int = -1  # real samples in the final global batch; -1 when nothing is padded
 
 
+def dataloader_workers_default(host: HostFacts) -> tuple[int, str]:
+    """The Trainer's DataLoader workers (``--dataloader_num_workers``) by default here, and why."""
+    if host.workers_start_by_spawn:
+        return 0, ("batches are loaded in the training process: on this OS DataLoader workers start by spawn, each "
+                   "re-importing your script and unpickling the dataset (one worker took 11 s to start on a no-op "
+                   "dataset on macOS), again at every epoch unless persistent, and they can deadlock on Python 3.12; "
+                   "for data already in memory no worker is fastest. For slow loading (decoding images), pass "
+                   "--dataloader_num_workers 2 --dataloader_persistent_workers true and keep the script's work "
+                   "under `if __name__ == '__main__':`")
+    return 0, ("batches are loaded in the training process, as in Transformers; workers start by fork here, so "
+               "--dataloader_num_workers N is cheap to try when loading is slow")
+
+
 _warned_spawn = False
 
 

@@ -72,6 +72,9 @@ class Plan:
     compile_auto: bool = False  # compile was left at "auto": the Accelerator may still skip it per model
     env: dict[str, str] = field(default_factory=dict)  # to set before torch loads
     notes: tuple[str, ...] = ()  # warnings the user should see (the Accelerator prints them once)
+    # mixed_precision="auto" where the device kind has no rule: float32 until the Trainer measures these
+    # against it on the user's own model (braeburn.precision_trial); () when the precision is decided.
+    precision_candidates: tuple[str, ...] = ()
 
 
 def _requested_accelerator(options: RunOptions) -> tuple[str, str, object]:
@@ -145,28 +148,44 @@ def _check_processes(options: RunOptions, kind: DeviceKind, host: HostFacts, err
     return options.strategy if options.strategy in ("ddp", "fsdp") else "ddp"
 
 
+def _usable(kind: DeviceKind, dtype: str, host: HostFacts) -> bool:
+    support = kind.precision_support(dtype, host)
+    return support.supported and (not support.needs_grad_scaler or support.grad_scaler_supported)
+
+
+def _auto_precision(kind: DeviceKind, host: HostFacts) -> tuple[str, bool, str, tuple[str, ...]]:
+    for dtype in kind.auto_precision_order(host):
+        if _usable(kind, dtype, host):
+            support = kind.precision_support(dtype, host)
+            scaler = " with a grad scaler" if support.needs_grad_scaler else ""
+            return (dtype, support.needs_grad_scaler,
+                    f"auto: {dtype}{scaler}, the best mixed precision {kind.name} supports here", ())
+    candidates = tuple(dtype for dtype in kind.auto_precision_candidates(host) if _usable(kind, dtype, host))
+    if candidates:
+        return "no", False, (f"auto: float32 until measured ({kind.auto_float32_reason(host)}); the Trainer times "
+                             f"float32, {' and '.join(candidates)} on your model at the start of training and keeps "
+                             "the fastest whose loss matches float32's"), candidates
+    return "no", False, f"auto: float32, {kind.auto_float32_reason(host)}", ()
+
+
 def _choose_precision(options: RunOptions, kind: DeviceKind, host: HostFacts,
-                      errors: list[OptionError]) -> tuple[str, bool, str]:
+                      errors: list[OptionError]) -> tuple[str, bool, str, tuple[str, ...]]:
+    """(precision, grad scaler, reason, the candidates "auto" still measures)."""
     asked = options.mixed_precision
     if asked not in (*PRECISIONS, "auto"):
         errors.append(OptionError("mixed_precision", asked, f"choose one of auto, {', '.join(PRECISIONS)}"))
-        return "no", False, "float32 after an unknown mixed_precision"
+        return "no", False, "float32 after an unknown mixed_precision", ()
     if asked == "no":
-        return "no", False, "float32, as asked (mixed_precision='no')"
+        return "no", False, "float32, as asked (mixed_precision='no')", ()
     if asked == "auto":
-        for dtype in kind.auto_precision_order(host):
-            support = kind.precision_support(dtype, host)
-            if support.supported and (not support.needs_grad_scaler or support.grad_scaler_supported):
-                scaler = " with a grad scaler" if support.needs_grad_scaler else ""
-                return dtype, support.needs_grad_scaler, f"auto: {dtype}{scaler}, the best mixed precision {kind.name} supports here"
-        return "no", False, f"auto: float32, {kind.auto_float32_reason(host)}"
+        return _auto_precision(kind, host)
     support = kind.precision_support(asked, host)
     if not support.supported or (support.needs_grad_scaler and not support.grad_scaler_supported):
         errors.append(OptionError("mixed_precision", asked, f"{support.reason}. Upgrade, or pass "
                                   "--mixed_precision no (float32) or auto"))
-        return "no", False, "refused"
+        return "no", False, "refused", ()
     scaler = " with a grad scaler" if support.needs_grad_scaler else ""
-    return asked, support.needs_grad_scaler, f"{asked}{scaler}, as asked"
+    return asked, support.needs_grad_scaler, f"{asked}{scaler}, as asked", ()
 
 
 def _choose_compile(options: RunOptions, kind: DeviceKind, host: HostFacts, errors: list[OptionError],
@@ -214,7 +233,7 @@ def make_plan(options: RunOptions, host: HostFacts) -> Plan:
     kind, device_reason = _choose_device(options, host, errors, notes)
     devices = _check_devices(options, kind, host, errors)
     strategy = _check_processes(options, kind, host, errors)
-    precision, scaler, precision_reason = _choose_precision(options, kind, host, errors)
+    precision, scaler, precision_reason, candidates = _choose_precision(options, kind, host, errors)
     use_compile, compile_reason = _choose_compile(options, kind, host, errors, notes)
     env = _mps_env(options, kind, errors)
     if errors:
@@ -223,4 +242,4 @@ def make_plan(options: RunOptions, host: HostFacts) -> Plan:
                 strategy=strategy, backend=kind.process_group_backend if strategy != "single" else None,
                 precision=precision, grad_scaler=scaler, precision_reason=precision_reason,
                 compile=use_compile, compile_reason=compile_reason, env=env, notes=tuple(notes),
-                compile_auto=str(options.compile).lower() == "auto")
+                compile_auto=str(options.compile).lower() == "auto", precision_candidates=candidates)

@@ -73,6 +73,7 @@ class ScaledFp16Policy(AutocastPolicy):
         super().__init__(device, "fp16")
         self.scaler = torch.amp.GradScaler(device.type)
         self.fused_honours_scaler = fused_honours_scaler
+        self._scale = self.scaler.get_scale()  # the scale after the last update (no sync before the first scale())
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         self.scaler.scale(loss).backward(**kwargs)
@@ -83,11 +84,12 @@ class ScaledFp16Policy(AutocastPolicy):
     def step(self, optimizer: torch.optim.Optimizer, closure=None) -> bool:
         if not self.fused_honours_scaler and getattr(optimizer, "_step_supports_amp_scaling", False):
             return self._step_skipping_overflow(optimizer, closure)
-        # get_scale() reads the scale back to the host: one sync per optimizer step.
-        scale_before = self.scaler.get_scale()
         self.scaler.step(optimizer, closure) if closure is not None else self.scaler.step(optimizer)
         self.scaler.update()
-        return self.scaler.get_scale() >= scale_before
+        # One sync per optimizer step (the scale read back), against the scale the last update left: update()
+        # lowers it exactly when this step found inf/NaN and was skipped.
+        before, self._scale = self._scale, self.scaler.get_scale()
+        return before is None or self._scale >= before
 
     def _step_skipping_overflow(self, optimizer: torch.optim.Optimizer, closure=None) -> bool:
         try:
@@ -101,6 +103,7 @@ class ScaledFp16Policy(AutocastPolicy):
         if finite:
             self.scaler.step(optimizer, closure) if closure is not None else self.scaler.step(optimizer)
         self.scaler.update()  # lowers the scale after an overflow, from the inf check unscale_ recorded
+        self._scale = None  # read again by the other path if it is ever taken
         return finite
 
     def state_dict(self) -> dict:
@@ -109,6 +112,7 @@ class ScaledFp16Policy(AutocastPolicy):
     def load_state_dict(self, state: dict) -> None:
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
+            self._scale = self.scaler.get_scale()
 
 
 def make_policy(precision: str, grad_scaler: bool, device: torch.device,

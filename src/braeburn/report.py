@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from . import __version__
 from ._early import set_by_braeburn
+from .data import dataloader_workers_default
 from .devices.base import PRECISIONS
 from .devices.host import HostFacts, python_arch_note, version_text
 from .devices.registry import KINDS
@@ -82,6 +83,7 @@ def build_report(host: HostFacts, options: RunOptions, current_env: Mapping[str,
         "devices": devices,
         "selected": selection,
         "environment": _environment(host, current_env),
+        "dataloader": dict(zip(("num_workers", "reason"), dataloader_workers_default(host))),
         "torch_loaded_before_braeburn": host.torch_loaded_before_braeburn,
         "problems": problems,
         "exit_code": code,

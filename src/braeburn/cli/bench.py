@@ -32,7 +32,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="batch size (default: the workload's own)")
     parser.add_argument("--devices", default=None, help="comma list of device kinds (default: every usable one)")
     parser.add_argument("--mixed-precision", "--mixed_precision", dest="mixed_precision", default="no",
-                        choices=("no", "bf16", "fp16"), help="autocast dtype for the workloads (default float32)")
+                        choices=("no", "bf16", "fp16", "auto"),
+                        help="autocast dtype for the workloads (default float32); auto: what the Trainer would "
+                             "choose, measured per workload where the device has no rule (MPS), with the table")
     parser.add_argument("--max-seconds", type=float, default=30.0,
                         help="stop timing a workload on a device after this long (at least one step; default 30)")
     parser.add_argument("--plot", metavar="PNG", help="save a bar chart of samples/s (needs matplotlib)")
@@ -119,7 +121,7 @@ def device_peaks(kind: DeviceKind, host, size: str, precision: str) -> dict:
     full = size == "full"
     n = (4096 if kind.is_accelerator else 1024) if full else 256
     min_seconds = 0.25 if full else 0.02
-    dtypes = ["fp32"] + [d for d in ("bf16", "fp16") if d == "bf16" or DTYPE_OF[precision] == d]
+    dtypes = ["fp32"] + [d for d in ("bf16", "fp16") if d == "bf16" or DTYPE_OF.get(precision, d) == d]
     peaks = {}
     for dtype in dtypes:
         if dtype == "fp32" or kind.precision_support(dtype, host).supported:
@@ -139,9 +141,7 @@ def _policy(kind: DeviceKind, host, precision: str):
     return make_policy(precision, support.needs_grad_scaler, kind.torch_device()), precision
 
 
-def time_training(built, kind: DeviceKind, host, precision: str, batch_size: int, warmup: int, steps: int,
-                  max_seconds: float) -> dict:
-    """samples/s of full training steps (forward, backward, AdamW step) on one synthetic batch."""
+def _one_batch(built, kind: DeviceKind, batch_size: int):
     import copy
 
     import torch
@@ -151,7 +151,49 @@ def time_training(built, kind: DeviceKind, host, precision: str, batch_size: int
     device = kind.torch_device()
     model = copy.deepcopy(built.model).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    batch = to_device(built.make_batch(batch_size), device)  # one batch, reused: host copies stay out
+    return model, optimizer, to_device(built.make_batch(batch_size), device)  # one batch, reused: no host copies
+
+
+def resolve_precision(built, kind: DeviceKind, host, asked: str, batch_size: int) -> tuple[str, dict]:
+    """The precision to time on ``kind`` and what to report about it: as asked; for "auto", the plan's rule, or,
+    where the device kind leaves candidates to measure (MPS), the Trainer's own trial on this workload."""
+    if asked != "auto":
+        return asked, {}
+    from ..plan import RunOptions, make_plan
+
+    plan = make_plan(RunOptions(accelerator=kind.name), host)
+    if not plan.precision_candidates:
+        return plan.precision, {"precision_reason": plan.precision_reason}
+    from .. import state as state_io
+    from ..precision_trial import Snapshot, decide, run_trials
+
+    model, optimizer, batch = _one_batch(built, kind, batch_size)
+    snapshot = Snapshot(model, optimizer, lambda: state_io.rng_state(kind), lambda s: state_io.set_rng_state(s, kind))
+
+    def start(precision: str):
+        policy, _ = _policy(kind, host, precision)
+
+        def step():
+            with policy.autocast():
+                loss = built.loss(model, batch)
+            policy.backward(loss)
+            policy.step(optimizer)
+            optimizer.zero_grad(set_to_none=True)
+            return loss.detach()
+        return step
+
+    decision = decide(run_trials(("no", *plan.precision_candidates), start, snapshot, kind.synchronize,
+                                 kind.is_out_of_memory, kind.empty_cache))
+    del model, optimizer, batch, snapshot
+    gc.collect()
+    kind.empty_cache()
+    return decision.precision, {"precision_table": decision.table, "precision_reason": decision.reason}
+
+
+def time_training(built, kind: DeviceKind, host, precision: str, batch_size: int, warmup: int, steps: int,
+                  max_seconds: float) -> dict:
+    """samples/s of full training steps (forward, backward, AdamW step) on one synthetic batch."""
+    model, optimizer, batch = _one_batch(built, kind, batch_size)
     policy, used = _policy(kind, host, precision)
 
     def step() -> None:
@@ -199,8 +241,9 @@ def bench_workload(name: str, args, kinds: list[DeviceKind], host, peaks: dict) 
     for kind in kinds:
         _say(f"{name} ({args.size}, batch {batch_size}) on {kind.name}: {args.warmup} warm-up + up to "
              f"{args.steps} timed steps...")
-        row = time_training(built, kind, host, args.mixed_precision, batch_size, args.warmup, args.steps,
-                            args.max_seconds)
+        precision, measured = resolve_precision(built, kind, host, args.mixed_precision, batch_size)
+        row = {**time_training(built, kind, host, precision, batch_size, args.warmup, args.steps, args.max_seconds),
+               **measured}
         _say(f"{name} on {kind.name}: {row['samples_per_s']:.1f} samples/s")
         _add_mfu(row, flops, peaks[kind.name])
         rows.append(row)
@@ -312,6 +355,11 @@ def render(results: dict) -> None:
         for result in results["workloads"]:
             style = "bold yellow" if "the CPU is the faster choice" in result["verdict"] else "bold"
             console.print(f"[{style}]{result['verdict']}[/]")
+    for result in results["workloads"]:
+        for row in result["devices"]:
+            if "precision_table" in row:  # mixed_precision auto, measured: the line the Trainer prints
+                console.print(f"{result['workload']} on {row['device']}: precision {row['precision']}, timed: "
+                              f"{row['precision_table']}: {row['precision_reason']}")
     for name, why in results["skipped"].items():
         console.print(f"[dim]skipped {name}: {why}[/]")
 

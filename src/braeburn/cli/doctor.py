@@ -98,6 +98,8 @@ def render(report: dict, console: Console) -> None:
         for error in selected["errors"]:
             console.print(f"  - {error}")
     console.print(_env_table(report))
+    workers = report["dataloader"]
+    console.print(f"[bold]DataLoader workers (Trainer):[/] {workers['num_workers']} by default - {workers['reason']}")
     for problem in report["problems"]:
         console.print(f"[yellow]To fix:[/] {problem}")
     console.print(f"exit status {report['exit_code']} ({EXIT_CODES_HELP.split(': ', 1)[1]})")

@@ -89,6 +89,11 @@ class DeviceKind(ABC):
         """Mixed-precision dtypes that ``mixed_precision="auto"`` tries, best first."""
         return ("bf16", "fp16")
 
+    def auto_precision_candidates(self, host: HostFacts) -> tuple[str, ...]:
+        """Mixed precisions that ``mixed_precision="auto"`` measures against float32 on the user's own model at the
+        start of training (braeburn.precision_trial), where no rule knows the fastest; () decides by rule."""
+        return ()
+
     def auto_float32_reason(self, host: HostFacts) -> str:
         """Why ``mixed_precision="auto"`` keeps float32 when :meth:`auto_precision_order` offers nothing usable."""
         return f"since {self.name} has no mixed precision worth using here"
@@ -168,6 +173,11 @@ class DeviceKind(ABC):
 
     def reset_peak_memory(self) -> None:
         """Start a new peak-memory window."""
+
+    def memory_drift(self, stats: dict[str, int]) -> str | None:
+        """Why the memory the driver holds has drifted far beyond the live tensors (from :meth:`memory_stats`),
+        and what to do; None when it has not, or the kind cannot tell."""
+        return None
 
     def memory_beyond_comfort(self) -> str | None:
         """Why the memory this process holds now would page (swap) although it fit; None when it is fine.

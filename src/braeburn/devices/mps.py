@@ -35,6 +35,11 @@ TRUSTED_TORCH_COMPILE = (2, 13)
 # libtorch parses PYTORCH_ENABLE_MPS_FALLBACK with std::stoi while it loads (MPSFallback.mm): a value
 # that does not start with a whole number ("true", "yes") throws there and aborts `import torch`.
 _STOI_PARSES = re.compile(r"\s*[+-]?\d")
+# torch.mps.driver_allocated_memory() grows with every new input shape (the MPS graph cache keeps graphs and
+# their buffers per shape, pytorch#132596): one report held 72 GB against 6.7 GB of tensors, then ran 12x slower.
+# Drift is warned when the driver holds more than DRIFT_RATIO x the tensors and DRIFT_BYTES more than them.
+DRIFT_RATIO = 2.0
+DRIFT_BYTES = 2**30
 
 
 def min_macos_for(torch_version: tuple[int, ...]) -> tuple[int, ...]:
@@ -222,10 +227,13 @@ class MpsDevice(DeviceKind):
         return PrecisionSupport("bf16", True)
 
     def auto_precision_order(self, host: HostFacts) -> tuple[str, ...]:
-        # No measurement backs a mixed precision on MPS: bf16 is emulated on M1/M2 (Transformers PR #40458, "no
+        # No rule picks a mixed precision on MPS: bf16 is emulated on M1/M2 (Transformers PR #40458, "no
         # performance benefit") and was measured slower than float32 on an M4 too (nanochat #685); fp16 needs
-        # GradScaler("mps") and the non-fused AdamW. Until braeburn measures on the user's Mac, float32.
+        # GradScaler("mps"). The Trainer measures the candidates below instead; until it has, float32.
         return ()
+
+    def auto_precision_candidates(self, host: HostFacts) -> tuple[str, ...]:
+        return ("bf16", "fp16")
 
     def auto_float32_reason(self, host: HostFacts) -> str:
         return ("since no measurement backs a faster mixed precision on Apple silicon: bf16 is emulated on M1/M2 "
@@ -338,6 +346,18 @@ class MpsDevice(DeviceKind):
             if ratio > 0:  # 0.0: no limit at all
                 stats["limit_bytes"] = int(ratio * recommended)
         return stats
+
+    def memory_drift(self, stats: dict[str, int]) -> str | None:
+        allocated, driver = stats.get("allocated_bytes"), stats.get("driver_bytes")
+        if allocated is None or driver is None:
+            return None
+        if driver <= DRIFT_RATIO * allocated or driver - allocated <= DRIFT_BYTES:
+            return None
+        return (f"the MPS driver holds {driver / 2**30:.1f} GiB against {allocated / 2**30:.1f} GiB of live tensors "
+                f"(more than {DRIFT_RATIO:g}x and {DRIFT_BYTES / 2**30:g} GiB beyond them): each new input shape "
+                "keeps its own MPS graph and buffers (pytorch#132596), and past the recommended working set macOS "
+                "pages and steps slow down many times over. Keep batch shapes few: leave pad_to_buckets on (text), "
+                "pad or crop images to one size, drop_last=True; torch.mps.empty_cache() gives cached buffers back")
 
     def memory_beyond_comfort(self) -> str | None:
         # Past the recommended working set (~75% of RAM) macOS starts to page, although torch's limit

@@ -30,6 +30,7 @@ from ..state import enable_full_determinism
 from .autobatch import train_through_out_of_memory
 from . import earlier_run
 from .compile_window import CompileWindow
+from .precision_window import choose_precision
 from .batches import batch_inputs, compute_loss
 from .callbacks import CallbackList
 from .background_save import BackgroundSaver, Snapshot
@@ -169,6 +170,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         other_runs = self.checkpoints.begin_run(self.state)  # the id that rotation and the NaN message go by
         if other_runs:
             self.accelerator.print(f"braeburn: warning: {other_runs}")
+        self._precision_record = choose_precision(self, train_loader)  # "auto" on MPS: timed here, state restored
         self._reset_window()
         started, start_step = time.perf_counter(), self.state.global_step
         self.callbacks.on_train_begin(self, self.state)
@@ -317,6 +319,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         self._grad_norm: torch.Tensor | None = None
         self._step_lr: float | None = None
         self._skipped = 0
+        self._drift_warned = False  # the MPS driver-memory drift is warned once per train()
         self._loss_total = (0.0, 0)
         self._save_log = SaveLog()
 
@@ -352,10 +355,19 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
             logs["samples_per_second"] = (state.samples_seen - samples) / (now - started)
         memory = self.accelerator.memory_stats()
         logs["memory_bytes"] = float(memory.get("allocated_bytes", memory.get("peak_bytes", 0)))
+        if "driver_bytes" in memory:  # MPS: the driver's share grows with each new shape (warned once, below)
+            logs["driver_memory_bytes"] = float(memory["driver_bytes"])
+            self._warn_memory_drift(memory)
         if self._skipped:
             logs["skipped_steps"] = float(self._skipped)
         self._window_start = (now, state.samples_seen)
         self.log(logs, start_time=started)
+
+    def _warn_memory_drift(self, memory: dict[str, int]) -> None:
+        drift = None if self._drift_warned else self.accelerator.plan.device.memory_drift(memory)
+        if drift:
+            self._drift_warned = True
+            self.accelerator.print(f"braeburn: warning at step {self.state.global_step}: {drift}")
 
     def _record(self, logs: dict[str, float]) -> None:
         self.state.log_history.append({"step": self.state.global_step, **logs})
@@ -586,6 +598,8 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
     def _run_record(self) -> dict[str, Any]:
         """What the run did beyond its losses (compile, shapes, where step time went), for metrics.jsonl."""
         record = self._compile_window.record(len(self._shapes))
+        if self._precision_record is not None:
+            record["precision"] = self._precision_record
         breakdown = self._step_breakdown.record()
         return record if breakdown is None else {**record, "step_breakdown": breakdown}
 

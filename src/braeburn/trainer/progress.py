@@ -49,7 +49,8 @@ def memory_line(stats: dict[str, int]) -> str:
         limit = f", out-of-memory limit {human_bytes(stats['limit_bytes'])}"
     elif stats.get("recommended_bytes"):
         limit = ", no limit"
-    return (f"memory     {human_bytes(stats['allocated_bytes'])} in use at the end{limit} "
+    driver = f", {human_bytes(stats['driver_bytes'])} held by the driver" if "driver_bytes" in stats else ""
+    return (f"memory     {human_bytes(stats['allocated_bytes'])} in use at the end{driver}{limit} "
             "(this device has no peak counter)")
 
 
@@ -78,7 +79,8 @@ def describe_logs(logs: dict[str, float]) -> str:
     if "samples_per_second" in logs:
         parts.append(f"{logs['samples_per_second']:.0f} samples/s")
     if logs.get("memory_bytes"):
-        parts.append(f"mem {human_bytes(logs['memory_bytes'])}")
+        driver = f" (driver {human_bytes(logs['driver_memory_bytes'])})" if logs.get("driver_memory_bytes") else ""
+        parts.append(f"mem {human_bytes(logs['memory_bytes'])}{driver}")
     parts += [f"{k} {v:.4f}" for k, v in logs.items() if k.startswith("eval_") and isinstance(v, float)]
     return " | ".join(parts)
 

@@ -1,0 +1,99 @@
+"""The MPS lane on a Mac: check every claim braeburn makes about Apple silicon, and write a report to paste.
+
+    python benchmarks/mps_lane.py                     # from the repository root; report in mps-lane-report.md
+    python benchmarks/mps_lane.py --out report.md
+
+Runs tests/test_mps_lane.py (each test carries requires("mps"); where MPS is not usable, every one is skipped
+and the report says why) and writes: braeburn, Python, torch and macOS versions, the chip and its memory,
+whether MPS is usable, each claim's outcome (with the first line of a failure), and the precision that
+mixed_precision="auto" measured. Exit status: pytest's (0 when every claim held or was skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
+
+import braeburn  # noqa: E402  (before torch: the MPS fallback default, as for a user's script)
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+class Results:
+    """A pytest plugin that keeps each test's outcome, the first line of a failure and its recorded properties."""
+
+    def __init__(self):
+        self.rows: list[tuple[str, str, str]] = []
+        self.properties: list[tuple[str, str]] = []
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.when != "call" and report.outcome == "passed":
+            return  # setup and teardown that passed say nothing
+        name = report.nodeid.split("::", 1)[-1]
+        detail = ""
+        if report.skipped:
+            detail = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        elif report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            detail = (crash.message if crash is not None else str(report.longrepr)).splitlines()[0]
+        self.rows.append((name, report.outcome, detail))
+        self.properties += [(name, f"{key}: {value}") for key, value in report.user_properties]
+
+
+def _sysctl(name: str) -> str:
+    try:
+        return subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine_lines() -> list[str]:
+    from braeburn.devices.host import current_host, version_text
+    from braeburn.devices.registry import get_kind
+
+    host = current_host()
+    mps = get_kind("mps").availability(host)
+    memory = _sysctl("hw.memsize")
+    return [f"- braeburn {braeburn.__version__}, Python {platform.python_version()} ({platform.machine()}), "
+            f"torch {torch.__version__}",
+            f"- OS: {'macOS ' + version_text(host.macos_version) if host.system == 'Darwin' else host.system}; "
+            f"chip: {_sysctl('machdep.cpu.brand_string') or platform.processor() or 'unknown'}"
+            + (f", {int(memory) / 2**30:.0f} GiB" if memory.isdigit() else ""),
+            f"- MPS: {'usable' if mps.usable else 'not usable'} ({mps.reason})"]
+
+
+def report(results: Results, code: int) -> str:
+    counts = {outcome: sum(1 for row in results.rows if row[1] == outcome)
+              for outcome in ("passed", "failed", "skipped")}
+    lines = ["## braeburn MPS lane", "", *machine_lines(),
+             f"- result: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
+             f"(pytest exit {code})", "", "| claim (test) | outcome | detail |", "|---|---|---|"]
+    lines += [f"| {name} | {outcome} | {detail.replace('|', '/')} |" for name, outcome, detail in results.rows]
+    if results.properties:
+        lines += ["", *(f"- {name}: {value}" for name, value in results.properties)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="mps-lane-report.md", help="where to write the report (Markdown)")
+    args = parser.parse_args(argv)
+    results = Results()
+    os.chdir(ROOT)
+    code = int(pytest.main(["tests/test_mps_lane.py", "-q", "-rs", "-p", "no:cacheprovider"], plugins=[results]))
+    text = report(results, code)
+    Path(args.out).write_text(text)
+    print(f"\n{text}\nreport written to {Path(args.out).resolve()}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
