@@ -454,8 +454,11 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         self.callbacks.on_save(self, saved if saved is not None else self.state, folder)
 
     def _save_at_stop(self) -> None:
-        """The end of the loop saves (unless save_strategy="no"); so does a stop asked with save=True (signals)."""
+        """The end of the loop saves (unless save_strategy="no"); so does a stop asked with save=True (signals).
+        A save still writing in the background is waited for first: if it failed, this step is written again
+        (the last checkpoint matters most), every time, not only when its failure happened to be seen in time."""
         if self.state.should_save or self.config.save_strategy != "no":
+            self._saver.wait()
             self._save()
 
     # -- setup -----------------------------------------------------------------------------------
