@@ -416,12 +416,23 @@ def _check_numbers(args) -> None:
                          "no script to run the built-in workloads")
 
 
+def _short_run(args) -> None:
+    """BRAEBURN_MAX_STEPS=N (a quick check that the command runs, as the doc tests do) caps the steps and warm-up."""
+    from ..envvars import MAX_STEPS_VAR, max_steps_cap
+
+    cap = max_steps_cap()
+    if cap is not None and (args.steps > cap or args.warmup > cap):
+        args.steps, args.warmup = min(args.steps, cap), min(args.warmup, cap)
+        _say(f"{MAX_STEPS_VAR}={cap}: {args.warmup} warm-up and {args.steps} timed steps (unset it to measure in full)")
+
+
 def run(args: argparse.Namespace) -> int:
     from ..devices.host import current_host
 
     host = current_host()
     try:
         _check_numbers(args)
+        _short_run(args)
         if args.script:
             result = run_script(args, host)
         else:
