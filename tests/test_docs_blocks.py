@@ -26,6 +26,8 @@ COMMAND_TIMEOUT = 240
 NOT_YET_RUN = {
     ("docs/distributed.md", "python benchmarks/scaling.py --tiny"):
         "16 torchrun jobs (~5 min on 2 cores): BRAEBURN_MAX_STEPS does not cut scaling.py's matrix short yet",
+    ("docs/benchmarks.md", "python benchmarks/recipes.py --cpu --recipes gpt2"):
+        "trains a BPE tokenizer, then runs three trainers: over 4 min on a busy 2-core CPU, even with --max-steps 3",
 }
 
 TRAIN_PY = '''"""The reader's own train.py, as the docs' commands name it: a tiny Trainer run that takes any arguments."""
@@ -89,7 +91,7 @@ def _your_files(work: Path) -> None:
 def workspace(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """The folder the blocks run in, and their environment: CPU, offline, short runs, braeburn and python on PATH."""
     bin_dir, work = tmp_path / "bin", tmp_path / "work"
-    bin_dir.mkdir()
+    bin_dir.mkdir(parents=True)
     work.mkdir()
     for name, target in (("python", sys.executable), ("python3", sys.executable),
                          ("braeburn", f"{sys.executable} -m braeburn.cli.main")):
@@ -103,6 +105,13 @@ def workspace(tmp_path: Path) -> tuple[Path, dict[str, str]]:
                TRANSFORMERS_OFFLINE="1", MPLBACKEND="Agg", XDG_CONFIG_HOME=str(tmp_path / "xdg"),
                PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     return work, env
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_python_blocks(blocks: list[Block], tmp_path: Path) -> tuple[bool, str]:
@@ -131,14 +140,15 @@ def run_commands(blocks: list[Block], tmp_path: Path) -> list[str]:
         for line, command in commands_of(block):
             if _not_yet_run(block, command):
                 continue
-            started = time.monotonic()
+            started, used = time.monotonic(), _children_cpu()
             try:
                 done = subprocess.run(["bash", "-c", "set -eo pipefail\n" + command], cwd=work, env=env,
                                       capture_output=True, text=True, timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL)
                 code, output = done.returncode, done.stdout + done.stderr
             except subprocess.TimeoutExpired as expired:
                 code, output = "timeout", f"{expired.stdout or ''}{expired.stderr or ''}"
-            print(f"{block.where} line {line}: {time.monotonic() - started:.1f} s: {command}")
+            print(f"{block.where} line {line}: {time.monotonic() - started:.1f} s, {_children_cpu() - used:.1f} s of CPU: "
+                  f"{command}", flush=True)
             if code != 0:
                 failures.append(f"{block.where}, line {line} of the block: `{command}` exited {code}:\n{output[-3000:]}")
     return failures
@@ -152,7 +162,8 @@ def _not_yet_run(block: Block, command: str) -> str | None:
 BLOCKS = {path: read_blocks(path) for path in doc_files()}
 ROOT = Path(__file__).resolve().parents[1]
 WITH_PYTHON = [p for p, blocks in BLOCKS.items() if python_scripts(blocks)]
-WITH_COMMANDS = [p for p, blocks in BLOCKS.items() if any(b.runs and commands_of(b) for b in blocks)]
+WITH_COMMANDS = [b for blocks in BLOCKS.values() for b in blocks  # one test each
+                 if b.runs and any(not _not_yet_run(b, command) for _, command in commands_of(b))]
 
 
 def _id(path: Path) -> str:
@@ -174,9 +185,9 @@ def test_python_blocks_run_as_written(path, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("path", WITH_COMMANDS, ids=_id)
-def test_commands_run_as_written(path, tmp_path):
-    failures = run_commands(BLOCKS[path], tmp_path)
+@pytest.mark.parametrize("block", WITH_COMMANDS, ids=lambda block: block.where)
+def test_commands_run_as_written(block, tmp_path):
+    failures = run_commands([block], tmp_path)
     assert not failures, "\n\n".join(failures)
 
 
@@ -258,3 +269,26 @@ def test_markers_are_checked(tmp_path):
     assert len(problems) == 4, problems
     assert "no known reason" in problems[0] and "runs nothing" in problems[1]
     assert "a fragment is" in problems[2] and "the commands begin on lines [1]" in problems[3]
+
+
+# -- the short-run variable the blocks run under ------------------------------------------------
+
+
+def test_max_steps_variable_stops_a_trainer_run_early(cpu_only, monkeypatch, tmp_path, capsys):
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from braeburn import Trainer, TrainingConfig
+    from braeburn.envvars import max_steps_cap
+
+    monkeypatch.setenv("BRAEBURN_MAX_STEPS", "2")
+    data = TensorDataset(torch.rand(64, 4), torch.rand(64, 1))
+    config = TrainingConfig(output_dir=str(tmp_path), num_train_epochs=3, per_device_train_batch_size=8,
+                            save_strategy="no")
+    result = Trainer(torch.nn.Linear(4, 1), config, train_dataset=data, loss_fn=torch.nn.functional.mse_loss).train()
+    assert result.global_step == 2
+    assert "BRAEBURN_MAX_STEPS=2: this run stops after 2 of its 24 optimizer steps" in capsys.readouterr().out
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(ValueError, match="must be a whole number >= 1"):
+            max_steps_cap({"BRAEBURN_MAX_STEPS": bad})
+    assert max_steps_cap({}) is None
