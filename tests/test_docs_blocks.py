@@ -24,8 +24,6 @@ COMMAND_TIMEOUT = 240
 
 # Commands not run yet, each with why: the list should shrink to nothing (a test checks each is still in the docs).
 NOT_YET_RUN = {
-    ("docs/distributed.md", "python benchmarks/scaling.py --tiny"):
-        "16 torchrun jobs (~5 min on 2 cores): BRAEBURN_MAX_STEPS does not cut scaling.py's matrix short yet",
     ("docs/benchmarks.md", "python benchmarks/recipes.py --cpu --recipes gpt2"):
         "trains a BPE tokenizer, then runs three trainers: over 4 min on a busy 2-core CPU, even with --max-steps 3",
 }
