@@ -90,7 +90,7 @@ def read_blocks(path: Path) -> list[Block]:
             raise ValueError(f"{path}:{i + 1}: a fence that is never closed")
         indent = len(opening["indent"])
         body = "\n".join(_dedent(line, indent) for line in lines[i + 1:end])
-        blocks.append(Block(path, i + 1, opening["lang"].lower(), body + "\n", _markers_above(lines, i, path)))
+        blocks.append(Block(path, i + 1, opening["lang"].lower(), body + "\n", _markers_above(lines, i)))
         i = end + 1
     return blocks
 
@@ -100,7 +100,7 @@ def _dedent(line: str, indent: int) -> str:
     return line[indent:] if line[:indent].isspace() else line.lstrip() if indent else line
 
 
-def _markers_above(lines: list[str], fence: int, path: Path) -> list[Marker]:
+def _markers_above(lines: list[str], fence: int) -> list[Marker]:
     markers, j = [], fence - 1
     while j >= 0 and (comment := COMMENT.match(lines[j])):
         parsed = MARKER.match(comment["body"])
@@ -112,31 +112,35 @@ def _markers_above(lines: list[str], fence: int, path: Path) -> list[Marker]:
 
 
 def marker_problems(blocks: list[Block]) -> list[str]:
-    """What is wrong with the markers: an unknown reason, a fragment with no Python above it, a line that is no command."""
+    """What is wrong with the markers: an unknown reason, a fragment with no Python above it, a line that is no command,
+    a block that neither runs nor says why."""
     problems = []
     for index, block in enumerate(blocks):
-        for marker in block.markers:
-            if marker.kind == "not run" and not any(marker.text == r or marker.text.startswith(r + ": ")
-                                                    for r in REASONS):
-                problems.append(f"{block.where}: 'not run: {marker.text}' gives no known reason; the reasons "
-                                 f"are: {', '.join(REASONS)} (a detail may follow, after ': ')")
-            if marker.kind == "fragment":
-                above = blocks[index - 1] if index else None
-                if marker.text != "continues the block above" or block.lang != "python" or \
-                        above is None or above.lang != "python" or not above.runs:
-                    problems.append(f"{block.where}: a fragment is 'fragment: continues the block above', "
-                                    "a Python block right after a Python block that runs")
-            if marker.kind in ("output", "usage") and not marker.text:
-                problems.append(f"{block.where}: say what the {marker.kind} block shows, after '{marker.kind}: '")
-            if marker.kind == "usage" and not marker.text.startswith("braeburn "):
-                problems.append(f"{block.where}: 'usage: braeburn VERB' names the verb whose --help it quotes")
-            commands = {line for line, _ in commands_of(block, keep_skipped=True)}
-            if marker.lines and not set(marker.lines) <= commands:
-                problems.append(f"{block.where}: 'not run, line {marker.lines}': the commands begin on lines "
-                                f"{sorted(commands)}")
+        above = blocks[index - 1] if index else None
+        problems += [f"{block.where}: {problem}" for marker in block.markers
+                     for problem in _marker_problems(block, marker, above)]
         if block.runs and block.lang != "python" and not commands_of(block):
-            problems.append(f"{block.where}: a ```{block.lang or ''} block with no '$ ' command runs nothing: "
-                            "mark it (<!-- output: ... -->, <!-- usage: ... --> or <!-- not run: ... -->)")
+            problems.append(f"{block.where}: a ```{block.lang} block that runs nothing (no '$ ' line, or every line "
+                            "marked): mark it <!-- output: ... -->, <!-- usage: ... --> or <!-- not run: ... -->")
+    return problems
+
+
+def _marker_problems(block: Block, marker: Marker, above: Block | None) -> list[str]:
+    problems = []
+    if marker.kind == "not run" and not any(marker.text == r or marker.text.startswith(r + ": ") for r in REASONS):
+        problems.append(f"'not run: {marker.text}' gives no known reason; the reasons are: {', '.join(REASONS)} "
+                        "(a detail may follow, after ': ')")
+    if marker.kind == "fragment" and (marker.text != "continues the block above" or block.lang != "python" or
+                                      above is None or above.lang != "python" or not above.runs):
+        problems.append("a fragment is 'fragment: continues the block above', a Python block right after a Python "
+                        "block that runs")
+    if marker.kind in ("output", "usage") and not marker.text:
+        problems.append(f"say what the {marker.kind} block shows, after '{marker.kind}: '")
+    if marker.kind == "usage" and not marker.text.startswith("braeburn "):
+        problems.append("'usage: braeburn VERB' names the verb whose --help it quotes")
+    commands = {line for line, _ in commands_of(block, keep_skipped=True)}
+    if marker.lines and not set(marker.lines) <= commands:
+        problems.append(f"'not run, line {marker.lines}': the commands begin on lines {sorted(commands)}")
     return problems
 
 
