@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_blocks import Block, commands_of, doc_files, marker_problems, python_scripts, read_blocks
+from tests.doc_blocks import ROOT, Block, commands_of, doc_files, marker_problems, python_scripts, read_blocks
 
 STEPS = "2"  # BRAEBURN_MAX_STEPS: every documented training stops after this many optimizer steps
 COMMAND_TIMEOUT = 240
@@ -69,9 +70,8 @@ def _your_files(work: Path) -> None:
     train.py (also as the module mypkg.train), JSON-lines text data and a folder of images, one sub-folder a class."""
     from PIL import Image
 
-    root = Path(__file__).resolve().parents[1]
     for name in ("examples", "benchmarks"):
-        (work / name).symlink_to(root / name)
+        (work / name).symlink_to(ROOT / name)
     (work / "train.py").write_text(TRAIN_PY)
     (work / "mypkg").mkdir()
     (work / "mypkg" / "__init__.py").write_text("")
@@ -158,7 +158,6 @@ def _not_yet_run(block: Block, command: str) -> str | None:
 
 
 BLOCKS = {path: read_blocks(path) for path in doc_files()}
-ROOT = Path(__file__).resolve().parents[1]
 WITH_PYTHON = [p for p, blocks in BLOCKS.items() if python_scripts(blocks)]
 WITH_COMMANDS = [b for blocks in BLOCKS.values() for b in blocks  # one test each
                  if b.runs and any(not _not_yet_run(b, command) for _, command in commands_of(b))]
@@ -213,8 +212,6 @@ def test_usage_blocks_name_only_flags_the_command_has(capsys):
 
 
 def _flags(text: str) -> list[str]:
-    import re
-
     return re.findall(r"(?<![\w-])--[a-z][\w-]*", text)
 
 
