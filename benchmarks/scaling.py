@@ -297,6 +297,20 @@ def device_line(tiny: bool) -> str:
     return f"CPU ({platform.processor() or platform.machine()}), gloo; torch {torch.__version__}"
 
 
+def _short_run(args) -> None:
+    """BRAEBURN_MAX_STEPS=N (the doc tests): a quick check of the script, not a measurement. The first workload and
+    framework only, one round, timing steps N//2+1..N (the Trainer in the workers stops at N too)."""
+    from braeburn.envvars import MAX_STEPS_VAR, max_steps_cap
+
+    cap = max_steps_cap()
+    if cap is None:
+        return
+    args.workloads, args.frameworks = args.workloads.split(",")[0], split_specs(args.frameworks)[0]
+    args.warmup, args.steps, args.rounds = cap // 2, cap, 1
+    print(f"{MAX_STEPS_VAR}={cap}: a quick check, not a measurement: {args.frameworks} on {args.workloads}, "
+          f"steps {args.warmup}..{args.steps}, one round")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpus", type=int, default=None, help="N, the processes of the multi-process runs "
@@ -318,6 +332,7 @@ def main() -> None:
         return worker(args)
     if not args.out:
         parser.error("--out is required: the results go to OUT.json and OUT.md (e.g. --out $OUT/scaling)")
+    _short_run(args)
     import importlib.util
 
     import torch

@@ -26,12 +26,15 @@ CHECK_SIDE_VAR = "BRAEBURN_CHECK_SIDE"  # reference | accelerator | bench: which
 CHECK_REFERENCE_VAR = "BRAEBURN_CHECK_REFERENCE_DIR"  # accelerator side: the reference run's records
 CHECK_TARGET_VAR = "BRAEBURN_CHECK_TARGET"  # the device kind the accelerator side uses (float64 checks)
 SEED_VAR = "BRAEBURN_SEED"  # a seed scripts and the Accelerator may honour; `check` sets it on both sides
+MAX_STEPS_VAR = "BRAEBURN_MAX_STEPS"  # a quick run: every Trainer stops after N optimizer steps (see BRAEBURN_VARIABLES)
 
 BRAEBURN_VARIABLES: tuple[tuple[str, str, bool], ...] = (
     (DEVICE_VAR, "overrides the device choice everywhere (cpu, cuda, mps, gpu, auto)", False),
     (MIXED_PRECISION_VAR, "mixed precision when the script does not set one (auto, no, fp16, bf16)", False),
     (STRATEGY_VAR, "distributed strategy when the script does not set one (auto, ddp, fsdp)", False),
     (COMPILE_VAR, "torch.compile when the script does not set it (auto, true, false)", False),
+    (MAX_STEPS_VAR, "cuts every Trainer run to at most N optimizer steps, and `braeburn bench` to N steps of its "
+                    "tiny models: a quick check that a command runs (the doc tests set it)", False),
 )
 
 
@@ -42,6 +45,17 @@ def _get(name: str, env: Mapping[str, str] | None) -> str | None:
 
 def env_device(env: Mapping[str, str] | None = None) -> str | None:
     return _get(DEVICE_VAR, env)
+
+
+def max_steps_cap(env: Mapping[str, str] | None = None) -> int | None:
+    """The step cap BRAEBURN_MAX_STEPS asks for, or None; a value that is not a whole number >= 1 is an error."""
+    value = _get(MAX_STEPS_VAR, env)
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{MAX_STEPS_VAR}={value!r}: must be a whole number >= 1 (the most optimizer steps a "
+                         f"run may take). Set it to a number such as 3, or unset it to train in full.")
+    return int(value)
 
 
 def env_default(name: str, given: str, env: Mapping[str, str] | None = None) -> str:

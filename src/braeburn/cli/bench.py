@@ -464,12 +464,26 @@ def _check_numbers(args) -> None:
                          "no script to run the built-in workloads")
 
 
+def _short_run(args) -> None:
+    """BRAEBURN_MAX_STEPS=N (a quick check that the command runs, as the doc tests do): at most N steps and N
+    warm-up steps, on the tiny models (a full-size BERT step takes a minute on a busy 2-core CPU)."""
+    from ..envvars import MAX_STEPS_VAR, max_steps_cap
+
+    cap = max_steps_cap()
+    if cap is None:
+        return
+    args.steps, args.warmup, args.size = min(args.steps, cap), min(args.warmup, cap), "tiny"
+    _say(f"{MAX_STEPS_VAR}={cap}: a quick check, not a measurement: {args.warmup} warm-up and {args.steps} timed "
+         "steps, tiny models (unset it to measure in full)")
+
+
 def run(args: argparse.Namespace) -> int:
     from ..devices.host import current_host
 
     host = current_host()
     try:
         _check_numbers(args)
+        _short_run(args)
         if args.script:
             result = run_script(args, host)
         else:

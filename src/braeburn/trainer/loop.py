@@ -24,6 +24,7 @@ from ..collate import BucketPadding, batch_signature, position_limit
 from ..compile_policy import PreparedForward, prepared_forward
 from ..devices.host import current_host
 from ..distributed import process_group as pg
+from ..envvars import MAX_STEPS_VAR, max_steps_cap
 from ..hf_io import pretrained_config_files, processing_files
 from ..plan import PlanError
 from ..state import enable_full_determinism
@@ -537,6 +538,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         loader = acc.prepare(loader)  # first: sharded, its length is this process's batches per epoch
         steps_per_epoch = math.ceil(len(loader) / config.gradient_accumulation_steps)
         max_steps = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * steps_per_epoch)
+        max_steps = self._short_run(max_steps)
         rate_from_config = self.optimizer is None and not self._overrides.create_optimizer  # config.learning_rate
         self.create_optimizer()  # Transformers' order: the optimizer, then its scheduler (hf_overrides.py)
         self.create_scheduler(num_training_steps=max_steps)
@@ -556,6 +558,15 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         self._parameters = [p for p in model.parameters() if p.requires_grad]  # walked once, not every step
         self._compile_window = CompileWindow(acc)
         return loader
+
+    def _short_run(self, max_steps: int) -> int:
+        """BRAEBURN_MAX_STEPS=N (a quick check that a command runs, as the doc tests do) stops at N steps."""
+        cap = max_steps_cap()
+        if cap is None or cap >= max_steps:
+            return max_steps
+        self.accelerator.print(f"braeburn: {MAX_STEPS_VAR}={cap}: this run stops after {cap} of its {max_steps} "
+                               "optimizer steps (unset it to train in full)")
+        return cap
 
     def _find_batch_size(self) -> None:
         from .autobatch import find_train_batch_size
