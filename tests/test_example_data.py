@@ -213,3 +213,27 @@ def test_report_and_confusion_matrix_png(tmp_path):
     picture = _metrics.save_confusion_matrix_png(matrix, ["cat", "dog", "owl"], tmp_path / "out" / "cm.png", "t")
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert PIL.open(picture).size[0] >= 400
+
+
+def test_a_hub_name_loads_from_the_hub_when_online_and_a_folder_never_does(tmp_path, monkeypatch):
+    """Issue 31: the text example refused run_glue's own model names even online. A hub name now goes to the hub
+    (local_files_only=False) unless HF_HUB_OFFLINE is set; a local folder is always read offline."""
+    transformers = pytest.importorskip("transformers")
+    asked = []
+
+    def fake(name, **options):
+        asked.append((name, options["local_files_only"]))
+        raise OSError("no network here")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(SystemExit, match="from the Hugging Face hub .*cannot reach the hub"):
+        _text.load_pretrained("google-bert/bert-base-cased", 2)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SystemExit, match="offline \\(HF_HUB_OFFLINE is set"):
+        _text.load_pretrained("google-bert/bert-base-cased", 2)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    with pytest.raises(SystemExit, match="from its folder"):
+        _text.load_pretrained(str(tmp_path), 2)
+    assert asked == [("google-bert/bert-base-cased", False), ("google-bert/bert-base-cased", True),
+                     (str(tmp_path), True)]
