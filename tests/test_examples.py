@@ -127,6 +127,15 @@ def write_glue_mrpc(folder: Path) -> Path:
     return folder
 
 
+def train_text_example_briefly(tmp_path: Path) -> dict:
+    """The text example on a small MRPC-like set, 4 steps of a 1-layer BERT on the default device (the GPU and
+    Mac lanes run it there)."""
+    data = write_glue_mrpc(tmp_path / "MRPC")
+    return text_classification.main(["--task_name", "mrpc", "--data_dir", str(data), "--max_seq_length", "32",
+                                     "--do_train", "--do_eval", "--max_steps", "4", "--hidden_size", "32",
+                                     "--num_hidden_layers", "1", "--output_dir", str(tmp_path / "out")])
+
+
 def test_mrpc_tsvs_train_evaluate_and_save_a_reloadable_model(tmp_path):
     data, out = write_glue_mrpc(tmp_path / "MRPC"), tmp_path / "mrpc"
     common = ["--task_name", "mrpc", "--data_dir", str(data), "--max_seq_length", "32", "--cpu",

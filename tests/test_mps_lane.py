@@ -243,16 +243,8 @@ def test_the_image_example_trains_on_mps(tmp_path):
 
 
 def test_the_text_example_trains_on_mps(tmp_path, capsys):
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import text_classification
-    finally:
-        sys.path.remove(str(EXAMPLES))
-    from tests.test_examples import write_glue_mrpc
+    from tests.test_examples import train_text_example_briefly
 
-    data = write_glue_mrpc(tmp_path / "MRPC")
-    metrics = text_classification.main(["--task_name", "mrpc", "--data_dir", str(data), "--max_seq_length", "32",
-                                        "--do_train", "--do_eval", "--max_steps", "4", "--hidden_size", "32",
-                                        "--num_hidden_layers", "1", "--output_dir", str(tmp_path / "out")])
+    metrics = train_text_example_briefly(tmp_path)
     assert 0.0 <= metrics["eval_accuracy"] <= 1.0
     assert "device     mps" in capsys.readouterr().out
