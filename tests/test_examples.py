@@ -6,6 +6,7 @@ import json
 import os
 import random
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -181,3 +182,43 @@ def test_text_example_with_a_missing_file_is_one_line_not_a_traceback(tmp_path):
     assert finished.returncode == 1, finished.stderr[-3000:]
     assert f"--train_file/--validation_file/--test_file {tmp_path / 'trian.csv'}: does not exist" in finished.stderr
     assert "Traceback" not in finished.stderr
+
+
+def _seconds_to_first_progress_line(command: list[str], log: Path, timeout: float = 240) -> float:
+    """Run ``command`` with its output going to a file (not a terminal), and return the seconds from the start
+    banner ("braeburn: training on ...") to the first progress line ("step n/N ...")."""
+    banner_at = None
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                   env=os.environ | {"PYTHONPATH": str(BRAEBURN_ROOT)})
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                text = log.read_text()
+                if banner_at is None and "braeburn: training on" in text:
+                    banner_at = time.monotonic()
+                if banner_at is not None and any(line.startswith("step ") for line in text.splitlines()):
+                    return time.monotonic() - banner_at
+                if process.poll() is not None and banner_at is None:
+                    break
+                time.sleep(0.05)
+        finally:
+            process.kill()
+            process.wait()
+    raise AssertionError(f"no banner and progress line: {log.read_text()[-3000:]}")
+
+
+@pytest.mark.slow  # two example runs, a minute on 2 loaded cores
+@pytest.mark.parametrize("example", ["image", "text"])
+def test_an_example_writing_to_a_file_speaks_within_30_seconds_of_training(tmp_path, example):
+    """Issue 31: with output to a log file (a scheduler, nohup, CI) the first line came after minutes. The start
+    banner says what will run, and a progress line follows within 30 seconds of training, whatever logging_steps."""
+    if example == "image":
+        command = [sys.executable, str(EXAMPLES / "image_classification.py"), "--cpu", "--max_steps", "2000",
+                   "--logging_steps", "1000", "--output_dir", str(tmp_path / "out")]
+    else:
+        data = write_glue_mrpc(tmp_path / "MRPC")
+        command = [sys.executable, str(EXAMPLES / "text_classification.py"), "--task_name", "mrpc", "--data_dir",
+                   str(data), "--cpu", "--max_steps", "2000", "--logging_steps", "1000", "--hidden_size", "32",
+                   "--num_hidden_layers", "1", "--output_dir", str(tmp_path / "out")]
+    assert _seconds_to_first_progress_line(command, tmp_path / "log.txt") <= 30 + 5  # 5 s for a loaded machine
