@@ -111,7 +111,7 @@ def test_launch_runs_two_processes_from_an_accelerate_file(tmp_path, clean_env):
     script = tmp_path / "all_reduce.py"
     script.write_text(ALL_REDUCE)
     done = subprocess.run([sys.executable, "-m", "braeburn.cli.main", "launch", "--config_file", str(config),
-                           str(script)], capture_output=True, text=True, timeout=240)
+                           "--every-process-prints", str(script)], capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     for rank in (0, 1):  # Accelerate's defaults for what the file leaves out: float32, no torch.compile
         assert f"rank {rank} of 2: sum=3 precision=no compile=false" in done.stdout
