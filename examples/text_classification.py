@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
     eval_examples = eval_examples.head(data_args.max_eval_samples)
     names = label_names(data_args.task_name, train_examples.labels)
     torch.manual_seed(config.seed)  # same classifier head for the same --seed
-    quiet = config.log_level not in ("info", "debug")  # Transformers' own reports come back with --log_level info
+    quiet = config.quiet_third_party  # Transformers' own reports come back with --verbose (or --log_level info)
     tokenizer, model = build_model(model_args, train_examples, len(names), data_args.max_seq_length, quiet)
     train_dataset = EncodedDataset(train_examples, label_indices(train_examples.labels, names, "the training data"),
                                    tokenizer, data_args.max_seq_length)

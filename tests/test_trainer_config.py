@@ -35,7 +35,7 @@ FROZEN_FLAGS = [
     "use_mps_device", "fsdp", "tf32", "gradient_checkpointing", "gradient_checkpointing_kwargs",
     "activation_checkpointing", "activation_checkpointing_kwargs", "label_smoothing_factor", "optim", "optim_args",
     "lr_scheduler_kwargs", "average_tokens_across_devices", "logging_strategy", "logging_first_step", "logging_dir",
-    "log_level", "log_level_replica", "disable_tqdm", "report_to", "run_name", "project", "prediction_loss_only",
+    "log_level", "log_level_replica", "verbose", "disable_tqdm", "report_to", "run_name", "project", "prediction_loss_only",
     "eval_on_start", "eval_accumulation_steps", "load_best_model_at_end", "data_seed",
     "dataloader_persistent_workers", "dataloader_prefetch_factor", "dataloader_multiprocessing_context",
     "remove_unused_columns", "label_names", "torch_empty_cache_steps", "local_rank",

@@ -197,6 +197,9 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     """Logging level on the main process (get_process_log_level()): debug, info, warning, error, passive."""
     log_level_replica: str = "warning"
     """Logging level on the other processes."""
+    verbose: bool = False
+    """Let third-party output through (Transformers' load reports and progress bars, the profiler's lines), which
+    braeburn holds back by default; --log_level info or debug does too."""
     disable_tqdm: bool | None = None
     """No live progress bar: plain log lines instead (default: a bar on a terminal only)."""
     report_to: list[str] | None = field(default_factory=lambda: ["none"])
@@ -315,6 +318,11 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
                                       f"{MAX_DATALOADER_WORKERS} worker processes per training process; pass "
                                       "--dataloader_num_workers 0 to 8 (about the CPU cores per process)"))
         return errors
+
+    @property
+    def quiet_third_party(self) -> bool:
+        """Hold back third-party output: not with --verbose, nor with --log_level info or debug."""
+        return not (self.verbose or str(self.log_level).lower() in ("info", "debug"))
 
     def run_options(self, num_processes: int = 1) -> RunOptions:
         """The device/precision/compile requests, as the plan reads them."""

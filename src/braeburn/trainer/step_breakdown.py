@@ -244,8 +244,8 @@ class StepBreakdownCallback(Callback):
         device.synchronize()  # the window starts with an empty queue (one sync, once per run)
         self._step_seconds = (time.perf_counter() - self._clock) / SAMPLED_STEPS
         # Kineto prints "USDT: ... profiler_start/stop" on every start and stop; above its highest level
-        # (5) it prints nothing. A level the user exported is kept; --log_level info/debug keeps it talking.
-        if trainer.config.log_level not in ("info", "debug"):
+        # (5) it prints nothing. A level the user exported is kept; --verbose (or --log_level info) keeps it talking.
+        if trainer.config.quiet_third_party:
             os.environ.setdefault("KINETO_LOG_LEVEL", "6")
         self._profiler = torch.profiler.profile(activities=activities)
         self._profiler.start()
