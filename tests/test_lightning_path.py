@@ -1,0 +1,128 @@
+"""braeburn.lightning.Trainer: a LightningModule trained by braeburn's Trainer, on the CPU, without Lightning."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from braeburn.compat.lightning_module import split_optimizers, step_loss
+from braeburn.lightning import LightningArgumentError, Trainer
+
+from .lightning_modules import Regression, hand_loop, regression_data
+
+
+@pytest.fixture(autouse=True)
+def _cpu(cpu_only, one_thread):
+    pass
+
+
+def _trainer(tmp_path, **kwargs) -> Trainer:
+    options = dict(accelerator="cpu", devices=1, max_epochs=3, log_every_n_steps=1, enable_progress_bar=False,
+                   enable_checkpointing=False, default_root_dir=str(tmp_path))
+    return Trainer(**{**options, **kwargs})
+
+
+def _logged(trainer: Trainer, key: str) -> list[float]:
+    return [record[key] for record in trainer.braeburn_trainer.state.log_history if key in record]
+
+
+@pytest.mark.parametrize("schedule,interval", [("epoch", "epoch"), ("step", "step"), ("bare", "epoch"),
+                                               ("dict-return", "epoch")])
+def test_losses_equal_a_hand_written_loop(tmp_path, schedule, interval):
+    model, loader = Regression(schedule), regression_data()
+    _trainer(tmp_path).fit(model, loader)
+    assert model.losses == hand_loop(regression_data(), epochs=3, interval=interval)  # bitwise on the CPU
+
+
+def test_accumulation_and_clipping_as_lightning_does_them(tmp_path):
+    model = Regression("epoch")
+    _trainer(tmp_path, accumulate_grad_batches=4, gradient_clip_val=0.5).fit(model, regression_data(samples=20))
+    assert model.losses == hand_loop(regression_data(samples=20), epochs=3, interval="epoch", accumulate=4, clip=0.5)
+
+
+@pytest.mark.parametrize("schedule,rates", [("epoch", [0.05] * 6 + [0.025] * 6),
+                                            ("step", [0.05 * 0.5 ** i for i in range(12)])])
+def test_scheduler_interval_is_respected(tmp_path, schedule, rates):
+    trainer = _trainer(tmp_path, max_epochs=2)
+    trainer.fit(Regression(schedule), regression_data())
+    assert _logged(trainer, "learning_rate") == pytest.approx(rates)
+
+
+def test_self_log_reaches_the_logged_metrics(tmp_path):
+    model, trainer = Regression(), _trainer(tmp_path, max_epochs=2)
+    trainer.fit(model, regression_data(), regression_data(samples=10, batch_size=4))
+    assert _logged(trainer, "train_mse") == model.losses  # on_step: each step's value, in each step's record
+    epoch_means = _logged(trainer, "train_mse_epoch")
+    assert epoch_means == pytest.approx([sum(model.losses[:6]) / 6, sum(model.losses[6:]) / 6])
+    val = _logged(trainer, "eval_val_mse")
+    assert len(val) == 2 and trainer.callback_metrics["val_mse"] == pytest.approx(val[-1])
+    validated = trainer.validate(model, regression_data(samples=10, batch_size=4))
+    assert validated == [{"val_mse": pytest.approx(val[-1])}]  # weighted by batch size (4, 4, 2), as Lightning
+
+
+def test_hooks_and_attributes(tmp_path):
+    model = Regression()
+    _trainer(tmp_path, max_epochs=2).fit(model, regression_data(), regression_data())
+    assert model.calls == ["on_train_start", "on_train_epoch_start:0", "on_train_epoch_end:6",
+                           "on_validation_epoch_end", "on_train_epoch_start:1", "on_train_epoch_end:12",
+                           "on_validation_epoch_end", "on_train_end"]
+    assert type(model) is Regression and not hasattr(model, "log")  # the run's attributes are gone after it
+
+
+def test_callbacks_get_trainer_and_module(tmp_path):
+    seen = []
+
+    class Recorder:
+        def on_train_epoch_end(self, trainer, module):
+            seen.append((trainer.current_epoch, trainer.global_step, type(module).__name__))
+
+    _trainer(tmp_path, max_epochs=2, callbacks=[Recorder()]).fit(Regression(), regression_data())
+    assert seen == [(0, 6, "Regression"), (1, 12, "Regression")]
+
+
+def test_unsupported_arguments_are_refused_together():
+    with pytest.raises(LightningArgumentError) as caught:
+        Trainer(accelerator="cpu", precision="64-true", strategy="deepspeed", val_check_interval=0.25,
+                overfit_batches=2, devices=[0, 1])
+    message = str(caught.value)
+    for name in ("precision='64-true'", "strategy", "val_check_interval", "overfit_batches=2", "devices=[0, 1]"):
+        assert name in message
+    assert len(caught.value.errors) == 5
+
+
+def test_hooks_braeburn_would_not_call_are_refused(tmp_path):
+    class Custom(Regression):
+        def on_before_optimizer_step(self, optimizer):
+            pass
+
+        def optimizer_step(self, *args, **kwargs):
+            pass
+
+    with pytest.raises(LightningArgumentError, match="Custom.on_before_optimizer_step.*\n.*Custom.optimizer_step"):
+        _trainer(tmp_path).fit(Custom(), regression_data())
+
+
+def test_precision_spellings(tmp_path):
+    trainer = _trainer(tmp_path, precision="bf16-mixed", max_epochs=1)
+    assert trainer.options.config.mixed_precision == "bf16"
+    assert _trainer(tmp_path).options.config.mixed_precision == "no"  # Lightning's default "32-true"
+
+
+def test_max_steps_and_max_epochs_whichever_first(tmp_path):
+    model = Regression()
+    _trainer(tmp_path, max_epochs=1, max_steps=100).fit(model, regression_data())
+    assert len(model.losses) == 6
+
+
+def test_configure_optimizers_shapes():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    assert split_optimizers(optimizer) == (optimizer, None)
+    assert split_optimizers([optimizer]) == (optimizer, None)
+    assert split_optimizers(([optimizer], [scheduler])) == (optimizer, scheduler)
+    assert split_optimizers({"optimizer": optimizer, "lr_scheduler": scheduler}) == (optimizer, scheduler)
+    assert split_optimizers([{"optimizer": optimizer}]) == (optimizer, None)
+    with pytest.raises(ValueError, match="2 optimizers"):
+        split_optimizers([optimizer, optimizer])
+    with pytest.raises(ValueError, match="'loss'"):
+        step_loss({"logits": torch.zeros(1)}, "training_step")
