@@ -1,0 +1,72 @@
+"""The same LightningModule trained by Lightning's Trainer and by braeburn.lightning.Trainer: the same losses, step
+by step, and the same validation means (bitwise on the CPU: the arithmetic is the same; the data order is the
+loader's, unshuffled, since braeburn's shuffle is seeded per epoch for exact resume). Skipped without Lightning."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from ..lightning_modules import Regression, hand_loop, regression_data
+
+
+def _lightning():
+    for name in ("lightning.pytorch", "pytorch_lightning"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    pytest.skip("Lightning is not installed (pip install lightning): the comparison needs the real one")
+
+
+def _module_class(base: type) -> type:
+    """Regression as a subclass of ``base`` (Lightning's LightningModule, or nn.Module for braeburn)."""
+
+    class Module(Regression, base):
+        def __init__(self, schedule: str):
+            base.__init__(self)
+            Regression.__init__(self, schedule)
+
+    return Module
+
+
+OPTIONS = dict(accelerator="cpu", devices=1, max_epochs=3, enable_progress_bar=False, enable_checkpointing=False,
+               accumulate_grad_batches=2, gradient_clip_val=0.5)
+
+
+@pytest.mark.parametrize("schedule", ["epoch", "step", "bare", "dict-return"])
+def test_losses_match_lightning(tmp_path, monkeypatch, one_thread, schedule):
+    pl = _lightning()
+    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
+    theirs = _module_class(pl.LightningModule)(schedule)
+    pl.Trainer(**OPTIONS, default_root_dir=str(tmp_path / "pl"), logger=False, num_sanity_val_steps=0,
+               enable_model_summary=False).fit(theirs, regression_data(samples=20), regression_data())
+
+    from braeburn.lightning import Trainer
+
+    ours = _module_class(pl.LightningModule)(schedule)  # the real LightningModule class, driven by braeburn
+    trainer = Trainer(**OPTIONS, default_root_dir=str(tmp_path / "bb"))
+    trainer.fit(ours, regression_data(samples=20), regression_data())
+    assert len(ours.losses) == 15 and ours.losses == theirs.losses
+    assert trainer.callback_metrics["val_mse"] == pytest.approx(float(theirs.trainer.callback_metrics["val_mse"]),
+                                                                rel=1e-6)
+
+
+def test_bf16_mixed_matches_lightning(tmp_path, monkeypatch, one_thread):
+    """Both autocast the step to bfloat16 on the CPU (the same ops in the same order): the losses are equal too."""
+    pl = _lightning()
+    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
+    options = {**OPTIONS, "precision": "bf16-mixed"}
+    theirs = _module_class(pl.LightningModule)("epoch")
+    pl.Trainer(**options, default_root_dir=str(tmp_path / "pl"), logger=False, num_sanity_val_steps=0,
+               enable_model_summary=False).fit(theirs, regression_data(samples=20))
+
+    from braeburn.lightning import Trainer
+
+    ours = _module_class(pl.LightningModule)("epoch")
+    Trainer(**options, default_root_dir=str(tmp_path / "bb")).fit(ours, regression_data(samples=20))
+    assert ours.losses == theirs.losses
+    float32 = hand_loop(regression_data(samples=20), epochs=3, interval="epoch", accumulate=2, clip=0.5)
+    assert ours.losses != float32  # autocast was on, in both
