@@ -126,3 +126,16 @@ def test_configure_optimizers_shapes():
         split_optimizers([optimizer, optimizer])
     with pytest.raises(ValueError, match="'loss'"):
         step_loss({"logits": torch.zeros(1)}, "training_step")
+
+
+def test_devices_n_is_started_by_braeburn_launch():
+    from braeburn.compat.lightning_options import lightning_options
+
+    _, errors = lightning_options({"devices": 2})
+    assert "braeburn launch --num-processes 2 script.py" in errors[0] and "keeping devices=2" in errors[0]
+    _, errors = lightning_options({"devices": 2}, launched=4)
+    assert "the launcher started 4 processes" in errors[0]
+    options, errors = lightning_options({"devices": 2}, launched=2)
+    assert errors == [] and options.config.devices == "auto"  # each launched process takes its own device
+    options, _ = lightning_options({"devices": 1})
+    assert options.config.devices == 1

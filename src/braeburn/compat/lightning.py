@@ -13,6 +13,7 @@ docs/migrating.md, "Lightning".
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,7 +41,8 @@ class Trainer:
     """Lightning's Trainer, the common arguments (see lightning_options.py), run by braeburn's Trainer."""
 
     def __init__(self, **kwargs: Any):
-        options, errors = lightning_options(kwargs)
+        launched = os.environ.get("LOCAL_WORLD_SIZE") if "WORLD_SIZE" in os.environ else None
+        options, errors = lightning_options(kwargs, int(launched) if launched else None)
         if errors:
             raise LightningArgumentError(errors)
         self.options = options

@@ -36,8 +36,9 @@ class LightningOptions:
     checkpoints: bool = True
 
 
-def lightning_options(kwargs: dict[str, Any]) -> tuple[LightningOptions | None, list[str]]:
-    """(the options, []) or (None, every error): pure, no I/O."""
+def lightning_options(kwargs: dict[str, Any], launched: int | None = None) -> tuple[LightningOptions | None, list[str]]:
+    """(the options, []) or (None, every error): pure, no I/O. ``launched``: the processes per machine that a
+    launcher started (LOCAL_WORLD_SIZE), None when this is a plain ``python script.py``."""
     given = dict(kwargs)
     errors = _unsupported(given)
     precision = given.pop("precision", "32-true")
@@ -49,12 +50,30 @@ def lightning_options(kwargs: dict[str, Any]) -> tuple[LightningOptions | None, 
     if isinstance(devices, (list, tuple)):
         errors.append(f"devices={devices!r}: a list of device indices is not supported; pass devices=N (a count) "
                       "and choose the GPUs with CUDA_VISIBLE_DEVICES")
+    else:
+        error, given["devices"] = _processes(devices, launched)
+        errors += [error] if error else []
     clip = given.get("gradient_clip_val")
     if clip is not None and clip < 0:
         errors.append(f"gradient_clip_val={clip!r} must be >= 0 (0 or None: no clipping)")
     if errors:
         return None, errors
     return _options(given, PRECISIONS[precision]), []
+
+
+def _processes(devices: Any, launched: int | None) -> tuple[str | None, Any]:
+    """(an error or None, braeburn's devices): Lightning's devices=N starts N processes itself; braeburn's launcher
+    starts them, and each process then takes its own device."""
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices <= 1:
+        return None, devices
+    if launched is None:
+        return (f"devices={devices}: Lightning starts {devices} processes itself; braeburn's are started by its "
+                f"launcher: run `braeburn launch --num-processes {devices} script.py` (add --cpu for processes on "
+                f"the CPU), keeping devices={devices}"), devices
+    if launched != devices:
+        return (f"devices={devices}, but the launcher started {launched} processes on this machine: pass "
+                f"--num-processes {devices} to braeburn launch, or devices={launched}"), devices
+    return None, "auto"  # each launched process takes its own device
 
 
 def _unsupported(given: dict[str, Any]) -> list[str]:
