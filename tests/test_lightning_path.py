@@ -139,3 +139,28 @@ def test_devices_n_is_started_by_braeburn_launch():
     assert errors == [] and options.config.devices == "auto"  # each launched process takes its own device
     options, _ = lightning_options({"devices": 1})
     assert options.config.devices == 1
+
+
+def test_plateau_scheduler_reads_the_logged_monitor(tmp_path):
+    class Plateau(Regression):
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=self.lr)
+            self.plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.plateau, "monitor": "val_mse"}}
+
+    model = Plateau()
+    trainer = _trainer(tmp_path, max_epochs=2)
+    trainer.fit(model, regression_data(), regression_data())
+    assert model.plateau.last_epoch == 2  # stepped once per validation
+    assert model.plateau.best == pytest.approx(min(_logged(trainer, "eval_val_mse")))
+
+
+def test_fit_resumes_from_a_checkpoint_exactly(tmp_path):
+    whole = Regression()
+    _trainer(tmp_path / "whole").fit(whole, regression_data())
+    first = Regression()
+    _trainer(tmp_path / "run", max_epochs=2, enable_checkpointing=True).fit(first, regression_data())
+    resumed = Regression()
+    _trainer(tmp_path / "run", enable_checkpointing=True).fit(resumed, regression_data(),
+                                                             ckpt_path=str(tmp_path / "run" / "checkpoint-12"))
+    assert first.losses + resumed.losses == whole.losses
