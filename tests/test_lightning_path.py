@@ -164,3 +164,24 @@ def test_fit_resumes_from_a_checkpoint_exactly(tmp_path):
     _trainer(tmp_path / "run", enable_checkpointing=True).fit(resumed, regression_data(),
                                                              ckpt_path=str(tmp_path / "run" / "checkpoint-12"))
     assert first.losses + resumed.losses == whole.losses
+
+
+def test_configure_optimizers_reads_estimated_stepping_batches(tmp_path):
+    class OneCycle(Regression):
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=self.lr)
+            total = self.trainer.estimated_stepping_batches
+            scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=total)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    trainer = _trainer(tmp_path, max_epochs=2, accumulate_grad_batches=2)
+    trainer.fit(OneCycle(), regression_data())
+    assert trainer.estimated_stepping_batches == 6 and trainer.global_step == 6  # OneCycleLR would raise at step 7
+
+
+def test_fit_ckpt_path_last_is_the_latest_checkpoint(tmp_path):
+    _trainer(tmp_path, max_epochs=1, enable_checkpointing=True).fit(Regression(), regression_data())
+    resumed = Regression()
+    trainer = _trainer(tmp_path, max_epochs=2, enable_checkpointing=True)
+    trainer.fit(resumed, regression_data(), ckpt_path="last")
+    assert len(resumed.losses) == 6 and trainer.global_step == 12

@@ -84,7 +84,8 @@ class Trainer:
     # -- the run -----------------------------------------------------------------------------------
     def fit(self, model: torch.nn.Module, train_dataloaders: Any = None, val_dataloaders: Any = None,
             datamodule: Any = None, ckpt_path: str | None = None) -> None:
-        """Train ``model`` (Lightning's hooks, at Lightning's moments); ``ckpt_path`` resumes a braeburn checkpoint."""
+        """Train ``model`` (Lightning's hooks, at Lightning's moments); ``ckpt_path`` resumes a braeburn checkpoint
+        folder ("last": the latest one in default_root_dir)."""
         train_loader, val_loader = _loaders(model, datamodule, "fit", train_dataloaders, val_dataloaders)
         if train_loader is None:
             raise ValueError("fit() needs training data: pass train_dataloaders=, a datamodule with "
@@ -92,7 +93,7 @@ class Trainer:
         with _bound(model, self):
             self._call("on_fit_start", model)
             self._run = self._build(model, train_loader, val_loader)
-            self._run.train(resume_from_checkpoint=ckpt_path)
+            self._run.train(resume_from_checkpoint="latest" if ckpt_path == "last" else ckpt_path)
             self._call("on_fit_end", model)
 
     def validate(self, model: torch.nn.Module, dataloaders: Any = None, datamodule: Any = None) -> list[dict]:
