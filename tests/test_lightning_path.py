@@ -85,7 +85,8 @@ def test_unsupported_arguments_are_refused_together():
         Trainer(accelerator="cpu", precision="64-true", strategy="deepspeed", val_check_interval=0.25,
                 overfit_batches=2, devices=[0, 1])
     message = str(caught.value)
-    for name in ("precision='64-true'", "strategy", "val_check_interval", "overfit_batches=2", "devices=[0, 1]"):
+    for name in ("precision='64-true'", "strategy='deepspeed'", "val_check_interval=0.25", "overfit_batches=2",
+                 "devices=[0, 1]"):
         assert name in message
     assert len(caught.value.errors) == 5
 

@@ -16,9 +16,9 @@ from ..trainer.config import TrainingConfig
 PRECISIONS = {"32-true": "no", "32": "no", 32: "no", "16-mixed": "fp16", "16": "fp16", 16: "fp16",
               "bf16-mixed": "bf16", "bf16": "bf16"}
 
-# Lightning arguments that are accepted when left at the value that means "do nothing" (or its own default).
+# Lightning arguments accepted at the values that change nothing here ("ddp": what braeburn launch runs anyway).
 _HARMLESS = {"logger": (None, True, False), "enable_model_summary": (None, True, False), "num_nodes": (1,),
-             "strategy": ("auto",), "num_sanity_val_steps": (None, 0, 2), "check_val_every_n_epoch": (1,),
+             "strategy": ("auto", "ddp"), "num_sanity_val_steps": (None, 0, 2), "check_val_every_n_epoch": (1,),
              "deterministic": (None, False), "benchmark": (None, False), "barebones": (False,),
              "gradient_clip_algorithm": (None, "norm"), "min_epochs": (None,), "min_steps": (None,),
              "val_check_interval": (None, 1.0), "limit_train_batches": (None, 1.0), "limit_val_batches": (None, 1.0),
@@ -82,9 +82,11 @@ def _unsupported(given: dict[str, Any]) -> list[str]:
         errors.append(f"{name}={given[name]!r}: Lightning's Trainer argument {name!r} is not supported by "
                       f"braeburn.lightning.Trainer; remove it (docs/migrating.md, 'Lightning', lists what is)")
     for name, allowed in _HARMLESS.items():
-        if name in given and given.pop(name) not in allowed:
-            errors.append(f"{name}: braeburn.lightning.Trainer only takes it at {' or '.join(map(repr, allowed))} "
-                          "(Lightning's default); remove it, or port that part to braeburn's own Trainer")
+        value = given.pop(name, allowed[0])
+        if value not in allowed:
+            errors.append(f"{name}={value!r}: braeburn.lightning.Trainer only takes {' or '.join(map(repr, allowed))} "
+                          "(doing nothing beyond Lightning's default); remove it, or port that part to braeburn's "
+                          "own Trainer")
     return errors
 
 
