@@ -186,3 +186,34 @@ def test_fit_ckpt_path_last_is_the_latest_checkpoint(tmp_path):
     trainer = _trainer(tmp_path, max_epochs=2, enable_checkpointing=True)
     trainer.fit(resumed, regression_data(), ckpt_path="last")
     assert len(resumed.losses) == 6 and trainer.global_step == 12
+
+
+def test_datamodule_and_module_loaders(tmp_path):
+    class Data:
+        def __init__(self):
+            self.stages = []
+
+        def prepare_data(self):
+            self.stages.append("prepare_data")
+
+        def setup(self, stage):
+            self.stages.append(stage)
+
+        def train_dataloader(self):
+            return regression_data()
+
+        def val_dataloader(self):
+            return regression_data(samples=8)
+
+    data, model = Data(), Regression()
+    trainer = _trainer(tmp_path, max_epochs=1)
+    trainer.fit(model, datamodule=data)
+    assert data.stages == ["prepare_data", "fit"] and len(model.losses) == 6 and "val_mse" in trainer.callback_metrics
+
+    class OwnLoaders(Regression):
+        def train_dataloader(self):
+            return regression_data()
+
+    own = OwnLoaders()
+    _trainer(tmp_path, max_epochs=1).fit(own)
+    assert own.losses == model.losses

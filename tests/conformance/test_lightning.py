@@ -70,3 +70,34 @@ def test_bf16_mixed_matches_lightning(tmp_path, monkeypatch, one_thread):
     assert ours.losses == theirs.losses
     float32 = hand_loop(regression_data(samples=20), epochs=3, interval="epoch", accumulate=2, clip=0.5)
     assert ours.losses != float32  # autocast was on, in both
+
+
+def test_callbacks_and_validate_match_lightning(tmp_path, monkeypatch, one_thread):
+    """A lightning.Callback subclass sees the same epochs and steps; validate() returns the same means."""
+    pl = _lightning()
+    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
+
+    def recorder():
+        class Recorder(pl.Callback):
+            def __init__(self):
+                self.seen = []
+
+            def on_train_epoch_end(self, trainer, module):
+                self.seen.append((trainer.current_epoch, trainer.global_step))
+
+        return Recorder()
+
+    theirs, their_callback = _module_class(pl.LightningModule)("epoch"), recorder()
+    their_trainer = pl.Trainer(**OPTIONS, callbacks=[their_callback], default_root_dir=str(tmp_path / "pl"),
+                               logger=False, num_sanity_val_steps=0, enable_model_summary=False)
+    their_trainer.fit(theirs, regression_data(samples=20))
+    their_val = their_trainer.validate(theirs, regression_data(samples=10), verbose=False)
+
+    from braeburn.lightning import Trainer
+
+    ours, our_callback = _module_class(pl.LightningModule)("epoch"), recorder()
+    our_trainer = Trainer(**OPTIONS, callbacks=[our_callback], default_root_dir=str(tmp_path / "bb"))
+    our_trainer.fit(ours, regression_data(samples=20))
+    our_val = our_trainer.validate(ours, regression_data(samples=10), verbose=False)
+    assert our_callback.seen == their_callback.seen
+    assert our_val == [{name: pytest.approx(value, rel=1e-6) for name, value in their_val[0].items()}]

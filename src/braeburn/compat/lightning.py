@@ -96,8 +96,12 @@ class Trainer:
             self._run.train(resume_from_checkpoint="latest" if ckpt_path == "last" else ckpt_path)
             self._call("on_fit_end", model)
 
-    def validate(self, model: torch.nn.Module, dataloaders: Any = None, datamodule: Any = None) -> list[dict]:
+    def validate(self, model: torch.nn.Module, dataloaders: Any = None, ckpt_path: str | None = None,
+                 verbose: bool = True, datamodule: Any = None) -> list[dict]:
         """One pass of validation_step; returns [the epoch means of what it logged], as Lightning does."""
+        if ckpt_path is not None:
+            raise ValueError(f"validate(ckpt_path={ckpt_path!r}) is not supported: braeburn checkpoints are "
+                             "resumed by fit(ckpt_path=...); validate the module after fit, or load its weights first")
         _, val_loader = _loaders(model, datamodule, "validate", None, dataloaders)
         if val_loader is None:
             raise ValueError("validate() needs data: pass dataloaders=, a datamodule with val_dataloader(), or "
@@ -105,8 +109,11 @@ class Trainer:
         with _bound(model, self):
             self._run = self._build(model, None, val_loader)
             metrics = self._run.evaluate()
-        return [{name[len("eval_"):]: value for name, value in metrics.items() if name.startswith("eval_")
-                 and name[len("eval_"):] in self.logger.callback_metrics}]
+        logged = {name[len("eval_"):]: value for name, value in metrics.items() if name.startswith("eval_")
+                  and name[len("eval_"):] in self.logger.callback_metrics}
+        if verbose:
+            self._run.accelerator.print("validate: " + ", ".join(f"{k} {v:.6g}" for k, v in logged.items()))
+        return [logged]
 
     def _build(self, model: torch.nn.Module, train_loader: Any, val_loader: Any) -> _LightningRun:
         config = self._config_for(train_loader, val_loader)
