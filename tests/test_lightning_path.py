@@ -217,3 +217,14 @@ def test_datamodule_and_module_loaders(tmp_path):
     own = OwnLoaders()
     _trainer(tmp_path, max_epochs=1).fit(own)
     assert own.losses == model.losses
+
+
+def test_callback_hooks_run_before_the_module_hooks(tmp_path):
+    model = Regression()
+
+    class First:
+        def on_train_start(self, trainer, module):
+            module.calls.append("callback")
+
+    _trainer(tmp_path, max_epochs=1, callbacks=[First()]).fit(model, regression_data())
+    assert model.calls[:2] == ["callback", "on_train_start"]  # Lightning's fit_loop: callbacks, then the module

@@ -144,14 +144,14 @@ class Trainer:
         return config
 
     def _call(self, hook: str, model: torch.nn.Module, *args: Any) -> None:
-        """The module's hook, then each callback's (callbacks take (trainer, module))."""
-        method = getattr(model, hook, None)
-        if callable(method):
-            method(*args)
+        """Each callback's hook (callbacks take (trainer, module)), then the module's: Lightning's order."""
         for callback in self.callbacks:
             method = getattr(callback, hook, None)
             if callable(method):
                 method(self, model, *args)
+        method = getattr(model, hook, None)
+        if callable(method):
+            method(*args)
 
 
 class _StepForward(torch.nn.Module):
