@@ -228,3 +228,10 @@ def test_callback_hooks_run_before_the_module_hooks(tmp_path):
 
     _trainer(tmp_path, max_epochs=1, callbacks=[First()]).fit(model, regression_data())
     assert model.calls[:2] == ["callback", "on_train_start"]  # Lightning's fit_loop: callbacks, then the module
+
+
+def test_16_mixed_on_the_cpu_says_how_it_differs_from_lightning(tmp_path, capsys):
+    model = Regression()
+    _trainer(tmp_path, max_epochs=1, precision="16-mixed").fit(model, regression_data())
+    assert "Lightning switches to bf16-mixed" in capsys.readouterr().err
+    assert model.losses[1:] != hand_loop(regression_data(), epochs=1, interval="epoch")[1:]  # float16 autocast

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 from ..accelerator import Accelerator
 from ..trainer.callbacks import Callback
 from ..trainer.config import ConfigError, TrainingConfig
+from ..trainer.hf_compat import note_once
 from ..trainer.hf_overrides import EvalLoopOutput
 from ..trainer.loop import Trainer as BraeburnTrainer
 from .lightning_module import HOOKS, StepLogger, split_optimizers, step_loss, unsupported_hooks
@@ -126,6 +127,9 @@ class Trainer:
             scheduler = {"scheduler": scheduler, "interval": "epoch"}  # Lightning steps a bare one per epoch
         accelerator = Accelerator(**{**config.accelerator_options(), "seed": None})  # the user seeds, as in Lightning
         self.logger.reduce_mean = lambda value: accelerator.reduce(value, "mean")
+        if accelerator.plan.precision == "fp16" and accelerator.device.type == "cpu" and accelerator.is_main_process:
+            note_once("precision='16-mixed' on the CPU: braeburn autocasts to float16, as asked; Lightning switches "
+                      "to bf16-mixed there (with a warning). Pass precision='bf16-mixed' for Lightning's numbers.")
         return _LightningRun(self, model, config=config, train_dataset=train_loader, eval_dataset=val_loader,
                              optimizers=(optimizer, scheduler), callbacks=[_LightningHooks(self, model)],
                              accelerator=accelerator)
