@@ -235,3 +235,14 @@ def test_16_mixed_on_the_cpu_says_how_it_differs_from_lightning(tmp_path, capsys
     _trainer(tmp_path, max_epochs=1, precision="16-mixed").fit(model, regression_data())
     assert "Lightning switches to bf16-mixed" in capsys.readouterr().err
     assert model.losses[1:] != hand_loop(regression_data(), epochs=1, interval="epoch")[1:]  # float16 autocast
+
+
+def test_self_device_is_the_run_device(tmp_path):
+    seen = []
+
+    class Devices(Regression):
+        def on_train_start(self):
+            seen.append(self.device)
+
+    _trainer(tmp_path, max_epochs=1).fit(Devices(), regression_data())
+    assert seen == [torch.device("cpu")]

@@ -264,7 +264,7 @@ class _LightningAttributes:
 
     @property
     def device(self) -> torch.device:
-        return next(self.parameters()).device
+        return self.trainer.device
 
     def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
         self.trainer.logger.log(name, value, *args, **kwargs)
