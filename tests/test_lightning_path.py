@@ -246,3 +246,10 @@ def test_self_device_is_the_run_device(tmp_path):
 
     _trainer(tmp_path, max_epochs=1).fit(Devices(), regression_data())
     assert seen == [torch.device("cpu")]
+
+
+def test_manual_optimization_is_refused(tmp_path):
+    model = Regression()
+    model.automatic_optimization = False
+    with pytest.raises(LightningArgumentError, match="manual optimization is not supported"):
+        _trainer(tmp_path).fit(model, regression_data())

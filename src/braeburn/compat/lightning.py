@@ -277,11 +277,14 @@ class _bound:
     """For the run, the module's class gains _LightningAttributes (self.log, self.trainer ...); restored after."""
 
     def __init__(self, module: torch.nn.Module, lightning: Trainer):
-        errors = unsupported_hooks(module) + [hook for c in lightning.callbacks for hook in unsupported_hooks(c)]
+        hooks = unsupported_hooks(module) + [hook for c in lightning.callbacks for hook in unsupported_hooks(c)]
+        errors = [f"{name} is defined, but braeburn.lightning never calls it (it calls {', '.join(HOOKS)}): move "
+                  "its work into one of those, or port the loop to braeburn's Accelerator" for name in hooks]
+        if getattr(module, "automatic_optimization", True) is False:
+            errors.append(f"{type(module).__name__}.automatic_optimization is False: manual optimization is not "
+                          "supported; write the loop with braeburn's Accelerator (prepare, backward, step)")
         if errors:
-            raise LightningArgumentError([f"{name} is defined, but braeburn.lightning never calls it (it calls "
-                                          f"{', '.join(HOOKS)}): move its work into one of those, or port the "
-                                          "loop to braeburn's Accelerator" for name in errors])
+            raise LightningArgumentError(errors)
         self.module, self.lightning, self.original = module, lightning, type(module)
 
     def __enter__(self) -> None:
