@@ -117,31 +117,35 @@ class Trainer:
         return [logged]
 
     def _build(self, model: torch.nn.Module, train_loader: Any, val_loader: Any) -> _LightningRun:
-        config = self._config_for(train_loader, val_loader)
-        if train_loader is not None:
-            steps = math.ceil(len(train_loader) / config.gradient_accumulation_steps)
-            self.estimated_stepping_batches = config.max_steps if config.max_steps > 0 else \
-                steps * int(config.num_train_epochs)
-        optimizer, scheduler = split_optimizers(model.configure_optimizers())
-        if scheduler is not None and not isinstance(scheduler, Mapping):
-            scheduler = {"scheduler": scheduler, "interval": "epoch"}  # Lightning steps a bare one per epoch
-        accelerator = Accelerator(**{**config.accelerator_options(), "seed": None})  # the user seeds, as in Lightning
+        """braeburn's Trainer for this fit (or validate: no optimizer then, as Lightning calls none)."""
+        accelerator = Accelerator(**{**self.options.config.accelerator_options(), "seed": None})  # the user seeds
         self.logger.reduce_mean = lambda value: accelerator.reduce(value, "mean")
         if accelerator.plan.precision == "fp16" and accelerator.device.type == "cpu" and accelerator.is_main_process:
             note_once("precision='16-mixed' on the CPU: braeburn autocasts to float16, as asked; Lightning switches "
                       "to bf16-mixed there (with a warning). Pass precision='bf16-mixed' for Lightning's numbers.")
+        config = self._config_for(train_loader, val_loader, accelerator.num_processes)
+        optimizer, scheduler = None, None
+        if train_loader is not None:
+            optimizer, scheduler = split_optimizers(model.configure_optimizers())  # reads estimated_stepping_batches
+        if scheduler is not None and not isinstance(scheduler, Mapping):
+            scheduler = {"scheduler": scheduler, "interval": "epoch"}  # Lightning steps a bare one per epoch
         return _LightningRun(self, model, config=config, train_dataset=train_loader, eval_dataset=val_loader,
                              optimizers=(optimizer, scheduler), callbacks=[_LightningHooks(self, model)],
                              accelerator=accelerator)
 
-    def _config_for(self, train_loader: Any, val_loader: Any) -> TrainingConfig:
+    def _config_for(self, train_loader: Any, val_loader: Any, processes: int) -> TrainingConfig:
+        """The run's config: batch sizes from the loaders, validation each epoch when there is a val loader, and
+        the optimizer steps of this process (its share of the batches)."""
         config = TrainingConfig(**vars(self.options.config))
         config.per_device_train_batch_size = getattr(train_loader, "batch_size", None) or 1
         config.per_device_eval_batch_size = getattr(val_loader, "batch_size", None) or 1
         config.eval_strategy = "epoch" if val_loader is not None and train_loader is not None else "no"
-        if config.max_steps > 0 and self.max_epochs not in (None, -1) and train_loader is not None:
-            per_epoch = math.ceil(len(train_loader) / config.gradient_accumulation_steps)
-            config.max_steps = min(config.max_steps, per_epoch * self.max_epochs)  # whichever comes first
+        if train_loader is not None:
+            per_epoch = math.ceil(math.ceil(len(train_loader) / processes) / config.gradient_accumulation_steps)
+            if config.max_steps > 0 and self.max_epochs not in (None, -1):
+                config.max_steps = min(config.max_steps, per_epoch * self.max_epochs)  # whichever comes first
+            self.estimated_stepping_batches = config.max_steps if config.max_steps > 0 else \
+                per_epoch * int(config.num_train_epochs)
         errors = config.validate()
         if errors:
             raise ConfigError(errors)
