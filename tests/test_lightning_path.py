@@ -253,3 +253,17 @@ def test_manual_optimization_is_refused(tmp_path):
     model.automatic_optimization = False
     with pytest.raises(LightningArgumentError, match="manual optimization is not supported"):
         _trainer(tmp_path).fit(model, regression_data())
+
+
+def test_log_dict_and_lightning_keywords(tmp_path):
+    class Dicts(Regression):
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            error = self.layer(x) - y
+            self.log_dict({"val_mae": error.abs().mean(), "val_max": error.abs().max()}, prog_bar=True,
+                          sync_dist=True, batch_size=len(x))
+
+    trainer = _trainer(tmp_path, max_epochs=1)
+    trainer.fit(Dicts(), regression_data(), regression_data(samples=8))
+    assert set(trainer.callback_metrics) >= {"val_mae", "val_max", "train_mse"}
+    assert _logged(trainer, "eval_val_mae") == [pytest.approx(trainer.callback_metrics["val_mae"])]
