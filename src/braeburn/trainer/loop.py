@@ -242,7 +242,8 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
                 self._evaluate_and_save(step_end=True)
                 if state.should_stop or state.global_step >= state.max_steps:
                     break
-            if _epoch_finished(loader, epoch):
+            if _epoch_finished(loader, epoch) and state.epochs_ended <= epoch:  # a resume at its end: done already
+                state.epochs_ended = epoch + 1
                 self._scheduler_steps.after_epoch(epoch)  # before the epoch's checkpoint, which holds its state
                 self.callbacks.on_epoch_end(self, state)
                 self._evaluate_and_save(step_end=False)

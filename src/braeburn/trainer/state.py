@@ -21,6 +21,7 @@ class TrainerState:
     max_steps: int = 0  # optimizer steps the run will do in all
     steps_per_epoch: int = 0  # optimizer steps in one epoch
     num_epochs: int = 0  # epochs the loop will enter
+    epochs_ended: int = 0  # epochs whose end (epoch scheduler step, on_epoch_end, evaluation) has run: not again on resume
     samples_seen: int = 0  # training samples consumed, on all processes together
     # What one step was made of, and the rate braeburn's optimizer was made with (0 / None: not known,
     # a checkpoint written before they were kept); a resume compares them with its own (resume.py).

@@ -1,0 +1,130 @@
+"""What braeburn reads from a LightningModule, duck-typed (Lightning is never imported).
+
+- :func:`split_optimizers`: ``configure_optimizers()``'s return, in any of Lightning's shapes, as
+  (optimizer, scheduler or Lightning scheduler dict or None).
+- :func:`step_loss`: ``training_step``'s return (a tensor, or a dict with "loss") as the loss tensor.
+- :func:`unsupported_hooks`: the hooks a module or callback defines that braeburn would never call.
+- :class:`StepLogger`: what ``self.log`` / ``self.log_dict`` record, reduced as Lightning reduces them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+# The hooks braeburn calls, on the module and on each callback, at Lightning's moments.
+HOOKS = ("on_fit_start", "on_fit_end", "on_train_start", "on_train_end", "on_train_epoch_start",
+         "on_train_epoch_end", "on_validation_start", "on_validation_end", "on_validation_epoch_start",
+         "on_validation_epoch_end")
+# Methods that change how a step is done: a module that defines them would train differently here.
+_STEP_OVERRIDES = ("optimizer_step", "optimizer_zero_grad", "backward", "lr_scheduler_step",
+                   "configure_gradient_clipping", "configure_model", "configure_sharded_model")
+_LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
+
+
+def unsupported_hooks(obj: Any) -> list[str]:
+    """The on_* hooks and step overrides that ``obj``'s own classes define (Lightning's no-op bases excluded)."""
+    found = []
+    for name in dir(type(obj)):
+        if not (name.startswith("on_") or name in _STEP_OVERRIDES) or name in HOOKS:
+            continue
+        owner = next((k for k in type(obj).__mro__ if name in vars(k)), None)
+        if owner is None or owner.__module__.split(".")[0] in _LIGHTNING_PACKAGES + ("torch", "builtins"):
+            continue
+        found.append(f"{type(obj).__name__}.{name}")
+    return found
+
+
+def split_optimizers(returned: Any) -> tuple[torch.optim.Optimizer, Any]:
+    """(optimizer, scheduler or scheduler dict or None) from configure_optimizers(); more than one optimizer raises."""
+    if isinstance(returned, torch.optim.Optimizer):
+        return returned, None
+    if isinstance(returned, Mapping):
+        if "optimizer" not in returned:
+            raise ValueError(f"configure_optimizers() returned a dict with keys {sorted(returned)}: it needs "
+                             "'optimizer' (and optionally 'lr_scheduler'), as in Lightning")
+        return returned["optimizer"], returned.get("lr_scheduler")
+    if isinstance(returned, tuple) and len(returned) == 2 and isinstance(returned[0], Sequence):
+        optimizers, schedulers = _one(returned[0], "optimizers"), list(returned[1])
+        return optimizers, _one(schedulers, "schedulers") if schedulers else None
+    if isinstance(returned, Sequence) and not isinstance(returned, str):
+        if returned and isinstance(returned[0], Mapping):
+            return split_optimizers(_one(returned, "optimizer dicts"))
+        return _one(returned, "optimizers"), None
+    raise ValueError(f"configure_optimizers() returned {type(returned).__name__}, which is not one of Lightning's "
+                     "shapes: return an optimizer, [optimizer], ([optimizer], [scheduler]) or "
+                     "{'optimizer': ..., 'lr_scheduler': ...}")
+
+
+def _one(items: Sequence[Any], what: str) -> Any:
+    if len(items) != 1:
+        raise ValueError(f"configure_optimizers() returned {len(items)} {what}: braeburn.lightning trains with one "
+                         "optimizer and at most one scheduler (Lightning's automatic optimization with several "
+                         "optimizers is gone since Lightning 2.0 too); return one, or port the loop to "
+                         "braeburn's Accelerator")
+    return items[0]
+
+
+def step_loss(returned: Any, hook: str) -> torch.Tensor | None:
+    """The loss of a training/validation step's return: the tensor, or the dict's "loss" (None when there is none)."""
+    if returned is None or isinstance(returned, torch.Tensor):
+        return returned
+    if isinstance(returned, Mapping):
+        if hook == "training_step" and "loss" not in returned:
+            raise ValueError(f"training_step returned a dict with keys {sorted(returned)}: Lightning's automatic "
+                             "optimization needs its 'loss'; return {'loss': loss, ...} or the loss tensor")
+        return returned.get("loss")
+    raise ValueError(f"{hook} returned {type(returned).__name__}: return the loss tensor or a dict with 'loss'")
+
+
+class StepLogger:
+    """self.log's values. Training: the last step's value of each name (on_step), and the epoch's mean (on_epoch);
+    validation: the mean over the epoch's batches weighted by batch size (Lightning's defaults for each)."""
+
+    def __init__(self, reduce_mean: Any = None) -> None:
+        self.training = True
+        self.reduce_mean = reduce_mean  # sync_dist=True: averaged over the processes
+        self.step_values: dict[str, torch.Tensor] = {}
+        self.epoch_sums: dict[str, tuple[torch.Tensor, float]] = {}
+        self.callback_metrics: dict[str, float] = {}
+
+    def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None,
+            on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: Any = "mean",
+            sync_dist: bool = False, batch_size: int | None = None, **_ignored: Any) -> None:
+        if reduce_fx not in ("mean", torch.mean):
+            raise ValueError(f"self.log({name!r}, reduce_fx={reduce_fx!r}): braeburn.lightning reduces by the mean "
+                             "only; log the value you want and leave reduce_fx out")
+        value = torch.as_tensor(value).detach().float()
+        if sync_dist and self.reduce_mean is not None:
+            value = self.reduce_mean(value)
+        on_step = self.training if on_step is None else on_step
+        on_epoch = (not self.training) if on_epoch is None else on_epoch
+        if on_step and self.training:
+            self.step_values[name] = value
+        if on_epoch or not self.training:
+            total, count = self.epoch_sums.get(name, (torch.zeros((), device=value.device), 0.0))
+            weight = float(batch_size or 1)
+            self.epoch_sums[name] = (total + value.mean() * weight, count + weight)
+
+    def log_dict(self, values: Mapping[str, Any], **options: Any) -> None:
+        for name, value in values.items():
+            self.log(name, value, **options)
+
+    def take_step_values(self) -> dict[str, float]:
+        """The last logged step values (a read: waits for the device), cleared."""
+        values = {name: float(value) for name, value in self.step_values.items()}
+        self.callback_metrics.update(values)
+        self.step_values = {}
+        return values
+
+    def take_epoch_means(self) -> dict[str, float]:
+        """Each name's mean over the epoch's logs (a read), cleared."""
+        means = {name: float(total) / count for name, (total, count) in self.epoch_sums.items()}
+        self.callback_metrics.update(means)
+        self.epoch_sums = {}
+        return means
+
+
+__all__ = ["HOOKS", "StepLogger", "split_optimizers", "step_loss", "unsupported_hooks"]
