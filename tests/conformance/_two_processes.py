@@ -18,9 +18,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+# A peer's teardown leaves torch's abort at exit open (a gloo worker taking the GIL in a finalizing interpreter:
+# docs/reliability.md, issue 32 item 13); it aborted an Accelerate run of this suite in a CI soak. Every script
+# ends as braeburn's teardown does, so that what is compared is the numbers, not torch's exit race.
+SAFE_EXIT = """
+
+import torch.distributed as _dist
+from braeburn.distributed.backend_threads import wait_until_parked as _wait_until_parked
+if _dist.is_initialized():
+    _dist.destroy_process_group()
+_wait_until_parked(10.0)
+"""
+
+
 def run_two_processes(source: str, name: str, lib: str, directory) -> list[dict]:
     script = directory / name
-    script.write_text(source)
+    script.write_text(source + SAFE_EXIT)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("BRAEBURN_", "ACCELERATE_"))}
     env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", ACCELERATE_USE_CPU="true",
                PYTHONPATH=os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")])))
