@@ -160,7 +160,7 @@ def step_seconds(record: dict | None) -> float | None:
 def speedup_range(reference: list[float], accelerator: list[float]) -> tuple[float, float] | None:
     """The lowest and highest speed-up the timed steps allow: slowest reference over fastest accelerator step
     and the other way round. Each step is one more measurement; the range is their spread."""
-    if not reference or not accelerator or min(accelerator) <= 0 or max(accelerator) <= 0:
+    if not reference or not accelerator or min(accelerator) <= 0:
         return None
     return min(reference) / max(accelerator), max(reference) / min(accelerator)
 
