@@ -123,7 +123,28 @@ def _gpt2(tiny: bool) -> Workload:
     return Workload("gpt2-small", 2 if tiny else 8, lambda: GPT2LMHeadModel(cfg), sample, flops)
 
 
-WORKLOADS = {"bert-base": _bert, "resnet50": _resnet, "gpt2-small": _gpt2}
+def _llama(tiny: bool) -> Workload:
+    """A Llama of GPT-2 small's size (12 layers, 768 wide, 32,000-token vocabulary): what people pretrain today."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    seq = 64 if tiny else 1024
+    width, layers, heads = (64, 2, 2) if tiny else (768, 12, 12)
+    cfg = LlamaConfig(hidden_size=width, intermediate_size=width * 8 // 3, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=heads, vocab_size=32000,
+                      max_position_embeddings=seq, attn_implementation="sdpa")
+
+    def sample(g):
+        ids = torch.randint(0, cfg.vocab_size, (seq,), generator=g)
+        return {"input_ids": ids, "labels": ids}
+
+    def flops(model):
+        n = sum(p.numel() for p in model.parameters()) - cfg.vocab_size * width
+        return (6 * n + 12 * layers * width * seq) * seq
+
+    return Workload("llama-small", 2 if tiny else 8, lambda: LlamaForCausalLM(cfg), sample, flops)
+
+
+WORKLOADS = {"bert-base": _bert, "resnet50": _resnet, "gpt2-small": _gpt2, "llama-small": _llama}
 
 # ----------------------------------------------------------------------------- timing
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import site
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -115,6 +118,24 @@ def pytest_configure(config):
     # Every child process (torchrun workers, examples, jobs) prints the Python stack of each of its threads if it
     # dies of a signal (SIGABRT, SIGSEGV): a rare abort at exit (issue 32, item 13) then says where it happened.
     os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+    # compile="auto" reads what earlier compiles measured on this machine: tests neither read the user's records
+    # nor leave theirs behind (one file per test process, in its own temporary folder)
+    config._braeburn_records = tempfile.mkdtemp(prefix="braeburn-records-")
+    os.environ["BRAEBURN_COMPILE_RECORDS"] = os.path.join(config._braeburn_records, "records.json")
+
+
+@pytest.fixture(autouse=True)
+def own_compile_records(request, monkeypatch):
+    """Each test its own compile records file (braeburn.compile_gains): what one test's compiled run measured
+    never changes another's compile="auto" decision."""
+    name = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:16]
+    monkeypatch.setenv("BRAEBURN_COMPILE_RECORDS", os.path.join(request.config._braeburn_records, f"{name}.json"))
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_braeburn_records", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_runtest_setup(item):

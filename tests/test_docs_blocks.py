@@ -70,8 +70,14 @@ def _your_files(work: Path) -> None:
     train.py (also as the module mypkg.train), JSON-lines text data and a folder of images, one sub-folder a class."""
     from PIL import Image
 
-    for name in ("examples", "benchmarks"):
-        (work / name).symlink_to(ROOT / name)
+    (work / "examples").symlink_to(ROOT / "examples")
+    # benchmarks/ and benchmarks/results/ are folders of links here: what a command writes (a default --out under
+    # benchmarks/results/) lands in this workspace, never in the repository
+    for folder in ("benchmarks", "benchmarks/results"):
+        (work / folder).mkdir()
+        for item in (ROOT / folder).iterdir():
+            if item.name not in ("results", "__pycache__"):
+                (work / folder / item.name).symlink_to(item)
     (work / "train.py").write_text(TRAIN_PY)
     (work / "mypkg").mkdir()
     (work / "mypkg" / "__init__.py").write_text("")
@@ -99,7 +105,8 @@ def workspace(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     _your_files(work)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("BRAEBURN_", "ACCELERATE_")) and k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
-    env.update(BRAEBURN_DEVICE="cpu", BRAEBURN_MAX_STEPS=STEPS, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1",
+    env.update(BRAEBURN_DEVICE="cpu", BRAEBURN_MAX_STEPS=STEPS,
+               BRAEBURN_COMPILE_RECORDS=os.environ.get("BRAEBURN_COMPILE_RECORDS", str(tmp_path / "records.json")), CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", MPLBACKEND="Agg", XDG_CONFIG_HOME=str(tmp_path / "xdg"),
                PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     return work, env

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import compile_policy, manifest, output_lock, probe
+from . import compile_gains, compile_policy, manifest, output_lock, probe
 from .accelerate_compat import AccelerateCompat
 from .compat.accelerate_options import accelerate_options
 from .data import BatchTracker, DeviceDataLoader, apply_to_tensors, cast_float64_model, truncate_padding
@@ -252,16 +252,29 @@ class Accelerator(AccelerateCompat):  # AccelerateCompat: Accelerate's other nam
         return model
 
     def compile_decision(self, model: torch.nn.Module, remaining_steps: int | None = None,
-                         eager_step_seconds: float | None = None, shapes_vary: bool = False):
+                         eager_step_seconds: float | None = None, shapes_vary: bool = False,
+                         batch_size: int | None = None):
         """Whether to compile ``model`` (see :func:`braeburn.compile_policy.decide`): compile=true or false as
         asked; "auto" compiles only where the device gains from it and the eager time still ahead (known to
-        the Trainer, which measures it) earns the compile back."""
+        the Trainer, which measures it) times the gain expected for this model earns the compile back."""
         plan = self.plan
         requested = "auto" if plan.compile_auto else plan.compile
+        estimate = None
+        if eager_step_seconds is not None:
+            unwrapped = self.unwrap_model(model)
+            estimate = compile_gains.estimate(unwrapped, self.compile_key(unwrapped, batch_size),
+                                              compile_gains.read_records())
         return compile_policy.decide(
             requested=requested, device_compiles=plan.compile, device_reason=plan.compile_reason,
             convolutional=_mostly_convolutions(self.unwrap_model(model)), num_processes=self.num_processes,
-            remaining_steps=remaining_steps, eager_step_seconds=eager_step_seconds, shapes_vary=shapes_vary)
+            remaining_steps=remaining_steps, eager_step_seconds=eager_step_seconds, shapes_vary=shapes_vary,
+            estimate=estimate)
+
+    def compile_key(self, model: torch.nn.Module, batch_size: int | None) -> str:
+        """What makes another run's compile of ``model`` comparable to this one's (braeburn.compile_gains)."""
+        return compile_gains.model_key(self.unwrap_model(model), device=self.plan.device.describe(current_host()),
+                                       precision=self.precision, batch_size=batch_size,
+                                       torch_version=torch.__version__)
 
     def compile_model(self, model: torch.nn.Module, decision) -> torch.nn.Module:
         """Switch a prepared model to its compiled forward now (the Trainer calls this once it has measured

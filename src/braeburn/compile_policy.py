@@ -4,10 +4,11 @@ Two pieces:
 
 - :func:`decide` is the rule for ``compile="auto"``, a pure function of what is known about the
   run: the device's default, the model kind, the processes, and (in the Trainer) the measured
-  eager step time times the steps still to go, against what compiling costs. Compiling a
-  transformer takes tens of seconds on a GPU (a 6-layer MiniLM: ~24 s for the first step on an
-  H100; BERT-base ~30 s; issue 20), and saves roughly a third of the step time where it helps,
-  so a run compiles only when the eager time still ahead is long enough to earn that back twice.
+  eager step time times the steps still to go, times the share compiling is expected to save,
+  against what compiling is expected to cost. Both expectations come from
+  :mod:`braeburn.compile_gains` (this machine's record of the same model, its family's measured
+  numbers, or a default), and the saving must exceed the cost by a margin that grows the less is
+  known.
 - :class:`PreparedForward` is the forward a prepared model runs: autocast, float32 outputs, and,
   once compiling is switched on, the compiled graph for training batches of the size it was
   compiled for. Everything else runs eagerly: the short last batch of an epoch, evaluation and
@@ -26,16 +27,13 @@ from typing import Any, Callable
 
 import torch
 
+from .compile_gains import DEFAULT_GAIN, CompileEstimate
 from .data import apply_to_tensors
 
-COMPILE_SECONDS = 45.0
-"""What compiling one transformer's forward and backward costs on a GPU, roughly (measured: 24-40 s)."""
-COMPILE_GAIN = 0.3
-"""The share of eager step time compile saves where it helps (H200: BERT-base -36%, GPT-2 small -58%)."""
-PAYBACK_FACTOR = 2.0
-"""Compile only when the expected saving is at least this many times the compile cost."""
-MIN_EAGER_SECONDS = PAYBACK_FACTOR * COMPILE_SECONDS / COMPILE_GAIN
-"""Eager training time still ahead above which ``compile="auto"`` compiles (300 s)."""
+DEFAULT_ESTIMATE = CompileEstimate(DEFAULT_GAIN.gain, DEFAULT_GAIN.cold_seconds, "default",
+                                   "assuming 30% saved and about 45 s to compile")
+MIN_EAGER_SECONDS = DEFAULT_ESTIMATE.payback * DEFAULT_ESTIMATE.compile_seconds / DEFAULT_ESTIMATE.gain
+"""Eager training time still ahead above which ``compile="auto"`` compiles a model nothing is known about (300 s)."""
 
 
 @dataclass(frozen=True)
@@ -48,8 +46,9 @@ class CompileDecision:
 
 def decide(*, requested: bool | str, device_compiles: bool, device_reason: str, convolutional: bool,
            num_processes: int, remaining_steps: int | None = None, eager_step_seconds: float | None = None,
-           shapes_vary: bool = False) -> CompileDecision:
-    """Whether to compile this run's model, and why. ``requested``: True, False or "auto"."""
+           shapes_vary: bool = False, estimate: CompileEstimate | None = None) -> CompileDecision:
+    """Whether to compile this run's model, and why. ``requested``: True, False or "auto"; ``estimate``: the
+    expected gain and compile cost (:func:`braeburn.compile_gains.estimate`; a default when None)."""
     dynamic = True if shapes_vary else None
     if requested is True:
         return CompileDecision(True, "compile=true, as asked", dynamic)
@@ -65,13 +64,15 @@ def decide(*, requested: bool | str, device_compiles: bool, device_reason: str, 
         return CompileDecision(False, "auto: the run's length is not known here, and compiling costs tens of "
                                       "seconds that a short run never earns back (pass compile=True for long runs)",
                                needs_timing=True)
+    expected = estimate or DEFAULT_ESTIMATE
     ahead = remaining_steps * eager_step_seconds
-    estimate = (f"{eager_step_seconds * 1000:.1f} ms/step eager x {remaining_steps} steps to go = {ahead:.0f} s; "
-                f"compiling costs about {COMPILE_SECONDS:.0f} s")
-    if ahead < MIN_EAGER_SECONDS:
-        return CompileDecision(False, f"auto: {estimate}, which this run would not earn back: staying eager "
+    saving = ahead * expected.gain
+    numbers = (f"{eager_step_seconds * 1000:.1f} ms/step eager x {remaining_steps} steps to go = {ahead:.0f} s; "
+               f"{expected.words}: saves about {saving:.0f} s against {expected.compile_seconds:.0f} s of compiling")
+    if saving < expected.payback * expected.compile_seconds:
+        return CompileDecision(False, f"auto: {numbers}, short of the {expected.payback:g}x margin: staying eager "
                                       "(--compile true forces it)")
-    return CompileDecision(True, f"auto: {estimate} and pays back within the run", dynamic)
+    return CompileDecision(True, f"auto: {numbers}, at least {expected.payback:g}x: compiling", dynamic)
 
 
 # -- what would break the graph ------------------------------------------------------------------
@@ -236,5 +237,5 @@ def install_forward(module: torch.nn.Module, autocast: Callable[[], Any] | None,
     return forward
 
 
-__all__ = ["CompileDecision", "CompileStats", "MIN_EAGER_SECONDS", "PreparedForward", "decide", "install_forward",
-           "prepared_forward"]
+__all__ = ["CompileDecision", "CompileStats", "DEFAULT_ESTIMATE", "MIN_EAGER_SECONDS", "PreparedForward", "decide",
+           "install_forward", "prepared_forward"]

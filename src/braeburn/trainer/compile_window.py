@@ -5,8 +5,10 @@ an eager step takes on this device and how many steps are left. So the Trainer r
 times steps ``WARMUP_STEPS+1 .. WARMUP_STEPS+MEASURE_STEPS`` (one device sync at each end), and
 asks :func:`braeburn.compile_policy.decide`. ``compile=true`` compiles after as many steps (fewer
 in a short run), once the batch shapes have been seen (varying lengths compile with dynamic shapes, so a
-new length is no recompilation). After compiling it times as many compiled steps, so the summary
-can say whether compiling paid off in this run.
+new length is no recompilation), timing the eager steps as well where the run is long enough. After
+compiling it times as many compiled steps, so the summary can say whether compiling paid off in this
+run, and keeps what it measured for the next run of the same model on this machine
+(:mod:`braeburn.compile_gains`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .. import compile_gains
 from ..compile_policy import CompileDecision
 
 WARMUP_STEPS = 3  # allocator growth, kernel plans, cuDNN autotuning: not representative
@@ -38,20 +41,24 @@ class CompileWindow:
         self._decide_at = self._clock_at = self._compiled_at = -1
         self._started = 0.0
         self._max_steps = 0
+        self._batch_size: int | None = None
+        self._prior: dict | None = None  # this machine's record of an earlier compile of this model
         self.eager_step_seconds: float | None = None
         self.compiled_step_seconds: float | None = None
         self.compiled_steps_timed = 0
 
-    def begin(self, model: Any, step: int, max_steps: int) -> None:
+    def begin(self, model: Any, step: int, max_steps: int, batch_size: int | None = None) -> None:
         stats = self.acc.compile_stats(model)
         if stats is not None and stats.compiled:  # compiled already (an earlier train() call)
             self.pending = False
             return
-        remaining, self._max_steps = max_steps - step, max_steps
+        remaining, self._max_steps, self._batch_size = max_steps - step, max_steps, batch_size
         first = self.acc.compile_decision(model)
         measurable = first.needs_timing
         if first.compile:  # asked for: compile once the shapes of some batches are known
             self._decide_at = step + min(WARMUP_STEPS + MEASURE_STEPS, max(1, remaining // 2))
+            if self._decide_at == step + WARMUP_STEPS + MEASURE_STEPS:  # long enough to time the eager steps too
+                self._clock_at = step + WARMUP_STEPS
         elif measurable and remaining > WARMUP_STEPS + MEASURE_STEPS:
             self._clock_at, self._decide_at = step + WARMUP_STEPS, step + WARMUP_STEPS + MEASURE_STEPS
         else:
@@ -69,7 +76,7 @@ class CompileWindow:
                 self.eager_step_seconds = (self._now() - self._started) / (step - self._clock_at)
             decision = self.acc.compile_decision(model, remaining_steps=self._remaining(step),
                                                  eager_step_seconds=self.eager_step_seconds,
-                                                 shapes_vary=_lengths_vary(shapes))
+                                                 shapes_vary=_lengths_vary(shapes), batch_size=self._batch_size)
             model = self._finish(model, decision, step)
         elif self._compiled_at < 0:
             pass
@@ -81,7 +88,21 @@ class CompileWindow:
             self.compiled_step_seconds = (self._now() - self._started) / MEASURE_STEPS
             self.compiled_steps_timed = MEASURE_STEPS
             self.pending = False
+            self._remember(model)
         return model
+
+    def _key(self, model: Any) -> str:
+        return self.acc.compile_key(model, self._batch_size)
+
+    def _remember(self, model: Any) -> None:
+        """Keep this run's eager and compiled step times and compile time for the next run's decision."""
+        stats = self.acc.compile_stats(model)
+        if (stats is None or stats.over_wrapper or not stats.compiled_calls or self.eager_step_seconds is None
+                or not self.acc.is_main_process):
+            return
+        compile_gains.remember(self._key(model), eager_step_seconds=self.eager_step_seconds,
+                               compiled_step_seconds=self.compiled_step_seconds,
+                               compile_seconds=stats.compile_seconds)
 
     def _time_first_compiled_step(self, model: Any) -> None:
         """The whole first compiled step (forward, the backward compiled on its first call, the optimizer) is what
@@ -103,6 +124,7 @@ class CompileWindow:
             self.acc.print(f"braeburn: compile {'on' if decision.compile else 'off'} at step {step}: {decision.reason}")
         if not decision.compile:
             return model
+        self._prior = compile_gains.read_records().get(self._key(model))
         model = self.acc.compile_model(model, decision)
         self._compiled_at, self.pending = step + 2, True  # step+1 compiles; time the steps after it
         self._started = self._now()
@@ -138,9 +160,16 @@ class CompileWindow:
                        "recompilations not counted")
         else:
             counted = f"{stats.recompiles if stats.recompiles is not None else '?'} recompilation(s)"
-        text = (f"on ({decision.reason}); first compiled step {stats.compile_seconds:.1f} s, {graphs} graph(s), "
-                f"{counted}, {stats.eager_calls} eager call(s) after compiling (short batches, evaluation)")
+        text = (f"on ({decision.reason}); first compiled step {stats.compile_seconds:.1f} s{self._cache_words()}, "
+                f"{graphs} graph(s), {counted}, {stats.eager_calls} eager call(s) after compiling (short batches, "
+                "evaluation)")
         return text + self._payoff(stats)
+
+    def _cache_words(self) -> str:
+        if not self._prior:
+            return ""
+        return (f" (compiled here before: torch's caches on disk were warm; the first compile of this model here "
+                f"took {self._prior['compile_seconds']:.1f} s)")
 
     def _payoff(self, stats: Any) -> str:
         eager, compiled = self.eager_step_seconds, self.compiled_step_seconds

@@ -210,7 +210,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         state, config, acc = self.state, self.config, self.accelerator
         model, optimizer, scheduler = self._prepared_model, self.optimizer, self.lr_scheduler
         window = self._compile_window
-        window.begin(model, state.global_step, state.max_steps)
+        window.begin(model, state.global_step, state.max_steps, config.per_device_train_batch_size)
         model.train()
         for epoch in range(loader.epoch, state.num_epochs):  # loader.epoch: 0, or where a resumed run stopped
             loader.set_epoch(epoch)
