@@ -181,6 +181,13 @@ class CompileWindow:
         return (f"; {eager * 1000:.1f} ms/step eager -> {compiled * 1000:.1f} ms/step compiled, "
                 f"saved {saved:.1f} s against {stats.compile_seconds:.1f} s of compiling: {verdict}")
 
+    def compile_seconds(self) -> float:
+        """The first compiled step's wall time, where this run compiled (0 otherwise, or where it is not known)."""
+        stats = self.acc.compile_stats()
+        if not (self.decision and self.decision.compile) or stats is None or stats.over_wrapper:
+            return 0.0
+        return stats.compile_seconds if stats.compiled_calls else 0.0
+
     def record(self, shapes: int) -> dict[str, Any]:
         """The run's compile report and shape count, for metrics.jsonl."""
         stats = self.acc.compile_stats()

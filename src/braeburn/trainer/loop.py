@@ -31,6 +31,7 @@ from ..state import enable_full_determinism
 from .autobatch import train_through_out_of_memory
 from . import earlier_run
 from .compile_window import CompileWindow
+from .phase_clock import CHECKPOINT, EVALUATION, WRITE_WAIT, PhaseClock
 from .precision_window import choose_precision
 from .batches import batch_inputs, compute_loss
 from .callbacks import CallbackList
@@ -131,6 +132,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         self.signals = SignalCallback()
         self._metrics_log, self._plot = _metrics_log(self.config), PlotCallback()
         self._step_breakdown = StepBreakdownCallback(str(self.config.step_breakdown).lower())
+        self._phases = PhaseClock()  # where train()'s time went (phase_clock.py); new at each train()
         builtins = [ProgressCallback(disable=self.config.disable_tqdm), self._metrics_log, self._plot, self.signals,
                     HfOptionsCallback(), self._step_breakdown]
         return CallbackList(builtins + [adapt_callback(c, self) for c in user_callbacks])
@@ -173,6 +175,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
             self.accelerator.print(f"braeburn: warning: {other_runs}")
         self._precision_record = choose_precision(self, train_loader)  # "auto" on MPS: timed here, state restored
         self._reset_window()
+        self._phases = PhaseClock()
         started, start_step = time.perf_counter(), self.state.global_step
         self.callbacks.on_train_begin(self, self.state)
         try:
@@ -381,10 +384,13 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         strategy_now = "steps" if step_end else "epoch"
         eval_every = config.eval_steps or config.logging_steps
         if config.eval_strategy == strategy_now and (not step_end or state.global_step % eval_every == 0):
-            self._scheduler_steps.after_evaluate(self.evaluate())  # ReduceLROnPlateau's step, as Transformers
+            with self._phases.timed(EVALUATION):
+                metrics = self.evaluate()
+            self._scheduler_steps.after_evaluate(metrics)  # ReduceLROnPlateau's step, as Transformers
         wants_save = config.save_strategy == strategy_now and (not step_end or state.global_step % config.save_steps == 0)
         if wants_save or state.should_save:
-            self._save()
+            with self._phases.timed(CHECKPOINT):
+                self._save()
 
     def _save(self) -> None:
         state = self.state
@@ -460,8 +466,10 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         A save still writing in the background is waited for first: if it failed, this step is written again
         (the last checkpoint matters most), every time, not only when its failure happened to be seen in time."""
         if self.state.should_save or self.config.save_strategy != "no":
-            self._saver.wait()
-            self._save()
+            with self._phases.timed(WRITE_WAIT):
+                self._saver.wait()
+            with self._phases.timed(CHECKPOINT):
+                self._save()
 
     # -- setup -----------------------------------------------------------------------------------
     def _check_output_dir(self, resume: str | None) -> None:

@@ -50,6 +50,7 @@ def run_summary(trainer: "Trainer", seconds: float, steps: int) -> str:
         f"  steps      {state.global_step}/{state.max_steps} optimizer steps ({steps} in this run), "
         f"epoch {state.epoch_progress:.2f}",
         f"  speed      {samples / seconds if seconds > 0 else 0:.1f} samples/s",
+        trainer._phases.line(seconds, steps, trainer._compile_window.compile_seconds()),
         f"  {memory}",
         *compiled,
         f"  last eval  {evals}",
