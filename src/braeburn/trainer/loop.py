@@ -389,8 +389,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
             self._scheduler_steps.after_evaluate(metrics)  # ReduceLROnPlateau's step, as Transformers
         wants_save = config.save_strategy == strategy_now and (not step_end or state.global_step % config.save_steps == 0)
         if wants_save or state.should_save:
-            with self._phases.timed(CHECKPOINT):
-                self._save()
+            self._save()
 
     def _save(self) -> None:
         state = self.state
@@ -398,6 +397,11 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         if state.last_checkpoint and Path(state.last_checkpoint).name == f"checkpoint-{state.global_step}":
             self._name_best()
             return  # this step is saved already
+        with self._phases.timed(CHECKPOINT):
+            self._save_now()
+
+    def _save_now(self) -> None:
+        state = self.state
         self._check_finite()  # never save weights that a NaN step has spoiled
         self._name_best()  # before the write, so that the checkpoint's own state names it
         files = self._pretrained_files()
@@ -468,8 +472,7 @@ class Trainer(EvaluationMixin, HfOverridableMixin, HfTrainerMixin):
         if self.state.should_save or self.config.save_strategy != "no":
             with self._phases.timed(WRITE_WAIT):
                 self._saver.wait()
-            with self._phases.timed(CHECKPOINT):
-                self._save()
+            self._save()
 
     # -- setup -----------------------------------------------------------------------------------
     def _check_output_dir(self, resume: str | None) -> None:
