@@ -147,8 +147,9 @@ def _multi_gpu_problem(settings: LaunchSettings, kinds: list, host: HostFacts, s
     reasons = "; ".join(f"{kind.name}: {kind.availability(host).reason}" if not kind.availability(host).usable
                         else f"{kind.name}: no process-group backend handles {kind.name} tensors"
                         for kind in accelerator_kinds())
+    usable = " or ".join(kind.hardware for kind in accelerator_kinds() if kind.process_group_backend)
     return SettingProblem(where, key, value, f"asks for DDP on several GPUs, but this machine has no GPU that DDP "
-                          f"can use ({reasons})", f"{cpu_fix}, or run on a machine with NVIDIA GPUs")
+                          f"can use ({reasons})", f"{cpu_fix}, or run on a machine with {usable}")
 
 
 def run_options(settings: LaunchSettings, env_device: str | None) -> RunOptions:

@@ -50,6 +50,7 @@ class DeviceKind(ABC):
     """One kind of device: every fact braeburn knows about it lives in a subclass."""
 
     name: ClassVar[str]
+    hardware: ClassVar[str]  # what a user would call it: "NVIDIA GPUs"
     is_accelerator: ClassVar[bool]
     process_group_backend: ClassVar[str | None]
     pin_memory_helps: ClassVar[bool] = False

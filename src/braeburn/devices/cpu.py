@@ -12,6 +12,7 @@ from .host import HostFacts
 
 class CpuDevice(DeviceKind):
     name: ClassVar[str] = "cpu"
+    hardware: ClassVar[str] = "CPUs"
     is_accelerator: ClassVar[bool] = False
     process_group_backend: ClassVar[str | None] = "gloo"
     fused_adamw: ClassVar[bool] = True  # CPU kernel since torch 2.4

@@ -12,6 +12,7 @@ CUDA_WHEEL_HINT = "pip install torch --index-url https://download.pytorch.org/wh
 
 class CudaDevice(DeviceKind):
     name: ClassVar[str] = "cuda"
+    hardware: ClassVar[str] = "NVIDIA GPUs"
     is_accelerator: ClassVar[bool] = True
     process_group_backend: ClassVar[str | None] = "nccl"
     pin_memory_helps: ClassVar[bool] = True

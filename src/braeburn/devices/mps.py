@@ -180,6 +180,7 @@ def watermark_env_problem(env: Mapping[str, str]) -> str | None:
 
 class MpsDevice(DeviceKind):
     name: ClassVar[str] = "mps"
+    hardware: ClassVar[str] = "Apple-silicon GPUs"
     is_accelerator: ClassVar[bool] = True
     process_group_backend: ClassVar[str | None] = None  # neither gloo nor nccl takes MPS tensors
     supports_float64: ClassVar[bool] = False
