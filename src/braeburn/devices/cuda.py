@@ -67,8 +67,8 @@ class CudaDevice(DeviceKind):
 
     def compile_by_default(self, host: HostFacts) -> tuple[bool, str]:
         return True, ("auto: compiled where the run earns it back: the Trainer times its first eager steps and "
-                      "compiles when ~5 minutes of eager training remain (CNNs stay eager); a loop of your own "
-                      "compiles with compile=True")
+                      "compiles when the time it expects to save (from the model's family, or an earlier compile "
+                      "here) pays the compile back (CNNs stay eager); a loop of your own compiles with compile=True")
 
     def describe(self, host: HostFacts) -> str:
         return ", ".join(host.cuda_names) or "cuda"
