@@ -233,3 +233,18 @@ def test_lengths_vary_reads_batches_with_a_zero_dimensional_tensor():
         return batch_signature((torch.zeros(size, length), torch.tensor(1.0)))  # a 0-d tensor: shape ()
 
     assert not _lengths_vary({batch(8, 4), batch(3, 4)}) and _lengths_vary({batch(8, 4), batch(8, 5)})
+
+
+def test_a_base_model_inside_a_transformers_model_is_not_pinned_so_no_false_loss_warning():
+    """BertModel inside BertForSequenceClassification never looks its loss up; pinning it would make Transformers
+    print "Using the default loss: ForCausalLMLoss" for a classifier (seen on an H100 run of BERT-base)."""
+    transformers = pytest.importorskip("transformers")
+    from braeburn.compile_policy import pin_traced_attributes
+
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, num_labels=2)
+    model = transformers.BertForSequenceClassification(config)
+    pin_traced_attributes(model)
+    pinned = [type(module).__name__ for module in model.modules() if "_loss_function" in vars(module)]
+    assert pinned == ["BertForSequenceClassification"]
+    assert "_loss_function" not in vars(model.bert)

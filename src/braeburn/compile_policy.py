@@ -83,16 +83,25 @@ def pin_traced_attributes(module: torch.nn.Module) -> None:
     names no loss (``GPT2LMHeadModel`` and the other ``...LMHeadModel`` classes): under torch.compile that
     logging call is a graph break in every training forward (the forward becomes two graphs, and the
     logits leave the first one). Transformers' own setter pins the same loss function, so the forward
-    computes exactly what it did, without the break. Called only when a model is compiled.
+    computes exactly what it did, without the break. Only the outermost such models are pinned: a base
+    model inside one (``BertModel`` in ``BertForSequenceClassification``) never looks its loss up, and looking
+    it up here would only print Transformers' "Using the default loss: ForCausalLMLoss" for a model that has
+    none. Called only when a model is compiled.
     """
-    for submodule in module.modules():
+    pinned: list[str] = []
+    for name, submodule in module.named_modules():
         attribute = getattr(type(submodule), "loss_function", None)
-        if isinstance(attribute, property) and attribute.fset is not None \
-                and "_loss_function" not in vars(submodule):
-            try:
-                submodule.loss_function = submodule.loss_function
-            except Exception:  # a model whose loss lookup fails here fails the same way in its forward
-                pass
+        if not (isinstance(attribute, property) and attribute.fset is not None):
+            continue
+        if any(outer == "" or name.startswith(outer + ".") for outer in pinned):
+            continue  # inside a model pinned already
+        pinned.append(name)
+        if "_loss_function" in vars(submodule):
+            continue
+        try:
+            submodule.loss_function = submodule.loss_function
+        except Exception:  # a model whose loss lookup fails here fails the same way in its forward
+            pass
 
 
 # -- the prepared forward -------------------------------------------------------------------------
