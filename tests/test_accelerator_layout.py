@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from braeburn import Accelerator
-from braeburn.accelerator import _mostly_convolutions
+from braeburn.accelerator_compile import mostly_convolutions
 from braeburn.devices.cpu import CpuDevice
 
 
@@ -15,9 +15,9 @@ def cnn() -> nn.Module:
 
 
 def test_mostly_convolutions_tells_a_cnn_from_a_transformer_like_model():
-    assert _mostly_convolutions(nn.Sequential(nn.Conv2d(3, 64, 3), nn.Conv2d(64, 64, 3), nn.Linear(64, 10)))
-    assert not _mostly_convolutions(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Linear(512, 512)))
-    assert not _mostly_convolutions(nn.Sequential())
+    assert mostly_convolutions(nn.Sequential(nn.Conv2d(3, 64, 3), nn.Conv2d(64, 64, 3), nn.Linear(64, 10)))
+    assert not mostly_convolutions(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Linear(512, 512)))
+    assert not mostly_convolutions(nn.Sequential())
 
 
 def test_channels_last_only_where_the_device_says_it_helps(monkeypatch):
