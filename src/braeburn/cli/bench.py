@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from ..devices.base import DeviceKind
+from .console import make_console
 
 EXIT_OK, EXIT_USAGE = 0, 2
 DTYPE_OF = {"no": "fp32", "bf16": "bf16", "fp16": "fp16"}
@@ -313,15 +314,6 @@ def _flops(tflops: float | None) -> str:
         if tflops >= scale:
             return f"{tflops / scale:.3g} {unit}"
     return f"{tflops / 1e-6:.2g} M"
-
-
-def make_console():
-    from rich.console import Console
-
-    console = Console(highlight=False)
-    if not console.is_terminal:  # logs and pipes: wide enough that the tables do not wrap
-        console.width = 120
-    return console
 
 
 def render(results: dict) -> None:

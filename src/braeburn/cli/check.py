@@ -373,7 +373,7 @@ def _timing_line(report: dict, reference: str) -> str:
 def render(report: dict, reference: str) -> None:
     from rich.table import Table
 
-    from .bench import make_console
+    from .console import make_console
 
     console = make_console()
     console.print(f"[bold]braeburn check[/] {report['script']}: {report['device']} ({_precision(report)}) "
