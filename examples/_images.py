@@ -129,12 +129,19 @@ def random_horizontal_flip(image: torch.Tensor, generator: torch.Generator | Non
     return image.flip(-1) if torch.rand((), generator=generator) < 0.5 else image
 
 
+def normalize(image: torch.Tensor) -> torch.Tensor:
+    """Centre 0..1 pixels on 0 with unit-ish spread: the same for every source, so no dataset statistics needed."""
+    return (image - 0.5) / 0.5
+
+
 class ImageDataset(Dataset):
     """(image tensor, label) pairs; paths are decoded lazily so large folders need little memory."""
 
     def __init__(self, source: ImageSource, indices: Sequence[int], image_size: int,
                  augment: Callable[[torch.Tensor], torch.Tensor] | None = None):
-        self.items = [source.items[i] for i in indices]
+        # Images already in memory (the digits) are normalized once here, not again in every epoch.
+        self.items = [normalize(item) if isinstance(item, torch.Tensor) else item
+                      for item in (source.items[i] for i in indices)]
         self.labels = [source.labels[i] for i in indices]
         self.image_size = image_size
         self.augment = augment
@@ -144,9 +151,7 @@ class ImageDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         item = self.items[index]
-        image = item if isinstance(item, torch.Tensor) else read_image(item, self.image_size)
-        # Centre on 0 with unit-ish spread: the same for every source, so no dataset statistics needed.
-        image = (image - 0.5) / 0.5
+        image = item if isinstance(item, torch.Tensor) else normalize(read_image(item, self.image_size))
         if self.augment is not None:
             image = self.augment(image)
         return image, self.labels[index]

@@ -1,7 +1,7 @@
 """Classification metrics for the examples: accuracy, F1, a per-class report, a confusion-matrix PNG.
 
 scikit-learn computes the numbers (it is in the ``examples`` extra), matplotlib draws the picture
-with its file-only Agg backend so the examples run on machines without a display.
+with its file-only Agg canvas so the examples run on machines without a display.
 """
 
 from __future__ import annotations
@@ -42,14 +42,22 @@ def confusion(labels: Sequence[int], predictions: Sequence[int], num_classes: in
 
 
 def save_confusion_matrix_png(matrix: np.ndarray, class_names: Sequence[str], path: Path, title: str) -> Path:
-    """Draw ``matrix`` with a count in every cell; returns the path written."""
-    import matplotlib
+    """Draw ``matrix`` with a count in every cell; returns the path written.
 
-    matplotlib.use("Agg")  # file output only: no display needed
-    import matplotlib.pyplot as plt
+    matplotlib's object API with fixed margins: no pyplot (no global figure state, one import fewer) and
+    no layout engine (``tight_layout`` took longer than the drawing itself).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    size = max(4.0, 0.45 * len(class_names) + 2.5)
-    figure, axes = plt.subplots(figsize=(size, size))
+    grid = max(3.0, 0.45 * len(class_names) + 1.5)  # inches for the cells
+    names = 0.35 + 0.085 * max(len(str(name)) for name in class_names)  # room for the tick labels at 10 pt
+    left, bottom = names + 0.3, (names if len(class_names) > 10 else 0.35) + 0.3  # + the axis label
+    width, height = left + grid + 0.2, bottom + grid + 0.45
+    figure = Figure(figsize=(width, height))
+    figure.subplots_adjust(left=left / width, bottom=bottom / height, right=1 - 0.2 / width, top=1 - 0.45 / height)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
     axes.imshow(matrix, cmap="Blues")
     ticks = range(len(class_names))
     axes.set_xticks(ticks, [str(name) for name in class_names], rotation=90 if len(class_names) > 10 else 0)
@@ -62,10 +70,8 @@ def save_confusion_matrix_png(matrix: np.ndarray, class_names: Sequence[str], pa
         for column in range(matrix.shape[1]):
             color = "white" if matrix[row, column] > threshold else "black"
             axes.text(column, row, str(matrix[row, column]), ha="center", va="center", color=color, fontsize=8)
-    figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
-    plt.close(figure)
     return path
 
 
