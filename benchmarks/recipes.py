@@ -25,7 +25,8 @@ Recipes (real data shipped here or in a package, real shapes):
   sentences. Every runner pads with the same Transformers collator (longest in the batch); the
   floor pads every batch to the longest sentence in the data (one shape).
 - ``digits``: the image example (scikit-learn's digits, a small CNN, 10 epochs) against the same
-  loop written bare.
+  loop written bare: ``bare`` makes the example's outputs too (an evaluation after every epoch, the
+  per-class report, the confusion matrix, eval_results.json), ``bare-train`` only trains and scores once.
 - ``gpt2``: the long recipe (``benchmarks/recipe_gpt2.py``): GPT-2 small from scratch on Python source
   code, blocks of 1,024 tokens, batch 8, ``--gpt2-steps`` optimizer steps (about ten minutes of the
   Transformers Trainer on an H100), where compiling should pay; the floor is a compiled bare loop.
@@ -51,7 +52,7 @@ if not MRPC_DIR.is_dir():
     MRPC_DIR = ROOT / "shared" / "data" / "glue" / "MRPC"
 RESULT_TAG = "RECIPE_RESULT "
 RUNNERS = {"mrpc": ("bare", "transformers", "braeburn"), "clm": ("bare", "transformers", "braeburn"),
-           "digits": ("bare", "braeburn"), "gpt2": ("bare", "transformers", "braeburn")}
+           "digits": ("bare", "bare-train", "braeburn"), "gpt2": ("bare", "transformers", "braeburn")}
 
 
 # -- shared pieces of the recipes (run inside the child processes) -------------------------------------
@@ -237,12 +238,17 @@ def _clm_perplexity(model, tokenizer, texts, device, dtype) -> float:
     return math.exp(total / tokens)
 
 
-def bare_digits(args) -> None:
+def bare_digits(args, outputs: bool = True) -> None:
+    """The image example's recipe as a bare loop. With ``outputs`` (the ``bare`` runner) it also makes what the
+    example makes besides training: an evaluation with accuracy and F1 after every epoch (its
+    ``eval_strategy="epoch"``), then the per-class report, the confusion-matrix PNG and eval_results.json, with
+    the example's own functions. Without (``bare-train``): training and one accuracy at the end."""
     started = time.perf_counter()
     import torch
 
     sys.path.insert(0, str(ROOT / "examples"))
-    from image_classification import ImageArguments, SmallCNN, build_datasets, load_source
+    from _metrics import classification_metrics
+    from image_classification import ImageArguments, SmallCNN, build_datasets, load_source, report_predictions
 
     device, dtype = _device(args.cpu)
     source = load_source(ImageArguments())
@@ -250,33 +256,53 @@ def bare_digits(args) -> None:
     train, held_out = build_datasets(ImageArguments(), source, args.seed)
     images = torch.stack([train[i][0] for i in range(len(train))]).to(device)
     labels = torch.tensor([train[i][1] for i in range(len(train))], device=device)
+    test = torch.stack([held_out[i][0] for i in range(len(held_out))]).to(device)
+    truth = [held_out[i][1] for i in range(len(held_out))]
     model = SmallCNN(images.shape[1], len(source.class_names)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, fused=device.type == "cuda")
     data_done = train_started = time.perf_counter()
     steps = math.ceil(len(labels) / 32) * 10
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / steps))
     generator = torch.Generator().manual_seed(args.seed)
-    for _epoch in range(10):
-        order = torch.randperm(len(labels), generator=generator).to(device)
-        for start in range(0, len(labels), 32):
-            rows = order[start:start + 32]
-            with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                loss = torch.nn.functional.cross_entropy(model(images[rows]), labels[rows])
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+    batches = [range(start, min(start + 32, len(labels))) for start in range(0, len(labels), 32)] * 10
+    epoch_ends = {len(batches) * (epoch + 1) // 10 for epoch in range(10)}  # the step at each epoch's end
+
+    def predict() -> torch.Tensor:
+        model.eval()
+        with torch.no_grad(), torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            logits = torch.cat([model(test[start:start + 256]) for start in range(0, len(test), 256)]).float().cpu()
+        model.train()
+        return logits
+
+    order = None
+    for step, batch in enumerate(batches[:args.max_steps or None], start=1):
+        if batch.start == 0:
+            order = torch.randperm(len(labels), generator=generator).to(device)
+        rows = order[batch.start:batch.stop]
+        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = torch.nn.functional.cross_entropy(model(images[rows]), labels[rows])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if outputs and step in epoch_ends:
+            metrics = classification_metrics(truth, predict().argmax(-1).tolist(), len(source.class_names))
+            print(f"step {step}: accuracy {metrics['accuracy']:.4f} f1 {metrics['f1']:.4f}", flush=True)
     eval_started = time.perf_counter()
-    model.eval()
-    with torch.no_grad():
-        test = torch.stack([held_out[i][0] for i in range(len(held_out))]).to(device)
-        truth = torch.tensor([held_out[i][1] for i in range(len(held_out))])
-        accuracy = float((model(test).argmax(-1).cpu() == truth).float().mean())
+    logits = predict()
+    if outputs:
+        accuracy = report_predictions(logits, truth, source.class_names, Path(args.workdir))["accuracy"]
+    else:
+        accuracy = float((logits.argmax(-1) == torch.tensor(truth)).float().mean())
     done = time.perf_counter()
     _report(started, training_seconds=eval_started - train_started, eval_seconds=done - eval_started,
             setup_seconds=train_started - started, data_seconds=data_done - started, metric="accuracy",
             value=accuracy)
+
+
+def bare_digits_train_only(args) -> None:
+    bare_digits(args, outputs=False)
 
 
 # -- the Transformers Trainer ---------------------------------------------------------------------------
@@ -395,7 +421,8 @@ def _example_command(args, recipe: str, workdir: str) -> list[str]:
 # -- the driver ----------------------------------------------------------------------------------------
 CHILDREN = {("mrpc", "bare"): bare_mrpc, ("mrpc", "transformers"): transformers_mrpc,
             ("clm", "bare"): bare_clm, ("clm", "transformers"): transformers_clm, ("clm", "braeburn"): braeburn_clm,
-            ("digits", "bare"): bare_digits, ("gpt2", "bare"): recipe_gpt2.bare,
+            ("digits", "bare"): bare_digits, ("digits", "bare-train"): bare_digits_train_only,
+            ("gpt2", "bare"): recipe_gpt2.bare,
             ("gpt2", "transformers"): recipe_gpt2.transformers, ("gpt2", "braeburn"): recipe_gpt2.braeburn}
 
 
