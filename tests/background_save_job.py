@@ -30,9 +30,10 @@ def kill_inside_background_save(step: int) -> None:
     def save_state(self, output_dir):
         if not output_dir.endswith(f"checkpoint-{step}.tmp"):
             return original(self, output_dir)
-        name, data = next(iter(self.snapshot.files.items()))
+        name, file = next(iter(self.snapshot.files.items()))
         staging = background_save.state_io.prepare_staging(output_dir)
-        (staging / name).write_bytes(data)  # one file of the checkpoint's staging written
+        with open(staging / name, "wb") as handle:  # one file of the checkpoint's staging written
+            file.write(handle)
         print(f"job: killed inside the background save of checkpoint-{step}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 

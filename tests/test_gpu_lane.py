@@ -157,6 +157,36 @@ def test_save_and_load_state_round_trip_bitwise_on_the_gpu(tmp_path, precision):
     assert all(torch.equal(a, b) for a, b in zip(expected, steps(again, model2, optimizer2, 3)))
 
 
+def test_a_background_snapshot_on_the_gpu_is_a_pinned_copy_and_loads_as_the_foreground_save(tmp_path):
+    """The training thread copies the state into pinned host memory (views kept); the files written from that copy
+    load to the same tensors as a foreground save of the same moment."""
+    from braeburn import state as state_io
+    from braeburn.host_copy import host_copy
+    from braeburn.trainer.background_save import Snapshot, _Replay
+
+    weight = torch.randn(64, 64, device="cuda")
+    copied, nbytes = host_copy({"w": weight, "row": weight[3], "step": torch.tensor(2.0, device="cuda")})
+    assert all(t.device.type == "cpu" and t.is_pinned() for t in copied.values()) and nbytes == weight.nbytes + 4
+    assert torch.equal(copied["w"], weight.cpu()) and torch.equal(copied["row"], weight[3].cpu())
+    assert copied["row"].untyped_storage().data_ptr() == copied["w"].untyped_storage().data_ptr()
+
+    x, y = _data()
+    accelerator = Accelerator(compile=False, seed=0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+    accelerator.backward(nn.functional.cross_entropy(model(x.to(accelerator.device)), y.to(accelerator.device)))
+    optimizer.step()
+    snapshot = Snapshot(accelerator)
+    accelerator.save_state(tmp_path / "foreground")
+    _Replay(snapshot).save_state(str(tmp_path / "background"))
+    for name in ("model.safetensors", "optimizer_0.pt"):
+        if name.endswith(".safetensors"):
+            assert (tmp_path / "foreground" / name).read_bytes() == (tmp_path / "background" / name).read_bytes()
+        else:
+            a, b = (state_io.load_file(tmp_path / where, name) for where in ("foreground", "background"))
+            assert all(torch.equal(a["state"][k][n], b["state"][k][n]) for k in a["state"] for n in a["state"][k])
+
+
 def test_resume_with_accumulation_is_bitwise_on_the_gpu_with_full_determinism(tmp_path, restore_determinism):
     _, reference, resumed = resume_with_accumulation(tmp_path, full_determinism=True)
     assert bitwise_equal(reference, resumed)

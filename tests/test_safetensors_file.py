@@ -98,3 +98,41 @@ def test_a_snapshot_captures_the_same_bytes_as_a_write(tmp_path):
     with state_io.capture_writes() as files:
         state_io.save_model_state(state, Path("."), 0)
     assert files == {"model.safetensors": (tmp_path / "model.safetensors").read_bytes()}
+
+
+def test_a_deferred_snapshot_writes_the_same_bytes_as_a_write_and_ignores_later_changes(tmp_path):
+    weight = torch.randn(6, 4)
+    state = {"weight": weight, "tied": weight, "row": weight[1], "steps": torch.arange(3)}
+    optimizer_like = {"state": {0: {"exp_avg": weight * 2, "step": torch.tensor(3.0)}},
+                      "param_groups": [{"lr": 0.1, "betas": (0.9, 0.99), "params": [0]}], "extra": [1, 2]}
+    state_io.save_model_state(state, tmp_path, 0)
+    state_io.save_file(optimizer_like, tmp_path, "optimizer_0.pt")
+    with state_io.defer_writes() as files:
+        state_io.save_model_state(state, Path("."), 0)
+        state_io.save_file(optimizer_like, Path("."), "optimizer_0.pt")
+    with torch.no_grad():  # training goes on after the snapshot: nothing of it may reach the files
+        weight.add_(1.0)
+        optimizer_like["state"][0]["exp_avg"].zero_()
+        optimizer_like["extra"].append(3)
+    assert set(files) == {"model.safetensors", "optimizer_0.pt"}
+    # "tied" is the same view as "weight" (dropped, named in the metadata); "row" overlaps it, so it is written as a copy
+    assert files["model.safetensors"].nbytes == weight.nbytes + weight[1].nbytes + 3 * 8
+    for name, file in files.items():
+        later = tmp_path / "later"
+        later.mkdir(exist_ok=True)
+        with open(later / name, "wb") as handle:
+            file.write(handle)
+        assert (later / name).read_bytes() == (tmp_path / name).read_bytes(), name
+
+
+def test_host_copy_keeps_views_and_sharing_and_copies_mutable_leaves():
+    from braeburn.host_copy import host_copy
+
+    base = torch.arange(12.0)
+    mutable = {"list": [1, 2]}
+    copied, nbytes = host_copy({"a": base, "b": base[2:5], "c": base.view(3, 4).t(), "m": mutable, "n": 3})
+    assert nbytes == base.nbytes
+    assert copied["b"].untyped_storage().data_ptr() == copied["a"].untyped_storage().data_ptr() != base.data_ptr()
+    assert torch.equal(copied["c"], base.view(3, 4).t()) and copied["c"].stride() == (1, 4)
+    mutable["list"].append(3)
+    assert copied["m"] == {"list": [1, 2]} and copied["n"] == 3

@@ -55,8 +55,8 @@ def write(tensors: dict[str, torch.Tensor], handle: BinaryIO, metadata: dict[str
     handle.write(struct.pack("<Q", len(text)) + text)
     for tensor in tensors.values():
         host = tensor.detach().to("cpu").contiguous()  # a device tensor: one copy to the host, this tensor only
-        if host.numel():
-            handle.write(ctypes.string_at(host.data_ptr(), host.numel() * host.element_size()))
+        if host.numel():  # the tensor's own memory, not a copy of it as bytes
+            handle.write((ctypes.c_char * (host.numel() * host.element_size())).from_address(host.data_ptr()))
 
 
 def _refuse(path: Path, reason: str) -> UnsafeFileError:

@@ -18,12 +18,13 @@ import random
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import torch
 
 from . import no_follow, safetensors_file
 from .devices.base import DeviceKind
+from .host_copy import host_copy
 
 
 # -- random number generators -------------------------------------------------------------------
@@ -209,6 +210,39 @@ def capture_writes() -> Iterator[dict[str, bytes]]:
         _captured = previous
 
 
+class DeferredWrite(NamedTuple):
+    """A file of a snapshot taken by :func:`defer_writes`: how to write it, and the host memory it holds."""
+
+    write: Callable[[BinaryIO], None]
+    nbytes: int
+
+
+_deferred: dict[str, DeferredWrite] | None = None
+
+
+@contextlib.contextmanager
+def defer_writes() -> Iterator[dict[str, DeferredWrite]]:
+    """While active, :func:`save_file` and :func:`save_model_state` copy what they would write to host memory now
+    (the state of this moment) and keep, in the yielded dict, how to write it later: a snapshot whose serialising
+    runs in another thread (trainer/background_save.py). The files then written are those a save at this moment
+    writes; torch.save records the copies' location, the CPU, which is where braeburn loads them."""
+    global _deferred
+    previous, _deferred = _deferred, {}
+    try:
+        yield _deferred
+    finally:
+        _deferred = previous
+
+
+def _defer(name: str, obj: Any, write: Callable[[Any, BinaryIO], None]) -> bool:
+    """Under :func:`defer_writes`: ``obj`` copied to the host and kept with ``write``; False otherwise."""
+    if _deferred is None:
+        return False
+    copied, nbytes = host_copy(obj)
+    _deferred[name] = DeferredWrite(lambda handle: write(copied, handle), nbytes)
+    return True
+
+
 def _write(directory: Path, name: str, write: Callable[[BinaryIO], None]) -> None:
     if _captured is not None:
         buffer = io.BytesIO()
@@ -220,7 +254,8 @@ def _write(directory: Path, name: str, write: Callable[[BinaryIO], None]) -> Non
 
 
 def save_file(obj: Any, directory: Path, name: str) -> None:
-    _write(directory, name, lambda handle: torch.save(obj, handle))
+    if not _defer(name, obj, lambda copied, handle: torch.save(copied, handle)):
+        _write(directory, name, lambda handle: torch.save(obj, handle))
 
 
 def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu") -> Any:
@@ -292,7 +327,8 @@ def save_model_state(state: dict[str, Any], directory: Path, index: int) -> None
         return
     tensors, aliases = _without_aliases(state)
     metadata = {"format": "pt", ALIASES: json.dumps(aliases)}  # "pt": what from_pretrained checks for
-    _write(directory, model_file(index), lambda handle: safetensors_file.write(tensors, handle, metadata))
+    if not _defer(model_file(index), tensors, lambda copied, handle: safetensors_file.write(copied, handle, metadata)):
+        _write(directory, model_file(index), lambda handle: safetensors_file.write(tensors, handle, metadata))
 
 
 def load_model_state(directory: str | os.PathLike, index: int) -> dict[str, Any]:
