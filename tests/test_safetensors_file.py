@@ -136,3 +136,17 @@ def test_host_copy_keeps_views_and_sharing_and_copies_mutable_leaves():
     assert torch.equal(copied["c"], base.view(3, 4).t()) and copied["c"].stride() == (1, 4)
     mutable["list"].append(3)
     assert copied["m"] == {"list": [1, 2]} and copied["n"] == 3
+
+
+def test_host_copy_keeps_the_container_types():
+    import collections
+
+    from braeburn.host_copy import host_copy
+
+    pair = collections.namedtuple("pair", "tensor number")
+    state = {"p": pair(torch.zeros(2), 2), "d": collections.defaultdict(list, x=torch.ones(1)),
+             "o": collections.OrderedDict(z=torch.ones(1)), "t": (torch.ones(1), "s")}
+    copied, nbytes = host_copy(state)
+    assert type(copied["p"]) is pair and copied["p"].number == 2 and torch.equal(copied["p"].tensor, torch.zeros(2))
+    assert type(copied["d"]) is collections.defaultdict and copied["d"].default_factory is list
+    assert type(copied["o"]) is collections.OrderedDict and type(copied["t"]) is tuple and nbytes == 8 + 4 + 4 + 4

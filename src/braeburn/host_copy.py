@@ -6,17 +6,16 @@ device sync per tensor): about 2 s for GPT-2 small with its AdamW state on an H1
 (a device-to-host copy for a GPU), and the serialising moves to the writer thread, where torch.save's writes let the
 training thread run.
 
-Each tensor's storage is copied once, and the tensors are rebuilt as the same views of the copies: what shared
-memory still does, so torch.save writes the copy as it would have written the original.
+Each tensor's storage is copied once, and the tensors are rebuilt as the same views of the copies: memory shared
+before is shared in the copy, so torch.save writes the copy as it would have written the original.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import tree_map
 
 # Leaves that cannot change after the copy is taken, kept as they are; any other leaf is deep-copied.
 _IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Size)
@@ -27,6 +26,21 @@ def _plain(tensor: torch.Tensor) -> bool:
     return (type(tensor) in (torch.Tensor, torch.nn.Parameter) and tensor.layout == torch.strided
             and not tensor.is_quantized and not tensor.is_conj() and not tensor.is_neg()
             and tensor.device.type != "meta")
+
+
+def _map(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``value`` rebuilt with ``leaf`` applied to everything that is not a dict, list or tuple (their types kept)."""
+    if isinstance(value, dict):
+        mapped = copy.copy(value)  # the same mapping type (an OrderedDict, a defaultdict with its factory)
+        for key, item in value.items():
+            mapped[key] = _map(item, leaf)
+        return mapped
+    if isinstance(value, list):
+        return [_map(item, leaf) for item in value]
+    if isinstance(value, tuple):
+        items = [_map(item, leaf) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # a namedtuple, or a tuple
+    return leaf(value)
 
 
 def _pins(device_type: str) -> bool:
@@ -78,7 +92,7 @@ def host_copy(obj: Any) -> tuple[Any, int]:
             return tensor(value)
         return value if isinstance(value, _IMMUTABLE) else copy.deepcopy(value)
 
-    result = tree_map(leaf, obj)
+    result = _map(obj, leaf)
     return result, other_bytes + sum(storage.nbytes() for storage in storages.values())
 
 
