@@ -169,6 +169,14 @@ def test_a_background_snapshot_on_the_gpu_is_a_pinned_copy_and_loads_as_the_fore
     assert all(t.device.type == "cpu" and t.is_pinned() for t in copied.values()) and nbytes == weight.nbytes + 4
     assert torch.equal(copied["w"], weight.cpu()) and torch.equal(copied["row"], weight[3].cpu())
     assert copied["row"].untyped_storage().data_ptr() == copied["w"].untyped_storage().data_ptr()
+    import braeburn.host_copy as host_copy_module
+
+    limit, host_copy_module.PINNED_LIMIT = host_copy_module.PINNED_LIMIT, weight.nbytes  # room for the first only
+    try:
+        beyond, _ = host_copy({"w": weight, "other": torch.randn(8, device="cuda")})
+    finally:
+        host_copy_module.PINNED_LIMIT = limit
+    assert beyond["w"].is_pinned() and not beyond["other"].is_pinned() and beyond["other"].device.type == "cpu"
 
     x, y = _data()
     accelerator = Accelerator(compile=False, seed=0)

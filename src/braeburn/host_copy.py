@@ -17,6 +17,10 @@ from typing import Any, Callable
 
 import torch
 
+# At most this much of one snapshot goes to pinned memory, which torch keeps cached (rounded up to powers of two)
+# for the next save and the system cannot page out; the rest of a larger state is copied to ordinary memory.
+PINNED_LIMIT = 4 << 30
+
 # Leaves that cannot change after the copy is taken, kept as they are; any other leaf is deep-copied.
 _IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Size)
 
@@ -53,29 +57,30 @@ def _pins(device_type: str) -> bool:
         return False
 
 
-def _to_host(source: torch.UntypedStorage) -> torch.UntypedStorage:
-    """A CPU copy of ``source``. From a device where it helps (CUDA), into pinned memory: torch's pinned-memory
-    cache hands the same blocks to the next save, so later snapshots pay no page faults and copy at the link's
-    full speed. (One synchronous copy a storage: the copies run one after another either way.)"""
+def _to_host(source: torch.UntypedStorage, pin: bool) -> tuple[torch.UntypedStorage, bool]:
+    """A CPU copy of ``source``, and whether it is pinned. From a device where it helps (CUDA), and while ``pin``,
+    into pinned memory: torch's pinned-memory cache hands the same blocks to the next save, so later snapshots pay
+    no page faults and copy at the link's full speed. (One synchronous copy a storage: they run one after another
+    either way.)"""
     if source.device.type == "cpu":
-        return source.clone()
-    if _pins(source.device.type):
+        return source.clone(), False
+    if pin and _pins(source.device.type):
         try:
             host = torch.empty(source.nbytes(), dtype=torch.uint8, pin_memory=True).untyped_storage()
         except RuntimeError:  # no pinned memory to be had: a plain copy
-            return source.cpu()
+            return source.cpu(), False
         host.copy_(source)
-        return host
-    return source.cpu()
+        return host, True
+    return source.cpu(), False
 
 
 def host_copy(obj: Any) -> tuple[Any, int]:
     """``obj`` with every tensor copied to the CPU (views and shared memory kept), and the bytes copied."""
     storages: dict[tuple, torch.UntypedStorage] = {}
-    other_bytes = 0
+    other_bytes = pinned_bytes = 0
 
     def tensor(value: torch.Tensor) -> torch.Tensor:
-        nonlocal other_bytes
+        nonlocal other_bytes, pinned_bytes
         value = value.detach()
         if not _plain(value):
             other_bytes += value.numel() * value.element_size()
@@ -84,7 +89,9 @@ def host_copy(obj: Any) -> tuple[Any, int]:
         key = (value.device, source.data_ptr(), source.nbytes())
         host = storages.get(key)
         if host is None:
-            host = storages[key] = _to_host(source)
+            host, pinned = _to_host(source, pinned_bytes + source.nbytes() <= PINNED_LIMIT)
+            storages[key] = host
+            pinned_bytes += host.nbytes() if pinned else 0
         return torch.empty(0, dtype=value.dtype).set_(host, value.storage_offset(), value.size(), value.stride())
 
     def leaf(value: Any) -> Any:
