@@ -238,6 +238,24 @@ def _clm_perplexity(model, tokenizer, texts, device, dtype) -> float:
     return math.exp(total / tokens)
 
 
+def _stacked(dataset, device):
+    """A dataset's images as one tensor on ``device``, and its labels as a list."""
+    import torch
+
+    return torch.stack([dataset[i][0] for i in range(len(dataset))]).to(device), [dataset[i][1] for i in range(len(dataset))]
+
+
+def _digits_logits(model, images, device, dtype):
+    """The model's logits for ``images``, in the example's evaluation batches of 256, on the CPU."""
+    import torch
+
+    model.eval()
+    with torch.no_grad(), torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+        logits = torch.cat([model(images[start:start + 256]) for start in range(0, len(images), 256)]).float().cpu()
+    model.train()
+    return logits
+
+
 def bare_digits(args, outputs: bool = True) -> None:
     """The image example's recipe as a bare loop. With ``outputs`` (the ``bare`` runner) it also makes what the
     example makes besides training: an evaluation with accuracy and F1 after every epoch (its
@@ -254,27 +272,15 @@ def bare_digits(args, outputs: bool = True) -> None:
     source = load_source(ImageArguments())
     torch.manual_seed(args.seed)
     train, held_out = build_datasets(ImageArguments(), source, args.seed)
-    images = torch.stack([train[i][0] for i in range(len(train))]).to(device)
-    labels = torch.tensor([train[i][1] for i in range(len(train))], device=device)
-    test = torch.stack([held_out[i][0] for i in range(len(held_out))]).to(device)
-    truth = [held_out[i][1] for i in range(len(held_out))]
+    (images, labels), (test, truth) = _stacked(train, device), _stacked(held_out, device)
+    labels = torch.tensor(labels, device=device)
     model = SmallCNN(images.shape[1], len(source.class_names)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, fused=device.type == "cuda")
     data_done = train_started = time.perf_counter()
-    steps = math.ceil(len(labels) / 32) * 10
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / steps))
-    generator = torch.Generator().manual_seed(args.seed)
     batches = [range(start, min(start + 32, len(labels))) for start in range(0, len(labels), 32)] * 10
     epoch_ends = {len(batches) * (epoch + 1) // 10 for epoch in range(10)}  # the step at each epoch's end
-
-    def predict() -> torch.Tensor:
-        model.eval()
-        with torch.no_grad(), torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-            logits = torch.cat([model(test[start:start + 256]) for start in range(0, len(test), 256)]).float().cpu()
-        model.train()
-        return logits
-
-    order = None
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / len(batches)))
+    generator, order = torch.Generator().manual_seed(args.seed), None
     for step, batch in enumerate(batches[:args.max_steps or None], start=1):
         if batch.start == 0:
             order = torch.randperm(len(labels), generator=generator).to(device)
@@ -287,16 +293,16 @@ def bare_digits(args, outputs: bool = True) -> None:
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         if outputs and step in epoch_ends:
-            metrics = classification_metrics(truth, predict().argmax(-1).tolist(), len(source.class_names))
+            predictions = _digits_logits(model, test, device, dtype).argmax(-1).tolist()
+            metrics = classification_metrics(truth, predictions, len(source.class_names))
             print(f"step {step}: accuracy {metrics['accuracy']:.4f} f1 {metrics['f1']:.4f}", flush=True)
     eval_started = time.perf_counter()
-    logits = predict()
+    logits = _digits_logits(model, test, device, dtype)
     if outputs:
         accuracy = report_predictions(logits, truth, source.class_names, Path(args.workdir))["accuracy"]
     else:
         accuracy = float((logits.argmax(-1) == torch.tensor(truth)).float().mean())
-    done = time.perf_counter()
-    _report(started, training_seconds=eval_started - train_started, eval_seconds=done - eval_started,
+    _report(started, training_seconds=eval_started - train_started, eval_seconds=time.perf_counter() - eval_started,
             setup_seconds=train_started - started, data_seconds=data_done - started, metric="accuracy",
             value=accuracy)
 

@@ -234,28 +234,24 @@ def defer_writes() -> Iterator[dict[str, DeferredWrite]]:
         _deferred = previous
 
 
-def _defer(name: str, obj: Any, write: Callable[[Any, BinaryIO], None]) -> bool:
-    """Under :func:`defer_writes`: ``obj`` copied to the host and kept with ``write``; False otherwise."""
-    if _deferred is None:
-        return False
-    copied, nbytes = host_copy(obj)
-    _deferred[name] = DeferredWrite(lambda handle: write(copied, handle), nbytes)
-    return True
-
-
-def _write(directory: Path, name: str, write: Callable[[BinaryIO], None]) -> None:
+def _write(directory: Path, name: str, obj: Any, write: Callable[[Any, BinaryIO], None]) -> None:
+    """``write(obj, handle)`` into ``directory/name``; under :func:`defer_writes` a host copy of ``obj`` is kept to
+    be written later, under :func:`capture_writes` the bytes are kept instead of written."""
+    if _deferred is not None:
+        copied, nbytes = host_copy(obj)
+        _deferred[name] = DeferredWrite(lambda handle: write(copied, handle), nbytes)
+        return
     if _captured is not None:
         buffer = io.BytesIO()
-        write(buffer)  # copies device tensors to the host now: the snapshot is of this moment
+        write(obj, buffer)  # copies device tensors to the host now: the snapshot is of this moment
         _captured[name] = buffer.getvalue()
         return
     with no_follow.create_new(Path(directory) / name) as handle:  # a full disk then raises OSError with its errno, not a torch enforce
-        write(handle)
+        write(obj, handle)
 
 
 def save_file(obj: Any, directory: Path, name: str) -> None:
-    if not _defer(name, obj, lambda copied, handle: torch.save(copied, handle)):
-        _write(directory, name, lambda handle: torch.save(obj, handle))
+    _write(directory, name, obj, torch.save)
 
 
 def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu") -> Any:
@@ -327,8 +323,7 @@ def save_model_state(state: dict[str, Any], directory: Path, index: int) -> None
         return
     tensors, aliases = _without_aliases(state)
     metadata = {"format": "pt", ALIASES: json.dumps(aliases)}  # "pt": what from_pretrained checks for
-    if not _defer(model_file(index), tensors, lambda copied, handle: safetensors_file.write(copied, handle, metadata)):
-        _write(directory, model_file(index), lambda handle: safetensors_file.write(tensors, handle, metadata))
+    _write(directory, model_file(index), tensors, lambda kept, handle: safetensors_file.write(kept, handle, metadata))
 
 
 def load_model_state(directory: str | os.PathLike, index: int) -> dict[str, Any]:

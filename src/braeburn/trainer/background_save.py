@@ -7,8 +7,9 @@ Accelerator would write is copied to host memory right at the save step (so the 
 exactly the state a synchronous save would; ``braeburn.host_copy``), then a thread serialises,
 writes, hashes and publishes it through the same :class:`CheckpointManager` while training goes on.
 The snapshot costs a device-to-host copy (a memcpy on the CPU); serialising it there too, as an
-earlier version did, cost the training thread about 2 s for GPT-2 small with its AdamW state. At most one save is in flight: the next save, ``train()``'s end, a resume and an
-exception all wait for it first, and a failed background save is reported like a failed foreground
+earlier version did, cost the training thread about 2 s for GPT-2 small with its AdamW state. At
+most one save is in flight: the next save, ``train()``'s end, a resume and an exception all wait
+for it first, and a failed background save is reported like a failed foreground
 one (a warning; the previous checkpoint stays). Several processes save in the foreground: their
 collectives must stay on the main thread.
 """
