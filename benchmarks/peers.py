@@ -14,6 +14,7 @@ Peers use their defaults; braeburn uses its defaults (the user picks only model,
 from __future__ import annotations
 
 import argparse
+import ast
 import gc
 import json
 import math
@@ -111,6 +112,8 @@ def _gpt2(tiny: bool) -> Workload:
     cfg = GPT2Config(n_positions=seq, attn_implementation="sdpa")
     if tiny:
         cfg = GPT2Config(n_embd=64, n_layer=2, n_head=2, n_positions=seq, attn_implementation="sdpa")
+    if KNOBS.get("gpt2_dropout") is not None:  # GPT-2's config trains with dropout 0.1; llm.c's anchor with none
+        cfg.resid_pdrop = cfg.embd_pdrop = cfg.attn_pdrop = KNOBS["gpt2_dropout"]
 
     def sample(g):
         ids = torch.randint(0, cfg.vocab_size, (seq,), generator=g)
@@ -143,6 +146,8 @@ def _llama(tiny: bool) -> Workload:
 
     return Workload("llama-small", 2 if tiny else 8, lambda: LlamaForCausalLM(cfg), sample, flops)
 
+
+KNOBS: dict = {}  # --gpt2-dropout, --compile-mode: what a variant changes (set by main)
 
 WORKLOADS = {"bert-base": _bert, "resnet50": _resnet, "gpt2-small": _gpt2, "llama-small": _llama}
 
@@ -224,7 +229,7 @@ def run_bare(w: Workload, ds, clock: StepClock, device, bf16: bool, compile_mode
         from braeburn.compile_policy import pin_traced_attributes
 
         pin_traced_attributes(model)
-    step_fn = torch.compile(model) if compile_model else model
+    step_fn = torch.compile(model, mode=KNOBS.get("compile_mode")) if compile_model else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     dl = torch.utils.data.DataLoader(ds, batch_size=w.batch_size, shuffle=True, collate_fn=collate,
                                      pin_memory=device.type == "cuda", drop_last=True)
@@ -334,7 +339,7 @@ def run_braeburn(w: Workload, ds, clock: StepClock, device, bf16: bool):
 
 def run_braeburn_compiled(w, ds, clock, device, bf16):
     """braeburn with compile=True: what compile=auto does once a run is long enough to earn the compile back."""
-    _run_braeburn(w, ds, clock, device, compile="true")
+    _run_braeburn(w, ds, clock, device, compile="true", torch_compile_mode=KNOBS.get("compile_mode"))
 
 
 def run_braeburn_eager(w, ds, clock, device, bf16):
@@ -429,6 +434,21 @@ def table(results: list[dict], peak: float, flops: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def _apply_knobs(args) -> None:
+    """The variant this run measures: attention backend, dropout, compile mode, inductor settings."""
+    KNOBS.update(gpt2_dropout=args.gpt2_dropout, compile_mode=args.compile_mode)
+    if args.sdpa != "auto":
+        for backend in ("flash", "mem_efficient", "cudnn", "math"):
+            getattr(torch.backends.cuda, f"enable_{backend}_sdp")(backend.endswith(args.sdpa))
+    for setting in args.inductor:
+        import torch._inductor.config as inductor_config
+
+        key, _, value = setting.partition("=")
+        setattr(inductor_config, key, ast.literal_eval(value))
+    knobs = {k: v for k, v in vars(args).items() if k in ("sdpa", "gpt2_dropout", "compile_mode", "inductor")}
+    print(f"variant: {json.dumps(knobs)}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="bert-base,resnet50,gpt2-small")
@@ -439,7 +459,16 @@ def main() -> None:
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--profile", type=int, default=0,
                         help="profile this many steps just before the timed window and print where the time went")
+    parser.add_argument("--sdpa", choices=("auto", "flash", "efficient", "cudnn", "math"), default="auto",
+                        help="the only attention backend torch may pick (default: torch's own choice)")
+    parser.add_argument("--gpt2-dropout", type=float, default=None,
+                        help="GPT-2's three dropout rates (default: its config's 0.1)")
+    parser.add_argument("--compile-mode", default=None, help="torch.compile's mode for bare+compile and "
+                        "braeburn-compile, e.g. max-autotune-no-cudagraphs")
+    parser.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
+                        help="set torch._inductor.config.KEY (a Python literal), e.g. coordinate_descent_tuning=True")
     args = parser.parse_args()
+    _apply_knobs(args)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     bf16 = device.type == "cuda"
     peak = matmul_peak_tflops(device)
