@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run a job on the lent GPU machine that outlasts one device call (10 minutes at most): the job runs in its own
-# process session, writes its results under /tmp/bg/out, and each later call waits for it and copies what it
-# has so far to $OUT.
+# process session, writes its results under /tmp/bg/out, and each later call waits for it and packs what it
+# has so far into $OUT/out.tgz.
 #   bash benchmarks/device_bg.sh start 'python benchmarks/recipes.py ... --out /tmp/bg/out'
 #   bash benchmarks/device_bg.sh wait 560      # in this call and the next ones, until it says "finished"
 set -uo pipefail
@@ -16,6 +16,9 @@ case "$1" in
     deadline=$((SECONDS + $2))
     while kill -0 "$(cat "$bg/pid")" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 5; done
     kill -0 "$(cat "$bg/pid")" 2>/dev/null && echo "still running" || echo "finished"
-    cp -r "$bg/out/." "${OUT:-/tmp/bg-copy}/" 2>/dev/null
+    # at most 8 files come back from a device call: everything so far as one archive, without the recipes'
+    # working folders (checkpoints) and token caches
+    mkdir -p "${OUT:-/tmp/bg-copy}"
+    tar czf "${OUT:-/tmp/bg-copy}/out.tgz" --exclude=work --exclude='*.npy' -C "$bg/out" .
     tail -n 60 "$bg/out/log.txt";;
 esac
