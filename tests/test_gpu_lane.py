@@ -85,6 +85,20 @@ def test_compile_true_compiles_and_learns_like_eager():
     torch.testing.assert_close(runs[True], runs[False], rtol=1e-3, atol=1e-4)  # fp32: the same sums, reordered
 
 
+def test_cuda_graphs_train_with_the_loss_kept_across_steps(tmp_path):
+    """torch_compile_mode="reduce-overhead" (CUDA graphs): the losses kept for the log survive the next replay."""
+    from tests.test_cuda_graph_losses import OwnLoss, own_loss_data
+
+    config = TrainingConfig(output_dir=str(tmp_path), compile="true", torch_compile_mode="reduce-overhead",
+                            max_steps=24, logging_steps=4, per_device_train_batch_size=8, save_strategy="no",
+                            mixed_precision="no", learning_rate=1e-2)
+    trainer = Trainer(OwnLoss(record=False), config, train_dataset=own_loss_data(64))
+    result = trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 6 and all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]
+    assert math.isfinite(result.training_loss)
+
+
 def test_bf16_autocast_on_the_gpu_computes_in_bf16_and_returns_float32():
     accelerator = Accelerator(mixed_precision="bf16", compile=False)
     model = accelerator.prepare(Recording())

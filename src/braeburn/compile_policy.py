@@ -76,6 +76,16 @@ def decide(*, requested: bool | str, device_compiles: bool, device_reason: str, 
 
 
 # -- what would break the graph ------------------------------------------------------------------
+# torch.compile modes that capture CUDA graphs: a graph's outputs live in its memory pool, and the next replay
+# overwrites them, so whatever is kept across steps must be copied out first.
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def outputs_are_overwritten(mode: str | None) -> bool:
+    """Whether a model compiled in this mode returns tensors that its next call overwrites (CUDA graphs)."""
+    return mode in CUDA_GRAPH_MODES
+
+
 def pin_traced_attributes(module: torch.nn.Module) -> None:
     """Resolve, once and eagerly, what a model looks up on every forward through code Dynamo cannot trace.
 

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from .. import output_lock
 from ..accelerator import Accelerator
 from ..collate import BucketPadding, batch_signature, position_limit
-from ..compile_policy import PreparedForward, prepared_forward
+from ..compile_policy import PreparedForward, outputs_are_overwritten, prepared_forward
 from ..devices.host import current_host
 from ..distributed import process_group as pg
 from ..envvars import MAX_STEPS_VAR, max_steps_cap
@@ -226,7 +226,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
                             self._skipped += 1
                         else:
                             acc.backward(loss)
-                            self._window_losses.append(loss.detach())  # stays on the device: no sync
+                            self._keep_loss(loss)
                             self._window_has_grads = True
                     if acc.sync_gradients:
                         self._optimizer_step(model, optimizer, scheduler)
@@ -269,6 +269,13 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
             self._inputs_checked = True
         loss = compute_loss(outputs, labels, self.loss_fn)
         return loss.float() if forward is not None and loss.dtype in (torch.float16, torch.bfloat16) else loss
+
+    def _keep_loss(self, loss: torch.Tensor) -> None:
+        """The step's loss joins the window, on the device (no sync). Under CUDA graphs (torch_compile_mode
+        reduce-overhead or max-autotune) the loss lives in the graph's pool, which the next step overwrites,
+        so a copy is kept."""
+        loss = loss.detach()
+        self._window_losses.append(loss.clone() if self._losses_overwritten else loss)
 
     def _outputs_as_computed(self, model: torch.nn.Module) -> PreparedForward | None:
         """Where the model computes the loss itself (no loss_fn, no compute_loss override), a training forward
@@ -316,6 +323,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
     def _reset_window(self) -> None:
         """Fresh counters for a train() call: the losses since the last log stay on the device until read."""
         self._window_losses: list[torch.Tensor] = []
+        self._losses_overwritten = outputs_are_overwritten(self.accelerator.compile_mode)
         self._window_first_step = self.state.global_step + 1
         self._window_has_grads = False
         self._window_start = (time.perf_counter(), self.state.samples_seen)
