@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 28: do CUDA graphs (torch.compile's mode "reduce-overhead") take away the GPU's idle share of a compiled
 # step, and is braeburn behind bare+compile on GPT-2 small beyond the noise? Steady state (peers.py), two
-# alternating rounds a process, one process a (workload, mode); then the error behind "--sdpa flash". About
-# 6 minutes on an H100. Results in OUT_DIR (one .txt and one .json a process).
+# alternating rounds a process, one process a (workload, mode); then whether "--sdpa flash" runs eagerly. About
+# 8 minutes on an H200. Results in OUT_DIR (one .txt and one .json a process).
 #   bash benchmarks/issue28_cudagraphs.sh OUT_DIR
 set -uo pipefail
 out=${1:?usage: issue28_cudagraphs.sh OUT_DIR}
