@@ -1,4 +1,4 @@
-"""What torch.compile gains and costs per model family: the table behind compile="auto" (braeburn.compile_gains).
+"""What torch.compile gains and costs per model family: the table behind compile="auto" (braeburn.plan.compile_gains).
 
     python benchmarks/compile_gains.py --out benchmarks/results/h100-compile-gains   # on a GPU
     python benchmarks/compile_gains.py --tiny --cpu --steps 30 --out /tmp/gains        # checks the script on a CPU
@@ -8,7 +8,7 @@ other defaults (bf16 where the GPU has it), on synthetic batches of the workload
 (``benchmarks/peers.py``): the first with an empty torch compile cache (the cold cost), the second with the
 cache the first left on disk (the warm cost). The Trainer times 10 eager steps, the whole first compiled
 step, and 10 compiled steps; its metrics.jsonl holds them. The result is ``gains.json`` (raw numbers and
-the command) and the lines of ``FAMILY_GAINS`` to paste into ``src/braeburn/compile_gains.py`` (a test
+the command) and the lines of ``FAMILY_GAINS`` to paste into ``src/braeburn/plan/compile_gains.py`` (a test
 keeps the two equal).
 """
 
@@ -100,7 +100,7 @@ def main() -> None:
     command = " ".join(["python", "benchmarks/compile_gains.py", *sys.argv[1:]])
     (out / "gains.json").write_text(json.dumps({"command": command, "steps": args.steps, "families": results},
                                                indent=1) + "\n")
-    print("\nFAMILY_GAINS entries for src/braeburn/compile_gains.py:")
+    print("\nFAMILY_GAINS entries for src/braeburn/plan/compile_gains.py:")
     for family, r in results.items():
         print(f'    "{family}": FamilyGain(gain={r["gain"]}, cold_seconds={r["cold_seconds"]}, '
               f'warm_seconds={r["warm_seconds"]}),')

@@ -25,7 +25,7 @@ import time
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from braeburn.envvars import MAX_STEPS_VAR, max_steps_cap
+from braeburn.plan.envvars import MAX_STEPS_VAR, max_steps_cap
 from braeburn.trainer import Trainer, TrainingConfig
 
 BATCH = 16

@@ -226,7 +226,7 @@ def run_bare(w: Workload, ds, clock: StepClock, device, bf16: bool, compile_mode
     """A hand-written loop: fused AdamW, pinned memory, non-blocking copies."""
     model = w.make_model().to(device)
     if pin:  # what braeburn does before compiling: no graph break from Transformers' loss lookup
-        from braeburn.compile_policy import pin_traced_attributes
+        from braeburn.plan.compile_policy import pin_traced_attributes
 
         pin_traced_attributes(model)
     step_fn = torch.compile(model, mode=KNOBS.get("compile_mode")) if compile_model else model
@@ -248,7 +248,7 @@ def run_bare_compiled(w, ds, clock, device, bf16):
 
 
 def run_bare_compiled_pinned(w, ds, clock, device, bf16):
-    """bare+compile without the graph break (braeburn.compile_policy.pin_traced_attributes first)."""
+    """bare+compile without the graph break (braeburn.plan.compile_policy.pin_traced_attributes first)."""
     run_bare(w, ds, clock, device, bf16, compile_model=True, pin=True)
 
 

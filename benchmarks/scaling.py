@@ -300,7 +300,7 @@ def device_line(tiny: bool) -> str:
 def _short_run(args) -> None:
     """BRAEBURN_MAX_STEPS=N (the doc tests): a quick check of the script, not a measurement. The first workload and
     framework only, one round, timing steps N//2+1..N (the Trainer in the workers stops at N too)."""
-    from braeburn.envvars import MAX_STEPS_VAR, max_steps_cap
+    from braeburn.plan.envvars import MAX_STEPS_VAR, max_steps_cap
 
     cap = max_steps_cap()
     if cap is None:

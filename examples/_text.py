@@ -209,7 +209,7 @@ def load_pretrained(name_or_path: str, num_labels: int, quiet: bool = True):
     back (``quiet``); one line names what the checkpoint did not hold."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from braeburn.hf_io import transformers_quiet
+    from braeburn.compat.transformers.files import transformers_quiet
 
     path = resolve_model_path(name_or_path)
     offline = _offline(path)

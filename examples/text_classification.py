@@ -32,7 +32,7 @@ from _metrics import classification_metrics, write_json  # noqa: E402
 from _text import (TextExamples, label_indices, label_names, load_pretrained, read_glue_tsv, read_table,  # noqa: E402
                    small_bert, word_tokenizer)
 
-from braeburn.hf_io import transformers_quiet  # noqa: E402
+from braeburn.compat.transformers.files import transformers_quiet  # noqa: E402
 from braeburn.trainer import TrainingConfig, parse_config  # noqa: E402
 from braeburn.trainer.loop import Trainer  # noqa: E402
 

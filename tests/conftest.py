@@ -66,7 +66,7 @@ def cpu_only(no_launcher_env, monkeypatch):
 @pytest.fixture
 def restore_determinism(monkeypatch):
     """For a test that turns full_determinism on: torch's switch, cuDNN's and the variables come back after."""
-    from braeburn.state import INDUCTOR_DETERMINISTIC_VAR
+    from braeburn.checkpoints.state import INDUCTOR_DETERMINISTIC_VAR
 
     for name in ("CUBLAS_WORKSPACE_CONFIG", INDUCTOR_DETERMINISTIC_VAR):
         monkeypatch.delenv(name, raising=False)  # unset now; the previous value (or none) restored after
@@ -126,7 +126,7 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def own_compile_records(request, monkeypatch):
-    """Each test its own compile records file (braeburn.compile_gains): what one test's compiled run measured
+    """Each test its own compile records file (braeburn.plan.compile_gains): what one test's compiled run measured
     never changes another's compile="auto" decision."""
     name = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:16]
     monkeypatch.setenv("BRAEBURN_COMPILE_RECORDS", os.path.join(request.config._braeburn_records, f"{name}.json"))

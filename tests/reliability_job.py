@@ -23,7 +23,7 @@ import sys
 import torch
 from torch.utils.data import TensorDataset, default_collate
 
-import braeburn.state as state_io
+import braeburn.checkpoints.state as state_io
 from braeburn.trainer import Callback, Trainer, TrainingConfig
 
 FULL_DISK_BYTES = 8192  # below the RNG-state file (~16 KB): every save fails, the metrics log still fits

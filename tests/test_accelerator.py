@@ -12,8 +12,8 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from braeburn import Accelerator
-from braeburn.accelerator import AcceleratedOptimizer, AcceleratedScheduler
-from braeburn.data import DeviceDataLoader
+from braeburn.accelerator.core import AcceleratedOptimizer, AcceleratedScheduler
+from braeburn.data.loader import DeviceDataLoader
 from braeburn.devices.mps import FALLBACK_VAR
 
 
@@ -256,7 +256,7 @@ def test_prepare_draws_no_random_number_and_the_seed_still_orders_the_data(fake_
     ({"ACCELERATE_TORCH_DEVICE": "cuda:1", "ACCELERATE_DYNAMO_BACKEND": "aot_eager"}, dict(notes=2, compile=None)),
 ])
 def test_accelerate_env_table(env, expected):
-    from braeburn.envvars import accelerate_env
+    from braeburn.plan.envvars import accelerate_env
 
     found = accelerate_env(env)
     for name, value in expected.items():

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from braeburn import Accelerator
-from braeburn.accelerator_compile import mostly_convolutions
+from braeburn.accelerator.compile import mostly_convolutions
 from braeburn.devices.cpu import CpuDevice
 
 

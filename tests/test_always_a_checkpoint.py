@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from braeburn import state as state_io
-from braeburn.accelerator import Accelerator
+from braeburn.accelerator.core import Accelerator
 from braeburn.trainer.checkpoint import CheckpointManager
 from braeburn.trainer.state import TrainerState
 

@@ -18,9 +18,9 @@ import pytest
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from braeburn.accelerator import Accelerator
+from braeburn.accelerator.core import Accelerator
 from braeburn.errors import is_user_error, run_main
-from braeburn.plan import make_plan
+from braeburn.plan.rules import make_plan
 from braeburn.trainer import Trainer, TrainingConfig, parse_config
 from braeburn.devices.host import current_host
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from braeburn.batch_size import BatchSizeError, find_batch_size, is_out_of_memory
+from braeburn.data.batch_size import BatchSizeError, find_batch_size, is_out_of_memory
 from braeburn.devices.registry import get_kind
 
 # The texts PyTorch raises when memory runs out, per device.

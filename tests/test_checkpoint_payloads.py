@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from braeburn.accelerator import Accelerator
+from braeburn.accelerator.core import Accelerator
 from braeburn.errors import is_user_error
 from braeburn.trainer import Trainer, TrainingConfig
 from braeburn.trainer.checkpoint import write_manifest

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from braeburn.collate import BucketPadding, bucket_length, pad_to_bucket, position_limit
+from braeburn.data.collate import BucketPadding, bucket_length, pad_to_bucket, position_limit
 
 ROOT = Path(__file__).resolve().parent.parent
 MRPC = ROOT.parent / "shared" / "data" / "glue" / "MRPC"
@@ -81,7 +81,7 @@ def test_mrpc_batches_take_at_most_four_lengths_instead_of_dozens(tmp_path):
 
 
 def test_the_summary_names_text_padding_only_for_text_batches():
-    from braeburn.collate import batch_signature
+    from braeburn.data.collate import batch_signature
     from braeburn.trainer.summary import _padded_text
 
     text = batch_signature({"input_ids": torch.zeros(8, 64), "attention_mask": torch.zeros(8, 64)})

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from braeburn import compile_gains
-from braeburn.compile_gains import FAMILY_GAINS, FamilyGain, estimate, read_records, remember
-from braeburn.compile_policy import decide
+from braeburn.plan.compile_gains import FAMILY_GAINS, FamilyGain, estimate, read_records, remember
+from braeburn.plan.compile_policy import decide
 from braeburn.devices.cpu import CpuDevice
 from tests.test_compile_policy import fresh_dynamo  # noqa: F401 (a fixture)
 

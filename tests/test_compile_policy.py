@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import Dataset
 
 from braeburn import compile_gains
-from braeburn.compile_policy import MIN_EAGER_SECONDS, decide
+from braeburn.plan.compile_policy import MIN_EAGER_SECONDS, decide
 from braeburn.devices.cpu import CpuDevice
 from braeburn.trainer import TrainingConfig
 from braeburn.trainer.loop import Trainer
@@ -206,7 +206,7 @@ def test_the_compile_time_reported_is_the_whole_first_compiled_step():
     import time
     from types import SimpleNamespace
 
-    from braeburn.compile_policy import CompileDecision, CompileStats
+    from braeburn.plan.compile_policy import CompileDecision, CompileStats
     from braeburn.trainer.compile_window import CompileWindow
 
     stats = CompileStats(compile_seconds=0.01)
@@ -226,7 +226,7 @@ def test_the_compile_time_reported_is_the_whole_first_compiled_step():
 
 
 def test_lengths_vary_reads_batches_with_a_zero_dimensional_tensor():
-    from braeburn.collate import batch_signature
+    from braeburn.data.collate import batch_signature
     from braeburn.trainer.compile_window import _lengths_vary
 
     def batch(size, length):
@@ -239,7 +239,7 @@ def test_a_base_model_inside_a_transformers_model_is_not_pinned_so_no_false_loss
     """BertModel inside BertForSequenceClassification never looks its loss up; pinning it would make Transformers
     print "Using the default loss: ForCausalLMLoss" for a classifier (seen on an H100 run of BERT-base)."""
     transformers = pytest.importorskip("transformers")
-    from braeburn.compile_policy import pin_traced_attributes
+    from braeburn.plan.compile_policy import pin_traced_attributes
 
     config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                      intermediate_size=64, num_labels=2)

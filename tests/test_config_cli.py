@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from braeburn.cli.main import main
-from braeburn.launch_config import LaunchSettings, read_config_file
+from braeburn.cli.launch_config import LaunchSettings, read_config_file
 
 
 FAKE_HOST_CLI = Path(__file__).with_name("fake_host_cli.py")

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from braeburn.compile_policy import outputs_are_overwritten
+from braeburn.plan.compile_policy import outputs_are_overwritten
 from braeburn.trainer import Trainer, TrainingConfig
 from braeburn.trainer.callbacks import Callback
 

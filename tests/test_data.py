@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from braeburn import data as data_module
-from braeburn.data import DeviceDataLoader, ShardSampler, move_to_device, truncate_padding
+from braeburn.data.loader import DeviceDataLoader, ShardSampler, move_to_device, truncate_padding
 from tests.conftest import APPLE_M, LINUX_CPU
 
 CPU = torch.device("cpu")

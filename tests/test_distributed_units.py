@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from braeburn.data import ShardSampler
+from braeburn.data.loader import ShardSampler
 from braeburn.distributed.checkpoint import resume_position
 from braeburn.distributed.elastic import is_restarted, restart_count, resume_request
 from braeburn.distributed.fsdp import shard_units
-from braeburn.plan import PlanError, make_plan
+from braeburn.plan.rules import PlanError, make_plan
 from braeburn.trainer.config import TrainingConfig
 from tests.conftest import APPLE_M
 

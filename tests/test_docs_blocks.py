@@ -284,7 +284,7 @@ def test_max_steps_variable_stops_a_trainer_run_early(cpu_only, monkeypatch, tmp
     from torch.utils.data import TensorDataset
 
     from braeburn import Trainer, TrainingConfig
-    from braeburn.envvars import max_steps_cap
+    from braeburn.plan.envvars import max_steps_cap
 
     monkeypatch.setenv("BRAEBURN_MAX_STEPS", "2")
     data = TensorDataset(torch.rand(64, 4), torch.rand(64, 1))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import braeburn
-from braeburn.plan import PlanError
+from braeburn.plan.rules import PlanError
 from braeburn.trainer import TrainingArguments, TrainingConfig, parse_config
 from braeburn.trainer._argparse import ConfigError
 from braeburn.trainer.optim import schedule_factor
@@ -58,7 +58,7 @@ def test_unknown_or_missing_tracker_is_named():
     with pytest.raises(ConfigError, match="report_to='slack'"):
         errors = TrainingArguments(report_to="slack").validate()
         raise ConfigError(errors)
-    from braeburn.trackers import resolve_log_with
+    from braeburn.accelerator.trackers import resolve_log_with
 
     with pytest.raises(ValueError, match="no tracker of that name"):
         resolve_log_with("slack")
@@ -181,7 +181,7 @@ def test_subclass_overriding_compute_loss(no_launcher_env, tmp_path):
 
 
 def test_no_override_keeps_the_fast_path_and_overrides_are_read_once(no_launcher_env, tmp_path):
-    from braeburn.trainer.hf_overrides import Overrides
+    from braeburn.compat.transformers.overrides import Overrides
 
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", disable_tqdm=True)
     assert braeburn.Trainer(model=_Tiny(), args=args)._overrides == Overrides()

@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 from braeburn.devices.mps import FALLBACK_VAR, MpsDevice
-from braeburn.fallback import FallbackRecorder, early_env_advice, parse_fallback_warning
+from braeburn.devices.fallback import FallbackRecorder, early_env_advice, parse_fallback_warning
 from tests.conftest import APPLE_M
 
 

@@ -175,7 +175,7 @@ def test_a_background_snapshot_on_the_gpu_is_a_pinned_copy_and_loads_as_the_fore
     """The training thread copies the state into pinned host memory (views kept); the files written from that copy
     load to the same tensors as a foreground save of the same moment."""
     from braeburn import state as state_io
-    from braeburn.host_copy import host_copy
+    from braeburn.checkpoints.host_copy import host_copy
     from braeburn.trainer.background_save import Snapshot, _Replay
 
     weight = torch.randn(64, 64, device="cuda")
@@ -183,7 +183,7 @@ def test_a_background_snapshot_on_the_gpu_is_a_pinned_copy_and_loads_as_the_fore
     assert all(t.device.type == "cpu" and t.is_pinned() for t in copied.values()) and nbytes == weight.nbytes + 4
     assert torch.equal(copied["w"], weight.cpu()) and torch.equal(copied["row"], weight[3].cpu())
     assert copied["row"].untyped_storage().data_ptr() == copied["w"].untyped_storage().data_ptr()
-    import braeburn.host_copy as host_copy_module
+    import braeburn.checkpoints.host_copy as host_copy_module
 
     limit, host_copy_module.PINNED_LIMIT = host_copy_module.PINNED_LIMIT, weight.nbytes  # room for the first only
     try:

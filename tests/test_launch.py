@@ -15,7 +15,7 @@ import pytest
 
 from braeburn.cli.launch import build_command, child_environment, plan_launch, process_tree
 from braeburn.cli.main import main
-from braeburn.launch_config import ConfigError, LaunchSettings, resolve_settings
+from braeburn.cli.launch_config import ConfigError, LaunchSettings, resolve_settings
 from tests.conftest import APPLE_M, CUDA_BOX, LINUX_CPU
 
 ALL_REDUCE = """
@@ -318,7 +318,7 @@ OUTER_JOB = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "
              "TORCHELASTIC_RESTART_COUNT": "1"}  # a shell still inside an outer job's world (issue 32, item 9)
 
 ACCELERATOR_WORLD = """
-from braeburn.accelerator import Accelerator
+from braeburn.accelerator.core import Accelerator
 accelerator = Accelerator()
 print(f"world {accelerator.num_processes} rank {accelerator.process_index}", flush=True)
 """

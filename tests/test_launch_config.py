@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from braeburn.launch_config import (SETTING_NAMES, ConfigError, LaunchSettings, add_settings_arguments,
+from braeburn.cli.launch_config import (SETTING_NAMES, ConfigError, LaunchSettings, add_settings_arguments,
                                     default_config_path, flag_values, read_config_file, resolve_settings,
                                     settings_to_toml, write_config_file)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from braeburn.compat.lightning_module import split_optimizers, step_loss
+from braeburn.compat.lightning.module import split_optimizers, step_loss
 from braeburn.lightning import LightningArgumentError, Trainer
 
 from .lightning_modules import Regression, hand_loop, regression_data
@@ -130,7 +130,7 @@ def test_configure_optimizers_shapes():
 
 
 def test_devices_n_is_started_by_braeburn_launch():
-    from braeburn.compat.lightning_options import lightning_options
+    from braeburn.compat.lightning.options import lightning_options
 
     _, errors = lightning_options({"devices": 2})
     assert "braeburn launch --num-processes 2 script.py" in errors[0] and "keeping devices=2" in errors[0]

@@ -18,10 +18,10 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import braeburn
 from braeburn import _early
-from braeburn.batch_size import find_batch_size
+from braeburn.data.batch_size import find_batch_size
 from braeburn.devices.mps import FALLBACK_VAR, HIGH_WATERMARK_VAR, MpsDevice, min_macos_for
-from braeburn.fallback import FallbackRecorder
-from braeburn.plan import PlanError, RunOptions, make_plan
+from braeburn.devices.fallback import FallbackRecorder
+from braeburn.plan.rules import PlanError, RunOptions, make_plan
 from tests.conftest import APPLE_M
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -294,7 +294,7 @@ def test_row6_watermarks_torch_accepts_pass():
 
 def test_row6_launch_reports_them_with_the_other_problems(clean_env):
     from braeburn.cli.launch import plan_launch
-    from braeburn.launch_config import ConfigError, resolve_settings
+    from braeburn.cli.launch_config import ConfigError, resolve_settings
 
     resolved = resolve_settings({"mps_high_watermark_ratio": "2.5", "num_machines": "0"}, {}, None)
     with pytest.raises(ConfigError) as caught:

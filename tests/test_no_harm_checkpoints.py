@@ -16,10 +16,10 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from braeburn.state import load_model_state
+from braeburn.checkpoints.state import load_model_state
 from braeburn.trainer import Trainer, TrainingConfig, background_save
 from braeburn.trainer.checkpoint import CheckpointError, CheckpointManager, run_of
-from braeburn.trainer.hf_callbacks import _load_best
+from braeburn.compat.transformers.callbacks import _load_best
 from braeburn.trainer.summary import non_finite_message
 
 pytestmark = pytest.mark.usefixtures("one_thread", "cpu_only")
@@ -183,7 +183,7 @@ SCRIPT = """
 import resource, signal, sys, torch
 from torch.utils.data import TensorDataset
 from braeburn.errors import run_main
-from braeburn.state import load_model_state
+from braeburn.checkpoints.state import load_model_state
 from braeburn.trainer import Trainer, TrainingConfig, background_save
 
 def main(argv):

@@ -22,9 +22,9 @@ import torch
 from torch.utils.data import TensorDataset
 
 from braeburn import output_lock
-from braeburn.accelerator import Accelerator
-from braeburn.output_lock import LOCK_FILE, OutputDirBusyError
-from braeburn.trackers import JSONLinesTracker
+from braeburn.accelerator.core import Accelerator
+from braeburn.checkpoints.output_lock import LOCK_FILE, OutputDirBusyError
+from braeburn.accelerator.trackers import JSONLinesTracker
 from braeburn.trainer import Trainer, TrainingConfig
 from braeburn.trainer.metrics_log import METRICS_FILE, MetricsLogCallback
 from braeburn.trainer.plots import PLOT_FILE, plot_history
@@ -148,7 +148,7 @@ def test_a_training_run_in_a_folder_with_planted_links_harms_nothing(tmp_path, c
 
 
 # -- item 5: the lock of save_state, its removal, stale locks --------------------------------------
-SAVER = ("import sys, time, torch\nfrom braeburn.accelerator import Accelerator\n"
+SAVER = ("import sys, time, torch\nfrom braeburn.accelerator.core import Accelerator\n"
          "a = Accelerator(cpu=True); a.prepare(torch.nn.Linear(2, 2)); a.save_state(sys.argv[1])\n"
          "print('saved', flush=True)\nif sys.argv[2] == 'wait': time.sleep(120)\n")
 

@@ -205,7 +205,7 @@ class OutOfMemoryInStep(torch.optim.SGD):
 
 
 def test_out_of_memory_in_the_optimizer_step_is_named_with_the_checkpoint_to_resume(tmp_path, cpu_only):
-    from braeburn.batch_size import BatchSizeError
+    from braeburn.data.batch_size import BatchSizeError
 
     model = OutOfMemoryLater(fail_at=None)
     config = TrainingConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, auto_find_batch_size=True,

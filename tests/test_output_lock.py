@@ -1,4 +1,4 @@
-"""One writer per output directory (src/braeburn/output_lock.py): a second run is refused at once, by name.
+"""One writer per output directory (src/braeburn/checkpoints/output_lock.py): a second run is refused at once, by name.
 
 The process tests use real processes: a first Trainer run (tests/output_lock_job.py) that stops at three
 points (output_dir locked but nothing else written, half-way through a checkpoint's save, just after a
@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from braeburn import output_lock
-from braeburn.accelerator import Accelerator
-from braeburn.output_lock import LOCK_FILE, OutputDirBusyError, OutputLockUnsupportedError
+from braeburn.accelerator.core import Accelerator
+from braeburn.checkpoints.output_lock import LOCK_FILE, OutputDirBusyError, OutputLockUnsupportedError
 
 pytestmark = pytest.mark.usefixtures("no_launcher_env")
 JOB = Path(__file__).with_name("output_lock_job.py")
@@ -40,7 +40,7 @@ def job_env() -> dict[str, str]:
 # The braeburn package without its __init__ (which imports torch): output_lock and no_follow only.
 LONE_LOCK = ("import os, sys, types; package = types.ModuleType('braeburn'); "
              "package.__path__ = [os.path.dirname(sys.argv[1])]; sys.modules['braeburn'] = package\n")
-HOLDER = LONE_LOCK + "import time; import braeburn.output_lock as lock\n" \
+HOLDER = LONE_LOCK + "import time; import braeburn.checkpoints.output_lock as lock\n" \
                      "lock.acquire(sys.argv[2]); print('held', flush=True); time.sleep(120)\n"
 
 
@@ -99,7 +99,7 @@ def test_a_file_system_without_working_locks_is_explained_not_trusted(tmp_path, 
 def test_without_fcntl_it_imports_and_explains(tmp_path):
     """Windows has no fcntl: the module imports there (msvcrt locks), and with neither lock says so."""
     code = (LONE_LOCK + "sys.modules['fcntl'] = None; sys.modules['msvcrt'] = None\n"
-            "import braeburn.output_lock as lock\n"
+            "import braeburn.checkpoints.output_lock as lock\n"
             "try:\n    lock.acquire(sys.argv[2])\nexcept lock.OutputLockUnsupportedError as error:\n    print(error)\n")
     done = subprocess.run([sys.executable, "-c", code, output_lock.__file__, str(tmp_path)], capture_output=True,
                           text=True, timeout=60)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from braeburn.plan import PlanError, RunOptions, make_plan
+from braeburn.plan.rules import PlanError, RunOptions, make_plan
 from tests.conftest import APPLE_M, CUDA_BOX, LINUX_CPU
 
 ROSETTA = APPLE_M.replace(machine="x86_64", rosetta=True, mps_available=False)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from braeburn.accelerator import Accelerator
-from braeburn.plan import PlanError
-from braeburn.precision import AutocastPolicy, PrecisionPolicy, ScaledFp16Policy, make_policy
+from braeburn.accelerator.core import Accelerator
+from braeburn.plan.rules import PlanError
+from braeburn.plan.precision import AutocastPolicy, PrecisionPolicy, ScaledFp16Policy, make_policy
 
 
 pytestmark = pytest.mark.usefixtures("no_launcher_env")

@@ -10,8 +10,8 @@ import torch
 from torch.utils.data import TensorDataset
 
 from braeburn import precision_trial
-from braeburn.plan import RunOptions, make_plan
-from braeburn.precision_trial import MIN_RUN_STEPS, Trial, decide
+from braeburn.plan.rules import RunOptions, make_plan
+from braeburn.plan.precision_trial import MIN_RUN_STEPS, Trial, decide
 from braeburn.trainer import precision_window
 from tests.conftest import APPLE_M, CUDA_BOX, LINUX_CPU
 from tests.test_mac import fake_mac  # noqa: F401  (a fixture)

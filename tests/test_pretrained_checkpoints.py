@@ -194,7 +194,7 @@ def test_a_wrapper_that_is_not_a_transformers_model_gets_no_config(tmp_path):
         def save_pretrained(self, folder):
             raise AssertionError("not called")
 
-    from braeburn.hf_io import pretrained_config_files
+    from braeburn.compat.transformers.files import pretrained_config_files
 
     base = bert_trainer(tmp_path / "unused").model
     assert set(pretrained_config_files(base)) == {"config.json"}

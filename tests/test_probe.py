@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from braeburn import probe
-from braeburn.envvars import (CHECK_DIR_VAR, CHECK_REFERENCE_VAR, CHECK_SIDE_VAR, CHECK_STEPS_VAR, CHECK_TARGET_VAR,
+from braeburn.plan.envvars import (CHECK_DIR_VAR, CHECK_REFERENCE_VAR, CHECK_SIDE_VAR, CHECK_STEPS_VAR, CHECK_TARGET_VAR,
                               SEED_VAR)
 
 

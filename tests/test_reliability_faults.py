@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from braeburn.output_lock import LOCK_FILE
+from braeburn.checkpoints.output_lock import LOCK_FILE
 from braeburn.trainer.checkpoint import MANIFEST, CheckpointCorruptError, CheckpointManager
 
 JOB = Path(__file__).with_name("reliability_job.py")

@@ -12,7 +12,7 @@ import torch
 
 from braeburn import safetensors_file
 from braeburn import state as state_io
-from braeburn.accelerator import Accelerator
+from braeburn.accelerator.core import Accelerator
 from braeburn.errors import UnsafeFileError
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -126,7 +126,7 @@ def test_a_deferred_snapshot_writes_the_same_bytes_as_a_write_and_ignores_later_
 
 
 def test_host_copy_keeps_views_and_sharing_and_copies_mutable_leaves():
-    from braeburn.host_copy import host_copy
+    from braeburn.checkpoints.host_copy import host_copy
 
     base = torch.arange(12.0)
     mutable = {"list": [1, 2]}
@@ -141,7 +141,7 @@ def test_host_copy_keeps_views_and_sharing_and_copies_mutable_leaves():
 def test_host_copy_keeps_the_container_types():
     import collections
 
-    from braeburn.host_copy import host_copy
+    from braeburn.checkpoints.host_copy import host_copy
 
     pair = collections.namedtuple("pair", "tensor number")
     state = {"p": pair(torch.zeros(2), 2), "d": collections.defaultdict(list, x=torch.ones(1)),

@@ -16,9 +16,9 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from braeburn.accelerator import Accelerator
+from braeburn.accelerator.core import Accelerator
 from braeburn.errors import UnsafeFileError, is_user_error
-from braeburn.manifest import WHOLE, ManifestError, write_sizes
+from braeburn.checkpoints.manifest import WHOLE, ManifestError, write_sizes
 from braeburn.trainer import ConfigError, Trainer, TrainingConfig, parse_config
 from braeburn.trainer.checkpoint import CheckpointCorruptError, write_manifest
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from braeburn.trainer.config import ConfigError, TrainingConfig, parse_config
-from braeburn.trainer.hf_args import is_unsupported
+from braeburn.compat.transformers.arguments import is_unsupported
 
 
 @dataclass

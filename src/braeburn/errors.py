@@ -53,7 +53,7 @@ def _raised_by_the_script_itself(error: BaseException, script_dir: Path) -> bool
 
 def is_user_error(error: BaseException, script_dir: Path | None = None) -> bool:
     """A configuration or input error that braeburn (or the script beside it) raised with its fix."""
-    from .plan import PlanError
+    from .plan.rules import PlanError
     from .trainer._argparse import ConfigError
 
     if isinstance(error, (ConfigError, PlanError, UnsafeFileError)):
@@ -65,7 +65,7 @@ def is_user_error(error: BaseException, script_dir: Path | None = None) -> bool:
 
 
 def exit_status(error: BaseException) -> int:
-    from .plan import PlanError
+    from .plan.rules import PlanError
     from .trainer._argparse import ConfigError
 
     return 2 if isinstance(error, (ConfigError, PlanError)) else 1

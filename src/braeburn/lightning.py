@@ -1,6 +1,6 @@
 """Lightning's Trainer spelling for a LightningModule, run by braeburn: ``from braeburn.lightning import Trainer``
 (the code is in compat/lightning.py; docs/migrating.md, "Lightning", says what is covered)."""
 
-from .compat.lightning import LightningArgumentError, Trainer
+from .compat.lightning.trainer import LightningArgumentError, Trainer
 
 __all__ = ["LightningArgumentError", "Trainer"]

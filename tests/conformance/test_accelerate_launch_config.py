@@ -13,7 +13,7 @@ import pytest
 
 from braeburn.cli.launch import plan_launch, resolve_multi_gpu
 from braeburn.cli.main import main
-from braeburn.launch_config import ConfigError, resolve_settings
+from braeburn.cli.launch_config import ConfigError, resolve_settings
 from tests.conftest import CUDA_BOX, LINUX_CPU
 
 # (name, ClusterConfig fields, the host braeburn plans on)

@@ -57,7 +57,7 @@ def test_accelerates_own_handler_objects_are_read_by_their_fields():
 
 def test_what_braeburn_cannot_honour_is_refused_as_such_all_at_once():
     import braeburn
-    from braeburn.compat.accelerate_options import NotSupportedError
+    from braeburn.compat.accelerate.options import NotSupportedError
 
     with pytest.raises(NotSupportedError) as caught:
         braeburn.Accelerator(cpu=True,

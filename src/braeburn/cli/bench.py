@@ -68,7 +68,7 @@ def choose_devices(text: str | None, host) -> list[DeviceKind]:
 
 
 def choose_workloads(text: str) -> list[str]:
-    from ..workloads import WORKLOADS, get_workload
+    from .workloads import WORKLOADS, get_workload
 
     if text == "all":
         return list(WORKLOADS)
@@ -132,7 +132,7 @@ def device_peaks(kind: DeviceKind, host, size: str, precision: str) -> dict:
 
 
 def _policy(kind: DeviceKind, host, precision: str):
-    from ..precision import make_policy
+    from ..plan.precision import make_policy
 
     if precision == "no":
         return make_policy("no", False, kind.torch_device()), "no"
@@ -147,7 +147,7 @@ def _one_batch(built, kind: DeviceKind, batch_size: int):
 
     import torch
 
-    from ..workloads import to_device
+    from .workloads import to_device
 
     device = kind.torch_device()
     model = copy.deepcopy(built.model).to(device).train()
@@ -160,13 +160,13 @@ def resolve_precision(built, kind: DeviceKind, host, asked: str, batch_size: int
     where the device kind leaves candidates to measure (MPS), the Trainer's own trial on this workload."""
     if asked != "auto":
         return asked, {}
-    from ..plan import RunOptions, make_plan
+    from ..plan.rules import RunOptions, make_plan
 
     plan = make_plan(RunOptions(accelerator=kind.name), host)
     if not plan.precision_candidates:
         return plan.precision, {"precision_reason": plan.precision_reason}
-    from .. import state as state_io
-    from ..precision_trial import Snapshot, decide, run_trials
+    from ..checkpoints import state as state_io
+    from ..plan.precision_trial import Snapshot, decide, run_trials
 
     model, optimizer, batch = _one_batch(built, kind, batch_size)
     snapshot = Snapshot(model, optimizer, lambda: state_io.rng_state(kind), lambda s: state_io.set_rng_state(s, kind))
@@ -233,7 +233,7 @@ def _add_mfu(row: dict, flops_per_sample: float, peaks: dict) -> None:
 
 
 def bench_workload(name: str, args, kinds: list[DeviceKind], host, peaks: dict) -> dict:
-    from ..workloads import build, training_flops_per_sample
+    from .workloads import build, training_flops_per_sample
 
     built = build(name, args.size)
     batch_size = args.batch_size or built.batch_size
@@ -283,7 +283,7 @@ def verdict(result: dict) -> str:
 def run_workloads(args, host) -> dict:
     kinds = choose_devices(args.devices, host)
     names = choose_workloads(args.workload)
-    from ..workloads import get_workload
+    from .workloads import get_workload
 
     skipped = {n: get_workload(n).missing_dependency() for n in names if get_workload(n).missing_dependency()}
     if skipped and args.workload != "all":
@@ -459,7 +459,7 @@ def _check_numbers(args) -> None:
 def _short_run(args) -> None:
     """BRAEBURN_MAX_STEPS=N (a quick check that the command runs, as the doc tests do): at most N steps and N
     warm-up steps, on the tiny models (a full-size BERT step takes a minute on a busy 2-core CPU)."""
-    from ..envvars import MAX_STEPS_VAR, max_steps_cap
+    from ..plan.envvars import MAX_STEPS_VAR, max_steps_cap
 
     cap = max_steps_cap()
     if cap is None:

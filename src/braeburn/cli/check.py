@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..envvars import (CHECK_DIR_VAR, CHECK_REFERENCE_VAR, CHECK_SIDE_VAR, CHECK_STEPS_VAR, CHECK_TARGET_VAR,
+from ..plan.envvars import (CHECK_DIR_VAR, CHECK_REFERENCE_VAR, CHECK_SIDE_VAR, CHECK_STEPS_VAR, CHECK_TARGET_VAR,
                        DEVICE_VAR, MIXED_PRECISION_VAR, SEED_VAR)
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -113,7 +113,7 @@ def read_stderr(run: SideRun) -> None:
     The record's counts (every op and call, from the child's Accelerator) win; warning lines on
     stderr, which show each op once, fill in ops the record missed (a run that died before a step).
     """
-    from ..fallback import parse_fallback_warning
+    from ..devices.fallback import parse_fallback_warning
 
     for line in run.stderr.splitlines():
         op = parse_fallback_warning(line)
@@ -128,7 +128,7 @@ def read_stderr(run: SideRun) -> None:
 
 
 def run_side(script: str, script_args: list[str], env: dict, side: str, device: str, timeout: float) -> SideRun:
-    from ..probe import read_record
+    from ..accelerator.probe import read_record
 
     command = [sys.executable, script, *script_args]
     try:
@@ -171,7 +171,7 @@ def _number(value) -> float:
 
 def compare_runs(reference: SideRun, accelerator: SideRun, tolerances: tuple[float, float]) -> dict:
     """Per-step agreement, the worst parameters, timings and the verdict, as plain data."""
-    from ..probe import relative_error
+    from ..accelerator.probe import relative_error
 
     loss_tol, grad_tol = tolerances
     ref_steps = {s["step"]: s for s in (reference.record or {}).get("steps", [])}
@@ -243,7 +243,7 @@ def build_report(script: str, reference: SideRun, accelerator: SideRun, toleranc
 
 def _resolve_device(args) -> tuple[object, str]:
     from ..devices.host import current_host
-    from ..plan import RunOptions, make_plan
+    from ..plan.rules import RunOptions, make_plan
 
     plan = make_plan(RunOptions(accelerator=args.accelerator, mixed_precision=args.mixed_precision), current_host())
     return plan.device, args.mixed_precision
@@ -265,7 +265,7 @@ def _no_record_message(run: SideRun, script: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..plan import PlanError
+    from ..plan.rules import PlanError
 
     if not Path(args.script).is_file():
         return _usage_error(f"script {args.script!r} does not exist; pass the path of a Python training script")

@@ -26,10 +26,10 @@ from rich.table import Table
 from ..devices.base import PRECISIONS, DeviceKind
 from ..devices.host import HostFacts, current_host
 from ..devices.registry import accelerator_kinds, fallback_kind
-from ..launch_config import (SETTING_NAMES, ConfigError, Invalid, LaunchSettings, ResolvedSettings,
+from .launch_config import (SETTING_NAMES, ConfigError, Invalid, LaunchSettings, ResolvedSettings,
                              add_settings_arguments, default_config_path, flag_values, parse_setting,
                              resolve_settings, write_config_file)
-from ..plan import STRATEGIES, make_plan
+from ..plan.rules import STRATEGIES, make_plan
 from .launch import plan_launch, resolve_multi_gpu, run_options
 
 # torch's own defaults keep the low watermark at 1.4/1.7 of the high one; a lower high limit with the

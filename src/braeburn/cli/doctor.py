@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ..devices.host import current_host
-from ..envvars import env_device
-from ..plan import RunOptions
-from ..report import EXIT_FIXABLE, EXIT_OK, EXIT_REFUSED, build_report
+from ..plan.envvars import env_device
+from ..plan.rules import RunOptions
+from .report import EXIT_FIXABLE, EXIT_OK, EXIT_REFUSED, build_report
 
 EXIT_CODES_HELP = (f"exit status: {EXIT_OK} the chosen device is usable and nothing needs fixing; "
                    f"{EXIT_REFUSED} what was asked cannot work here; {EXIT_FIXABLE} training works, but an "

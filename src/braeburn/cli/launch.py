@@ -25,10 +25,10 @@ from typing import Any
 from .._early import put_option
 from ..devices.host import HostFacts, current_host
 from ..devices.registry import GPU_ALIAS, accelerator_kinds
-from ..envvars import COMPILE_VAR, DEVICE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR
-from ..launch_config import (ConfigError, LaunchSettings, ResolvedSettings, SettingProblem, Source,
+from ..plan.envvars import COMPILE_VAR, DEVICE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR
+from .launch_config import (ConfigError, LaunchSettings, ResolvedSettings, SettingProblem, Source,
                              add_settings_arguments, flag_values, resolve_settings)
-from ..plan import OptionError, Plan, PlanError, RunOptions, make_plan
+from ..plan.rules import OptionError, Plan, PlanError, RunOptions, make_plan
 
 LOCALHOST = "127.0.0.1"
 MULTI_NODE_DEFAULT_PORT = 29500  # torchrun's default: every machine must agree on it without talking
@@ -131,7 +131,7 @@ def resolve_multi_gpu(resolved: ResolvedSettings, host: HostFacts) -> ResolvedSe
 def _multi_gpu_problem(settings: LaunchSettings, kinds: list, host: HostFacts, source: Source) -> SettingProblem | None:
     if kinds and not settings.cpu:
         return None
-    from ..compat.accelerate_config import is_accelerate_file
+    from ..compat.accelerate.config_file import is_accelerate_file
 
     if source.kind == "file" and is_accelerate_file(Path(source.detail)):  # Accelerate's distributed_type: MULTI_GPU
         where, key, value = source.detail, "distributed_type", "MULTI_GPU"

@@ -92,7 +92,7 @@ class DeviceKind(ABC):
 
     def auto_precision_candidates(self, host: HostFacts) -> tuple[str, ...]:
         """Mixed precisions that ``mixed_precision="auto"`` measures against float32 on the user's own model at the
-        start of training (braeburn.precision_trial), where no rule knows the fastest; () decides by rule."""
+        start of training (braeburn.plan.precision_trial), where no rule knows the fastest; () decides by rule."""
         return ()
 
     def auto_float32_reason(self, host: HostFacts) -> str:

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..data import apply_to_tensors
-from ..plan import OptionError, PlanError
+from ..data.loader import apply_to_tensors
+from ..plan.rules import OptionError, PlanError
 from .backend_threads import wait_until_parked
 
 

@@ -21,8 +21,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from .. import config_files
-from ..plan import OptionError
+from ..plan import config_files
+from ..plan.rules import OptionError
 
 _TRUE = ("true", "yes", "y", "1", "on")
 _FALSE = ("false", "no", "n", "0", "off")

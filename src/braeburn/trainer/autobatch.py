@@ -1,7 +1,7 @@
 """auto_find_batch_size: halve per_device_train_batch_size after an out-of-memory error until a step fits,
 before training and during it (:func:`train_through_out_of_memory`).
 
-Built on ``braeburn.batch_size.find_batch_size`` (which recognises every device kind's out-of-memory
+Built on ``braeburn.data.batch_size.find_batch_size`` (which recognises every device kind's out-of-memory
 error). Each try runs one forward and backward pass on real training samples; the optimizer state
 that AdamW adds at its first step (two tensors per parameter) is not part of the try, so leave some
 headroom. RNG states are restored after the tries, so they do not change the run that follows.
@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import default_collate
 
-from .. import state as state_io
-from ..batch_size import BatchSizeError, find_batch_size, free_memory, is_out_of_memory
-from ..data import cast_float64, move_to_device
+from ..checkpoints import state as state_io
+from ..data.batch_size import BatchSizeError, find_batch_size, free_memory, is_out_of_memory
+from ..data.loader import cast_float64, move_to_device
 
 if TYPE_CHECKING:
     from .loop import Trainer

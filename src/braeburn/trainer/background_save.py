@@ -4,7 +4,7 @@ A checkpoint of a 22M-parameter model with its AdamW state is ~260 MB; writing i
 the manifest and fsyncing it took about a second each time on an H100 machine, three seconds of a
 30-second MRPC fine-tune (issue 20). Here the loop only takes a snapshot: every tensor the
 Accelerator would write is copied to host memory right at the save step (so the checkpoint holds
-exactly the state a synchronous save would; ``braeburn.host_copy``), then a thread serialises,
+exactly the state a synchronous save would; ``braeburn.checkpoints.host_copy``), then a thread serialises,
 writes, hashes and publishes it through the same :class:`CheckpointManager` while training goes on.
 The snapshot costs a device-to-host copy (a memcpy on the CPU); serialising it there too, as an
 earlier version did, cost the training thread about 2 s for GPT-2 small with its AdamW state. At
@@ -22,8 +22,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import state as state_io
-from ..no_follow import create_new
+from ..checkpoints import state as state_io
+from ..checkpoints.no_follow import create_new
 from .checkpoint import CheckpointManager
 from .state import TrainerState
 

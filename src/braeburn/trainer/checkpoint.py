@@ -19,11 +19,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .. import manifest as manifest_io
-from ..manifest import MANIFEST
-from ..no_follow import create_new, remove_tree
-from ..state import fsync_dir as _fsync_dir
-from ..state import staging_dir
+from ..checkpoints import manifest as manifest_io
+from ..checkpoints.manifest import MANIFEST
+from ..checkpoints.no_follow import create_new, remove_tree
+from ..checkpoints.state import fsync_dir as _fsync_dir
+from ..checkpoints.state import staging_dir
 from .state import STATE_FILE, TrainerState, TrainerStateError
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")

@@ -3,12 +3,12 @@
 ``compile="auto"`` cannot know before training whether compiling pays: that depends on how long
 an eager step takes on this device and how many steps are left. So the Trainer runs eagerly,
 times steps ``WARMUP_STEPS+1 .. WARMUP_STEPS+MEASURE_STEPS`` (one device sync at each end), and
-asks :func:`braeburn.compile_policy.decide`. ``compile=true`` compiles after as many steps (fewer
+asks :func:`braeburn.plan.compile_policy.decide`. ``compile=true`` compiles after as many steps (fewer
 in a short run), once the batch shapes have been seen (varying lengths compile with dynamic shapes, so a
 new length is no recompilation), timing the eager steps as well where the run is long enough. After
 compiling it times as many compiled steps, so the summary can say whether compiling paid off in this
 run, and keeps what it measured for the next run of the same model on this machine
-(:mod:`braeburn.compile_gains`).
+(:mod:`braeburn.plan.compile_gains`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import compile_gains
-from ..compile_policy import CompileDecision
+from ..plan import compile_gains
+from ..plan.compile_policy import CompileDecision
 
 WARMUP_STEPS = 3  # allocator growth, kernel plans, cuDNN autotuning: not representative
 MEASURE_STEPS = 10

@@ -3,7 +3,7 @@
 Each field's docstring becomes its ``--help`` text. :func:`parse_config` fills this dataclass
 (and any of the script's own) from the command line and from a TOML or YAML file, and reports
 every problem at once. Device, precision and compile rules are not repeated here: they are the
-plan's (``braeburn.plan.make_plan``), which :func:`parse_config` asks.
+plan's (``braeburn.plan.rules.make_plan``), which :func:`parse_config` asks.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..plan import OptionError, RunOptions
+from ..plan.rules import OptionError, RunOptions
 from ._argparse import ConfigError, parse_dataclasses
-from .hf_args import HfArgumentsMixin, UnsupportedFields, unsupported_errors
+from ..compat.transformers.arguments import HfArgumentsMixin, UnsupportedFields, unsupported_errors
 
 SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "constant", "constant_with_warmup", "cosine_with_min_lr",
               "polynomial", "inverse_sqrt")
@@ -234,7 +234,7 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     """Set by old launchers; braeburn reads LOCAL_RANK from the environment."""
 
     def __post_init__(self) -> None:
-        from .hf_compat import apply_hf_aliases
+        from ..compat.transformers.trainer_api import apply_hf_aliases
 
         apply_hf_aliases(self)
         # "~/runs/x" means the home folder, as in a shell (and in Transformers), not a folder named "~" here
@@ -287,7 +287,7 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
              f"choose one of {', '.join(LOGGING_STRATEGIES)}")
         need(str(self.log_level).lower() in LOG_LEVELS, "log_level", f"choose one of {', '.join(LOG_LEVELS)}")
         need(0 <= self.label_smoothing_factor < 1, "label_smoothing_factor", "must be in [0, 1), e.g. 0.1")
-        from .hf_compat import hf_errors
+        from ..compat.transformers.trainer_api import hf_errors
 
         return errors + hf_errors(self) + unsupported_errors(self)
 
@@ -333,7 +333,7 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     def accelerator_options(self) -> dict[str, Any]:
         """The Accelerator's keyword arguments for this config. The accumulation travels as a plugin, as the
         Transformers Trainer passes it, so that ACCELERATE_GRADIENT_ACCUMULATION_STEPS does not replace it."""
-        from ..accelerate_compat import GradientAccumulationPlugin
+        from ..compat.accelerate.api import GradientAccumulationPlugin
 
         return {"cpu": self.use_cpu, "mixed_precision": self.mixed_precision,
                 "gradient_accumulation_plugin": GradientAccumulationPlugin(num_steps=self.gradient_accumulation_steps),
@@ -368,8 +368,8 @@ def _compile_value(value: Any) -> str | bool:
 def plan_errors(config: TrainingConfig) -> list[OptionError]:
     """Ask the plan whether this machine can do what ``config`` asks (device, precision, compile)."""
     from ..devices.host import current_host
-    from ..envvars import env_device
-    from ..plan import PlanError, make_plan
+    from ..plan.envvars import env_device
+    from ..plan.rules import PlanError, make_plan
 
     options = config.run_options()
     options = RunOptions(**{**options.__dict__, "env_device": env_device()})

@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from ..data import apply_to_tensors
-from .hf_compat import EvalPrediction, PredictionOutput, concat_padded, to_numpy
-from .hf_overrides import EvalLoopOutput
+from ..data.loader import apply_to_tensors
+from ..compat.transformers.trainer_api import EvalPrediction, PredictionOutput, concat_padded, to_numpy
+from ..compat.transformers.overrides import EvalLoopOutput
 
 
 class EvaluationMixin:

@@ -17,15 +17,15 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from .. import output_lock
-from ..accelerator import Accelerator
-from ..collate import BucketPadding, batch_signature, position_limit
-from ..compile_policy import PreparedForward, outputs_are_overwritten, prepared_forward
+from ..checkpoints import output_lock
+from ..accelerator.core import Accelerator
+from ..data.collate import BucketPadding, batch_signature, position_limit
+from ..plan.compile_policy import PreparedForward, outputs_are_overwritten, prepared_forward
 from ..devices.host import current_host
 from ..distributed import process_group as pg
-from ..envvars import MAX_STEPS_VAR, max_steps_cap
-from ..plan import PlanError
-from ..state import enable_full_determinism
+from ..plan.envvars import MAX_STEPS_VAR, max_steps_cap
+from ..plan.rules import PlanError
+from ..checkpoints.state import enable_full_determinism
 from .autobatch import train_through_out_of_memory
 from .background_save import BackgroundSaver
 from . import earlier_run
@@ -39,10 +39,10 @@ from .config import ConfigError, TrainingConfig
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
 from .evaluation import EvaluationMixin
 from .saving import SavingMixin
-from .hf_callbacks import HfOptionsCallback, adapt_callback
-from .hf_compat import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, make_collate, note_once,
+from ..compat.transformers.callbacks import HfOptionsCallback, adapt_callback
+from ..compat.transformers.trainer_api import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, make_collate, note_once,
                         prepare_model_options, resolve_training_parts)
-from .hf_overrides import HfOverridableMixin, Overrides, backward_as_in_transformers
+from ..compat.transformers.overrides import HfOverridableMixin, Overrides, backward_as_in_transformers
 from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
 from .scheduler_interval import SchedulerSteps, is_plateau, per_step_note, split_scheduler
@@ -88,7 +88,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
             raise ConfigError(errors)
         if self.config.full_determinism:  # before the Accelerator: its variables must precede any GPU work
             enable_full_determinism()
-        from ..trackers import resolve_log_with
+        from ..accelerator.trackers import resolve_log_with
 
         resolve_log_with(self.config.report_to)  # a tracker asked for but not installed: say so now
         model = model if model is not None else _from_model_init(model_init)

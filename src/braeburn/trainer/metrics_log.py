@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ..no_follow import open_append, open_update
+from ..checkpoints.no_follow import open_append, open_update
 from .callbacks import Callback
 from .state import TrainerState
 from .write_faults import WriteWarnings

@@ -3,7 +3,7 @@
 The Trainer times, on its own thread, what interrupts the steps: evaluations, the part of each checkpoint
 that runs on the training thread (taking the snapshot, or the whole save where it is not written in the
 background), and waiting for a background write to finish. Compiling is the first compiled step's wall
-time (:mod:`braeburn.compile_policy`). The steps' own time is what is left, so the line always adds up
+time (:mod:`braeburn.plan.compile_policy`). The steps' own time is what is left, so the line always adds up
 to the time the summary reports. No device sync is added: a phase that starts while steps are still
 queued on the device includes their end (at most a step or two).
 """

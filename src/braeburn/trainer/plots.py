@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..no_follow import create_new, remove_file
+from ..checkpoints.no_follow import create_new, remove_file
 from .callbacks import Callback
 from .state import TrainerState
 from .write_faults import WriteWarnings

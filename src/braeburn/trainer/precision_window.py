@@ -1,9 +1,9 @@
-"""The Trainer's ``mixed_precision="auto"`` measurement (braeburn.precision_trial), before the first step.
+"""The Trainer's ``mixed_precision="auto"`` measurement (braeburn.plan.precision_trial), before the first step.
 
 Where the plan left candidates to measure (MPS), the Trainer trains ``WARMUP_STEPS + MEASURE_STEPS`` steps of
 its own model on the first ``per_device_train_batch_size`` samples of the training set in float32 and in each
 candidate, each from the same weights, optimizer state and random state, puts all of it back, and trains
-the run in the precision :func:`braeburn.precision_trial.decide` picks. One line shows the numbers.
+the run in the precision :func:`braeburn.plan.precision_trial.decide` picks. One line shows the numbers.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from .. import state as state_io
-from ..data import cast_float64, move_to_device
-from ..precision_trial import Snapshot, decide, measure_reason, run_trials
+from ..checkpoints import state as state_io
+from ..data.loader import cast_float64, move_to_device
+from ..plan.precision_trial import Snapshot, decide, measure_reason, run_trials
 
 if TYPE_CHECKING:
     from .loop import Trainer

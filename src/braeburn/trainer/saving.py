@@ -10,7 +10,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from ..hf_io import pretrained_config_files, processing_files
+from ..compat.transformers.files import pretrained_config_files, processing_files
 from .background_save import BackgroundSaver, Snapshot
 from .checkpoint import CheckpointError
 from .phase_clock import CHECKPOINT, WRITE_WAIT

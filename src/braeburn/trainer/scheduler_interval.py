@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..prepared_optim import USUALLY_PER_EPOCH
+from ..accelerator.prepared_optim import USUALLY_PER_EPOCH
 
 _INTERVALS = ("step", "epoch")
 _LIGHTNING_KEYS = {"scheduler", "interval", "frequency", "monitor", "name", "strict"}

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..no_follow import write_atomic
+from ..checkpoints.no_follow import write_atomic
 
 STATE_FILE = "trainer_state.json"
 

@@ -1,0 +1,72 @@
+"""The Accelerator's compile methods: whether to compile a prepared model (``compile_policy.decide`` with the gain
+``compile_gains`` expects), compiling it in place, and what compiling did. A mixin of
+:class:`braeburn.accelerator.core.Accelerator`; it uses the Accelerator's plan, models and processes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..plan import compile_gains, compile_policy
+from ..devices.host import current_host
+
+
+def mostly_convolutions(model: torch.nn.Module) -> bool:
+    """True when 2-D convolutions hold most of the parameters (a CNN rather than a transformer)."""
+    conv = sum(p.numel() for m in model.modules() if isinstance(m, torch.nn.Conv2d) for p in m.parameters(False))
+    total = sum(p.numel() for p in model.parameters())
+    return total > 0 and conv * 2 > total
+
+
+class CompileMixin:
+    """compile_decision(), compile_model(), compile_stats() and what they need."""
+
+    def compile_decision(self, model: torch.nn.Module, remaining_steps: int | None = None,
+                         eager_step_seconds: float | None = None, shapes_vary: bool = False,
+                         batch_size: int | None = None):
+        """Whether to compile ``model`` (see :func:`braeburn.plan.compile_policy.decide`): compile=true or false as
+        asked; "auto" compiles only where the device gains from it and the eager time still ahead (known to
+        the Trainer, which measures it) times the gain expected for this model earns the compile back."""
+        plan = self.plan
+        requested = "auto" if plan.compile_auto else plan.compile
+        estimate = None
+        if eager_step_seconds is not None:
+            unwrapped = self.unwrap_model(model)
+            estimate = compile_gains.estimate(unwrapped, self.compile_key(unwrapped, batch_size),
+                                              compile_gains.read_records())
+        return compile_policy.decide(
+            requested=requested, device_compiles=plan.compile, device_reason=plan.compile_reason,
+            convolutional=mostly_convolutions(self.unwrap_model(model)), num_processes=self.num_processes,
+            remaining_steps=remaining_steps, eager_step_seconds=eager_step_seconds, shapes_vary=shapes_vary,
+            estimate=estimate)
+
+    def compile_key(self, model: torch.nn.Module, batch_size: int | None) -> str:
+        """What makes another run's compile of ``model`` comparable to this one's (braeburn.plan.compile_gains)."""
+        return compile_gains.model_key(self.unwrap_model(model), device=self.plan.device.describe(current_host()),
+                                       precision=self.precision, batch_size=batch_size,
+                                       torch_version=torch.__version__)
+
+    def compile_model(self, model: torch.nn.Module, decision) -> torch.nn.Module:
+        """Switch a prepared model to its compiled forward now (the Trainer calls this once it has measured
+        the eager steps); returns the model to call from now on."""
+        forward = compile_policy.prepared_forward(self.unwrap_model(model))
+        compiled = self._compile(model, forward, decision)
+        self._models = [compiled if m is model else m for m in self._models]
+        return compiled
+
+    def _compile(self, model: torch.nn.Module, forward, decision) -> torch.nn.Module:
+        compile_policy.pin_traced_attributes(self.unwrap_model(model))
+        if self.num_processes > 1 or forward is None:
+            # DDP/FSDP: torch.compile over the wrapper, so Dynamo's DDP optimizer splits the graph at the
+            # gradient buckets and the all-reduce still overlaps the backward.
+            if forward is not None:
+                forward.stats.compiled, forward.stats.reason, forward.stats.over_wrapper = True, decision.reason, True
+            return torch.compile(model, backend=self.compile_backend, mode=self.compile_mode)
+        forward.enable_compile(decision, self.compile_backend, self.compile_mode)
+        return model  # the same module: only training batches of the compiled size take the compiled path
+
+    def compile_stats(self, model: torch.nn.Module | None = None):
+        """What compiling did for ``model`` (the first prepared model by default): a CompileStats or None."""
+        model = model if model is not None else (self._models[0] if self._models else None)
+        forward = compile_policy.prepared_forward(self.unwrap_model(model)) if model is not None else None
+        return forward.stats if forward is not None else None

@@ -1,0 +1,569 @@
+"""The Accelerator: your own training loop, on the best device, with the right precision.
+
+It composes the pieces and holds no device facts: the plan (``braeburn.plan.rules.make_plan``) chooses the
+device kind, precision and strategy; the device kind answers every device question; the precision
+policy owns autocast and the grad scaler; ``data`` moves and shards batches; ``state`` writes
+checkpoints; ``distributed`` talks to the process group.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import dataclasses
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..plan import compile_policy
+from ..checkpoints import manifest, output_lock
+from . import probe
+from ..compat.accelerate.api import AccelerateCompat
+from .compile import CompileMixin, mostly_convolutions
+from ..compat.accelerate.options import accelerate_options
+from ..data.loader import BatchTracker, DeviceDataLoader, apply_to_tensors, cast_float64_model, truncate_padding
+from ..devices.host import current_host
+from ..distributed import checkpoint as dist_ckpt
+from ..distributed import fsdp
+from ..distributed import process_group as pg
+from ..plan.envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, accelerate_env, env_default, env_device
+from ..devices.fallback import FallbackRecorder, early_env_advice, early_env_conflicts
+from ..plan.rules import OptionError, Plan, PlanError, RunOptions, make_plan
+from ..plan.precision import PrecisionPolicy, make_policy
+from .prepared_optim import USUALLY_PER_EPOCH, AcceleratedOptimizer, AcceleratedScheduler
+from ..checkpoints import state as state_io
+
+_said_once: set[str] = set()
+
+
+def _say_once(message: str, *, as_warning: bool = False) -> None:
+    if message in _said_once:
+        return
+    _said_once.add(message)
+    if as_warning:
+        warnings.warn(message, UserWarning, stacklevel=3)
+    else:
+        print(message, flush=True)
+
+
+_NO_CONTEXT = contextlib.nullcontext()  # reusable: nullcontext keeps no state
+
+
+def _is_scheduler(obj: Any) -> bool:
+    return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau))
+
+
+MAX_HELD_STATE_LOCKS = 8  # save_state() folders whose lock is held until end_training (one open file each)
+
+def _with_accelerate_env(cpu: bool, mixed_precision: str, steps: int, plugin_steps: int | None, compile: Any,
+                         compile_mode: str | None, dynamo_given: bool) -> tuple[bool, str, int, Any, str | None]:
+    """The constructor's options with the ACCELERATE_* variables applied as Accelerate 1.15 applies them:
+    ACCELERATE_USE_CPU forces the CPU; ACCELERATE_MIXED_PRECISION and ACCELERATE_DYNAMO_* fill only what the
+    call (and BRAEBURN_*) left unset; ACCELERATE_GRADIENT_ACCUMULATION_STEPS replaces the argument unless a
+    GradientAccumulationPlugin is given. Unsupported ones are said once, with the fix."""
+    env = accelerate_env()
+    for note in env.notes:
+        _say_once(f"braeburn: {note}", as_warning=True)
+    if env.mixed_precision is not None and env_default(MIXED_PRECISION_VAR, mixed_precision) == "auto":
+        mixed_precision = env.mixed_precision
+    if plugin_steps is not None:
+        steps = plugin_steps
+    elif env.gradient_accumulation_steps is not None:
+        if steps not in (1, env.gradient_accumulation_steps):
+            _say_once(f"braeburn: ACCELERATE_GRADIENT_ACCUMULATION_STEPS={env.gradient_accumulation_steps} replaces "
+                      f"gradient_accumulation_steps={steps}, as in Accelerate; unset the variable to use the argument",
+                      as_warning=True)
+        steps = env.gradient_accumulation_steps
+    if env.compile and not dynamo_given and compile == "auto":
+        compile, compile_mode = True, compile_mode or env.compile_mode
+    return cpu or env.cpu, mixed_precision, steps, compile, compile_mode
+
+
+class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelerate's other names
+    """Make a hand-written training loop run on the best device, with the right precision, on 1..N processes.
+
+    Every argument left at "auto" is resolved by :func:`braeburn.plan.rules.make_plan` (the launcher's
+    BRAEBURN_* variables fill them first); an impossible choice raises :class:`PlanError` listing all.
+    """
+
+    def __init__(self, cpu: bool = False, mixed_precision: str = "auto", gradient_accumulation_steps: int = 1,
+                 accelerator: str = "auto", devices="auto", strategy: str = "auto", compile="auto",
+                 seed: int | None = None, mps_fallback: bool = True, step_scheduler_with_optimizer: bool = True,
+                 compile_backend: str = "inductor", compile_mode: str | None = None, **accelerate_kwargs: Any):
+        dynamo_given = accelerate_kwargs.get("dynamo_backend") is not None
+        accelerate = accelerate_options(mixed_precision, accelerate_kwargs)
+        compile = accelerate.compile or compile
+        cpu, mixed_precision, gradient_accumulation_steps, compile, compile_mode = _with_accelerate_env(
+            cpu, accelerate.mixed_precision, gradient_accumulation_steps, accelerate.accumulation_steps, compile,
+            compile_mode, dynamo_given)
+        world = pg.world_from_env()
+        self.plan: Plan = self._make_plan(cpu, mixed_precision, gradient_accumulation_steps, accelerator, devices,
+                                          strategy, compile, mps_fallback, world.world_size)
+        kind = self.plan.device
+        self.device: torch.device = kind.torch_device(world.local_rank)
+        self.precision: str = self.plan.precision
+        self.num_processes, self.process_index = world.world_size, world.rank
+        self.local_process_index = world.local_rank
+        self.gradient_accumulation_steps = gradient_accumulation_steps
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.sync_gradients = True
+        self.seed = seed
+        self._owns_process_group = False
+        if world.distributed:
+            self._owns_process_group = pg.init_process_group(self.plan.backend, world, self.device,
+                                                             accelerate.process_group_timeout)
+        if seed is not None:
+            state_io.seed_everything(seed, kind)
+        self._policy = make_policy(self.plan.precision, self.plan.grad_scaler, self.device,
+                                   kind.fused_optimizers_honour_grad_scaler(current_host()))
+        self._tracker = BatchTracker()
+        self._accumulation_step = 0
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[DeviceDataLoader] = []
+        self._data_seed: int | None = accelerate.data_seed if accelerate.data_seed is not None else seed
+        self._ddp_options = accelerate.ddp_options  # DistributedDataParallelKwargs' changed fields
+        self.compile_backend, self.compile_mode = compile_backend, compile_mode
+        self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps
+        self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
+        self._locked: dict[str, None] = {}  # state folders save_state() holds the lock of, oldest first
+        self._init_accelerate_compat(**accelerate.tracking)
+        self._announce()
+
+    @staticmethod
+    def _make_plan(cpu, mixed_precision, gradient_accumulation_steps, accelerator, devices, strategy, compile,
+                   mps_fallback, world_size) -> Plan:
+        options = RunOptions(
+            accelerator=accelerator, devices=devices, cpu=cpu, env_device=env_device(),
+            mixed_precision=env_default(MIXED_PRECISION_VAR, mixed_precision), num_processes=world_size,
+            strategy=env_default(STRATEGY_VAR, strategy),
+            compile=env_default(COMPILE_VAR, compile) if isinstance(compile, str) else compile,
+            mps_fallback=mps_fallback)
+        errors: list[OptionError] = []
+        steps = gradient_accumulation_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            errors.append(OptionError("gradient_accumulation_steps", steps, "must be a whole number >= 1 "
+                                      "(1 means an optimizer step after every batch)"))
+        try:
+            plan = make_plan(options, current_host())
+        except PlanError as error:
+            raise PlanError(error.errors + errors) from None
+        # mps_fallback is this class's only option that travels in the environment
+        errors += [OptionError("mps_fallback", mps_fallback, f"asks for {name}={wanted}, but {why}")
+                   for name, wanted, why in early_env_conflicts(plan.env, current_host(), os.environ)]
+        # what torch reads at load or at the first allocation, checked before that fails (start of a run)
+        errors += [OptionError("", None, problem) for problem in plan.device.env_problems(os.environ, current_host().system)]
+        if errors:
+            raise PlanError(errors)
+        return plan
+
+    def _announce(self) -> None:
+        plan = self.plan
+        if self.is_main_process:
+            _say_once(f"braeburn: training on {self.device} ({plan.device_reason}); precision "
+                      f"{plan.precision}: {plan.precision_reason}")
+        advice = early_env_advice(plan.env, current_host(), os.environ)
+        if advice:
+            _say_once(f"braeburn: {advice}", as_warning=True)
+        for note in plan.notes:
+            _say_once(f"braeburn: {note}", as_warning=True)
+
+    # -- who am I -----------------------------------------------------------------------------
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_process_index == 0
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True when the grad scaler skipped the last optimizer step (inf/nan gradients)."""
+        return any(optimizer.step_was_skipped for optimizer in self._optimizers)
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler | None:
+        return self._policy.scaler
+
+    def __repr__(self) -> str:
+        return (f"Accelerator(device={self.device}, precision={self.precision!r}, processes={self.num_processes}, "
+                f"strategy={self.plan.strategy!r}, gradient_accumulation_steps={self.gradient_accumulation_steps})")
+
+    # -- prepare ------------------------------------------------------------------------------
+    def prepare(self, *objects: Any) -> Any:
+        """Models, optimizers, DataLoaders and LR schedulers, in any order; returned in the same order."""
+        prepared: list[Any] = list(objects)
+        for index, obj in enumerate(objects):  # schedulers last: they look at the prepared optimizers
+            if not _is_scheduler(obj):
+                prepared[index] = self._prepare_one(obj)
+        for index, obj in enumerate(objects):
+            if _is_scheduler(obj):
+                prepared[index] = self._prepare_scheduler(obj)
+        models = [self.unwrap_model(obj) for obj in prepared if isinstance(obj, torch.nn.Module)]
+        if models:
+            probe.after_prepare(self, models)
+        return prepared[0] if len(prepared) == 1 else tuple(prepared)
+
+    def _prepare_one(self, obj: Any) -> Any:
+        if isinstance(obj, torch.nn.Module):
+            return self._prepare_model(obj)
+        if isinstance(obj, AcceleratedOptimizer) or isinstance(obj, DeviceDataLoader):
+            return obj
+        if isinstance(obj, torch.optim.Optimizer):
+            optimizer = AcceleratedOptimizer(obj, self)
+            self._optimizers.append(optimizer)
+            return optimizer
+        if isinstance(obj, torch.utils.data.DataLoader):
+            return self._prepare_dataloader(obj)
+        return obj
+
+    @property
+    def shards_model(self) -> bool:
+        """True when prepared models are sharded with FSDP (strategy="fsdp" on several processes)."""
+        return self.plan.strategy == "fsdp" and self.num_processes > 1
+
+    def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        if not self.plan.device.supports_float64:
+            cast_float64_model(model, self.device)
+        model = model.to(self.device)
+        if self.plan.device.channels_last_helps and mostly_convolutions(model):
+            # cuDNN's NHWC kernels on tensor cores: the same math, a faster layout for convolutions
+            model = model.to(memory_format=torch.channels_last)
+        forward = compile_policy.install_forward(
+            model, self._policy.autocast if self._policy.dtype is not None else None, self.plan.device.synchronize)
+        if self.shards_model:  # in place: the module stays the user's, its parameters become shards
+            model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype)
+        elif self.num_processes > 1:
+            model = pg.wrap_ddp(model, self.device, **self._ddp_options)
+        decision = self.compile_decision(model)
+        forward.stats.reason = decision.reason
+        if decision.compile and not self.defer_compile:
+            model = self._compile(model, forward, decision)
+        self._models.append(model)
+        return model
+
+    def _prepare_dataloader(self, loader: torch.utils.data.DataLoader) -> DeviceDataLoader:
+        if self._data_seed is None:
+            # torch.manual_seed's seed, read without drawing from the generator: a draw here would shift every
+            # later random number (the model's init, dropout) away from Accelerate's run with the same seed.
+            seed = torch.initial_seed() % 2**63
+            self._data_seed = pg.broadcast_int(seed) if self.num_processes > 1 else seed
+        prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
+                                    num_processes=self.num_processes, process_index=self.process_index,
+                                    seed=self._data_seed, tracker=self._tracker, host=current_host(),
+                                    float64_to_float32=not self.plan.device.supports_float64)
+        self._dataloaders.append(prepared)
+        return prepared
+
+    def _prepare_scheduler(self, scheduler, once_per_step: bool = False) -> AcceleratedScheduler:
+        prepared = AcceleratedScheduler(scheduler, self, self.step_scheduler_with_optimizer,
+                                        steps_per_call=1 if once_per_step else self.num_processes)
+        name = type(scheduler).__name__
+        if prepared.steps_per_call > 1 and self.step_scheduler_with_optimizer and name in USUALLY_PER_EPOCH \
+                and self.is_main_process:  # braeburn cannot know whether step() is called per batch or per epoch
+            _say_once(f"braeburn: the prepared {name} moves {prepared.steps_per_call} steps per step() call on "
+                      f"{self.num_processes} processes, as Accelerate's; if you call step() once per epoch, pass "
+                      "Accelerator(step_scheduler_with_optimizer=False)", as_warning=True)
+        self._schedulers.append(prepared)
+        return prepared
+
+    # -- the training step --------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()``, divided by gradient_accumulation_steps and scaled when fp16 needs it."""
+        if self.gradient_accumulation_steps > 1:
+            loss = loss / self.gradient_accumulation_steps
+        self._policy.backward(loss, **kwargs)
+        probe.after_backward(self, loss)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Autocast to the resolved precision (a no-op for float32)."""
+        return self._policy.autocast()
+
+    def set_precision(self, precision: str, reason: str) -> PrecisionPolicy:
+        """Train in ``precision`` ("no", "bf16", "fp16") from now on: the policy (a fresh grad scaler where the
+        device needs one), the prepared models' autocast and the plan change together. The Trainer calls it
+        when ``mixed_precision="auto"`` measures (braeburn.plan.precision_trial); returns the new policy."""
+        kind, host = self.plan.device, current_host()
+        scaler = precision != "no" and kind.precision_support(precision, host).needs_grad_scaler
+        self._policy = make_policy(precision, scaler, self.device, kind.fused_optimizers_honour_grad_scaler(host))
+        self.precision = precision
+        self.plan = dataclasses.replace(self.plan, precision=precision, grad_scaler=scaler, precision_reason=reason,
+                                        precision_candidates=())
+        for model in self._models:
+            forward = compile_policy.prepared_forward(self.unwrap_model(model))
+            if forward is not None:
+                forward.autocast = self._policy.autocast if self._policy.dtype is not None else None
+        return self._policy
+
+    def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager:
+        """One micro-batch: sets ``sync_gradients``; off-boundary, DDP and FSDP skip their gradient
+        all-reduce / reduce-scatter (the gradients accumulate locally until the boundary step)."""
+        self._accumulation_step += 1
+        at_end = self._tracker.end_of_dataloader
+        self.sync_gradients = at_end or self._accumulation_step % self.gradient_accumulation_steps == 0
+        if at_end:
+            self._accumulation_step = 0  # the next epoch starts a fresh accumulation window
+        if self.num_processes == 1:
+            return _NO_CONTEXT  # called every step: one process needs no context at all
+        stack = contextlib.ExitStack()
+        for model in models or self._models:
+            if fsdp.is_sharded(model):
+                fsdp.set_gradient_sync(model, self.sync_gradients)
+            elif not self.sync_gradients and hasattr(model, "no_sync"):
+                stack.enter_context(model.no_sync())
+        return stack
+
+    def restart_accumulation(self, gradient_accumulation_steps: int) -> None:
+        """A fresh accumulation window of ``gradient_accumulation_steps`` micro-batches from the next one on
+        (the Trainer's auto_find_batch_size, after an out-of-memory error dropped a window half done)."""
+        self.gradient_accumulation_steps, self._accumulation_step = gradient_accumulation_steps, 0
+
+    def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Unscale (fp16), then clip; returns the total norm. Off-boundary it only measures (no clip)."""
+        parameters = [p for p in parameters if p.grad is not None] if not isinstance(parameters, torch.Tensor) \
+            else [parameters]
+        if not self.sync_gradients:
+            norm = fsdp.full_value(torch.nn.utils.clip_grad_norm_(parameters, float("inf"), norm_type))
+            return norm / self.scaler.get_scale() if self.scaler is not None else norm
+        for optimizer in self._optimizers:
+            self._unscale_once(optimizer)
+        # With FSDP the gradients are shards: torch computes the global norm (one all-reduce).
+        return fsdp.full_value(torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type))
+
+    def _unscale_once(self, optimizer: AcceleratedOptimizer) -> None:
+        if self.scaler is None:
+            return
+        try:
+            self._policy.unscale_(optimizer.optimizer)
+        except RuntimeError as error:  # already unscaled since the last step: nothing more to do
+            if "unscale_() has already been called" not in str(error):
+                raise
+
+    # -- collectives and metrics --------------------------------------------------------------
+    def _metric(self, data: Any) -> Any:
+        """Numbers become tensors on the device; float64 becomes float32 where the device has none."""
+        if isinstance(data, (int, float)) or (hasattr(data, "dtype") and not isinstance(data, torch.Tensor)):
+            data = torch.as_tensor(data)
+        to_float32 = not self.plan.device.supports_float64
+        return apply_to_tensors(
+            lambda t: (t.float() if to_float32 and t.dtype == torch.float64 else t).to(self.device), data)
+
+    def gather(self, tensor: Any) -> Any:
+        """All ranks' tensors concatenated on dim 0 (nested lists/tuples/dicts too)."""
+        return pg.gather(self._metric(tensor))
+
+    def gather_for_metrics(self, data: Any) -> Any:
+        """:meth:`gather`, minus the samples repeated to pad an uneven last batch across processes."""
+        if isinstance(data, (list, tuple)) and data and not any(
+                isinstance(item, (torch.Tensor, dict, list, tuple)) for item in data):
+            gathered: Any = [item for part in pg.gather_object(list(data)) for item in part]
+        else:
+            gathered = self.gather(data)
+        if self._tracker.end_of_dataloader and self._tracker.remainder >= 0:
+            gathered = truncate_padding(gathered, self._tracker.remainder)
+        return gathered
+
+    def reduce(self, tensor: Any, reduction: str = "sum") -> Any:
+        """All ranks' tensors summed, averaged or maxed (``reduction``: "sum", Accelerate's default, "mean", "max")."""
+        return pg.reduce(self._metric(tensor), reduction)
+
+    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The user's module, without torch.compile or DDP wrappers."""
+        while True:
+            inner = getattr(model, "_orig_mod", None)  # torch.compile's OptimizedModule
+            if inner is None and isinstance(model, torch.nn.parallel.DistributedDataParallel):
+                inner = model.module
+            if inner is None:
+                return model
+            model = inner
+
+    def wait_for_everyone(self) -> None:
+        pg.barrier()
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """print() on the main process only."""
+        if self.is_main_process:
+            builtins.print(*args, **kwargs)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def save_state(self, output_dir: str | os.PathLike | None = None, **_: Any) -> None:
+        """Models, optimizers, schedulers, grad scaler, RNG states and dataloader positions, written
+        atomically: into a directory beside ``output_dir``, then renamed into place."""
+        output_dir = self._checkpoint_dir(output_dir)
+        # Every rank raises if any rank failed (one all-reduce per phase): the ranks stay in step, and
+        # a failed save never publishes a checkpoint missing one rank's files.
+        self._on_every_rank(lambda: self.is_main_process and self._start_save(output_dir))
+        self._on_every_rank(lambda: self._write_state(state_io.staging_dir(output_dir)))
+        self._on_every_rank(lambda: self.is_main_process and self._finish_save(output_dir))
+        self._after_automatic_save(output_dir)
+
+    def _start_save(self, output_dir) -> None:
+        """Rank 0 holds the lock of the state folder it writes (until end_training), unless a Trainer holds
+        the folder it lies in. Only that folder: jobs saving to sibling folders do not exclude each other."""
+        folder = os.path.abspath(output_dir)
+        if folder not in self._locked and not output_lock.held_over(folder):
+            self._check_not_in_a_live_run(folder)
+            output_lock.acquire(folder, purpose="save_state", state_folder=True)
+            self._locked[folder] = None
+            while len(self._locked) > MAX_HELD_STATE_LOCKS:  # a folder per step: hold only the recent ones
+                oldest = next(iter(self._locked))
+                del self._locked[oldest]
+                output_lock.release(oldest)
+        state_io.prepare_staging(output_dir)
+
+    @staticmethod
+    def _check_not_in_a_live_run(folder: str) -> None:
+        parent = os.path.dirname(folder)
+        try:
+            output_lock.ensure_free(parent)
+        except output_lock.OutputDirBusyError as error:
+            raise output_lock.OutputDirBusyError(
+                f"save_state({folder!r}): its folder {parent!r} is the output_dir of another live run "
+                f"({output_lock.describe_holder(Path(parent) / output_lock.LOCK_FILE)}), whose checkpoints and "
+                "logs this save would mix with. Pass a folder outside it to save_state(), or wait for that run "
+                "to end.") from error
+
+    def _finish_save(self, output_dir) -> None:
+        staging = state_io.staging_dir(output_dir)
+        manifest.write_sizes(staging, manifest.SHARDED if self.plan.strategy == "fsdp" else manifest.WHOLE)
+        state_io.publish(output_dir)
+
+    def _on_every_rank(self, work) -> None:
+        error: BaseException | None = None
+        try:
+            work()
+        except Exception as raised:
+            error = raised
+        if not pg.all_ok(error is None, self.device):
+            raise error or RuntimeError("save_state() failed on another process (its error is in its log); "
+                                        "nothing was published")
+
+    def _write_state(self, staging) -> None:
+        state_io.save_file(state_io.rng_state(self.plan.device), staging, f"rng_state_{self.process_index}.pt")
+        if not self.sync_gradients:  # mid-accumulation: the partial gradients are part of the state
+            self._check_can_save_gradients()
+            state_io.save_file(self._gradients(), staging, f"gradients_{self.process_index}.pt")
+        if self.plan.strategy == "fsdp":  # every rank writes its shards (one process writes the whole)
+            dist_ckpt.save_sharded(self._models, [o.optimizer for o in self._optimizers], staging)
+        if self.is_main_process:
+            self._save_training_objects(staging)
+
+    def _check_can_save_gradients(self) -> None:
+        if self.shards_model:
+            raise RuntimeError("save_state() was called in the middle of a gradient-accumulation window with "
+                               "strategy='fsdp', whose partial gradients are held inside FSDP and cannot be saved. "
+                               "Save after an optimizer step (when accelerator.sync_gradients is True).")
+
+    def _save_training_objects(self, directory) -> None:
+        save = state_io.save_file
+        if self.plan.strategy != "fsdp":  # replicated: rank 0's copy is everyone's
+            for i, model in enumerate(self._models):
+                state_io.save_model_state(self.unwrap_model(model).state_dict(), directory, i)
+            for i, optimizer in enumerate(self._optimizers):
+                save(optimizer.state_dict(), directory, f"optimizer_{i}.pt")
+        for i, scheduler in enumerate(self._schedulers):
+            save(scheduler.state_dict(), directory, f"scheduler_{i}.pt")
+        for i, loader in enumerate(self._dataloaders):  # the position in samples, for any world size
+            save({**loader.state_dict(), "num_processes": self.num_processes, "batch_size": loader.batch_size},
+                 directory, f"dataloader_{i}.pt")
+        self._save_custom_objects(directory)
+        save({"precision": self._policy.state_dict(), "precision_name": self.precision,
+              "accumulation_step": self._accumulation_step,
+              "counts": self._counts(), "num_processes": self.num_processes}, directory, "accelerator.pt")
+
+    def _resume_measured_precision(self, saved: str | None) -> None:
+        """mixed_precision="auto" still to be measured: a resumed run keeps the precision its checkpoint trained in
+        (and its grad scaler's state), rather than a new measurement that could choose another."""
+        if self.plan.precision_candidates and saved in ("no", *self.plan.precision_candidates):
+            name = "float32" if saved == "no" else saved
+            self.set_precision(saved, f"auto: {name}, as the checkpoint trained (measured when the run began)")
+
+    def _gradients(self) -> list[list[torch.Tensor | None]]:
+        return [[p.grad for p in self.unwrap_model(model).parameters()] for model in self._models]
+
+    def _restore_gradients(self, saved: list[list[torch.Tensor | None]]) -> None:
+        for model, grads in zip(self._models, saved):
+            for parameter, grad in zip(self.unwrap_model(model).parameters(), grads):
+                parameter.grad = None if grad is None else grad.to(parameter.device)
+
+    def _load_models_and_optimizers(self, input_dir, layout: str) -> None:
+        if layout == manifest.SHARDED:  # written by FSDP: DCP reshards for this world size
+            dist_ckpt.load_sharded([self.unwrap_model(m) for m in self._models],
+                                   [o.optimizer for o in self._optimizers], input_dir)
+            return
+        if self.shards_model:
+            raise ValueError(f"{input_dir} holds whole (replicated) weights, written with strategy='ddp' or one "
+                             "process, but this run shards the model with strategy='fsdp'. Resume it with "
+                             "strategy='ddp' (or one process), or start the FSDP run afresh.")
+        for i, model in enumerate(self._models):
+            self.unwrap_model(model).load_state_dict(state_io.load_model_state(input_dir, i))
+        for i, optimizer in enumerate(self._optimizers):
+            optimizer.load_state_dict(state_io.load_file(input_dir, f"optimizer_{i}.pt"))
+
+    def _counts(self) -> dict[str, int]:
+        return {"models": len(self._models), "optimizers": len(self._optimizers),
+                "schedulers": len(self._schedulers), "dataloaders": len(self._dataloaders)}
+
+    def load_state(self, input_dir: str | os.PathLike | None = None, **_: Any) -> None:
+        """Restore what :meth:`save_state` wrote, into the objects prepared (in the same order)."""
+        input_dir = input_dir if input_dir is not None else self._latest_automatic_checkpoint()
+        load = state_io.load_file
+        input_dir = state_io.readable_dir(input_dir)
+        layout = manifest.layout_of(input_dir)  # nothing is read that the manifest does not list
+        meta = load(input_dir, "accelerator.pt")
+        if meta["counts"] != self._counts():
+            raise ValueError(f"{input_dir} holds {meta['counts']}, but this Accelerator has prepared "
+                             f"{self._counts()}: prepare the same models, optimizers, schedulers and dataloaders, "
+                             "in the same order, before load_state()")
+        self._load_models_and_optimizers(input_dir, layout)
+        for i, scheduler in enumerate(self._schedulers):
+            scheduler.load_state_dict(load(input_dir, f"scheduler_{i}.pt"))
+        for i, loader in enumerate(self._dataloaders):
+            saved = load(input_dir, f"dataloader_{i}.pt")
+            loader.load_state_dict(dist_ckpt.resume_position(saved, loader.batch_size, self.num_processes))
+        self._resume_measured_precision(meta.get("precision_name"))
+        self._policy.load_state_dict(meta["precision"])
+        self._load_custom_objects(input_dir)
+        self._accumulation_step = int(meta["accumulation_step"])
+        gradients = f"gradients_{self.process_index}.pt"
+        if os.path.exists(os.path.join(input_dir, gradients)):
+            self._restore_gradients(load(input_dir, gradients))
+        rank_file = f"rng_state_{self.process_index}.pt"
+        if not os.path.exists(os.path.join(input_dir, rank_file)):
+            rank_file = "rng_state_0.pt"  # saved with fewer processes
+        state_io.set_rng_state(load(input_dir, rank_file), self.plan.device)
+
+    # -- reports and the end ------------------------------------------------------------------
+    def fallback_report(self) -> list[tuple[str, int]]:
+        """MPS ops that fell back to the CPU so far, with how often each was reported, most first."""
+        return self._fallback.report()
+
+    def memory_stats(self) -> dict[str, int]:
+        """The device's memory figures in bytes (what the device kind can tell)."""
+        return self.plan.device.memory_stats()
+
+    def end_training(self, keep_process_group: bool = False) -> None:
+        """Show the CPU-fallback report, stop recording, and destroy the process group if this made it.
+
+        ``keep_process_group=True`` (what the Trainer passes at the end of train()) leaves the group open
+        for evaluate() and predict() after training; it is destroyed when the process exits."""
+        report = self.fallback_report()
+        if report and self.is_main_process:
+            lines = ", ".join(f"{op} x{count}" for op, count in report)
+            builtins.print(f"braeburn: ops that ran on the CPU instead of {self.device.type}: {lines}")
+        self._fallback.stop()
+        self._end_trackers()
+        for folder in self._locked:
+            output_lock.release(folder)
+        self._locked.clear()
+        if self._owns_process_group and not keep_process_group:
+            pg.destroy_process_group()
+            self._owns_process_group = False
+
+
+__all__ = ["Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler"]

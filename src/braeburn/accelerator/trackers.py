@@ -1,0 +1,264 @@
+"""Experiment trackers behind Accelerate's names: ``init_trackers`` / ``log`` / ``get_tracker``.
+
+A JSON-lines file (``jsonl``) is always available; TensorBoard when the ``tensorboard`` package is
+installed; Weights & Biases (``wandb``) and MLflow (``mlflow``) when theirs are. A tracker asked for
+by name whose package is missing is an error naming the ``pip install``; ``"all"`` means every one
+installed. Any object subclassing :class:`GeneralTracker` can be passed as well (as in Accelerate).
+Trackers live on the main process only; elsewhere ``log`` does nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from ..checkpoints.no_follow import open_append, write_atomic
+
+JSONL_FILE = "metrics.jsonl"
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # a 0-d tensor or numpy scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # strict JSON has no NaN
+    return value
+
+
+class GeneralTracker:
+    """Base class of a tracker (Accelerate's interface): subclass it to plug your own into ``log_with``."""
+
+    name: str = "general"
+    requires_logging_directory: bool = False
+    main_process_only: bool = True
+
+    def __init__(self, _blank: bool = False):
+        self._blank = _blank
+
+    @property
+    def tracker(self) -> Any:
+        """The underlying object (a SummaryWriter, a wandb run, ...)."""
+        return None
+
+    def start(self) -> None:
+        """Called by init_trackers before anything is logged (Accelerate's lazy start)."""
+
+    def store_init_configuration(self, values: dict) -> None:
+        """Record the run's hyperparameters."""
+
+    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+        """Record ``values`` (name -> number or text) at ``step``."""
+
+    def finish(self) -> None:
+        """Flush and close."""
+
+
+class JSONLinesTracker(GeneralTracker):
+    """``logging_dir/run_name/metrics.jsonl``, one JSON object per ``log`` call, and ``config.json``."""
+
+    name = "jsonl"
+    requires_logging_directory = True
+
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike, **kwargs: Any):
+        super().__init__()
+        self.folder = Path(logging_dir) / run_name
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.path = self.folder / JSONL_FILE
+        self._file = open_append(self.path)  # (a link planted at its name is refused, not followed)
+
+    @property
+    def tracker(self) -> Any:
+        return self._file
+
+    def store_init_configuration(self, values: dict) -> None:
+        text = json.dumps({k: _plain(v) for k, v in values.items()}, indent=1, default=str)
+        write_atomic(self.folder / "config.json", text)
+
+    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+        if self._file.closed:
+            return
+        record = {"step": step, **{k: _plain(v) for k, v in values.items()}}
+        self._file.write(json.dumps(record, default=str) + "\n")
+        self._file.flush()
+
+    def finish(self) -> None:
+        self._file.close()
+
+
+class TensorBoardTracker(GeneralTracker):
+    """A ``SummaryWriter`` in ``logging_dir/run_name``: numbers as scalars, text as text, dicts as scalar groups."""
+
+    name = "tensorboard"
+    requires_logging_directory = True
+
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike, **kwargs: Any):
+        super().__init__()
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.logging_dir = os.path.join(logging_dir, run_name)
+        self.writer = SummaryWriter(self.logging_dir, **kwargs)
+
+    @property
+    def tracker(self) -> Any:
+        return self.writer
+
+    def store_init_configuration(self, values: dict) -> None:
+        hparams = {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in values.items()}
+        self.writer.add_hparams(hparams, metric_dict={}, run_name=".")
+        self.writer.flush()
+
+    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+        for key, value in values.items():
+            value = _plain(value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.writer.add_scalar(key, value, global_step=step, **kwargs)
+            elif isinstance(value, str):
+                self.writer.add_text(key, value, global_step=step, **kwargs)
+            elif isinstance(value, dict):
+                self.writer.add_scalars(key, value, global_step=step, **kwargs)
+        self.writer.flush()
+
+    def finish(self) -> None:
+        self.writer.close()
+
+
+class WandBTracker(GeneralTracker):
+    """A Weights & Biases run: ``wandb.init(project=run_name, **init_kwargs)``."""
+
+    name = "wandb"
+
+    def __init__(self, run_name: str, **kwargs: Any):
+        super().__init__()
+        import wandb
+
+        self.run = wandb.init(project=run_name, **kwargs)
+
+    @property
+    def tracker(self) -> Any:
+        return self.run
+
+    def store_init_configuration(self, values: dict) -> None:
+        self.run.config.update(values, allow_val_change=True)
+
+    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+        self.run.log(values, step=step, **kwargs)
+
+    def finish(self) -> None:
+        self.run.finish()
+
+
+class MLflowTracker(GeneralTracker):
+    """An MLflow run in the experiment ``run_name`` (the tracking URI from MLFLOW_TRACKING_URI or logging_dir)."""
+
+    name = "mlflow"
+
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike | None = None, **kwargs: Any):
+        super().__init__()
+        import mlflow
+
+        if logging_dir is not None and not os.environ.get("MLFLOW_TRACKING_URI"):
+            mlflow.set_tracking_uri(Path(logging_dir).resolve().as_uri())
+        mlflow.set_experiment(run_name)
+        self._mlflow = mlflow
+        self.active_run = mlflow.start_run(**kwargs)
+
+    @property
+    def tracker(self) -> Any:
+        return self.active_run
+
+    def store_init_configuration(self, values: dict) -> None:
+        self._mlflow.log_params({k: str(v)[:500] for k, v in values.items()})
+
+    def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+        numbers = {k: float(_plain(v)) for k, v in values.items()
+                   if isinstance(_plain(v), (int, float)) and not isinstance(v, bool)}
+        self._mlflow.log_metrics(numbers, step=step)
+
+    def finish(self) -> None:
+        self._mlflow.end_run()
+
+
+# name -> (class, the module that must be importable)
+TRACKERS: dict[str, tuple[type[GeneralTracker], str | None]] = {
+    "jsonl": (JSONLinesTracker, None), "tensorboard": (TensorBoardTracker, "tensorboard"),
+    "wandb": (WandBTracker, "wandb"), "mlflow": (MLflowTracker, "mlflow")}
+
+
+def is_available(name: str) -> bool:
+    module = TRACKERS[name][1]
+    return module is None or importlib.util.find_spec(module) is not None
+
+
+def available_trackers() -> list[str]:
+    return [name for name in TRACKERS if is_available(name)]
+
+
+def _name(item: Any) -> str:
+    return str(getattr(item, "value", item)).lower()  # Accelerate's LoggerType enum members too
+
+
+def is_tracker(item: Any) -> bool:
+    """A tracker object: braeburn's GeneralTracker, or any object with a tracker's methods (a subclass of
+    Accelerate's ``accelerate.tracking.GeneralTracker`` among them)."""
+    if isinstance(item, GeneralTracker):
+        return True
+    return not isinstance(item, str) and hasattr(item, "name") and all(
+        callable(getattr(item, method, None)) for method in ("store_init_configuration", "log", "finish"))
+
+
+def resolve_log_with(log_with: Any) -> list[Any]:
+    """Names (and GeneralTracker instances) to start, from Accelerate's ``log_with``; errors name the fix."""
+    if log_with is None:
+        return []
+    items = list(log_with) if isinstance(log_with, (list, tuple)) else [log_with]
+    if any(isinstance(i, str) and _name(i) == "none" for i in items):
+        return []
+    if any(not is_tracker(i) and _name(i) == "all" for i in items):
+        return available_trackers() + [i for i in items if is_tracker(i)]
+    chosen: list[Any] = []
+    for item in items:
+        if is_tracker(item):
+            chosen.append(item)
+            continue
+        name = _name(item)
+        if name not in TRACKERS:
+            raise ValueError(f"log_with={item!r}: braeburn has no tracker of that name; choose from "
+                             f"{', '.join(TRACKERS)}, 'all', or pass an instance of braeburn.accelerator.trackers.GeneralTracker")
+        if not is_available(name):
+            raise ValueError(f"log_with={name!r}: the {TRACKERS[name][1]} package is not installed; "
+                             f"pip install {TRACKERS[name][1]}, or choose from {', '.join(available_trackers())}")
+        if name not in chosen:
+            chosen.append(name)
+    return chosen
+
+
+def start_trackers(chosen: list[Any], project_name: str, logging_dir: str | os.PathLike | None,
+                   init_kwargs: dict[str, dict] | None = None) -> list[GeneralTracker]:
+    """Start every tracker in ``chosen`` for ``project_name``; ``init_kwargs`` is per tracker name."""
+    started: list[GeneralTracker] = []
+    init_kwargs = init_kwargs or {}
+    for item in chosen:
+        if is_tracker(item):  # made by the user, started as Accelerate starts it
+            if callable(getattr(item, "start", None)):
+                item.start()
+            started.append(item)
+            continue
+        cls = TRACKERS[item][0]
+        kwargs = dict(init_kwargs.get(item, {}))
+        if cls.requires_logging_directory:
+            if logging_dir is None:
+                raise ValueError(f"the {item} tracker writes files and needs a folder: pass "
+                                 "Accelerator(project_dir=...) (or project_config=ProjectConfiguration(...))")
+            kwargs["logging_dir"] = logging_dir
+        elif item == "mlflow" and logging_dir is not None:
+            kwargs.setdefault("logging_dir", logging_dir)
+        started.append(cls(project_name, **kwargs))
+    return started
+
+
+__all__ = ["GeneralTracker", "JSONLinesTracker", "MLflowTracker", "TensorBoardTracker", "TRACKERS", "WandBTracker",
+           "available_trackers", "is_tracker", "resolve_log_with", "start_trackers"]

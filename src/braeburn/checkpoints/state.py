@@ -1,0 +1,352 @@
+"""Training state on disk: atomic directory writes and the RNG states of every generator in use.
+
+Model weights are written as safetensors (``model.safetensors``: what ``from_pretrained`` and the
+safetensors package read, and no pickle); everything else with ``torch.save`` in a form
+``torch.load(weights_only=True)`` accepts (tensors, numbers, strings, lists, tuples, dicts): nothing is
+unpickled as code on load.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import io
+import json
+import os
+import pickle
+import random
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO, NamedTuple
+
+import torch
+
+from . import no_follow, safetensors_file
+from ..devices.base import DeviceKind
+from .host_copy import host_copy
+
+
+# -- random number generators -------------------------------------------------------------------
+def _numpy_random():
+    try:
+        import numpy
+    except ImportError:  # numpy is optional
+        return None
+    return numpy.random
+
+
+def rng_state(kind: DeviceKind) -> dict[str, Any]:
+    """The state of python's ``random``, numpy's global generator, torch's CPU one and ``kind``'s own."""
+    state: dict[str, Any] = {"python": random.getstate(), "torch_cpu": torch.get_rng_state()}
+    np_random = _numpy_random()
+    if np_random is not None:
+        name, keys, pos, has_gauss, cached = np_random.get_state(legacy=True)
+        # numpy arrays are not weights_only-safe; a tensor of the uint32 keys is.
+        state["numpy"] = (name, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(cached))
+    device_state = kind.rng_state()
+    if device_state is not None:
+        state["device"] = {"kind": kind.name, "state": device_state}
+    return state
+
+
+def set_rng_state(state: dict[str, Any], kind: DeviceKind) -> None:
+    """Restore what :func:`rng_state` returned."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch_cpu"])
+    np_random = _numpy_random()
+    if np_random is not None and "numpy" in state:
+        import numpy
+
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np_random.set_state((name, keys.numpy().astype(numpy.uint32), pos, has_gauss, cached))
+    device = state.get("device")
+    if device is not None and device["kind"] == kind.name:
+        kind.set_rng_state(device["state"])
+
+
+def seed_everything(seed: int, kind: DeviceKind) -> None:
+    """Seed python, numpy, torch (CPU) and ``kind``'s generators."""
+    random.seed(seed)
+    np_random = _numpy_random()
+    if np_random is not None:
+        np_random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    kind.manual_seed(seed)
+
+
+# -- full determinism ---------------------------------------------------------------------------
+# Inductor (torch.compile) skips its on-device benchmarking where the choice changes numerics. Read
+# when torch.compile first loads its configuration; torch versions without the setting ignore it.
+INDUCTOR_DETERMINISTIC_VAR = "TORCHINDUCTOR_DETERMINISTIC"
+
+
+def enable_full_determinism(kinds: list[DeviceKind] | None = None) -> str | None:
+    """Deterministic algorithms everywhere, as the Transformers Trainer's ``full_determinism`` does.
+
+    Sets each device kind's variables (CUBLAS_WORKSPACE_CONFIG on CUDA) where the user set none,
+    ``torch.use_deterministic_algorithms(True)`` (an operator without a deterministic version then
+    raises, naming itself) and the kinds' own library switches (cuDNN). Seeding is the caller's.
+    Warns (and returns the warning) when a variable came too late: the kind already ran work
+    in this process, so a library may have read the old value.
+    """
+    from ..devices.registry import KINDS
+
+    late = []
+    for kind in KINDS if kinds is None else kinds:
+        for name, value in {**kind.deterministic_env(), INDUCTOR_DETERMINISTIC_VAR: "1"}.items():
+            if name not in os.environ:
+                os.environ[name] = value
+                if kind.libraries_started() and name != INDUCTOR_DETERMINISTIC_VAR:
+                    late.append(f"{name}={value}")
+        kind.use_deterministic_libraries()
+    torch.use_deterministic_algorithms(True)
+    if not late:
+        return None
+    message = (f"full_determinism: {', '.join(late)} was set after the GPU had run work in this process; a "
+               "library that already ran keeps its earlier setting, so results may still differ between runs. "
+               f"Export {' '.join(late)} before starting Python, or create the Trainer before any GPU work.")
+    warnings.warn(message, stacklevel=3)
+    return message
+
+
+# -- atomic directory writes --------------------------------------------------------------------
+def staging_dir(output_dir: str | os.PathLike) -> Path:
+    """Where a state directory is written before it is renamed into place (same filesystem)."""
+    target = Path(output_dir)
+    return target.parent / f".{target.name}.partial"
+
+
+@contextlib.contextmanager
+def atomic_directory(output_dir: str | os.PathLike, *, owner: bool = True) -> Iterator[Path]:
+    """Yield a staging directory beside ``output_dir``; on success it replaces ``output_dir``.
+
+    Readers see the old directory or the new one, never half of one: a crash leaves only the staging
+    directory behind (cleared by the next save). With several processes, every process writes into the
+    staging directory and only the ``owner`` renames it (call :func:`prepare_staging` / :func:`publish`
+    with a barrier between them instead of this context manager).
+    """
+    staging = prepare_staging(output_dir) if owner else staging_dir(output_dir)
+    yield staging
+    if owner:
+        publish(output_dir)
+
+
+def prepare_staging(output_dir: str | os.PathLike) -> Path:
+    staging = staging_dir(output_dir)
+    no_follow.remove_tree(staging)  # left by a save that crashed (a link there: the link only)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def old_dir(output_dir: str | os.PathLike) -> Path:
+    """Where :func:`publish` keeps the previous state while the new one is renamed into place."""
+    target = Path(output_dir)
+    return target.parent / f".{target.name}.old"
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make the renames inside ``folder`` durable (a power loss can otherwise undo a rename)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # some systems cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def publish(output_dir: str | os.PathLike) -> Path:
+    """Move the staged directory into place, replacing an older one; a complete state is always visible.
+
+    The old state is renamed to ``.<name>.old`` before the new one takes its name, and deleted only
+    after: a kill between the two renames leaves ``.<name>.old`` complete, and :func:`readable_dir`
+    falls back to it. Every rename is fsynced in the parent directory.
+    """
+    target, staging, old = Path(output_dir), staging_dir(output_dir), old_dir(output_dir)
+    for path in staging.rglob("*"):  # data on disk before the rename that makes it visible
+        if path.is_file():  # (sharded checkpoints hold a folder of files)
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    if target.exists():  # the target is complete, so an older copy is not needed
+        no_follow.remove_tree(old)
+        os.replace(target, old)
+        fsync_dir(target.parent)
+    # (no target but an old one: a kill came between the renames last time; the old one is the good copy)
+    os.replace(staging, target)
+    fsync_dir(target.parent)
+    if old.exists() or old.is_symlink():
+        no_follow.remove_tree(old)  # (a state folder that was a link: the link only, never its target)
+        fsync_dir(target.parent)
+    return target
+
+
+def readable_dir(input_dir: str | os.PathLike) -> Path:
+    """``input_dir``, or the previous state kept beside it when a save was killed between its renames."""
+    target, old = Path(input_dir), old_dir(input_dir)
+    if not target.exists() and old.is_dir():
+        print(f"braeburn: {target} is missing: a save_state() was stopped while replacing it. Loading the previous "
+              f"state, kept in {old}, instead.", flush=True)
+        return old
+    return target
+
+
+_captured: dict[str, bytes] | None = None
+
+
+@contextlib.contextmanager
+def capture_writes() -> Iterator[dict[str, bytes]]:
+    """While active, :func:`save_file` serialises into the yielded dict (name -> bytes) instead of writing:
+    a snapshot of the state at this moment, to be written later (trainer/background_save.py)."""
+    global _captured
+    previous, _captured = _captured, {}
+    try:
+        yield _captured
+    finally:
+        _captured = previous
+
+
+class DeferredWrite(NamedTuple):
+    """A file of a snapshot taken by :func:`defer_writes`: how to write it, and the host memory it holds."""
+
+    write: Callable[[BinaryIO], None]
+    nbytes: int
+
+
+_deferred: dict[str, DeferredWrite] | None = None
+
+
+@contextlib.contextmanager
+def defer_writes() -> Iterator[dict[str, DeferredWrite]]:
+    """While active, :func:`save_file` and :func:`save_model_state` copy what they would write to host memory now
+    (the state of this moment) and keep, in the yielded dict, how to write it later: a snapshot whose serialising
+    runs in another thread (trainer/background_save.py). The files then written are those a save at this moment
+    writes; torch.save records the copies' location, the CPU, which is where braeburn loads them."""
+    global _deferred
+    previous, _deferred = _deferred, {}
+    try:
+        yield _deferred
+    finally:
+        _deferred = previous
+
+
+def _write(directory: Path, name: str, obj: Any, write: Callable[[Any, BinaryIO], None]) -> None:
+    """``write(obj, handle)`` into ``directory/name``; under :func:`defer_writes` a host copy of ``obj`` is kept to
+    be written later, under :func:`capture_writes` the bytes are kept instead of written."""
+    if _deferred is not None:
+        copied, nbytes = host_copy(obj)
+        _deferred[name] = DeferredWrite(lambda handle: write(copied, handle), nbytes)
+        return
+    if _captured is not None:
+        buffer = io.BytesIO()
+        write(obj, buffer)  # copies device tensors to the host now: the snapshot is of this moment
+        _captured[name] = buffer.getvalue()
+        return
+    with no_follow.create_new(Path(directory) / name) as handle:  # a full disk then raises OSError with its errno, not a torch enforce
+        write(obj, handle)
+
+
+def save_file(obj: Any, directory: Path, name: str) -> None:
+    _write(directory, name, obj, torch.save)
+
+
+def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu") -> Any:
+    path = Path(directory) / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: load_state() expects a directory written by save_state() "
+                                "with the same prepared objects (same number of models, optimizers, "
+                                "schedulers and dataloaders)")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:  # weights_only refused an object: loading it could run code
+        from ..errors import UnsafeFileError
+
+        reason = next((line.strip().split(". ")[0] for line in str(error).splitlines()
+                       if "WeightsUnpickler error" in line), type(error).__name__)
+        raise UnsafeFileError(
+            f"{path} holds pickled objects other than tensors and plain data, which braeburn refuses to load: "
+            f"unpickling them could run arbitrary code ({reason}). A file written by save_state() never "
+            "does. Delete this checkpoint, or resume from one you wrote yourself.") from None
+
+
+# -- model weights --------------------------------------------------------------------------------
+ALIASES = "braeburn_aliases"  # safetensors metadata: {name dropped: name kept} for tensors that share memory
+
+
+def model_file(index: int) -> str:
+    """Accelerate's names: ``model.safetensors`` (what ``from_pretrained`` reads) for the first model."""
+    return "model.safetensors" if index == 0 else f"model_{index}.safetensors"
+
+
+def model_pickle(index: int) -> str:
+    """The torch.save file of a model's weights: every checkpoint before issue 31, and now only a state dict
+    that safetensors cannot hold (a non-tensor extra state, a sparse or quantized tensor)."""
+    return f"model_{index}.pt"
+
+
+def _without_aliases(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Each tensor once (safetensors holds no two names for one memory: tied weights), and the names dropped.
+
+    The first name of a tied pair is kept (a Transformers model's input embedding, before its output layer;
+    ``from_pretrained`` ties the other back). A tensor overlapping another without being the same view is
+    written as a copy: the resumed model shares its memory again, since loading copies into it.
+    """
+    kept: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    first: dict[tuple, str] = {}
+    for name, tensor in state.items():
+        view = (*_storage_of(tensor), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()),
+                tensor.dtype)
+        if tensor.numel() and view in first:
+            aliases[name] = first[view]
+        else:
+            first.setdefault(view, name)
+            kept[name] = tensor
+    users = collections.Counter(_storage_of(t) for t in kept.values() if t.numel())
+    return {n: t.clone(memory_format=torch.contiguous_format) if t.numel() and users[_storage_of(t)] > 1 else t
+            for n, t in kept.items()}, aliases
+
+
+def _storage_of(tensor: torch.Tensor) -> tuple:
+    return tensor.device, tensor.untyped_storage().data_ptr()
+
+
+def save_model_state(state: dict[str, Any], directory: Path, index: int) -> None:
+    """A model's state dict as ``model.safetensors`` (``model_<i>.safetensors``); the torch.save file only
+    when safetensors cannot hold it."""
+    if not safetensors_file.can_hold(state):
+        save_file(state, directory, model_pickle(index))
+        return
+    tensors, aliases = _without_aliases(state)
+    metadata = {"format": "pt", ALIASES: json.dumps(aliases)}  # "pt": what from_pretrained checks for
+    _write(directory, model_file(index), tensors, lambda kept, handle: safetensors_file.write(kept, handle, metadata))
+
+
+def load_model_state(directory: str | os.PathLike, index: int) -> dict[str, Any]:
+    """What :func:`save_model_state` wrote, or the ``model_<i>.pt`` of a checkpoint written before it."""
+    path = Path(directory) / model_file(index)
+    if not path.exists() and (Path(directory) / model_pickle(index)).exists():
+        return load_file(directory, model_pickle(index))
+    if not path.exists():
+        return load_file(directory, model_file(index))  # (its error: the file is missing)
+    tensors, metadata = safetensors_file.read(path)
+    try:
+        aliases = json.loads(metadata.get(ALIASES, "{}"))
+    except ValueError:
+        aliases = None
+    if not isinstance(aliases, dict) or not all(isinstance(k, str) and v in tensors for k, v in aliases.items()):
+        from ..errors import UnsafeFileError
+
+        raise UnsafeFileError(f"{path} names tied weights ({ALIASES} in its metadata) that it does not hold, so it "
+                              "was not loaded. A file written by save_state() never does: delete this checkpoint, or "
+                              "resume from another one.")
+    return {**tensors, **{alias: tensors[name] for alias, name in aliases.items()}}
+
+
+__all__ = ["rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
+           "staging_dir", "old_dir", "readable_dir", "fsync_dir", "save_file", "load_file",
+           "model_file", "model_pickle", "save_model_state", "load_model_state"]

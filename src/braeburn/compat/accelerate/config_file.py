@@ -1,0 +1,158 @@
+"""An ``accelerate config`` file (YAML or JSON, Accelerate 1.15's keys), read as `braeburn launch` settings.
+
+Each key is mapped onto braeburn's setting of the same meaning, accepted where its value changes nothing
+on a launch (``main_training_function``, ``same_network``, TPU keys left empty), or refused with its value,
+why braeburn cannot honour it, and the fix. Every refusal is reported at once, with those of the flags and the
+environment. A key left out means what it means to Accelerate: no mixed precision, no torch.compile.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Callable
+
+from ...plan.config_files import ConfigFileError, load_yaml, read_text
+
+ACCELERATE_SUFFIXES = (".yaml", ".yml", ".json")  # braeburn's own file is TOML
+
+# Accelerate 1.15's distributed_type -> braeburn settings (None: braeburn cannot run it)
+_DISTRIBUTED = {"NO": {}, "MULTI_CPU": {"cpu": True, "strategy": "ddp"}, "MULTI_GPU": {"multi_gpu": True},
+                "FSDP": {"strategy": "fsdp"}}
+_DISTRIBUTED_FIX = ("braeburn runs NO (one process), MULTI_CPU, MULTI_GPU (DDP on NVIDIA GPUs) and FSDP; "
+                    "write one of those (FSDP to shard a large model)")
+# Keys copied as they are, under the same name, checked by the setting's own parser.
+_SAME = ("num_machines", "machine_rank", "main_process_ip", "main_process_port", "gpu_ids")
+# Keys that must stay empty (Accelerate's value when the feature is not used): why braeburn cannot honour more.
+_EMPTY = {
+    "deepspeed_config": "braeburn has no DeepSpeed; use distributed_type: FSDP to shard the model",
+    "fsdp_config": "braeburn configures FSDP itself (torch's fully_shard, one unit per block); remove it",
+    "megatron_lm_config": "braeburn has no Megatron-LM; use distributed_type: FSDP",
+    "parallelism_config": "braeburn has no tensor or context parallelism; use MULTI_GPU or FSDP",
+    "fp8_config": "braeburn has no fp8 training; use mixed_precision: bf16",
+    "mpirun_config": "braeburn starts processes with torchrun, not mpirun; remove it",
+    "tpu_name": "braeburn does not run on TPUs", "tpu_zone": "braeburn does not run on TPUs",
+    "tpu_use_cluster": "braeburn does not run on TPUs", "tpu_use_sudo": "braeburn does not run on TPUs",
+    "tpu_vm": "braeburn does not run on TPUs", "tpu_env": "braeburn does not run on TPUs",
+    "command_file": "braeburn does not run on TPU pods", "commands": "braeburn does not run on TPU pods",
+    "downcast_bf16": "a TPU setting; braeburn does not run on TPUs",
+    "debug": "braeburn has no collective-checking debug mode (ACCELERATE_DEBUG_MODE)",
+    "enable_cpu_affinity": "braeburn does not pin processes to CPU cores",
+}
+_EMPTY_SPELLING = {key: f"{key}: false" if key in ("tpu_use_cluster", "tpu_use_sudo", "debug", "enable_cpu_affinity")
+                   else f"{key}: 'no'" if key == "downcast_bf16" else f"{key}: {{}}" if key.endswith("_config")
+                   else f"{key}: []" if key in ("tpu_vm", "tpu_env", "commands") else f"{key}: null" for key in _EMPTY}
+_ACCEPTED = ("main_training_function", "same_network")  # no effect on a script launched by torchrun
+_DYNAMO_DEFAULTS = {"dynamo_mode": "default", "dynamo_use_fullgraph": False, "dynamo_use_dynamic": False,
+                    "dynamo_use_regional_compilation": False}
+
+
+def is_accelerate_file(path: Path) -> bool:
+    return path.suffix.lower() in ACCELERATE_SUFFIXES
+
+
+def read_accelerate_file(path: Path) -> Mapping[str, Any]:
+    """The file's table (YAML, or JSON by its suffix); ConfigFileError or the parser's error when unreadable."""
+    text = read_text(path)
+    data = json.loads(text) if path.suffix.lower() == ".json" else load_yaml(text)
+    if not isinstance(data, Mapping):
+        raise ConfigFileError(f"holds {type(data).__name__}, not a table of key: value lines")
+    return data
+
+
+def _is_empty(value: Any) -> bool:
+    return value in (None, False, "no", "NO", "", [], {})
+
+
+# Each key's reader: (value, settings so far) -> None, or (why, fix) when braeburn cannot honour it.
+Refusal = tuple[str, str]
+
+
+def _compute_environment(value: Any, out: dict[str, Any]) -> Refusal | None:
+    if str(value).upper() == "LOCAL_MACHINE":
+        return None
+    return ("braeburn launches on the machines it runs on; it does not start SageMaker jobs",
+            "write compute_environment: LOCAL_MACHINE and run braeburn launch on each machine")
+
+
+def _distributed_type(value: Any, out: dict[str, Any]) -> Refusal | None:
+    settings = _DISTRIBUTED.get(str(value).upper())
+    if settings is None:
+        return f"braeburn cannot run {value}", _DISTRIBUTED_FIX
+    out.update(settings)
+    return None
+
+
+def _mixed_precision(value: Any, out: dict[str, Any]) -> Refusal | None:
+    text = "no" if value in (None, False) else str(value).lower()  # YAML reads an unquoted no as false
+    if text == "fp8":
+        return "braeburn has no fp8 training", "write mixed_precision: bf16 (or fp16, or 'no')"
+    out["mixed_precision"] = text  # checked by the setting's parser, with the others
+    return None
+
+
+def _use_cpu(value: Any, out: dict[str, Any]) -> Refusal | None:
+    if value:
+        out["cpu"] = value
+    return None
+
+
+def _num_processes(value: Any, out: dict[str, Any]) -> Refusal | None:
+    if value == -1:  # what `accelerate config` writes for "given on the command line" (SLURM)
+        out["_num_processes_from_command_line"] = True
+        return None
+    out["num_processes"] = value
+    return None
+
+
+def _rdzv_backend(value: Any, out: dict[str, Any]) -> Refusal | None:
+    if value in (None, "static"):
+        return None
+    return ("braeburn's jobs meet with torchrun's static rendezvous at main_process_ip:main_process_port",
+            "write rdzv_backend: static")
+
+
+def _dynamo_config(value: Any, out: dict[str, Any]) -> Refusal | None:
+    table = value if isinstance(value, Mapping) else {} if value is None else {"dynamo_backend": value}
+    backend = str(table.get("dynamo_backend", "NO")).upper()
+    others = {k: v for k, v in table.items() if k != "dynamo_backend" and _DYNAMO_DEFAULTS.get(k, object()) != v}
+    if backend not in ("NO", "INDUCTOR") or others:
+        return ("braeburn compiles with torch.compile's inductor backend and its default options only",
+                "write dynamo_backend: INDUCTOR (or NO) and leave the other dynamo_* keys out")
+    out["compile"] = backend == "INDUCTOR"
+    return None
+
+
+_READERS: dict[str, Callable[[Any, dict[str, Any]], Refusal | None]] = {
+    "compute_environment": _compute_environment, "distributed_type": _distributed_type,
+    "mixed_precision": _mixed_precision, "use_cpu": _use_cpu, "num_processes": _num_processes,
+    "rdzv_backend": _rdzv_backend, "dynamo_config": _dynamo_config, "dynamo_backend": _dynamo_config,
+}
+KNOWN_KEYS = (*_READERS, *_SAME, *_EMPTY, *_ACCEPTED, "fp16")
+
+
+def settings_from_accelerate(table: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, Any, str, str]]]:
+    """braeburn settings from an Accelerate config table (pure): (values by setting name, refusals as
+    (key, value, why, fix)). Values are not yet checked by the settings' parsers."""
+    out: dict[str, Any] = {"mixed_precision": "fp16" if table.get("fp16") is True else "no", "compile": False}
+    refusals = []
+    for key, value in table.items():
+        refusal = None
+        if key in _READERS:
+            refusal = _READERS[key](value, out)
+        elif key in _SAME:
+            if value is not None:
+                out[key] = str(value) if key == "gpu_ids" and isinstance(value, int) else value
+        elif key in _EMPTY:
+            refusal = None if _is_empty(value) else (_EMPTY[key], f"remove {key}, or write {_EMPTY_SPELLING[key]}")
+        elif key not in _ACCEPTED and key != "fp16":
+            refusal = ("is not a key of Accelerate 1.15's config file",
+                       "remove it; braeburn reads the keys `accelerate config` writes")
+        if refusal is not None:
+            refusals.append((key, value, *refusal))
+    return out, refusals
+
+
+__all__ = ["ACCELERATE_SUFFIXES", "KNOWN_KEYS", "is_accelerate_file", "read_accelerate_file",
+           "settings_from_accelerate"]

@@ -1,0 +1,115 @@
+"""Lightning's ``Trainer(...)`` arguments, read into braeburn's TrainingConfig (one pure function, every error at once).
+
+Lightning spells precision "32-true", "16-mixed", "bf16-mixed"; devices and accelerator as braeburn's config does
+("auto", "cpu", "gpu", "cuda", "mps"). An argument braeburn does not do is refused, with all the others, naming
+each and what to do instead: a silent difference (a clip value dropped, a precision changed) is worse than an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...trainer.config import TrainingConfig
+
+# Lightning's spellings -> braeburn's mixed_precision.
+PRECISIONS = {"32-true": "no", "32": "no", 32: "no", "16-mixed": "fp16", "16": "fp16", 16: "fp16",
+              "bf16-mixed": "bf16", "bf16": "bf16"}
+
+# Lightning arguments accepted at the values that change nothing here ("ddp": what braeburn launch runs anyway).
+_HARMLESS = {"logger": (None, True, False), "enable_model_summary": (None, True, False), "num_nodes": (1,),
+             "strategy": ("auto", "ddp"), "num_sanity_val_steps": (None, 0, 2), "check_val_every_n_epoch": (1,),
+             "deterministic": (None, False), "benchmark": (None, False), "barebones": (False,),
+             "gradient_clip_algorithm": (None, "norm"), "min_epochs": (None,), "min_steps": (None,),
+             "val_check_interval": (None, 1.0), "limit_train_batches": (None, 1.0), "limit_val_batches": (None, 1.0),
+             "fast_dev_run": (False,), "max_time": (None,), "plugins": (None,), "sync_batchnorm": (False,),
+             "reload_dataloaders_every_n_epochs": (0,), "use_distributed_sampler": (True,),
+             "detect_anomaly": (False,), "profiler": (None,), "inference_mode": (True,)}
+
+
+@dataclass
+class LightningOptions:
+    """What a Lightning ``Trainer`` was asked for, as braeburn will do it."""
+
+    config: TrainingConfig
+    callbacks: list[Any] = field(default_factory=list)
+    checkpoints: bool = True
+
+
+def lightning_options(kwargs: dict[str, Any], launched: int | None = None) -> tuple[LightningOptions | None, list[str]]:
+    """(the options, []) or (None, every error): pure, no I/O. ``launched``: the processes per machine that a
+    launcher started (LOCAL_WORLD_SIZE), None when this is a plain ``python script.py``."""
+    given = dict(kwargs)
+    errors = _unsupported(given)
+    precision = given.pop("precision", "32-true")
+    if precision not in PRECISIONS:
+        errors.append(f"precision={precision!r}: braeburn trains in float32 with mixed float16 or bfloat16 autocast "
+                      "only; pass precision='32-true', '16-mixed' or 'bf16-mixed' (a model in half or double "
+                      "precision throughout: .to(dtype) the module yourself)")
+    devices = given.get("devices", "auto")
+    if isinstance(devices, (list, tuple)):
+        errors.append(f"devices={devices!r}: a list of device indices is not supported; pass devices=N (a count) "
+                      "and choose the GPUs with CUDA_VISIBLE_DEVICES")
+    else:
+        error, given["devices"] = _processes(devices, launched)
+        errors += [error] if error else []
+    clip = given.get("gradient_clip_val")
+    if clip is not None and clip < 0:
+        errors.append(f"gradient_clip_val={clip!r} must be >= 0 (0 or None: no clipping)")
+    if errors:
+        return None, errors
+    return _options(given, PRECISIONS[precision]), []
+
+
+def _processes(devices: Any, launched: int | None) -> tuple[str | None, Any]:
+    """(an error or None, braeburn's devices): Lightning's devices=N starts N processes itself; braeburn's launcher
+    starts them, and each process then takes its own device."""
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices <= 1:
+        return None, devices
+    if launched is None:
+        return (f"devices={devices}: Lightning starts {devices} processes itself; braeburn's are started by its "
+                f"launcher: run `braeburn launch --num-processes {devices} script.py` (add --cpu for processes on "
+                f"the CPU), keeping devices={devices}"), devices
+    if launched != devices:
+        return (f"devices={devices}, but the launcher started {launched} processes on this machine: pass "
+                f"--num-processes {devices} to braeburn launch, or devices={launched}"), devices
+    return None, "auto"  # each launched process takes its own device
+
+
+def _unsupported(given: dict[str, Any]) -> list[str]:
+    errors = []
+    for name in sorted(set(given) - set(_HARMLESS) - set(_READ)):
+        errors.append(f"{name}={given[name]!r}: Lightning's Trainer argument {name!r} is not supported by "
+                      f"braeburn.lightning.Trainer; remove it (docs/migrating.md, 'Lightning', lists what is)")
+    for name, allowed in _HARMLESS.items():
+        value = given.pop(name, allowed[0])
+        if value not in allowed:
+            errors.append(f"{name}={value!r}: braeburn.lightning.Trainer only takes {' or '.join(map(repr, allowed))} "
+                          "(doing nothing beyond Lightning's default); remove it, or port that part to braeburn's "
+                          "own Trainer")
+    return errors
+
+
+_READ = ("accelerator", "devices", "precision", "max_epochs", "max_steps", "gradient_clip_val",
+         "accumulate_grad_batches", "log_every_n_steps", "default_root_dir", "enable_progress_bar",
+         "enable_checkpointing", "callbacks")
+
+
+def _options(given: dict[str, Any], mixed_precision: str) -> LightningOptions:
+    max_steps = given.get("max_steps", -1)
+    max_epochs = given.get("max_epochs")
+    epochs = max_epochs if max_epochs is not None and max_epochs >= 0 else (1e6 if max_steps > 0 else 1000)
+    config = TrainingConfig(
+        output_dir=str(given.get("default_root_dir") or "lightning_logs"), overwrite_output_dir=True,
+        accelerator=str(given.get("accelerator", "auto")), devices=given.get("devices", "auto"),
+        mixed_precision=mixed_precision, num_train_epochs=float(epochs), max_steps=max_steps if max_steps else -1,
+        max_grad_norm=float(given.get("gradient_clip_val") or 0.0),
+        gradient_accumulation_steps=int(given.get("accumulate_grad_batches", 1)),
+        logging_steps=int(given.get("log_every_n_steps", 50)), lr_scheduler_type="constant",
+        disable_tqdm=not given.get("enable_progress_bar", True), compile="false", pad_to_buckets=False,
+        save_in_background=False, save_total_limit=1,
+        save_strategy="epoch" if given.get("enable_checkpointing", True) else "no")
+    return LightningOptions(config, list(given.get("callbacks") or []), given.get("enable_checkpointing", True))
+
+
+__all__ = ["LightningOptions", "PRECISIONS", "lightning_options"]

@@ -1,0 +1,327 @@
+"""A LightningModule trained by braeburn's Trainer, with Lightning's ``Trainer(...).fit(...)`` spelled as there.
+
+``braeburn.lightning.Trainer(accelerator="mps", devices=1, max_epochs=3).fit(module, train_loader, val_loader)``
+drives any nn.Module with ``training_step`` and ``configure_optimizers`` (a real ``lightning.LightningModule`` or a
+duck-typed one; Lightning is never imported). It maps onto braeburn's own Trainer: the module is wrapped in one
+small nn.Module whose forward is ``training_step`` (so DDP and autocast wrap it as they wrap any model), the loss
+goes through the Trainer's ``compute_loss`` override, validation through ``prediction_step``, and the scheduler
+through the Trainer's Lightning scheduler dicts (scheduler_interval.py). Device, precision, DDP, accumulation,
+clipping, metrics.jsonl, progress and checkpoints are the Trainer's. What is and is not covered:
+docs/migrating.md, "Lightning".
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from ...accelerator.core import Accelerator
+from ...trainer.callbacks import Callback
+from ...trainer.config import ConfigError, TrainingConfig
+from ..transformers.trainer_api import note_once
+from ..transformers.overrides import EvalLoopOutput
+from ...trainer.loop import Trainer as BraeburnTrainer
+from .module import HOOKS, StepLogger, split_optimizers, step_loss, unsupported_hooks
+from .options import lightning_options
+
+
+class LightningArgumentError(ValueError):
+    """Lightning Trainer arguments (or module hooks) braeburn does not do: every one, with its fix."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = errors
+        super().__init__("braeburn.lightning.Trainer cannot do what was asked:\n  - " + "\n  - ".join(errors))
+
+
+class Trainer:
+    """Lightning's Trainer, the common arguments (see lightning_options.py), run by braeburn's Trainer."""
+
+    def __init__(self, **kwargs: Any):
+        launched = os.environ.get("LOCAL_WORLD_SIZE") if "WORLD_SIZE" in os.environ else None
+        options, errors = lightning_options(kwargs, int(launched) if launched else None)
+        if errors:
+            raise LightningArgumentError(errors)
+        self.options = options
+        self.callbacks = options.callbacks
+        self.max_epochs, self.max_steps = kwargs.get("max_epochs"), kwargs.get("max_steps", -1)
+        self.current_epoch = 0
+        self.estimated_stepping_batches: int | float = math.inf
+        self.logger = StepLogger()
+        self._run: _LightningRun | None = None
+
+    # -- what a module reads from self.trainer -------------------------------------------------------
+    @property
+    def global_step(self) -> int:
+        return self._run.state.global_step if self._run is not None else 0
+
+    @property
+    def callback_metrics(self) -> dict[str, float]:
+        return self.logger.callback_metrics
+
+    logged_metrics = callback_metrics
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self._run is None or self._run.accelerator.is_main_process
+
+    @property
+    def world_size(self) -> int:
+        return self._run.accelerator.num_processes if self._run is not None else 1
+
+    @property
+    def device(self) -> torch.device:
+        return self._run.accelerator.device
+
+    @property
+    def braeburn_trainer(self) -> BraeburnTrainer | None:
+        """The braeburn Trainer of the last fit/validate: its state.log_history holds every logged value."""
+        return self._run
+
+    # -- the run -----------------------------------------------------------------------------------
+    def fit(self, model: torch.nn.Module, train_dataloaders: Any = None, val_dataloaders: Any = None,
+            datamodule: Any = None, ckpt_path: str | None = None) -> None:
+        """Train ``model`` (Lightning's hooks, at Lightning's moments); ``ckpt_path`` resumes a braeburn checkpoint
+        folder ("last": the latest one in default_root_dir)."""
+        train_loader, val_loader = _loaders(model, datamodule, "fit", train_dataloaders, val_dataloaders)
+        if train_loader is None:
+            raise ValueError("fit() needs training data: pass train_dataloaders=, a datamodule with "
+                             "train_dataloader(), or define train_dataloader() on the module")
+        with _bound(model, self):
+            self._call("on_fit_start", model)
+            self._run = self._build(model, train_loader, val_loader)
+            self._run.train(resume_from_checkpoint="latest" if ckpt_path == "last" else ckpt_path)
+            self._call("on_fit_end", model)
+
+    def validate(self, model: torch.nn.Module, dataloaders: Any = None, ckpt_path: str | None = None,
+                 verbose: bool = True, datamodule: Any = None) -> list[dict]:
+        """One pass of validation_step; returns [the epoch means of what it logged], as Lightning does."""
+        if ckpt_path is not None:
+            raise ValueError(f"validate(ckpt_path={ckpt_path!r}) is not supported: braeburn checkpoints are "
+                             "resumed by fit(ckpt_path=...); validate the module after fit, or load its weights first")
+        _, val_loader = _loaders(model, datamodule, "validate", None, dataloaders)
+        if val_loader is None:
+            raise ValueError("validate() needs data: pass dataloaders=, a datamodule with val_dataloader(), or "
+                             "define val_dataloader() on the module")
+        with _bound(model, self):
+            self._run = self._build(model, None, val_loader)
+            metrics = self._run.evaluate()
+        logged = {name[len("eval_"):]: value for name, value in metrics.items() if name.startswith("eval_")
+                  and name[len("eval_"):] in self.logger.callback_metrics}
+        if verbose:
+            self._run.accelerator.print("validate: " + ", ".join(f"{k} {v:.6g}" for k, v in logged.items()))
+        return [logged]
+
+    def _build(self, model: torch.nn.Module, train_loader: Any, val_loader: Any) -> _LightningRun:
+        """braeburn's Trainer for this fit (or validate: no optimizer then, as Lightning calls none)."""
+        accelerator = Accelerator(**{**self.options.config.accelerator_options(), "seed": None})  # the user seeds
+        self.logger.reduce_mean = lambda value: accelerator.reduce(value, "mean")
+        if accelerator.plan.precision == "fp16" and accelerator.device.type == "cpu" and accelerator.is_main_process:
+            note_once("precision='16-mixed' on the CPU: braeburn autocasts to float16, as asked; Lightning switches "
+                      "to bf16-mixed there (with a warning). Pass precision='bf16-mixed' for Lightning's numbers.")
+        config = self._config_for(train_loader, val_loader, accelerator.num_processes)
+        optimizer, scheduler = None, None
+        if train_loader is not None:
+            optimizer, scheduler = split_optimizers(model.configure_optimizers())  # reads estimated_stepping_batches
+        if scheduler is not None and not isinstance(scheduler, Mapping):
+            scheduler = {"scheduler": scheduler, "interval": "epoch"}  # Lightning steps a bare one per epoch
+        return _LightningRun(self, model, config=config, train_dataset=train_loader, eval_dataset=val_loader,
+                             optimizers=(optimizer, scheduler), callbacks=[_LightningHooks(self, model)],
+                             accelerator=accelerator)
+
+    def _config_for(self, train_loader: Any, val_loader: Any, processes: int) -> TrainingConfig:
+        """The run's config: batch sizes from the loaders, validation each epoch when there is a val loader, and
+        the optimizer steps of this process (its share of the batches)."""
+        config = TrainingConfig(**vars(self.options.config))
+        config.per_device_train_batch_size = getattr(train_loader, "batch_size", None) or 1
+        config.per_device_eval_batch_size = getattr(val_loader, "batch_size", None) or 1
+        config.eval_strategy = "epoch" if val_loader is not None and train_loader is not None else "no"
+        if train_loader is not None:
+            per_epoch = math.ceil(math.ceil(len(train_loader) / processes) / config.gradient_accumulation_steps)
+            if config.max_steps > 0 and self.max_epochs not in (None, -1):
+                config.max_steps = min(config.max_steps, per_epoch * self.max_epochs)  # whichever comes first
+            self.estimated_stepping_batches = config.max_steps if config.max_steps > 0 else \
+                per_epoch * int(config.num_train_epochs)
+        errors = config.validate()
+        if errors:
+            raise ConfigError(errors)
+        return config
+
+    def _call(self, hook: str, model: torch.nn.Module, *args: Any) -> None:
+        """Each callback's hook (callbacks take (trainer, module)), then the module's: Lightning's order."""
+        for callback in self.callbacks:
+            method = getattr(callback, hook, None)
+            if callable(method):
+                method(self, model, *args)
+        method = getattr(model, hook, None)
+        if callable(method):
+            method(*args)
+
+
+class _StepForward(torch.nn.Module):
+    """The model braeburn's Trainer sees: its forward is the module's training_step or validation_step, so that
+    DDP (gradient sync) and autocast wrap the step as Lightning's strategy wrapper does."""
+
+    def __init__(self, module: torch.nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, batch: Any, batch_idx: int, hook: str) -> Any:
+        return getattr(self.module, hook)(batch, batch_idx)
+
+
+class _LightningRun(BraeburnTrainer):
+    """braeburn's Trainer with the loss and the evaluation taken from the module's steps."""
+
+    def __init__(self, lightning: Trainer, module: torch.nn.Module, **kwargs: Any):
+        self.lightning, self.batch_idx = lightning, 0
+        super().__init__(_StepForward(module), **kwargs)
+
+    def _loader(self, dataset: Any, batch_size: int, shuffle: bool) -> Any:
+        """The user's own DataLoader (the Accelerator shards it, and moves its batches to the device)."""
+        return dataset if isinstance(dataset, DataLoader) else super()._loader(dataset, batch_size, shuffle)
+
+    def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None):
+        loss = step_loss(model(inputs, self.batch_idx, "training_step"), "training_step")
+        self.batch_idx += 1
+        if loss is None:
+            raise ValueError("training_step returned None, which Lightning takes as 'skip this batch'; braeburn "
+                             "does not skip batches: return the loss (or filter the data before training)")
+        return (loss, None) if return_outputs else loss
+
+    def prediction_step(self, model: torch.nn.Module, inputs: Any, prediction_loss_only: bool,
+                        ignore_keys: list[str] | None = None) -> tuple[Any, Any, Any]:
+        with torch.no_grad():
+            loss = step_loss(model(inputs, self.batch_idx, "validation_step"), "validation_step")
+        self.batch_idx += 1
+        return (loss.detach() if isinstance(loss, torch.Tensor) else None), None, None
+
+    def evaluation_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> EvalLoopOutput:
+        """Validation as Lightning orders it: its hooks around the batches, then what self.log recorded (epoch
+        means) added to the metrics as ``eval_<name>``."""
+        lightning, module = self.lightning, self.model.module
+        saved_idx, lightning.logger.training = self.batch_idx, False
+        self.batch_idx = 0
+        try:
+            lightning._call("on_validation_start", module)
+            lightning._call("on_validation_epoch_start", module)
+            output = super().evaluation_loop(dataloader, description, True, ignore_keys, metric_key_prefix)
+            lightning._call("on_validation_epoch_end", module)
+            logged = lightning.logger.take_epoch_means()
+            lightning._call("on_validation_end", module)
+        finally:
+            self.batch_idx, lightning.logger.training = saved_idx, True
+        metrics = {**(output.metrics or {}), **{f"{metric_key_prefix}_{k}": v for k, v in logged.items()}}
+        return EvalLoopOutput(output.predictions, output.label_ids, metrics, output.num_samples)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """A training log record carries the step values self.log recorded since the last one."""
+        if "loss" in logs and "learning_rate" in logs:
+            logs = {**logs, **self.lightning.logger.take_step_values()}
+        super().log(logs, start_time)
+
+
+class _LightningHooks(Callback):
+    """Lightning's training hooks, called from braeburn's callback moments."""
+
+    def __init__(self, lightning: Trainer, module: torch.nn.Module):
+        self.lightning, self.module = lightning, module
+
+    def on_train_begin(self, trainer: Any, state: Any) -> None:
+        self.lightning._call("on_train_start", self.module)
+
+    def on_epoch_begin(self, trainer: Any, state: Any) -> None:
+        trainer.batch_idx = 0
+        self.lightning.current_epoch = math.floor(state.epoch)
+        self.lightning._call("on_train_epoch_start", self.module)
+
+    def on_epoch_end(self, trainer: Any, state: Any) -> None:
+        self.lightning._call("on_train_epoch_end", self.module)
+        means = self.lightning.logger.take_epoch_means()  # self.log(..., on_epoch=True) in training_step
+        if means:
+            trainer.log(means)
+
+    def on_train_end(self, trainer: Any, state: Any) -> None:
+        self.lightning._call("on_train_end", self.module)
+        self.lightning.current_epoch = math.ceil(state.epoch)
+
+
+class _LightningAttributes:
+    """What a LightningModule reads from itself during a run: put in front of the module's class for the run."""
+
+    @property
+    def trainer(self) -> Trainer:
+        return self.__dict__["_braeburn_lightning"]
+
+    @property
+    def current_epoch(self) -> int:
+        return self.trainer.current_epoch
+
+    @property
+    def global_step(self) -> int:
+        return self.trainer.global_step
+
+    @property
+    def device(self) -> torch.device:
+        return self.trainer.device
+
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        self.trainer.logger.log(name, value, *args, **kwargs)
+
+    def log_dict(self, values: Mapping[str, Any], *args: Any, **kwargs: Any) -> None:
+        self.trainer.logger.log_dict(values, *args, **kwargs)
+
+
+class _bound:
+    """For the run, the module's class gains _LightningAttributes (self.log, self.trainer ...); restored after."""
+
+    def __init__(self, module: torch.nn.Module, lightning: Trainer):
+        hooks = unsupported_hooks(module) + [hook for c in lightning.callbacks for hook in unsupported_hooks(c)]
+        errors = [f"{name} is defined, but braeburn.lightning never calls it (it calls {', '.join(HOOKS)}): move "
+                  "its work into one of those, or port the loop to braeburn's Accelerator" for name in hooks]
+        if getattr(module, "automatic_optimization", True) is False:
+            errors.append(f"{type(module).__name__}.automatic_optimization is False: manual optimization is not "
+                          "supported; write the loop with braeburn's Accelerator (prepare, backward, step)")
+        if errors:
+            raise LightningArgumentError(errors)
+        self.module, self.lightning, self.original = module, lightning, type(module)
+
+    def __enter__(self) -> None:
+        cls = self.original
+        self.module.__class__ = type(cls.__name__, (_LightningAttributes, cls), {"__module__": cls.__module__})
+        self.module.__dict__["_braeburn_lightning"] = self.lightning
+
+    def __exit__(self, *exc: Any) -> None:
+        self.module.__class__ = self.original
+        self.module.__dict__.pop("_braeburn_lightning", None)
+
+
+def _loaders(model: Any, datamodule: Any, stage: str, train: Any, val: Any) -> tuple[Any, Any]:
+    """The train and validation loaders: as passed, else the datamodule's, else the module's own methods."""
+    for source in (datamodule, model):
+        if source is None:
+            continue
+        for hook in ("prepare_data", "setup"):
+            method = getattr(source, hook, None)
+            if callable(method):
+                method() if hook == "prepare_data" else method(stage)
+    source = datamodule if datamodule is not None else model
+    if train is None and stage == "fit" and _user_defined(source, "train_dataloader"):
+        train = source.train_dataloader()
+    if val is None and _user_defined(source, "val_dataloader"):
+        val = source.val_dataloader()
+    return train, val
+
+
+def _user_defined(obj: Any, name: str) -> bool:
+    """``obj`` has method ``name`` of its own (Lightning's base classes define the loaders to raise)."""
+    owner = next((k for k in type(obj).__mro__ if name in vars(k)), None)
+    return owner is not None and owner.__module__.split(".")[0] not in ("lightning", "pytorch_lightning")
+
+
+__all__ = ["LightningArgumentError", "Trainer"]

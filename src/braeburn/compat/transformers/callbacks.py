@@ -1,0 +1,318 @@
+"""Transformers-style callbacks on braeburn's Trainer.
+
+A Transformers ``TrainerCallback`` (``on_train_begin(self, args, state, control, **kwargs)``) is
+wrapped in :class:`HfCallbackAdapter`: it sees Transformers' view of the state (``state.epoch`` as
+a float, ``best_model_checkpoint``, ``is_world_process_zero``), a :class:`TrainerControl` whose
+flags the loop obeys (stop, save, evaluate, log), and the keyword arguments Transformers passes
+(``model``, ``optimizer``, ``lr_scheduler``, ``train_dataloader``, ``processing_class``, ``logs``,
+``metrics``). Both braeburn's :class:`TrainerCallback` and ``transformers.TrainerCallback``
+subclasses are recognised. Hooks braeburn cannot call at Transformers' moment
+(``on_pre_optimizer_step``, ``on_substep_end``, ``on_prediction_step``) are refused at registration.
+
+:class:`HfOptionsCallback` carries out TrainingArguments options that live between steps
+(``logging_first_step``, ``logging_strategy``, ``eval_on_start``, ``torch_empty_cache_steps``,
+``load_best_model_at_end``, trackers of ``report_to``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...trainer.callbacks import Callback
+from ...trainer.state import TrainerState
+
+if TYPE_CHECKING:
+    from ...trainer.loop import Trainer
+
+HF_HOOKS = ("on_init_end", "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end", "on_step_begin",
+            "on_optimizer_step", "on_step_end", "on_evaluate", "on_predict", "on_save", "on_log")
+REFUSED_HOOKS = {"on_pre_optimizer_step": "runs before the optimizer step",
+                 "on_substep_end": "runs after each accumulation micro-batch",
+                 "on_prediction_step": "runs after each evaluation batch",
+                 "on_push_begin": "runs before a Hub upload"}
+
+
+@dataclass
+class TrainerControl:
+    """Transformers' control flags: set one in a hook and the Trainer acts on it."""
+
+    should_training_stop: bool = False
+    should_epoch_stop: bool = False
+    should_save: bool = False
+    should_evaluate: bool = False
+    should_log: bool = False
+
+
+class TrainerCallback:
+    """Transformers' callback base class: hooks take ``(args, state, control, **kwargs)``; all are no-ops."""
+
+    def on_init_end(self, args, state, control, **kwargs): ...
+    def on_train_begin(self, args, state, control, **kwargs): ...
+    def on_train_end(self, args, state, control, **kwargs): ...
+    def on_epoch_begin(self, args, state, control, **kwargs): ...
+    def on_epoch_end(self, args, state, control, **kwargs): ...
+    def on_step_begin(self, args, state, control, **kwargs): ...
+    def on_optimizer_step(self, args, state, control, **kwargs): ...
+    def on_step_end(self, args, state, control, **kwargs): ...
+    def on_evaluate(self, args, state, control, **kwargs): ...
+    def on_predict(self, args, state, control, metrics, **kwargs): ...
+    def on_save(self, args, state, control, **kwargs): ...
+    def on_log(self, args, state, control, logs=None, **kwargs): ...
+
+
+class HfStateView:
+    """braeburn's TrainerState as Transformers' TrainerState reads (attributes not listed pass through)."""
+
+    def __init__(self, trainer: "Trainer"):
+        self._trainer = trainer
+        self._overrides: dict[str, Any] = {}
+
+    @property
+    def _state(self) -> TrainerState:
+        return self._overrides.get("state", self._trainer.state)
+
+    @property
+    def best_metric(self) -> float | None:
+        # During on_evaluate Transformers' best_metric is still the best before this evaluation
+        # (it is updated at the save that follows); braeburn updates it first, so the adapter keeps the old one.
+        return self._overrides.get("best_metric", self._state.best_metric)
+
+
+    @property
+    def best_model_checkpoint(self) -> str | None:
+        return self._state.best_checkpoint
+
+    @property
+    def is_world_process_zero(self) -> bool:
+        return self._trainer.accelerator.is_main_process
+
+    @property
+    def is_local_process_zero(self) -> bool:
+        return self._trainer.accelerator.is_local_main_process
+
+    @property
+    def num_train_epochs(self) -> int:
+        return self._state.num_epochs
+
+    @property
+    def logging_steps(self) -> int:
+        return self._trainer.config.logging_steps
+
+    @property
+    def eval_steps(self) -> int:
+        return self._trainer.config.eval_steps or self._trainer.config.logging_steps
+
+    @property
+    def save_steps(self) -> int:
+        return self._trainer.config.save_steps
+
+    @property
+    def train_batch_size(self) -> int:
+        return self._trainer.config.per_device_train_batch_size
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._state, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("_trainer", "_overrides"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._state, name, value)
+
+
+def is_hf_callback(callback: Any) -> bool:
+    """True for Transformers-style callbacks: a (braeburn or transformers) TrainerCallback, or hooks taking args."""
+    cls = callback if isinstance(callback, type) else type(callback)
+    if isinstance(callback, Callback) or (isinstance(callback, type) and issubclass(callback, Callback)):
+        return False
+    if any(base.__name__ == "TrainerCallback" for base in cls.__mro__):
+        return True
+    for hook in HF_HOOKS:
+        method = getattr(cls, hook, None)
+        if method is not None:
+            params = list(inspect.signature(method).parameters)
+            return params[1:4] == ["args", "state", "control"]
+    return False
+
+
+class HfCallbackAdapter(Callback):
+    """Calls a Transformers-style callback's hooks from braeburn's, then applies its TrainerControl."""
+
+    def __init__(self, inner: Any, trainer: "Trainer"):
+        for hook, when in REFUSED_HOOKS.items():
+            if _overrides(inner, hook):
+                raise TypeError(f"{type(inner).__name__}.{hook} {when}, a moment braeburn's Trainer has no hook "
+                                "for, so it would never run; move the code to on_step_end, on_evaluate or on_log")
+        self.inner, self.trainer = inner, trainer
+        self.control = TrainerControl()
+        self.view = HfStateView(trainer)
+        self._best_before: float | None = None
+
+    def call(self, hook: str, **extra: Any) -> None:
+        method = getattr(self.inner, hook, None)
+        if method is None:
+            return
+        trainer = self.trainer
+        kwargs = {"model": trainer.model, "processing_class": trainer.processing_class,
+                  "optimizer": trainer.optimizer, "lr_scheduler": trainer.lr_scheduler,
+                  "train_dataloader": getattr(trainer, "_train_loader", None),
+                  "eval_dataloader": None, **extra}
+        result = method(trainer.config, self.view, self.control, **kwargs)
+        if isinstance(result, TrainerControl) or type(result).__name__ == "TrainerControl":
+            self.control = result
+        self._obey()
+
+    def _obey(self) -> None:
+        control, trainer = self.control, self.trainer
+        if control.should_training_stop:
+            control.should_training_stop = False
+            trainer.state.request_stop(f"{type(self.inner).__name__} set control.should_training_stop")
+        if control.should_save:
+            control.should_save = False
+            trainer.state.should_save = True
+        if control.should_log:
+            control.should_log = False
+            if trainer._window_losses:
+                trainer._log()
+        if control.should_evaluate:
+            control.should_evaluate = False
+            if trainer.eval_dataset is not None:
+                trainer.evaluate()
+
+    def on_train_begin(self, trainer: "Trainer", state: TrainerState) -> None:
+        self.call("on_train_begin")
+        if state.global_step < state.max_steps:
+            self.call("on_step_begin")
+
+    def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        self.call("on_train_end")
+
+    def on_epoch_begin(self, trainer: "Trainer", state: TrainerState) -> None:
+        self.call("on_epoch_begin")
+
+    def on_epoch_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        self.call("on_epoch_end")
+
+    def on_step_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        self.call("on_optimizer_step")
+        self.call("on_step_end")
+        if state.global_step < state.max_steps and not state.should_stop:
+            self.call("on_step_begin")  # the next step's begin: nothing runs in between
+
+    def on_log(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float]) -> None:
+        self.call("on_log", logs=logs)
+
+    def on_evaluate(self, trainer: "Trainer", state: TrainerState, metrics: dict[str, float]) -> None:
+        self.view._overrides["best_metric"] = self._best_before
+        try:
+            self.call("on_evaluate", metrics=metrics)
+        finally:
+            self.view._overrides.clear()
+            self._best_before = state.best_metric
+
+    def on_save(self, trainer: "Trainer", state: TrainerState, checkpoint_dir: Path) -> None:
+        self.view._overrides["state"] = state  # a background save: the state of the step it saved
+        try:
+            self.call("on_save")
+        finally:
+            self.view._overrides.pop("state", None)
+
+
+def _overrides(callback: Any, hook: str) -> bool:
+    method = getattr(type(callback), hook, None)
+    if method is None:
+        return False
+    owner = next((c for c in type(callback).__mro__ if hook in vars(c)), None)
+    return owner is not None and owner.__name__ != "TrainerCallback"
+
+
+def adapt_callback(callback: Any, trainer: "Trainer") -> Any:
+    """A Transformers-style callback (instance or class, as Transformers takes) wrapped; others as they are."""
+    if not is_hf_callback(callback):
+        return callback
+    if isinstance(callback, type):
+        callback = callback()
+    return HfCallbackAdapter(callback, trainer)
+
+
+class HfOptionsCallback(Callback):
+    """TrainingArguments options that act between steps (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.trackers: list[Any] = []
+
+    def on_train_begin(self, trainer: "Trainer", state: TrainerState) -> None:
+        config = trainer.config
+        if trainer.is_main_process:
+            self.trackers = _start_trackers(trainer)
+        if config.eval_on_start and trainer.eval_dataset is not None and state.global_step == 0:
+            trainer.evaluate()
+
+    def on_step_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        config = trainer.config
+        if config.logging_first_step and state.global_step == 1 and config.logging_steps != 1:
+            trainer._log()
+        if config.torch_empty_cache_steps and state.global_step % config.torch_empty_cache_steps == 0:
+            trainer.accelerator.plan.device.empty_cache()
+
+    def on_epoch_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        if trainer.config.logging_strategy == "epoch" and trainer._window_losses:
+            trainer._log()
+
+    def on_log(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float]) -> None:
+        for tracker in self.trackers:
+            tracker.log(logs, step=state.global_step)
+
+    def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        try:
+            if trainer.config.load_best_model_at_end and state.best_checkpoint:
+                _load_best(trainer, Path(state.best_checkpoint))
+        finally:
+            for tracker in self.trackers:
+                tracker.finish()
+            self.trackers = []
+
+
+def _start_trackers(trainer: "Trainer") -> list[Any]:
+    """The trackers of report_to beyond metrics.jsonl and TensorBoard (which MetricsLogCallback writes)."""
+    from ...accelerator import trackers as tracking
+
+    names = tracking.resolve_log_with(trainer.config.report_to)
+    names = [n for n in names if n not in ("jsonl", "tensorboard")]
+    if not names:
+        return []
+    config = trainer.config
+    run = config.run_name or Path(config.output_dir).name
+    kwargs = {"wandb": {"name": run}, "mlflow": {"run_name": run}}
+    started = tracking.start_trackers(names, config.project, config.output_dir, kwargs)
+    for tracker in started:
+        tracker.store_init_configuration(config.to_sanitized_dict())
+    return started
+
+
+def _load_best(trainer: "Trainer", folder: Path) -> None:
+    from ...checkpoints import manifest as manifest_io
+    from ...checkpoints import state as state_io
+
+    acc = trainer.accelerator
+    saver = getattr(trainer, "_saver", None)
+    if saver is not None:
+        saver.wait()  # the best checkpoint may be the last one, still being written in the background
+    model = acc.unwrap_model(trainer._prepared_model)
+    folder = trainer.checkpoints.best(str(folder))  # inside output_dir, present, checksums match; else an error
+    if manifest_io.layout_of(folder) == manifest_io.SHARDED:
+        acc.print(f"braeburn: warning: load_best_model_at_end: {folder} holds sharded (FSDP) weights; the model "
+                  "keeps its final weights. Load the best one with --resume_from_checkpoint.")
+        return
+    model.load_state_dict(state_io.load_model_state(folder, 0))
+    acc.print(f"braeburn: loaded the best model from {folder} ({trainer.config.metric_for_best_model} = "
+              f"{trainer.state.best_metric:.6g})")
+
+
+__all__ = ["HfCallbackAdapter", "HfOptionsCallback", "TrainerCallback", "TrainerControl", "adapt_callback",
+           "is_hf_callback"]

@@ -1,0 +1,142 @@
+"""Weights on disk as Transformers and Accelerate write them: ``model.safetensors`` (or ``pytorch_model.bin``),
+sharded with an index file when larger than ``max_shard_size``; and the ``config.json`` beside them that makes a
+checkpoint folder load with ``from_pretrained``."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from ...checkpoints import no_follow
+
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_size(size: int | str) -> int:
+    """``"10GB"`` -> 10**10 bytes (an int is bytes already)."""
+    if isinstance(size, int):
+        return size
+    match = re.fullmatch(r"\s*([\d.]+)\s*([A-Za-z]*)\s*", str(size))
+    if not match or match.group(2).upper() not in _UNITS:
+        raise ValueError(f"max_shard_size={size!r}: write a size such as '10GB' or '500MB'")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper() or "B"])
+
+
+def _shards(state: dict[str, torch.Tensor], limit: int) -> list[dict[str, torch.Tensor]]:
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > limit:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    return shards
+
+
+def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """safetensors refuses tensors that share memory (tied weights): keep the first name of each storage."""
+    seen: set[tuple[int, int]] = set()
+    out = {}
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset()) if tensor.numel() else (id(tensor), 0)
+        if key in seen:
+            continue
+        seen.add(key)
+        out[name] = tensor.detach().cpu().contiguous()
+    return out
+
+
+def save_weights(state: dict[str, Any], save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
+                 safe_serialization: bool = True) -> list[Path]:
+    """Write ``state`` into ``save_directory``; returns the files written."""
+    folder = Path(save_directory)
+    if folder.is_file():
+        raise ValueError(f"save_directory={str(folder)!r} is a file; pass a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = _unshared({k: v for k, v in state.items() if isinstance(v, torch.Tensor)})
+    shards = _shards(tensors, parse_size(max_shard_size))
+    stem, ext = ("model", "safetensors") if safe_serialization else ("pytorch_model", "bin")
+    names = ([f"{stem}.{ext}"] if len(shards) == 1
+             else [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.{ext}" for i in range(len(shards))])
+    for name, shard in zip(names, shards):
+        if safe_serialization:
+            from safetensors.torch import save_file
+
+            no_follow.remove_file(folder / name)  # a link planted at that name: the link goes, its target stays
+            save_file(shard, str(folder / name), metadata={"format": "pt"})
+        else:
+            with no_follow.create_new(folder / name) as handle:
+                torch.save(shard, handle)
+    if len(shards) > 1:
+        index = {"metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
+                 "weight_map": {k: name for name, shard in zip(names, shards) for k in shard}}
+        no_follow.write_atomic(folder / f"{stem}.{ext}.index.json", json.dumps(index, indent=2))
+    return [folder / name for name in names]
+
+
+def pretrained_config_files(model: Any) -> dict[str, bytes]:
+    """``config.json`` (and ``generation_config.json`` for a model that generates) as ``save_pretrained`` writes
+    them, for a Transformers model: beside a checkpoint's ``model.safetensors`` they make the folder load with
+    ``AutoModel.from_pretrained``. Empty for any other model, and for one with adapters. The live config is not
+    changed (save_pretrained sets ``architectures`` and the dtype on it; here a copy gets them)."""
+    transformers = sys.modules.get("transformers")  # (a Transformers model has imported it)
+    if transformers is None or not isinstance(model, transformers.PreTrainedModel):
+        return {}  # a PEFT wrapper too: its state dict is not the base model's, so a config.json would mislead
+    if getattr(model, "_hf_peft_config_loaded", False):
+        return {}  # adapters added in place: the weights' names are not those from_pretrained expects
+    config = copy.deepcopy(model.config)
+    config.architectures = [type(model).__name__]
+    dtype = getattr(model, "dtype", None)
+    if isinstance(dtype, torch.dtype):  # Transformers 5 calls it dtype, 4 torch_dtype
+        setattr(config, "dtype" if hasattr(config, "dtype") else "torch_dtype", str(dtype).removeprefix("torch."))
+    files = {"config.json": config.to_json_string(use_diff=True).encode("utf-8")}
+    generation = getattr(model, "generation_config", None)
+    can_generate = getattr(model, "can_generate", None)
+    if generation is not None and callable(can_generate) and can_generate():
+        files["generation_config.json"] = generation.to_json_string(use_diff=True).encode("utf-8")
+    return files
+
+
+def processing_files(processing_class: Any) -> dict[str, bytes]:
+    """What ``processing_class.save_pretrained`` writes (a tokenizer's files), as Transformers' Trainer puts them in
+    every checkpoint: ``AutoTokenizer.from_pretrained`` and ``pipeline`` then load the folder. Read back from a
+    temporary folder (the save takes a folder), so that a background save writes the files of this moment."""
+    if not callable(getattr(processing_class, "save_pretrained", None)):
+        return {}
+    with tempfile.TemporaryDirectory(prefix="braeburn-processing-") as folder:
+        processing_class.save_pretrained(folder)
+        return {path.relative_to(folder).as_posix(): path.read_bytes()
+                for path in sorted(Path(folder).rglob("*")) if path.is_file()}
+
+
+@contextlib.contextmanager
+def transformers_quiet(quiet: bool = True) -> Iterator[None]:
+    """Transformers' own output (its load report, its "Loading weights"/"Writing model shards" bars, its info
+    and warnings) held back while the block runs, then put back as it was; errors still show. ``quiet=False``
+    (``--log_level info`` or ``debug``) changes nothing."""
+    transformers = sys.modules.get("transformers")
+    if not quiet or transformers is None:
+        yield
+        return
+    logging = transformers.utils.logging
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()

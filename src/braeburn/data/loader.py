@@ -1,0 +1,379 @@
+"""Getting batches onto the device: batch moving, a sharding sampler, and the prepared DataLoader.
+
+A prepared DataLoader (:class:`DeviceDataLoader`) gives each process its own shard of every global
+batch, reshuffles each epoch from a seed, moves each batch to the device, and knows its position
+(epoch, batches already yielded) so a resumed run draws exactly the batches the uninterrupted run
+would have drawn.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
+
+from ..devices.host import HostFacts
+
+
+# -- walking nested batches --------------------------------------------------------------------
+def apply_to_tensors(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
+    """``data`` with ``fn`` applied to every tensor inside tuples, lists, namedtuples and mappings."""
+    if isinstance(data, torch.Tensor):
+        return fn(data)
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+        return type(data)(*(apply_to_tensors(fn, item) for item in data))
+    if isinstance(data, (tuple, list)):
+        return type(data)(apply_to_tensors(fn, item) for item in data)
+    if isinstance(data, Mapping):
+        return _rebuild_mapping(data, {key: apply_to_tensors(fn, value) for key, value in data.items()})
+    return data
+
+
+def _rebuild_mapping(original: Mapping, items: dict) -> Mapping:
+    # Keep the user's mapping type (OrderedDict, Transformers' ModelOutput...) where it can be copied.
+    try:
+        rebuilt = copy.copy(original)
+        for key, value in items.items():
+            rebuilt[key] = value
+        return rebuilt
+    except Exception:  # immutable or exotic mapping: a plain dict carries the same data
+        return items
+
+
+def move_to_device(data: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """Move every tensor in ``data`` to ``device``; objects with their own ``.to()`` (BatchEncoding) use it."""
+    if isinstance(data, torch.Tensor):
+        return data.to(device, non_blocking=non_blocking)
+    if _has_to(data):
+        try:
+            return data.to(device, non_blocking=non_blocking)
+        except TypeError:  # a .to() that takes no non_blocking
+            return data.to(device)
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+        return type(data)(*(move_to_device(item, device, non_blocking) for item in data))
+    if isinstance(data, (tuple, list)):
+        return type(data)(move_to_device(item, device, non_blocking) for item in data)
+    if isinstance(data, Mapping):
+        return _rebuild_mapping(data, {key: move_to_device(value, device, non_blocking) for key, value in data.items()})
+    return data
+
+
+def _has_to(data: Any) -> bool:
+    return callable(getattr(data, "to", None)) and not isinstance(data, (str, bytes))
+
+
+def _float64_names(data: Any, name: str = "batch") -> list[str]:
+    """Where ``data`` holds float64 tensors: "batch['x']", "batch[0]"..."""
+    if isinstance(data, torch.Tensor):
+        return [name] if data.dtype == torch.float64 else []
+    if isinstance(data, (tuple, list)):
+        return [found for i, item in enumerate(data) for found in _float64_names(item, f"{name}[{i}]")]
+    if isinstance(data, Mapping):
+        return [found for key, value in data.items() for found in _float64_names(value, f"{name}[{key!r}]")]
+    return []
+
+
+def cast_float64_model(model: torch.nn.Module, device: torch.device) -> None:
+    """Cast ``model``'s float64 parameters and buffers to float32 in place (the same Parameter objects, so an
+    optimizer made before keeps them), for a device without float64, where ``model.to(device)`` would fail with
+    "Cannot convert a MPS Tensor to float64 dtype"; one line names them."""
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    names = [name for name, tensor in tensors if tensor.dtype == torch.float64]
+    if not names:
+        return
+    for _, tensor in tensors:
+        if tensor.dtype == torch.float64:
+            tensor.data = tensor.data.float()
+            if tensor.grad is not None:
+                tensor.grad = tensor.grad.float()
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    warnings.warn(f"braeburn: the model's {shown} {'is' if len(names) == 1 else 'are'} float64, which {device.type} "
+                  "does not support: cast to float32 before moving the model (call model.float() before prepare() "
+                  "to make this explicit)", UserWarning, stacklevel=4)
+
+
+def cast_float64(batch: Any, device: torch.device, announced: set[str]) -> Any:
+    """``batch`` with float64 tensors cast to float32, on the CPU before the copy, for a device without
+    float64; the first time a name is cast, one line says so (``announced`` remembers the names)."""
+    names = _float64_names(batch)
+    if not names:
+        return batch
+    new = [name for name in names if name not in announced]
+    if new:
+        announced.update(new)
+        warnings.warn(f"braeburn: {', '.join(new)} {'is' if len(new) == 1 else 'are'} float64, which {device.type} "
+                      "does not support: casting to float32 on the way to the device (build the dataset with "
+                      "float32, e.g. torch.tensor(x, dtype=torch.float32), to skip the cast)", UserWarning,
+                      stacklevel=3)
+    return apply_to_tensors(lambda t: t.float() if t.dtype == torch.float64 else t, batch)
+
+
+def first_dim(data: Any) -> int | None:
+    """The batch size of the first tensor found in ``data``."""
+    found: list[int] = []
+    apply_to_tensors(lambda t: found.append(t.shape[0] if t.dim() else 1), data)
+    return found[0] if found else None
+
+
+# -- sharding -----------------------------------------------------------------------------------
+class ShardSampler(Sampler[int]):
+    """This process's indices: each global batch of ``num_replicas * batch_size`` samples is split in
+    contiguous pieces, one per rank, so concatenating the ranks' batches (all_gather) gives the global
+    batch in order. Uneven datasets are padded by repeating samples from the start, as
+    ``DistributedSampler`` does; :attr:`padding` says how many, so metrics can drop them.
+    """
+
+    def __init__(self, dataset_len: int, *, batch_size: int, num_replicas: int = 1, rank: int = 0,
+                 shuffle: bool = False, seed: int = 0, drop_last: bool = False):
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank={rank} must be in [0, num_replicas={num_replicas})")
+        self.dataset_len, self.batch_size = dataset_len, batch_size
+        self.num_replicas, self.rank = num_replicas, rank
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.epoch, self.skip_batches = 0, 0
+        chunk = num_replicas * batch_size
+        if drop_last:
+            self.total_size, self.padding = dataset_len // chunk * chunk, 0
+        else:
+            self.total_size = math.ceil(dataset_len / num_replicas) * num_replicas
+            self.padding = self.total_size - dataset_len
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def global_order(self) -> list[int]:
+        """Every rank's indices for this epoch, in global-batch order (padding at the end)."""
+        if self.shuffle:
+            generator = torch.Generator()
+            generator.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.dataset_len, generator=generator).tolist()
+        else:
+            order = list(range(self.dataset_len))
+        if self.padding and order:
+            order += (order * math.ceil(self.padding / len(order)))[: self.padding]
+        return order[: self.total_size]
+
+    def rank_indices(self) -> list[int]:
+        order, chunk, mine = self.global_order(), self.num_replicas * self.batch_size, []
+        for start in range(0, len(order), chunk):
+            piece = order[start:start + chunk]
+            share = len(piece) // self.num_replicas
+            mine.extend(piece[self.rank * share:(self.rank + 1) * share])
+        return mine
+
+    def last_batch_real_samples(self) -> int:
+        """How many samples of the last global batch are real (not padding)."""
+        chunk = self.num_replicas * self.batch_size
+        last = self.total_size - (math.ceil(self.total_size / chunk) - 1) * chunk if self.total_size else 0
+        return last - self.padding
+
+    def __iter__(self) -> Iterator[int]:
+        skip, self.skip_batches = self.skip_batches, 0  # a resume skips once, then epochs run whole
+        return iter(self.rank_indices()[skip * self.batch_size:])
+
+    def __len__(self) -> int:
+        return self.total_size // self.num_replicas
+
+
+# -- which batch is being yielded (gather_for_metrics, gradient accumulation) -------------------
+@dataclass
+class BatchTracker:
+    """Set by the DeviceDataLoader that yielded the latest batch; read by the Accelerator."""
+
+    end_of_dataloader: bool = False
+    remainder: int = -1  # real samples in the final global batch; -1 when nothing is padded
+
+
+def dataloader_workers_default(host: HostFacts) -> tuple[int, str]:
+    """The Trainer's DataLoader workers (``--dataloader_num_workers``) by default here, and why."""
+    if host.workers_start_by_spawn:
+        return 0, ("batches are loaded in the training process: on this OS DataLoader workers start by spawn, each "
+                   "re-importing your script and unpickling the dataset (one worker took 11 s to start on a no-op "
+                   "dataset on macOS), again at every epoch unless persistent, and they can deadlock on Python 3.12; "
+                   "for data already in memory no worker is fastest. For slow loading (decoding images), pass "
+                   "--dataloader_num_workers 2 --dataloader_persistent_workers true and keep the script's work "
+                   "under `if __name__ == '__main__':`")
+    return 0, ("batches are loaded in the training process, as in Transformers; workers start by fork here, so "
+               "--dataloader_num_workers N is cheap to try when loading is slow")
+
+
+_warned_spawn = False
+
+
+def _warn_spawn_workers(loader: DataLoader, host: HostFacts | None) -> None:
+    global _warned_spawn
+    context = loader.multiprocessing_context
+    method = getattr(context, "get_start_method", lambda: context)() if context is not None else None
+    spawns = method == "spawn" or (method is None and host is not None and host.workers_start_by_spawn)
+    if _warned_spawn or loader.num_workers == 0 or loader.persistent_workers or not spawns:
+        return
+    _warned_spawn = True
+    warnings.warn(
+        f"DataLoader(num_workers={loader.num_workers}) starts its workers by spawn on this system, at every "
+        "epoch: each worker re-imports your script and unpickles the dataset, which can take seconds. Pass "
+        "persistent_workers=True to pay that once, or num_workers=0 for data already in memory "
+        "(and keep the training code under `if __name__ == '__main__':`).", UserWarning, stacklevel=4)
+
+
+class DeviceDataLoader:
+    """A prepared DataLoader: shards, reshuffles per epoch, moves batches, and can resume mid-epoch."""
+
+    def __init__(self, loader: DataLoader, device: torch.device, *, pin_memory: bool = False,
+                 num_processes: int = 1, process_index: int = 0, seed: int = 0,
+                 tracker: BatchTracker | None = None, host: HostFacts | None = None,
+                 float64_to_float32: bool = False):
+        self.original, self.device = loader, device
+        self.float64_to_float32 = float64_to_float32  # the device has no float64 (see cast_float64)
+        self._cast_names: set[str] = set()
+        self.non_blocking = pin_memory  # async copies only from pinned memory
+        self.tracker = tracker if tracker is not None else BatchTracker()
+        self.num_processes, self.seed = num_processes, seed
+        self.epoch, self.batches_yielded, self._skip = 0, 0, 0
+        _warn_spawn_workers(loader, host)
+        self.sampler: ShardSampler | None = None
+        if _can_reshard(loader):
+            self.sampler = ShardSampler(len(loader.dataset), batch_size=loader.batch_size,
+                                        num_replicas=num_processes, rank=process_index,
+                                        shuffle=isinstance(loader.sampler, RandomSampler), seed=seed,
+                                        drop_last=loader.drop_last)
+            self.loader = _rebuild(loader, self.sampler, pin_memory)
+        elif num_processes > 1:
+            raise ValueError(_cannot_shard_message(loader, num_processes))
+        else:
+            self.loader = loader  # a custom sampler, batch sampler or iterable dataset: used as it is
+
+    # what code written for a DataLoader looks at
+    @property
+    def dataset(self):
+        return self.original.dataset
+
+    @property
+    def batch_size(self) -> int | None:
+        return self.original.batch_size
+
+    @property
+    def total_batch_size(self) -> int | None:
+        """Samples per optimizer-free step across all processes."""
+        return None if self.batch_size is None else self.batch_size * self.num_processes
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reshuffle for ``epoch`` (the same seed and epoch always give the same order)."""
+        if epoch != self.epoch:
+            self.epoch, self.batches_yielded, self._skip = epoch, 0, 0
+
+    def __iter__(self) -> Iterator[Any]:
+        skip, self._skip = self._skip, 0
+        batches = self._batches(skip)
+        total = len(self)
+        self.batches_yielded = skip
+        for batch in batches:
+            self.batches_yielded += 1
+            last = self.batches_yielded >= total
+            self.tracker.end_of_dataloader = last
+            self.tracker.remainder = self._remainder() if last else -1
+            if self.float64_to_float32:
+                batch = cast_float64(batch, self.device, self._cast_names)
+            yield move_to_device(batch, self.device, non_blocking=self.non_blocking)
+        self.epoch, self.batches_yielded = self.epoch + 1, 0
+
+    def _batches(self, skip: int) -> Iterator[Any]:
+        if self.sampler is not None:
+            self.sampler.set_epoch(self.epoch)
+            self.sampler.skip_batches = skip  # skips indices, so skipped batches are never loaded
+        elif hasattr(self.loader.sampler, "set_epoch"):
+            self.loader.sampler.set_epoch(self.epoch)
+        if not skip:
+            return iter(self.loader)
+        # Starting an iterator draws a seed from torch's global generator. The saved run drew it at the
+        # start of this epoch, before its state was saved, so a resumed epoch must not draw it again.
+        saved_rng = torch.get_rng_state()
+        iterator = iter(self.loader)
+        torch.set_rng_state(saved_rng)
+        if self.sampler is None:
+            for _ in range(skip):  # a sampler we do not own: skipping means drawing
+                next(iterator, None)
+        return iterator
+
+    def _remainder(self) -> int:
+        if self.sampler is None or self.sampler.padding == 0:
+            return -1
+        return self.sampler.last_batch_real_samples()
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": self.seed}
+
+    def rebatch(self, batch_size: int) -> None:
+        """Batches of ``batch_size`` from the next iteration on, in the same sample order (set the position
+        with :meth:`load_state_dict`): auto_find_batch_size after an out-of-memory error. Only for a
+        loader braeburn shards (a map-style dataset with batch_size=..., shuffle=True/False)."""
+        if self.sampler is None:
+            raise ValueError(f"rebatch({batch_size}): this loader has a sampler braeburn does not own, so its "
+                             "batches cannot be regrouped; build it with batch_size=... and shuffle=True/False")
+        old = self.sampler
+        self.original = _rebuild(self.original, self.original.sampler, self.original.pin_memory, batch_size)
+        self.sampler = ShardSampler(old.dataset_len, batch_size=batch_size, num_replicas=old.num_replicas,
+                                    rank=old.rank, shuffle=old.shuffle, seed=old.seed, drop_last=old.drop_last)
+        self.loader = _rebuild(self.original, self.sampler, self.non_blocking)
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Continue from ``state``: the next batches are those the saved run would have drawn next."""
+        self.epoch, self._skip = int(state["epoch"]), int(state["batches_yielded"])
+        self.batches_yielded = self._skip
+        if "seed" in state and self.sampler is not None:
+            self.seed = self.sampler.seed = int(state["seed"])
+
+    def __repr__(self) -> str:
+        return (f"DeviceDataLoader(batches={len(self)}, batch_size={self.batch_size}, device={self.device}, "
+                f"processes={self.num_processes}, epoch={self.epoch})")
+
+
+def _can_reshard(loader: DataLoader) -> bool:
+    """Only the samplers DataLoader makes itself (shuffle=True/False) are replaced by a ShardSampler."""
+    if isinstance(loader.dataset, IterableDataset) or loader.batch_size is None:
+        return False
+    sampler = loader.sampler
+    if isinstance(sampler, RandomSampler):
+        return not sampler.replacement and sampler.num_samples == len(loader.dataset)
+    return isinstance(sampler, SequentialSampler) and type(loader.batch_sampler) is BatchSampler
+
+
+def _cannot_shard_message(loader: DataLoader, num_processes: int) -> str:
+    what = ("an IterableDataset" if isinstance(loader.dataset, IterableDataset)
+            else f"a custom sampler ({type(loader.sampler).__name__}) or batch_sampler")
+    return (f"prepare() got a DataLoader with {what}, which braeburn cannot split across {num_processes} "
+            "processes. Build it with a map-style dataset and batch_size=..., shuffle=True/False (braeburn "
+            "then shards it), or shard it yourself and keep it out of prepare().")
+
+
+def _rebuild(loader: DataLoader, sampler: Sampler, pin_memory: bool, batch_size: int | None = None) -> DataLoader:
+    extra: dict[str, Any] = {}
+    if loader.num_workers > 0:
+        extra = {"prefetch_factor": loader.prefetch_factor, "persistent_workers": loader.persistent_workers}
+    batch_size = loader.batch_size if batch_size is None else batch_size
+    return DataLoader(loader.dataset, batch_size=batch_size, sampler=sampler, drop_last=loader.drop_last,
+                      collate_fn=loader.collate_fn, num_workers=loader.num_workers, pin_memory=pin_memory,
+                      timeout=loader.timeout, worker_init_fn=loader.worker_init_fn,
+                      multiprocessing_context=loader.multiprocessing_context, generator=loader.generator, **extra)
+
+
+def truncate_padding(data: Any, keep: int) -> Any:
+    """``data`` with only the first ``keep`` rows of every tensor (sequences of samples too)."""
+    if isinstance(data, torch.Tensor):
+        return data[:keep]
+    if isinstance(data, Sequence) and not isinstance(data, (str, bytes)) and not any(
+            isinstance(item, (torch.Tensor, Mapping)) for item in data):
+        return data[:keep]
+    return apply_to_tensors(lambda tensor: tensor[:keep], data)
+
+
+__all__ = ["DeviceDataLoader", "ShardSampler", "BatchTracker", "move_to_device", "apply_to_tensors",
+           "truncate_padding", "first_dim", "cast_float64", "cast_float64_model"]
