@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from braeburn import Accelerator  # noqa: E402
-from braeburn import state as state_io  # noqa: E402
+from braeburn.checkpoints import state as state_io  # noqa: E402
 from braeburn.trainer.background_save import Snapshot, _Replay  # noqa: E402
 
 

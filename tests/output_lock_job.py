@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import TensorDataset
 
-from braeburn import state as state_io
+from braeburn.checkpoints import state as state_io
 from braeburn.errors import run_main
 from braeburn.trainer import Callback, Trainer, TrainingConfig
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from braeburn import state as state_io
+from braeburn.checkpoints import state as state_io
 from braeburn.accelerator.core import Accelerator
 from braeburn.trainer.checkpoint import CheckpointManager
 from braeburn.trainer.state import TrainerState

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from braeburn import safetensors_file
+from braeburn.checkpoints import safetensors_file
 from braeburn.trainer.checkpoint import CheckpointManager
 
 JOB = Path(__file__).with_name("background_save_job.py")

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from braeburn import workloads
+from braeburn.cli import workloads
 from braeburn.cli import bench
 from braeburn.cli.main import main
 from braeburn.devices.host import current_host

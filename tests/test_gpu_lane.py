@@ -174,7 +174,7 @@ def test_save_and_load_state_round_trip_bitwise_on_the_gpu(tmp_path, precision):
 def test_a_background_snapshot_on_the_gpu_is_a_pinned_copy_and_loads_as_the_foreground_save(tmp_path):
     """The training thread copies the state into pinned host memory (views kept); the files written from that copy
     load to the same tensors as a foreground save of the same moment."""
-    from braeburn import state as state_io
+    from braeburn.checkpoints import state as state_io
     from braeburn.checkpoints.host_copy import host_copy
     from braeburn.trainer.background_save import Snapshot, _Replay
 

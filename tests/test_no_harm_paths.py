@@ -21,7 +21,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from braeburn import output_lock
+from braeburn.checkpoints import output_lock
 from braeburn.accelerator.core import Accelerator
 from braeburn.checkpoints.output_lock import LOCK_FILE, OutputDirBusyError
 from braeburn.accelerator.trackers import JSONLinesTracker

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from braeburn import output_lock
+from braeburn.checkpoints import output_lock
 from braeburn.accelerator.core import Accelerator
 from braeburn.checkpoints.output_lock import LOCK_FILE, OutputDirBusyError, OutputLockUnsupportedError
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from braeburn import precision_trial
+from braeburn.plan import precision_trial
 from braeburn.plan.rules import RunOptions, make_plan
 from braeburn.plan.precision_trial import MIN_RUN_STEPS, Trial, decide
 from braeburn.trainer import precision_window

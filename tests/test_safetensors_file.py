@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from braeburn import safetensors_file
-from braeburn import state as state_io
+from braeburn.checkpoints import safetensors_file
+from braeburn.checkpoints import state as state_io
 from braeburn.accelerator.core import Accelerator
 from braeburn.errors import UnsafeFileError
 

@@ -13,7 +13,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from braeburn import Accelerator
-from braeburn import state as state_io
+from braeburn.checkpoints import state as state_io
 from braeburn.devices.cpu import CpuDevice
 
 
