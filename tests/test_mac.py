@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import braeburn
 from braeburn import _early
+from braeburn.devices import environment as import_env
 from braeburn.data.batch_size import find_batch_size
 from braeburn.devices.mps import FALLBACK_VAR, HIGH_WATERMARK_VAR, MpsDevice, min_macos_for
 from braeburn.devices.fallback import FallbackRecorder
@@ -226,10 +227,10 @@ def test_row3_a_value_libtorch_cannot_parse_is_explained_before_torch_aborts():
 
 def test_row3_nothing_is_set_once_torch_has_loaded():
     environ: dict[str, str] = {}
-    assert _early.import_defaults(environ, "Darwin", torch_loaded=True) == [] and environ == {}
-    assert _early.import_defaults(environ, "Darwin", torch_loaded=False) == []
+    assert import_env.import_defaults(environ, "Darwin", torch_loaded=True) == [] and environ == {}
+    assert import_env.import_defaults(environ, "Darwin", torch_loaded=False) == []
     assert environ == {FALLBACK_VAR: "1", _early.SET_BY_BRAEBURN_VAR: f"{FALLBACK_VAR}=1"}  # marked as braeburn's
-    assert _early.import_defaults({FALLBACK_VAR: " 1"}, "Darwin", torch_loaded=False) == []  # stoi skips spaces
+    assert import_env.import_defaults({FALLBACK_VAR: " 1"}, "Darwin", torch_loaded=False) == []  # stoi skips spaces
 
 
 # -- rows 4 and 5: the batch-size finders ---------------------------------------------------------

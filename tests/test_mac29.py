@@ -16,6 +16,7 @@ import torch
 import torch.utils.checkpoint
 
 from braeburn import _early
+from braeburn.devices import environment as import_env
 from braeburn.accelerator.core import Accelerator
 from braeburn.cli.main import main
 from braeburn.devices.mps import FALLBACK_VAR, HIGH_WATERMARK_VAR, LOW_WATERMARK_VAR, MpsDevice
@@ -117,7 +118,7 @@ def test_item1_reentrant_checkpointing_on_a_mac_is_refused_with_the_fix(fake_hos
 def mac_import_defaults(monkeypatch) -> dict[str, str]:
     """The environment `import braeburn` leaves on a Mac where the user exported nothing (before torch loads)."""
     environ: dict[str, str] = {}
-    _early.import_defaults(environ, "Darwin", torch_loaded=False)
+    import_env.import_defaults(environ, "Darwin", torch_loaded=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     return environ
@@ -146,7 +147,7 @@ def test_item3_launch_no_mps_fallback_reaches_the_script(tmp_path, clean_env, fa
 def test_item3_a_value_the_user_exported_still_wins_over_the_flag(tmp_path, clean_env, fake_host, monkeypatch):
     fake_host("apple")
     monkeypatch.setenv(FALLBACK_VAR, "1")
-    _early.import_defaults(os.environ, "Darwin", torch_loaded=False)  # sets nothing over the user's value
+    import_env.import_defaults(os.environ, "Darwin", torch_loaded=False)  # sets nothing over the user's value
     record = tmp_path / "env.json"
     assert main(["launch", "--no-mps-fallback", str(script(tmp_path, "rec.py", RECORD_ENV)), str(record)]) == 0
     assert json.loads(record.read_text())["env"][FALLBACK_VAR] == "1"

@@ -2,7 +2,9 @@
 
 from . import _early  # first: records the environment before anything loads torch
 
-_early.apply_import_defaults()  # PYTORCH_ENABLE_MPS_FALLBACK=1 on macOS for `python train.py` (user's value wins)
+from .devices.environment import apply_import_defaults  # noqa: E402  (no torch: device kinds import it in methods)
+
+apply_import_defaults()  # PYTORCH_ENABLE_MPS_FALLBACK=1 on macOS for `python train.py` (user's value wins)
 
 __version__ = "0.1.0"
 

@@ -1,19 +1,16 @@
-"""What the process environment held when braeburn was imported, and the defaults it adds then.
+"""What the process environment held when braeburn was imported, and which variables braeburn set as defaults.
 
 This module must stay free of torch imports: it records whether torch had already loaded, because
 some variables (the MPS CPU fallback, the MPS memory watermarks) are read only once, when libtorch
-starts. When torch has not loaded yet, :func:`apply_import_defaults` puts the device kinds'
-import-time defaults in the environment (``PYTORCH_ENABLE_MPS_FALLBACK=1`` on macOS), so a plain
-``python train.py`` gets what ``braeburn launch`` sets; a value the user set always wins, and one
-torch could not parse is explained before ``import torch`` aborts on it.
+starts. ``braeburn.devices.environment`` then puts the device kinds' import-time defaults in place
+(``PYTORCH_ENABLE_MPS_FALLBACK=1`` on macOS) through :func:`put_default`, which marks them as braeburn's,
+so that a launcher, `braeburn check` and `doctor` tell braeburn's default from a value the user set.
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import sys
-import warnings
 from collections.abc import Mapping, MutableMapping
 
 # Lists the variables braeburn's import put in place as defaults, with their values ("NAME=VALUE,..."). It is
@@ -57,24 +54,3 @@ def put_option(environ: MutableMapping[str, str], name: str, value: str) -> None
     if marked.get(name) != value:  # no longer braeburn's default: the option's value, as if the user set it
         marked.pop(name, None)
     _mark(environ, marked)
-
-
-def import_defaults(environ: MutableMapping[str, str], system: str, torch_loaded: bool) -> list[str]:
-    """Set every kind's import-time defaults in ``environ`` (never over a value already there) unless
-    torch has loaded; return the problems of the values torch would read (why, and the fix)."""
-    from .devices.registry import KINDS  # no torch: device kinds import it only inside their methods
-
-    problems: list[str] = []
-    for kind in KINDS:
-        if not torch_loaded:
-            for name, value in kind.env_at_import(system).items():
-                put_default(environ, name, value)
-        problems += kind.env_problems(environ, system)
-    return problems
-
-
-def apply_import_defaults() -> None:
-    problems = import_defaults(os.environ, platform.system(), "torch" in sys.modules)
-    ENV_AT_IMPORT.update({name: value for name, value in os.environ.items() if name not in ENV_AT_IMPORT})
-    for problem in problems:
-        warnings.warn(f"braeburn: {problem}", RuntimeWarning, stacklevel=3)

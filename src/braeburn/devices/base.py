@@ -5,9 +5,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from .host import HostFacts
+if TYPE_CHECKING:
+    from .host import HostFacts
 
 PRECISIONS = ("no", "fp16", "bf16")
 

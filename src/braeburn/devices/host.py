@@ -15,21 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .. import _early
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """'2.13.0+cpu' -> (2, 13, 0); '14.6.1' -> (14, 6, 1); '' -> ()."""
-    parts = []
-    for piece in text.split("+")[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
-def version_text(version: tuple[int, ...]) -> str:
-    return ".".join(str(p) for p in version) if version else "unknown"
+from .versions import parse_version, version_text  # noqa: F401  (re-exported: host.version_text)
 
 
 @dataclass(frozen=True)

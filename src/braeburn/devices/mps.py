@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .base import Availability, CompileSupport, DeviceKind, PrecisionSupport
-from .host import HostFacts, version_text
+from .versions import version_text
+
+if TYPE_CHECKING:
+    from .host import HostFacts
 
 FALLBACK_VAR = "PYTORCH_ENABLE_MPS_FALLBACK"
 HIGH_WATERMARK_VAR = "PYTORCH_MPS_HIGH_WATERMARK_RATIO"

@@ -1,0 +1,83 @@
+"""The package's shape (docs/architecture.md): no import circles, a core that never imports a peer's layer, and
+every braeburn name the docs use still importing, old module paths included."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("import_graph", ROOT / "benchmarks" / "import_graph.py")
+import_graph = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(import_graph)
+
+GRAPH = import_graph.graph(ROOT / "src" / "braeburn")
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_no_import_circles():
+    assert import_graph.cycles(GRAPH) == []
+
+
+def test_the_core_never_imports_a_peers_layer():
+    assert import_graph.core_to_compat(GRAPH) == []
+
+
+def test_the_graph_sees_an_import_inside_a_function(tmp_path):
+    """The check would pass vacuously if it missed imports: a circle made of function-level imports is found."""
+    package = tmp_path / "braeburn"
+    (package / "compat").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "compat" / "__init__.py").write_text("")
+    (package / "compat" / "peer.py").write_text("def f():\n    from .. import core\n")
+    (package / "core.py").write_text("def g():\n    from .compat import peer\n")
+    graph = import_graph.graph(package)
+    assert import_graph.cycles(graph) == [["braeburn.compat.peer", "braeburn.core"]]
+    assert import_graph.core_to_compat(graph) == [("braeburn.core", "braeburn.compat.peer")]
+
+
+def _doc_names() -> set[str]:
+    """`from braeburn.x import a, b` statements and `braeburn.x.y` names in backticks, in the README and docs/."""
+    names = set()
+    for path in DOCS:
+        text = path.read_text()
+        for module, imported in re.findall(r"from (braeburn[\w.]*) import ([\w ,]+)", text):
+            names.update(f"{module}.{name.strip()}" for name in imported.split(",") if name.strip())
+        names.update(re.findall(r"`(braeburn(?:\.\w+)+)", text))
+    return {name for name in names if not name.endswith((".lock", ".md", ".py"))}
+
+
+def _resolve(dotted: str):
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[cut:]:
+            obj = getattr(obj, attribute)
+        return obj
+    raise ModuleNotFoundError(dotted)
+
+
+@pytest.mark.parametrize("name", sorted(_doc_names()))
+def test_every_braeburn_name_in_the_docs_imports(name):
+    assert _resolve(name) is not None
+
+
+def test_the_docs_name_many_braeburn_paths():
+    assert len(_doc_names()) > 30  # the parametrized test above would pass on none
+
+
+@pytest.mark.parametrize("old", sorted(importlib.import_module("braeburn")._MOVED))
+def test_an_old_module_path_imports_the_same_module(old):
+    import braeburn
+
+    module = importlib.import_module(old)
+    assert module is importlib.import_module(braeburn._MOVED[old])
+    assert sys.modules[old] is module
