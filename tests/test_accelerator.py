@@ -271,7 +271,7 @@ def test_unsupported_accelerate_variable_is_said_with_the_fix(no_launcher_env, m
 
 
 def test_accelerate_variables_fill_the_accelerator_but_not_the_trainer_accumulation(no_launcher_env, monkeypatch):
-    from braeburn.trainer import TrainingConfig
+    from braeburn import TrainingConfig
 
     monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "3")
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")

@@ -10,7 +10,8 @@ import torch
 
 import braeburn
 from braeburn.plan.rules import PlanError
-from braeburn.trainer import TrainingArguments, TrainingConfig, parse_config
+from braeburn import TrainingArguments, TrainingConfig
+from braeburn.trainer import parse_config
 from braeburn.trainer._argparse import ConfigError
 from braeburn.trainer.optim import schedule_factor
 

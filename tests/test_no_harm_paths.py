@@ -25,7 +25,7 @@ from braeburn.checkpoints import output_lock
 from braeburn.accelerator.core import Accelerator
 from braeburn.checkpoints.output_lock import LOCK_FILE, OutputDirBusyError
 from braeburn.accelerator.trackers import JSONLinesTracker
-from braeburn.trainer import Trainer, TrainingConfig
+from braeburn import Trainer, TrainingConfig
 from braeburn.trainer.metrics_log import METRICS_FILE, MetricsLogCallback
 from braeburn.trainer.plots import PLOT_FILE, plot_history
 from braeburn.trainer.state import STATE_FILE, TrainerState

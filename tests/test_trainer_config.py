@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from braeburn.trainer.config import ConfigError, TrainingConfig, parse_config
+from braeburn import TrainingConfig
+from braeburn.trainer.config import ConfigError, parse_config
 from braeburn.compat.transformers.arguments import is_unsupported
 
 

@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from braeburn.trainer import Callback, Trainer, TrainingConfig
-from braeburn.compat.transformers import trainer_api as hf_compat
+from braeburn import errors as hf_compat
 
 pytestmark = pytest.mark.usefixtures("one_thread", "cpu_only")
 

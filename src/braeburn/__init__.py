@@ -10,28 +10,32 @@ __version__ = "0.1.0"
 
 # name -> module (relative); loaded lazily, so `import braeburn` does not load torch before _early has
 # looked at the environment. Accelerate's and Transformers' names are here so that a script switches by
-# its import (docs/migrating.md).
+# its import (docs/migrating.md): Accelerator, Trainer and TrainingConfig are braeburn's own classes
+# (braeburn.accelerator, braeburn.trainer) composed with the peers' layers in compat/.
 _WHERE = {
-    "Accelerator": ".accelerator.core",
+    "Accelerator": ".compat.accelerate.accelerator",
     "DistributedType": ".compat.accelerate.api", "GradientAccumulationPlugin": ".compat.accelerate.api",
     "ProjectConfiguration": ".compat.accelerate.api", "find_executable_batch_size": ".compat.accelerate.api",
     "skip_first_batches": ".compat.accelerate.api",
     "DataLoaderConfiguration": ".compat.accelerate.options",
     "DistributedDataParallelKwargs": ".compat.accelerate.options",
     "GeneralTracker": ".accelerator.trackers",
-    "Trainer": ".trainer", "TrainingConfig": ".trainer", "TrainingArguments": ".trainer",
-    "EarlyStoppingCallback": ".trainer", "EvalPrediction": ".trainer", "HfArgumentParser": ".trainer",
-    "TrainerCallback": ".trainer", "TrainerControl": ".trainer", "TrainerState": ".trainer",
+    "Trainer": ".compat.transformers.trainer", "TrainingArguments": ".compat.transformers.arguments",
+    "HfArgumentParser": ".compat.transformers.trainer_api", "TrainerCallback": ".compat.transformers.callbacks",
+    "TrainerControl": ".compat.transformers.callbacks",
+    "EarlyStoppingCallback": ".trainer", "EvalPrediction": ".trainer", "TrainerState": ".trainer",
 }
+_ALIASES = {"TrainingConfig": "TrainingArguments"}  # the public TrainingConfig takes Transformers' fields too
 
-__all__ = ["__version__", *sorted(_WHERE)]
+__all__ = ["__version__", *sorted([*_WHERE, *_ALIASES])]
 
 
 def __getattr__(name: str):
-    if name in _WHERE:
+    name_there = _ALIASES.get(name, name)
+    if name_there in _WHERE:
         import importlib
 
-        return getattr(importlib.import_module(_WHERE[name], __name__), name)
+        return getattr(importlib.import_module(_WHERE[name_there], __name__), name_there)
     raise AttributeError(f"module 'braeburn' has no attribute {name!r}")
 
 

@@ -28,6 +28,17 @@ class UnsafeFileError(Exception):
     """A file that would run code when loaded (a pickle of arbitrary objects); it was not loaded."""
 
 
+_noted: set[str] = set()
+
+
+def note_once(message: str) -> None:
+    """A note on stderr, once per process: something the user should know (a difference from a peer, an option
+    that does not do what it may seem to), which is not an error."""
+    if message not in _noted:
+        _noted.add(message)
+        print(f"braeburn: {message}", file=sys.stderr, flush=True)
+
+
 def debug_requested(argv: list[str] | None = None) -> bool:
     """``--debug`` among the arguments, or BRAEBURN_DEBUG set to a true value."""
     args = sys.argv[1:] if argv is None else argv
@@ -87,4 +98,4 @@ def run_main(fn: Callable[[list[str]], Any], argv: list[str] | None = None) -> A
         raise SystemExit(exit_status(error)) from None
 
 
-__all__ = ["UnsafeFileError", "debug_requested", "exit_status", "is_user_error", "run_main"]
+__all__ = ["UnsafeFileError", "debug_requested", "exit_status", "is_user_error", "note_once", "run_main"]

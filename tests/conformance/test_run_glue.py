@@ -29,7 +29,7 @@ def test_run_glue_port(hf_lib, tmp_path):
 def test_seed_command_with_use_mps_device(tmp_path, monkeypatch, capsys):
     """Transformers removed --use_mps_device; braeburn accepts it with one line saying it is not needed."""
     import braeburn
-    from braeburn.compat.transformers import trainer_api as hf_compat
+    from braeburn import errors as hf_compat
 
     monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
     monkeypatch.setattr(hf_compat, "_noted", set())  # the note is said once per process

@@ -21,15 +21,13 @@ import torch
 from ..plan import compile_policy
 from ..checkpoints import manifest, output_lock
 from . import probe
-from ..compat.accelerate.api import AccelerateCompat
 from .compile import CompileMixin, mostly_convolutions
-from ..compat.accelerate.options import accelerate_options
 from ..data.loader import BatchTracker, DeviceDataLoader, apply_to_tensors, cast_float64_model, truncate_padding
 from ..devices.host import current_host
 from ..distributed import checkpoint as dist_ckpt
 from ..distributed import fsdp
 from ..distributed import process_group as pg
-from ..plan.envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, accelerate_env, env_default, env_device
+from ..plan.envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, env_default, env_device
 from ..devices.fallback import FallbackRecorder, early_env_advice, early_env_conflicts
 from ..plan.rules import OptionError, Plan, PlanError, RunOptions, make_plan
 from ..plan.precision import PrecisionPolicy, make_policy
@@ -39,7 +37,8 @@ from ..checkpoints import state as state_io
 _said_once: set[str] = set()
 
 
-def _say_once(message: str, *, as_warning: bool = False) -> None:
+def say_once(message: str, *, as_warning: bool = False) -> None:
+    """``message`` printed (or warned), once per process."""
     if message in _said_once:
         return
     _said_once.add(message)
@@ -58,47 +57,24 @@ def _is_scheduler(obj: Any) -> bool:
 
 MAX_HELD_STATE_LOCKS = 8  # save_state() folders whose lock is held until end_training (one open file each)
 
-def _with_accelerate_env(cpu: bool, mixed_precision: str, steps: int, plugin_steps: int | None, compile: Any,
-                         compile_mode: str | None, dynamo_given: bool) -> tuple[bool, str, int, Any, str | None]:
-    """The constructor's options with the ACCELERATE_* variables applied as Accelerate 1.15 applies them:
-    ACCELERATE_USE_CPU forces the CPU; ACCELERATE_MIXED_PRECISION and ACCELERATE_DYNAMO_* fill only what the
-    call (and BRAEBURN_*) left unset; ACCELERATE_GRADIENT_ACCUMULATION_STEPS replaces the argument unless a
-    GradientAccumulationPlugin is given. Unsupported ones are said once, with the fix."""
-    env = accelerate_env()
-    for note in env.notes:
-        _say_once(f"braeburn: {note}", as_warning=True)
-    if env.mixed_precision is not None and env_default(MIXED_PRECISION_VAR, mixed_precision) == "auto":
-        mixed_precision = env.mixed_precision
-    if plugin_steps is not None:
-        steps = plugin_steps
-    elif env.gradient_accumulation_steps is not None:
-        if steps not in (1, env.gradient_accumulation_steps):
-            _say_once(f"braeburn: ACCELERATE_GRADIENT_ACCUMULATION_STEPS={env.gradient_accumulation_steps} replaces "
-                      f"gradient_accumulation_steps={steps}, as in Accelerate; unset the variable to use the argument",
-                      as_warning=True)
-        steps = env.gradient_accumulation_steps
-    if env.compile and not dynamo_given and compile == "auto":
-        compile, compile_mode = True, compile_mode or env.compile_mode
-    return cpu or env.cpu, mixed_precision, steps, compile, compile_mode
-
-
-class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelerate's other names
+class Accelerator(CompileMixin):
     """Make a hand-written training loop run on the best device, with the right precision, on 1..N processes.
 
     Every argument left at "auto" is resolved by :func:`braeburn.plan.rules.make_plan` (the launcher's
     BRAEBURN_* variables fill them first); an impossible choice raises :class:`PlanError` listing all.
+    braeburn's own Accelerator; ``braeburn.Accelerator`` is this class with Accelerate's other names and
+    ``Accelerator(...)`` arguments (compat/accelerate/accelerator.py), which fills the hooks below.
+
+    ``data_seed``: the seed of the prepared DataLoaders' order (default: ``seed``, else torch's initial seed);
+    ``ddp_options``: DistributedDataParallel's own keyword arguments; ``process_group_timeout``: a timedelta for
+    the process group (default: torch's).
     """
 
     def __init__(self, cpu: bool = False, mixed_precision: str = "auto", gradient_accumulation_steps: int = 1,
                  accelerator: str = "auto", devices="auto", strategy: str = "auto", compile="auto",
                  seed: int | None = None, mps_fallback: bool = True, step_scheduler_with_optimizer: bool = True,
-                 compile_backend: str = "inductor", compile_mode: str | None = None, **accelerate_kwargs: Any):
-        dynamo_given = accelerate_kwargs.get("dynamo_backend") is not None
-        accelerate = accelerate_options(mixed_precision, accelerate_kwargs)
-        compile = accelerate.compile or compile
-        cpu, mixed_precision, gradient_accumulation_steps, compile, compile_mode = _with_accelerate_env(
-            cpu, accelerate.mixed_precision, gradient_accumulation_steps, accelerate.accumulation_steps, compile,
-            compile_mode, dynamo_given)
+                 compile_backend: str = "inductor", compile_mode: str | None = None, *, data_seed: int | None = None,
+                 ddp_options: dict[str, Any] | None = None, process_group_timeout: Any = None):
         world = pg.world_from_env()
         self.plan: Plan = self._make_plan(cpu, mixed_precision, gradient_accumulation_steps, accelerator, devices,
                                           strategy, compile, mps_fallback, world.world_size)
@@ -114,7 +90,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         self._owns_process_group = False
         if world.distributed:
             self._owns_process_group = pg.init_process_group(self.plan.backend, world, self.device,
-                                                             accelerate.process_group_timeout)
+                                                             process_group_timeout)
         if seed is not None:
             state_io.seed_everything(seed, kind)
         self._policy = make_policy(self.plan.precision, self.plan.grad_scaler, self.device,
@@ -125,13 +101,12 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[DeviceDataLoader] = []
-        self._data_seed: int | None = accelerate.data_seed if accelerate.data_seed is not None else seed
-        self._ddp_options = accelerate.ddp_options  # DistributedDataParallelKwargs' changed fields
+        self._data_seed: int | None = data_seed if data_seed is not None else seed
+        self._ddp_options = dict(ddp_options or {})
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps
         self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
         self._locked: dict[str, None] = {}  # state folders save_state() holds the lock of, oldest first
-        self._init_accelerate_compat(**accelerate.tracking)
         self._announce()
 
     @staticmethod
@@ -164,13 +139,13 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
     def _announce(self) -> None:
         plan = self.plan
         if self.is_main_process:
-            _say_once(f"braeburn: training on {self.device} ({plan.device_reason}); precision "
+            say_once(f"braeburn: training on {self.device} ({plan.device_reason}); precision "
                       f"{plan.precision}: {plan.precision_reason}")
         advice = early_env_advice(plan.env, current_host(), os.environ)
         if advice:
-            _say_once(f"braeburn: {advice}", as_warning=True)
+            say_once(f"braeburn: {advice}", as_warning=True)
         for note in plan.notes:
-            _say_once(f"braeburn: {note}", as_warning=True)
+            say_once(f"braeburn: {note}", as_warning=True)
 
     # -- who am I -----------------------------------------------------------------------------
     @property
@@ -260,13 +235,19 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         self._dataloaders.append(prepared)
         return prepared
 
+    def prepare_scheduler(self, scheduler: Any, *, once_per_step: bool = False) -> AcceleratedScheduler:
+        """As Accelerate: one optimizer step moves the schedule num_processes steps (each step saw
+        num_processes batches). ``once_per_step=True`` (braeburn's): one schedule step per optimizer step, as a
+        schedule counted in optimizer steps (the Trainer's) needs."""
+        return self._prepare_scheduler(scheduler, once_per_step)
+
     def _prepare_scheduler(self, scheduler, once_per_step: bool = False) -> AcceleratedScheduler:
         prepared = AcceleratedScheduler(scheduler, self, self.step_scheduler_with_optimizer,
                                         steps_per_call=1 if once_per_step else self.num_processes)
         name = type(scheduler).__name__
         if prepared.steps_per_call > 1 and self.step_scheduler_with_optimizer and name in USUALLY_PER_EPOCH \
                 and self.is_main_process:  # braeburn cannot know whether step() is called per batch or per epoch
-            _say_once(f"braeburn: the prepared {name} moves {prepared.steps_per_call} steps per step() call on "
+            say_once(f"braeburn: the prepared {name} moves {prepared.steps_per_call} steps per step() call on "
                       f"{self.num_processes} processes, as Accelerate's; if you call step() once per epoch, pass "
                       "Accelerator(step_scheduler_with_optimizer=False)", as_warning=True)
         self._schedulers.append(prepared)
@@ -401,6 +382,30 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         self._on_every_rank(lambda: self._write_state(state_io.staging_dir(output_dir)))
         self._on_every_rank(lambda: self.is_main_process and self._finish_save(output_dir))
         self._after_automatic_save(output_dir)
+
+    # Hooks with braeburn's defaults, which the Accelerate-compatible class overrides (automatic checkpoint
+    # naming, register_for_checkpointing, trackers).
+    def _checkpoint_dir(self, output_dir: Any) -> Any:
+        """The folder save_state()/load_state() write to or read from."""
+        if output_dir is None:
+            raise ValueError("save_state() needs a folder: pass save_state(output_dir)")
+        return output_dir
+
+    def _after_automatic_save(self, output_dir: Any) -> None:
+        """After save_state() published ``output_dir``."""
+
+    def _save_custom_objects(self, directory: Path) -> None:
+        """Objects of the user's to save beside the prepared ones."""
+
+    def _load_custom_objects(self, directory: Any) -> None:
+        """Objects of the user's to restore beside the prepared ones."""
+
+    def _latest_automatic_checkpoint(self) -> str:
+        """The folder load_state() reads when given none."""
+        raise ValueError("load_state() needs a folder: pass load_state(input_dir)")
+
+    def _end_trackers(self) -> None:
+        """At end_training: the experiment trackers' end."""
 
     def _start_save(self, output_dir) -> None:
         """Rank 0 holds the lock of the state folder it writes (until end_training), unless a Trainer holds

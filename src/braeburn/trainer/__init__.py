@@ -1,4 +1,5 @@
-"""The Trainer: a complete fit loop built on the Accelerator, its config and its callbacks.
+"""The Trainer: a complete fit loop built on the Accelerator, its config and its callbacks (braeburn's own; the
+Transformers Trainer's names are ``braeburn.Trainer``'s, from compat/transformers/).
 
 Names are loaded on first use, so ``braeburn.trainer.config`` (the parser) works without importing torch.
 """
@@ -10,14 +11,11 @@ import importlib
 _WHERE = {
     "Callback": "callbacks", "CallbackList": "callbacks",
     "CheckpointCorruptError": "checkpoint", "CheckpointError": "checkpoint", "CheckpointManager": "checkpoint",
-    "ConfigError": "config", "TrainingConfig": "config", "TrainingArguments": "config", "parse_config": "config",
-    "HfArgumentParser": "..compat.transformers.trainer_api", "TrainerCallback": "..compat.transformers.callbacks",
-    "TrainerControl": "..compat.transformers.callbacks",
+    "ConfigError": "config", "TrainingConfig": "config", "parse_config": "config",
     "EarlyStoppingCallback": "early_stopping", "MetricsLogCallback": "metrics_log", "PlotCallback": "plots",
     "ProgressCallback": "progress", "SignalCallback": "signals", "TrainingInterrupted": "signals",
-    "TrainerState": "state",
-    "EvalPrediction": "loop", "NonFiniteLossError": "loop", "PredictionOutput": "loop", "Trainer": "loop",
-    "TrainOutput": "loop", "EvalLoopOutput": "..compat.transformers.overrides",
+    "TrainerState": "state", "NonFiniteLossError": "log_window", "Trainer": "loop",
+    "EvalLoopOutput": "outputs", "EvalPrediction": "outputs", "PredictionOutput": "outputs", "TrainOutput": "outputs",
 }
 
 __all__ = sorted(_WHERE)
@@ -26,5 +24,4 @@ __all__ = sorted(_WHERE)
 def __getattr__(name: str):
     if name not in _WHERE:
         raise AttributeError(f"module 'braeburn.trainer' has no attribute {name!r}")
-    where = _WHERE[name]
-    return getattr(importlib.import_module(where if where.startswith(".") else f".{where}", __name__), name)
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)

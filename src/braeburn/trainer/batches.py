@@ -2,12 +2,15 @@
 
 Batches are dicts (keyword arguments, Transformers style, labels under ``labels``) or
 ``(inputs, labels)`` tuples, as a TensorDataset gives. The loss is ``loss_fn(outputs, labels)`` when
-a loss_fn is given, else the model output's ``.loss`` or ``["loss"]``.
+a loss_fn is given, else the model output's ``.loss`` or ``["loss"]``. For evaluation: which batch keys hold
+the labels (:func:`find_label_names`, :func:`labels_by_name`) and which outputs are the predictions
+(:func:`output_predictions`, :func:`model_logits`), by Transformers' rules, so that its models evaluate as there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -74,3 +77,64 @@ def model_logits(outputs: Any) -> Any:
         return outputs[0]
     raise TypeError(f"cannot find predictions in a model output of type {type(outputs).__name__}: return a "
                     "tensor of logits, or an object/dict with 'logits'")
+
+
+def find_label_names(model: Any) -> list[str]:
+    """Transformers' default ``label_names``: the forward's parameters with "label" in their name, and
+    ``start_positions``/``end_positions`` for a question-answering model; ``["labels"]`` when it names none
+    (braeburn's models with a ``loss_fn``)."""
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    try:
+        params = list(inspect.signature(forward).parameters)
+    except (TypeError, ValueError):
+        return ["labels"]
+    answers = ("start_positions", "end_positions") if "QuestionAnswering" in type(model).__name__ else ()
+    return [p for p in params if "label" in p or p in answers] or ["labels"]
+
+
+def can_return_loss(model: Any) -> bool:
+    """Transformers' ``can_return_loss``: the forward has ``return_loss=True`` as a default (CLIP-like models)."""
+    try:
+        param = inspect.signature(model.forward).parameters.get("return_loss")
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return param is not None and param.default is True
+
+
+def labels_by_name(batch: Mapping, names: list[str]) -> Any:
+    """A dict batch's labels as Transformers' prediction_step takes them: the tensor for one name, a tuple in
+    ``names``' order for several, None unless every one is there."""
+    values = tuple(batch.get(name) for name in names)
+    if not values or any(value is None for value in values):
+        return None
+    return values[0] if len(values) == 1 else values
+
+
+def output_predictions(outputs: Any, ignore_keys: list[str] | None = None) -> Any:
+    """The predictions of a dict-like output (a ModelOutput) as Transformers gives them: the values other than
+    ``loss`` and ``ignore_keys``, in order, as a tuple, or the value itself when there is one
+    (``start_logits, end_logits = predictions``)."""
+    skip = {"loss", *(ignore_keys or ())}
+    values = tuple(v for k, v in outputs.items() if k not in skip and v is not None)
+    return values[0] if len(values) == 1 else values
+
+
+def ignored_output_keys(model: Any, ignore_keys: list[str] | None) -> list[str]:
+    """Transformers' default ``ignore_keys``: the model config's ``keys_to_ignore_at_inference``."""
+    if ignore_keys is not None:
+        return ignore_keys
+    config = getattr(model, "config", None)
+    return list(getattr(config, "keys_to_ignore_at_inference", ["cache"])) if config is not None else []
+
+
+def label_smoothed_loss(factor: float) -> Callable[[Any, Any], Any]:
+    """Cross-entropy on the output's logits with label smoothing, ignoring -100 labels (Transformers' LabelSmoother)."""
+    import torch
+
+    def loss_fn(outputs: Any, labels: Any) -> Any:
+        logits = model_logits(outputs)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                                 labels.reshape(-1).long(), ignore_index=-100,
+                                                 label_smoothing=factor)
+
+    return loss_fn

@@ -5,6 +5,7 @@ it does not (``DeviceKind.checkpoint_replays_rng``), the recomputed forward draw
 gradients belong to a different network sample, with no error. braeburn closes the gap through checkpoint's
 public ``context_fn`` (non-reentrant checkpointing only): the forward context records the kind's generator
 state, the recompute context puts it back and restores the surrounding state afterwards.
+:func:`prepare_model_options` turns it on for the model before training (and TF32 matmuls, ``--tf32``).
 """
 
 from __future__ import annotations
@@ -76,3 +77,18 @@ def checkpointing_kwargs(given: dict | None, kind: DeviceKind, host: HostFacts) 
     kwargs["use_reentrant"] = False
     kwargs["context_fn"] = replay_rng_context_fn(kind)
     return kwargs
+
+
+def prepare_model_options(model: Any, config: Any, kind: DeviceKind, host: HostFacts) -> None:
+    """gradient_checkpointing (with the random-state replay ``kind`` needs) and tf32, applied before training."""
+    import torch
+
+    if config.gradient_checkpointing:
+        enable = getattr(model, "gradient_checkpointing_enable", None)
+        if enable is None:
+            raise ValueError(f"gradient_checkpointing=True, but {type(model).__name__} has no "
+                             "gradient_checkpointing_enable(); wrap your blocks in torch.utils.checkpoint.checkpoint "
+                             "instead, or pass --gradient_checkpointing false")
+        enable(gradient_checkpointing_kwargs=checkpointing_kwargs(config.gradient_checkpointing_kwargs, kind, host))
+    if config.tf32 is not None:
+        torch.set_float32_matmul_precision("high" if config.tf32 else "highest")

@@ -8,14 +8,16 @@ plan's (``braeburn.plan.rules.make_plan``), which :func:`parse_config` asks.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..plan.rules import OptionError, RunOptions
+from ..errors import note_once
 from ._argparse import ConfigError, parse_dataclasses
-from ..compat.transformers.arguments import HfArgumentsMixin, UnsupportedFields, unsupported_errors
 
 SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "constant", "constant_with_warmup", "cosine_with_min_lr",
               "polynomial", "inverse_sqrt")
@@ -54,11 +56,13 @@ def _expand_home(path: object) -> object:
 
 
 @dataclass
-class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
+class TrainingConfig:
     """How to train: batch sizes, optimisation, logging, evaluation, checkpoints and the device.
 
-    ``braeburn.TrainingArguments`` is this class: every Transformers ``TrainingArguments`` field is
-    accepted, honoured, or refused with what to use instead (docs/migrating.md).
+    Its fields carry the names Transformers users know, and Transformers' spellings of braeburn's options
+    (``bf16`` for ``mixed_precision="bf16"``, ...) are mapped onto them. ``braeburn.TrainingConfig`` and
+    ``braeburn.TrainingArguments`` are this class with the rest of Transformers' ``TrainingArguments``: every
+    field of it accepted, honoured, or refused with what to use instead (docs/migrating.md).
     """
 
     output_dir: str = "outputs"
@@ -234,9 +238,7 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
     """Set by old launchers; braeburn reads LOCAL_RANK from the environment."""
 
     def __post_init__(self) -> None:
-        from ..compat.transformers.trainer_api import apply_hf_aliases
-
-        apply_hf_aliases(self)
+        _apply_aliases(self)
         # "~/runs/x" means the home folder, as in a shell (and in Transformers), not a folder named "~" here
         # (a config file or a quoted flag reaches us without the shell's expansion).
         for name in ("output_dir", "logging_dir", "resume_from_checkpoint"):
@@ -287,23 +289,27 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
              f"choose one of {', '.join(LOGGING_STRATEGIES)}")
         need(str(self.log_level).lower() in LOG_LEVELS, "log_level", f"choose one of {', '.join(LOG_LEVELS)}")
         need(0 <= self.label_smoothing_factor < 1, "label_smoothing_factor", "must be in [0, 1), e.g. 0.1")
-        from ..compat.transformers.trainer_api import hf_errors
+        return errors + _combination_errors(self) + self._peer_errors()
 
-        return errors + hf_errors(self) + unsupported_errors(self)
+    def _peer_errors(self) -> list[OptionError]:
+        """A peer's own refusals (Transformers' TrainingArguments fields braeburn does not do): none here;
+        ``braeburn.TrainingArguments`` adds them."""
+        return []
 
     def _range_errors(self) -> list[OptionError]:
         """Numbers that no rule below can use: infinite or NaN floats, integers beyond what torch holds."""
         errors = []
-        for name in _FLOAT_FIELDS:
+        fields = self.__dataclass_fields__  # a subclass's too (braeburn.TrainingArguments')
+        for name in _number_fields(self, ("float", float)):
             value = getattr(self, name)
             if isinstance(value, float) and not math.isfinite(value):
                 errors.append(OptionError(name, value, f"must be a finite number; pass --{name} with a number "
-                                          "such as the default " + repr(TrainingConfig.__dataclass_fields__[name].default)))
-        for name in _INT_FIELDS:
+                                          "such as the default " + repr(fields[name].default)))
+        for name in _number_fields(self, ("int", int, "int | None")):
             value = getattr(self, name)
-            if isinstance(value, int) and not -INT64_MAX <= value <= INT64_MAX:
+            if isinstance(value, int) and not -INT64_MAX <= value <= INT64_MAX and name != "seed":
                 errors.append(OptionError(name, value, f"is beyond a 64-bit integer (torch counts steps and sizes "
-                                          f"in int64); pass --{name} {TrainingConfig.__dataclass_fields__[name].default}"
+                                          f"in int64); pass --{name} {fields[name].default}"
                                           " or another sensible value"))
         if isinstance(self.seed, int) and not SEED_MIN <= self.seed <= SEED_MAX:
             errors.append(OptionError("seed", self.seed, f"is outside torch's seed range [{SEED_MIN}, {SEED_MAX}] "
@@ -324,6 +330,16 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
         """Hold back third-party output: not with --verbose, nor with --log_level info or debug."""
         return not (self.verbose or str(self.log_level).lower() in ("info", "debug"))
 
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+    def to_sanitized_dict(self) -> dict[str, Any]:
+        """Numbers, strings and booleans only (others as text): what trackers store as hyperparameters."""
+        return {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in self.to_dict().items()}
+
     def run_options(self, num_processes: int = 1) -> RunOptions:
         """The device/precision/compile requests, as the plan reads them."""
         return RunOptions(accelerator=self.accelerator, devices=self.devices, cpu=self.use_cpu,
@@ -331,13 +347,9 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
                           num_processes=num_processes, strategy=self.strategy)
 
     def accelerator_options(self) -> dict[str, Any]:
-        """The Accelerator's keyword arguments for this config. The accumulation travels as a plugin, as the
-        Transformers Trainer passes it, so that ACCELERATE_GRADIENT_ACCUMULATION_STEPS does not replace it."""
-        from ..compat.accelerate.api import GradientAccumulationPlugin
-
+        """The Accelerator's keyword arguments for this config."""
         return {"cpu": self.use_cpu, "mixed_precision": self.mixed_precision,
-                "gradient_accumulation_plugin": GradientAccumulationPlugin(num_steps=self.gradient_accumulation_steps),
-                "accelerator": self.accelerator,
+                "gradient_accumulation_steps": self.gradient_accumulation_steps, "accelerator": self.accelerator,
                 "devices": self.devices, "compile": _compile_value(self.compile), "strategy": self.strategy,
                 "seed": self.seed, "compile_backend": self.torch_compile_backend,
                 "compile_mode": self.torch_compile_mode}
@@ -354,9 +366,98 @@ INT64_MAX = 2**63 - 1
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed accepts
 MAX_EPOCHS = 1e6
 MAX_DATALOADER_WORKERS = 256
-_FLOAT_FIELDS = tuple(name for name, f in TrainingConfig.__dataclass_fields__.items() if f.type in ("float", float))
-_INT_FIELDS = tuple(name for name, f in TrainingConfig.__dataclass_fields__.items()
-                    if f.type in ("int", int, "int | None") and name != "seed")
+
+
+def _number_fields(config: TrainingConfig, types: tuple[Any, ...]) -> tuple[str, ...]:
+    return tuple(name for name, f in config.__dataclass_fields__.items() if f.type in types)
+
+
+def _json_field(config: Any, name: str) -> None:
+    value = getattr(config, name)
+    if isinstance(value, str) and value.strip():
+        try:
+            setattr(config, name, json.loads(value))
+        except ValueError:
+            pass  # _combination_errors reports it
+
+
+def _apply_aliases(config: Any) -> None:
+    """Transformers' spellings (bf16, fp16, torch_compile, fsdp, activation_checkpointing) onto braeburn's options,
+    and the defaults that follow from other fields, in place (idempotent; never raises)."""
+    if config.bf16 and not config.fp16 and config.mixed_precision == "auto":
+        config.mixed_precision = "bf16"
+    if config.fp16 and not config.bf16 and config.mixed_precision == "auto":
+        config.mixed_precision = "fp16"
+    if config.torch_compile is not None and config.compile == "auto":
+        config.compile = "true" if config.torch_compile else "false"
+    if config.fsdp and config.strategy == "auto":
+        config.strategy = "fsdp"
+    if config.load_best_model_at_end and config.metric_for_best_model is None:
+        config.metric_for_best_model = "loss"  # Transformers' default when the best model is asked for
+    if config.greater_is_better is None and config.metric_for_best_model is not None:
+        config.greater_is_better = not str(config.metric_for_best_model).endswith("loss")
+    if config.activation_checkpointing:
+        config.gradient_checkpointing = True
+    if config.activation_checkpointing_kwargs is not None and config.gradient_checkpointing_kwargs is None:
+        config.gradient_checkpointing_kwargs = config.activation_checkpointing_kwargs
+    if isinstance(config.report_to, str):
+        config.report_to = [config.report_to]
+    if isinstance(config.label_names, str):
+        config.label_names = [config.label_names]
+    for name in ("gradient_checkpointing_kwargs", "lr_scheduler_kwargs"):
+        _json_field(config, name)
+    if config.eval_strategy == "steps" and config.eval_steps is None and config.logging_steps == 50:
+        note_once("--eval_strategy steps without --eval_steps evaluates every logging_steps, as Transformers "
+                   "does, but braeburn's default logging_steps is 50 (Transformers': 500), so it evaluates every "
+                   "50 steps; pass --eval_steps 500 for Transformers' cadence.")
+    if config.use_mps_device:
+        note_once("--use_mps_device is deprecated in Transformers and not needed: braeburn (like Transformers) "
+                   "trains on the Mac's GPU (mps) by default when it is usable; --accelerator mps insists on it.")
+
+
+def _combination_errors(config: Any) -> list[OptionError]:
+    """Conflicts between Transformers' spellings and braeburn's options, and the rules that need several fields."""
+    errors: list[OptionError] = []
+    if config.bf16 and config.fp16:
+        errors.append(OptionError("bf16", True, "and --fp16 both set; choose one"))
+    for flag, precision in (("bf16", "bf16"), ("fp16", "fp16")):
+        # "auto" is the default, not a choice: with both --fp16 and --bf16 it stays "auto", and the error above says all
+        if getattr(config, flag) and config.mixed_precision not in (precision, "auto"):
+            errors.append(OptionError(flag, True, f"conflicts with --mixed_precision {config.mixed_precision}; "
+                                      "pass one of them"))
+    for name in ("gradient_checkpointing_kwargs", "lr_scheduler_kwargs"):
+        value = getattr(config, name)
+        if value is not None and not isinstance(value, dict):
+            errors.append(OptionError(name, value, 'must be a JSON object, e.g. {"use_reentrant": false}'))
+    if config.fsdp and "offload" in str(config.fsdp):
+        errors.append(OptionError("fsdp", config.fsdp, "CPU offload is not supported; pass --fsdp full_shard"))
+    if config.load_best_model_at_end:
+        if config.eval_strategy == "no":
+            errors.append(OptionError("load_best_model_at_end", True, "needs evaluations: pass --eval_strategy "
+                                      "epoch (or steps) and the same --save_strategy"))
+        elif config.save_strategy != config.eval_strategy:
+            errors.append(OptionError("load_best_model_at_end", True, f"needs --save_strategy to match --eval_strategy "
+                                      f"({config.save_strategy} vs {config.eval_strategy}), so that every evaluated "
+                                      "model is saved"))
+        elif config.eval_strategy == "steps" and config.save_steps % (config.eval_steps or config.logging_steps):
+            errors.append(OptionError("save_steps", config.save_steps, "must be a multiple of eval_steps with "
+                                      "--load_best_model_at_end"))
+    for name in ("dataloader_prefetch_factor", "torch_empty_cache_steps", "eval_accumulation_steps"):
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            errors.append(OptionError(name, value, "must be >= 1 (or unset)"))
+    if config.dataloader_prefetch_factor is not None and config.dataloader_num_workers == 0:
+        errors.append(OptionError("dataloader_prefetch_factor", config.dataloader_prefetch_factor,
+                                  "needs --dataloader_num_workers 1 or more"))
+    from ..accelerator.trackers import TRACKERS, is_available
+
+    for name in config.report_to or []:
+        if name not in TRACKERS and name not in ("all", "none"):
+            errors.append(OptionError("report_to", name, f"choose from none, all, {', '.join(TRACKERS)}"))
+        elif name in TRACKERS and name != "tensorboard" and not is_available(name):  # tensorboard: config.py says it
+            errors.append(OptionError("report_to", name, f"needs the {TRACKERS[name][1]} package, which is not "
+                                      f"installed; pip install {TRACKERS[name][1]}, or pass --report_to all or none"))
+    return errors
 
 
 def _compile_value(value: Any) -> str | bool:
@@ -409,6 +510,4 @@ def parse_config(*dataclass_types: type, argv: list[str] | None = None, exit_on_
     return instances
 
 
-TrainingArguments = TrainingConfig  # Transformers' name: the same class
-
-__all__ = ["ConfigError", "TrainingArguments", "TrainingConfig", "parse_config", "plan_errors"]
+__all__ = ["ConfigError", "TrainingConfig", "parse_config", "plan_errors"]

@@ -1,22 +1,25 @@
 """The Trainer's evaluation and prediction: one pass over a dataset without gradients, the loss summed over
 every process, predictions gathered (minus the duplicates that pad an uneven last batch), compute_metrics,
 and the best checkpoint so far. A mixin of :class:`braeburn.trainer.loop.Trainer`; it uses the Trainer's
-accelerator, loaders, callbacks and state.
+accelerator, loaders, callbacks and state. Each batch gives its loss, predictions and labels by Transformers'
+rules (:meth:`EvaluationMixin._evaluation_step`), so that its models evaluate as there; a peer's Trainer routes
+the hooks (``_evaluation_output``, ``_evaluation_step``, ``_evaluation_forward``) to a subclass's own methods.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch.utils.data import Dataset
 
 from ..data.loader import apply_to_tensors
-from ..compat.transformers.trainer_api import EvalPrediction, PredictionOutput, concat_padded, to_numpy
-from ..compat.transformers.overrides import EvalLoopOutput
+from .batches import (batch_inputs, can_return_loss, compute_loss, ignored_output_keys, labels_by_name, model_logits,
+                      output_loss, output_predictions)
+from .outputs import EvalLoopOutput, EvalPrediction, PredictionOutput, concat_padded, to_numpy
 
 
 class EvaluationMixin:
@@ -35,7 +38,7 @@ class EvaluationMixin:
         if self.state.max_steps:
             metrics["epoch"] = round(self.state.epoch_progress, 4)
         self._update_best(metrics)
-        self.log(dict(metrics))
+        self._emit_log(dict(metrics))
         self.callbacks.on_evaluate(self, self.state, metrics)
         return metrics
 
@@ -44,19 +47,38 @@ class EvaluationMixin:
         """Predictions (logits, as numpy arrays) for ``test_dataset``, with labels and metrics when it has labels."""
         output = self._evaluation_output(self._eval_loader(test_dataset), "Prediction", metric_key_prefix, False,
                                          ignore_keys)
-        self._call_hf_hook("on_predict", metrics=output.metrics)
         return PredictionOutput(output.predictions, output.label_ids, output.metrics)
+
+    def _evaluation_output(self, loader: Any, description: str, prefix: str, loss_only: bool | None,
+                           ignore_keys: list[str] | None) -> EvalLoopOutput:
+        """evaluate()/predict()'s pass over a prepared loader. A hook: a peer's Trainer routes it to a subclass's
+        own evaluation loop (timed by :meth:`_timed_evaluation`)."""
+        return self._prediction_loop(loader, prefix, not loss_only, ignore_keys)
+
+    def _timed_evaluation(self, run: Callable[[], EvalLoopOutput], prefix: str) -> EvalLoopOutput:
+        """``run()``'s output, with the runtime and speed metrics of the whole call (rounded as Transformers'
+        evaluate() rounds them): for an evaluation loop that is not braeburn's, which times its own batches."""
+        started = time.perf_counter()
+        output = run()
+        metrics = dict(output.metrics or {})
+        seconds = time.perf_counter() - started
+        samples = output.num_samples or 0
+        metrics[f"{prefix}_runtime"] = round(seconds, 4)
+        steps = math.ceil(samples / (self.config.per_device_eval_batch_size * self.accelerator.num_processes))
+        metrics[f"{prefix}_samples_per_second"] = round(samples / seconds, 3) if seconds > 0 else 0.0
+        metrics[f"{prefix}_steps_per_second"] = round(steps / seconds, 3) if seconds > 0 else 0.0
+        return output._replace(metrics=metrics)
 
     def _prediction_loop(self, loader: Any, prefix: str, keep_predictions: bool,
                          ignore_keys: list[str] | None = None) -> EvalLoopOutput:
-        """prediction_step over every batch of a prepared loader (evaluation_loop's body)."""
+        """_evaluation_step over every batch of a prepared loader (evaluation_loop's body)."""
         acc, started = self.accelerator, time.perf_counter()
-        model = self._model_for_inference()
+        model = self.prepared_model()
         was_training = model.training
         model.eval()
         loss_sum, count, predictions, labels = torch.zeros((), device=acc.device), 0, [], []
         for batch in loader:
-            loss, logits, batch_labels = self.prediction_step(model, batch, not keep_predictions, ignore_keys)
+            loss, logits, batch_labels = self._evaluation_step(model, batch, not keep_predictions, ignore_keys)
             if loss is not None:
                 size = _batch_size(batch) or 1  # Transformers' find_batch_size: the first tensor's length
                 loss_sum += loss.float() * size
@@ -70,6 +92,37 @@ class EvaluationMixin:
         model.train(was_training)
         samples = len(loader.dataset) if hasattr(loader, "dataset") else count
         return self._prediction_output(prefix, loss_sum, count, predictions, labels, started, samples)
+
+    def _evaluation_step(self, model: torch.nn.Module, batch: Any, loss_only: bool,
+                         ignore_keys: list[str] | None = None) -> tuple[Any, Any, Any]:
+        """(loss, predictions, labels) of one evaluation batch, by Transformers' rules: a dict batch's labels are its
+        ``label_names`` (one tensor, or a tuple of several; None unless all are there); the loss is None without
+        labels (unless the model returns one without them: ``can_return_loss``); a dict output's predictions are
+        its values minus ``loss`` and ``ignore_keys`` (default: the model config's keys_to_ignore_at_inference),
+        one value alone or a tuple. Predictions and labels are None when ``loss_only``. A hook: a peer's Trainer
+        routes it to a subclass's own prediction step."""
+        args, kwargs, labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
+        label_names = self.label_names
+        if isinstance(batch, Mapping):  # Transformers' label_names: one tensor, or a tuple of several
+            labels = labels_by_name(batch, label_names)
+        loss_without_labels = not label_names and can_return_loss(self._unwrapped_for_labels())  # CLIP-like models
+        with torch.no_grad():
+            loss, outputs = self._evaluation_forward(model, batch, (args, kwargs), labels, loss_without_labels)
+        loss = None if loss is None else loss.detach().mean()
+        if loss_only:
+            return loss, None, None
+        if isinstance(outputs, Mapping):
+            return loss, output_predictions(outputs, ignored_output_keys(self.model, ignore_keys)), labels
+        return loss, model_logits(outputs), labels
+
+    def _evaluation_forward(self, model: torch.nn.Module, batch: Any, inputs: tuple[tuple, dict], labels: Any,
+                            loss_without_labels: bool) -> tuple[torch.Tensor | None, Any]:
+        """(loss, outputs) of an evaluation batch, without gradients: the model's forward on ``inputs`` (its
+        positional and keyword arguments), and the loss when there is one. A hook: a peer's Trainer routes it to a
+        subclass's own loss."""
+        args, kwargs = inputs
+        outputs = model(*args, **kwargs)
+        return _eval_loss(outputs, labels, self.loss_fn, loss_without_labels), outputs
 
     def _prediction_output(self, prefix, loss_sum, count, predictions, labels, started, samples) -> PredictionOutput:
         metrics: dict[str, float] = {}
@@ -101,6 +154,16 @@ class EvaluationMixin:
         if best is None or (value > best if better else value < best):
             self.state.best_metric = value
             self._best_step = self.state.global_step
+
+
+def _eval_loss(outputs: Any, labels: Any, loss_fn: Any, loss_without_labels: bool) -> torch.Tensor | None:
+    """The batch's loss: loss_fn's or the model's when the batch has labels (or the model returns a loss
+    without them), else None (no eval loss, as Transformers)."""
+    if labels is not None and (loss_fn is not None or output_loss(outputs) is not None):
+        return compute_loss(outputs, labels, loss_fn)
+    if labels is None and loss_without_labels and output_loss(outputs) is not None:
+        return compute_loss(outputs, None, None)
+    return None
 
 
 def _to_cpu(data: Any) -> Any:

@@ -20,69 +20,62 @@ from torch.utils.data import DataLoader, Dataset
 from ..checkpoints import output_lock
 from ..accelerator.core import Accelerator
 from ..data.collate import BucketPadding, batch_signature, position_limit
-from ..plan.compile_policy import PreparedForward, outputs_are_overwritten, prepared_forward
+from ..plan.compile_policy import PreparedForward, prepared_forward
 from ..devices.host import current_host
 from ..distributed import process_group as pg
 from ..plan.envvars import MAX_STEPS_VAR, max_steps_cap
 from ..plan.rules import PlanError
 from ..checkpoints.state import enable_full_determinism
-from .autobatch import train_through_out_of_memory
+from .autobatch import AutoBatchMixin
 from .background_save import BackgroundSaver
 from . import earlier_run
 from .compile_window import CompileWindow
 from .phase_clock import EVALUATION, PhaseClock
 from .precision_window import choose_precision
-from .batches import batch_inputs, compute_loss
+from .batches import batch_inputs, compute_loss, find_label_names, label_smoothed_loss
 from .callbacks import CallbackList
-from .checkpoint import CheckpointManager, SaveLog
+from .checkpointing import prepare_model_options
+from .collators import make_collate
+from .checkpoint import CheckpointManager
 from .config import ConfigError, TrainingConfig
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
 from .evaluation import EvaluationMixin
+from .log_window import LogWindowMixin, NonFiniteLossError
 from .saving import SavingMixin
-from ..compat.transformers.callbacks import HfOptionsCallback, adapt_callback
-from ..compat.transformers.trainer_api import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, make_collate, note_once,
-                        prepare_model_options, resolve_training_parts)
-from ..compat.transformers.overrides import HfOverridableMixin, Overrides, backward_as_in_transformers
+from ..errors import note_once
 from .input_checks import check_batch_inputs, check_datasets, check_labels
 from .metrics_log import MetricsLogCallback
+from .optim import default_optimizer, default_scheduler
+from .options_callback import OptionsCallback
+from .outputs import EvalPrediction, PredictionOutput, TrainOutput
 from .scheduler_interval import SchedulerSteps, is_plateau, per_step_note, split_scheduler
 from .plots import PlotCallback
 from .progress import ProgressCallback
 from .resume import reconcile
-from .summary import non_finite_message, run_summary
+from .summary import run_summary
 from .signals import SignalCallback, TrainingInterrupted
 from .state import TrainerState
 from .step_breakdown import StepBreakdownCallback
 from .write_faults import prepare_output_dir
 
 
-
-
-class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or infinite and nan_policy is "stop"."""
-
-
-class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
+class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     """Train ``model`` on ``train_dataset`` as ``config`` says; see docs/trainer.md.
 
-    Transformers' arguments work as there (``args=``, ``data_collator=``, ``processing_class=``,
-    ``optimizers=(opt, sched)``, ``compute_loss_func=``, ``model_init=``, ...); braeburn's own names
-    (``config=``, ``collate_fn=``, ``loss_fn=``, ``optimizer=``, ``lr_scheduler=``) keep working.
-    A subclass may override Transformers' ``training_step``, ``compute_loss``, ``create_optimizer``,
-    ``create_scheduler``, ``prediction_step``, ``evaluation_loop`` and ``log`` (hf_overrides.py).
+    braeburn's own Trainer, in braeburn's names (``config=``, ``collate_fn=``, ``loss_fn=``, ``optimizer=``,
+    ``lr_scheduler=``). ``braeburn.Trainer`` is this class with the Transformers Trainer's arguments, methods,
+    overridable methods and callbacks (compat/transformers/trainer.py). A peer's Trainer adapts the loop by
+    overriding its hooks, each a method whose default here is braeburn's (docs/architecture.md lists them).
     """
 
-    def __init__(self, model: torch.nn.Module | None = None, args: TrainingConfig | None = None,
-                 data_collator: Callable | None = None, train_dataset: Dataset | None = None,
-                 eval_dataset: Dataset | None = None, processing_class: Any = None,
-                 model_init: Callable[[], torch.nn.Module] | None = None, compute_loss_func: Callable | None = None,
-                 compute_metrics: Callable[[EvalPrediction], dict] | None = None, callbacks: list[Any] | None = None,
-                 optimizers: tuple[Any, Any] = (None, None), optimizer_cls_and_kwargs: tuple | None = None,
-                 preprocess_logits_for_metrics: Callable | None = None, *, config: TrainingConfig | None = None,
-                 collate_fn: Callable | None = None, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
-                 optimizer: torch.optim.Optimizer | None = None, lr_scheduler: Any = None,
-                 accelerator: Accelerator | None = None, tokenizer: Any = None):
-        self.config = config or args or TrainingConfig()
+    def __init__(self, model: torch.nn.Module | None = None, config: TrainingConfig | None = None, *,
+                 train_dataset: Dataset | None = None, eval_dataset: Dataset | None = None,
+                 collate_fn: Callable | None = None, processing_class: Any = None,
+                 loss_fn: Callable[[Any, Any], torch.Tensor] | None = None, optimizer: torch.optim.Optimizer | None = None,
+                 lr_scheduler: Any = None, compute_metrics: Callable[[EvalPrediction], dict] | None = None,
+                 preprocess_logits_for_metrics: Callable | None = None, callbacks: list[Any] | None = None,
+                 accelerator: Accelerator | None = None):
+        self.config = config or TrainingConfig()
         errors = self.config.validate()
         if errors:
             raise ConfigError(errors)
@@ -91,22 +84,21 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         from ..accelerator.trackers import resolve_log_with
 
         resolve_log_with(self.config.report_to)  # a tracker asked for but not installed: say so now
-        model = model if model is not None else _from_model_init(model_init)
+        model, optimizer, loss_fn = self._resolve_parts(model, optimizer, loss_fn)
         if isinstance(eval_dataset, Mapping):
             raise ValueError("eval_dataset is a dict of datasets, which braeburn's Trainer does not take: call "
                              "trainer.evaluate(dataset, metric_key_prefix=f'eval_{name}') for each one")
-        optimizer, lr_scheduler, loss_fn = resolve_training_parts(
-            model, self.config, optimizer=optimizer or optimizers[0], lr_scheduler=lr_scheduler or optimizers[1],
-            optimizer_cls_and_kwargs=optimizer_cls_and_kwargs, loss_fn=loss_fn, compute_loss_func=compute_loss_func)
+        if loss_fn is None and self.config.label_smoothing_factor > 0:
+            loss_fn = label_smoothed_loss(self.config.label_smoothing_factor)
         lr_scheduler, self._scheduler_interval = split_scheduler(lr_scheduler)  # Lightning's dict: its interval
-        self.processing_class = processing_class or tokenizer
+        self.processing_class = processing_class
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
-        self.accelerator = accelerator or Accelerator(**self.config.accelerator_options())
+        self.accelerator = accelerator or self._make_accelerator()
         prepare_model_options(model, self.config, self.accelerator.plan.device, current_host())
         self.accelerator.defer_compile = True  # compiled (or not) once the first steps are measured
         self.model = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
-        self.data_collator = collate_fn or data_collator
+        self.data_collator = collate_fn
         self.collate_fn = make_collate(model, self.config, self.data_collator, self.processing_class)
         self.compute_metrics, self.loss_fn = compute_metrics, loss_fn
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
@@ -122,8 +114,6 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self._train_forward: tuple[Any, PreparedForward | None] = (None, None)
         self._inputs_checked = False  # the first training batch is checked once (input_checks.py)
         self._shapes: set[tuple] = set()  # distinct training batch shapes: each costs kernel plans, or a graph
-        self._overrides = Overrides.of(type(self), Trainer)  # once: the loop's fast path when none is overridden
-        self._call_hf_hook("on_init_end")
 
     def _callbacks(self, user_callbacks: list[Any]) -> CallbackList:
         """braeburn's own callbacks (progress, metrics.jsonl, plot, signals, ...), then the user's."""
@@ -132,23 +122,47 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self._step_breakdown = StepBreakdownCallback(str(self.config.step_breakdown).lower())
         self._phases = PhaseClock()  # where train()'s time went (phase_clock.py); new at each train()
         builtins = [ProgressCallback(disable=self.config.disable_tqdm), self._metrics_log, self._plot, self.signals,
-                    HfOptionsCallback(), self._step_breakdown]
-        return CallbackList(builtins + [adapt_callback(c, self) for c in user_callbacks])
+                    OptionsCallback(), self._step_breakdown]
+        return CallbackList(builtins + [self._adapt_callback(c) for c in user_callbacks])
 
     @property
     def is_main_process(self) -> bool:
         return self.accelerator.is_main_process
 
-    def _call_hf_hook(self, hook: str, **kwargs: Any) -> None:
-        """Transformers-only hooks (on_init_end, on_predict) of the Transformers-style callbacks."""
-        for callback in self.callbacks.callbacks:
-            if hasattr(callback, "inner") and hasattr(callback, "call"):
-                callback.call(hook, **kwargs)
+    @property
+    def label_names(self) -> list[str]:
+        """The batch keys that hold the labels: ``config.label_names``, else those the model's forward names."""
+        names = getattr(self, "_label_names", None)
+        if names is None:
+            names = list(self.config.label_names or find_label_names(self._unwrapped_for_labels()))
+        return names
+
+    @label_names.setter
+    def label_names(self, names: list[str]) -> None:
+        self._label_names = list(names)
+
+    def _unwrapped_for_labels(self) -> Any:
+        base = getattr(self.model, "get_base_model", None)  # a PEFT model: its base names the labels
+        return base() if callable(base) else self.model
+
+    # -- hooks: braeburn's defaults; a peer's Trainer (compat/) overrides them ----------------------------
+    def _resolve_parts(self, model: Any, optimizer: Any, loss_fn: Any) -> tuple[Any, Any, Any]:
+        """The model, optimizer and loss_fn of the run, from what was passed (a peer adds its own ways to pass them)."""
+        if model is None:
+            raise ValueError("Trainer needs a model: pass Trainer(model=...)")
+        return model, optimizer, loss_fn
+
+    def _make_accelerator(self) -> Accelerator:
+        """The Accelerator the config asks for, when none was passed."""
+        return Accelerator(**self.config.accelerator_options())
+
+    def _adapt_callback(self, callback: Any) -> Any:
+        """A user's callback as the callback list takes it (a peer wraps callbacks written for its own Trainer)."""
+        return callback
 
     # -- the run --------------------------------------------------------------------------------
-    def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None, **kwargs: Any) -> TrainOutput:
+    def train(self, resume_from_checkpoint: str | bool | None = None) -> TrainOutput:
         """Train; resume from a checkpoint folder or "latest" (True) when asked. Returns the final step, loss and metrics."""
-        _no_hf_extras(trial, kwargs)
         resume_from_checkpoint = {True: "latest", False: None}.get(resume_from_checkpoint, resume_from_checkpoint) \
             if isinstance(resume_from_checkpoint, bool) else resume_from_checkpoint
         try:
@@ -177,7 +191,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         started, start_step = time.perf_counter(), self.state.global_step
         self.callbacks.on_train_begin(self, self.state)
         try:
-            train_through_out_of_memory(self, train_loader)  # _train_epochs; auto_find_batch_size: halves on OOM
+            self._train_through_out_of_memory(train_loader)  # _train_epochs; auto_find_batch_size: halves on OOM
             self.signals.settle(self.state)  # a signal on any rank during the last step: all ranks save and stop
             self._metrics_log.write_record({"step": self.state.global_step, "run": self._run_record()})
             self._save_at_stop()
@@ -218,16 +232,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
             self.callbacks.on_epoch_begin(self, state)
             for batch in loader:  # already on the device (a resumed epoch skips the batches done)
                 with acc.accumulate(model):
-                    if self._overrides.training_step:  # a subclass's training_step: forward and backward
-                        self._overridden_training_step(model, batch)
-                    else:
-                        loss = self._forward_loss(model, batch)
-                        if config.nan_policy == "skip" and not torch.isfinite(loss):  # sync: the price of "skip"
-                            self._skipped += 1
-                        else:
-                            acc.backward(loss)
-                            self._keep_loss(loss)
-                            self._window_has_grads = True
+                    self._micro_batch(model, batch)  # forward and backward
                     if acc.sync_gradients:
                         self._optimizer_step(model, optimizer, scheduler)
                 state.samples_seen += self._samples_per_batch
@@ -239,7 +244,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
                     model = self._prepared_model = window.after_step(state.global_step, model, self._shapes)
                 self.callbacks.on_step_end(self, state)
                 if config.logging_strategy == "steps" and state.global_step % config.logging_steps == 0:
-                    self._log()
+                    self.log_now()
                 self._evaluate_and_save(step_end=True)
                 if state.should_stop or state.global_step >= state.max_steps:
                     break
@@ -251,10 +256,25 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
             if state.should_stop or state.global_step >= state.max_steps:
                 return
 
-    def _forward_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+    def _micro_batch(self, model: torch.nn.Module, batch: Any) -> None:
+        """Forward and backward of one micro-batch; its loss joins the window until the next log. A hook: a peer's
+        Trainer routes it to a subclass's own training step."""
+        loss = self.forward_loss(model, batch)
+        if self.config.nan_policy == "skip" and not torch.isfinite(loss):  # sync: the price of "skip"
+            self._skipped += 1
+            return
+        self.accelerator.backward(loss)
+        self._keep_loss(loss)
+
+    def forward_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        """The training loss of one batch (the forward, without the backward), as the loop computes it; the
+        batch-size search and the precision trial call it too."""
         self._shapes.add(batch_signature(batch))
-        if self._overrides.compute_loss:  # a subclass overrode Transformers' compute_loss
-            return self.compute_loss(model, batch, num_items_in_batch=None)
+        return self._batch_loss(model, batch)
+
+    def _batch_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        """The model's forward and the loss (``loss_fn``'s, or the model's own). A hook: a peer's Trainer routes
+        it to a subclass's own loss."""
         args, kwargs, labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
         if not self._inputs_checked:
             check_batch_inputs(kwargs)
@@ -270,19 +290,12 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         loss = compute_loss(outputs, labels, self.loss_fn)
         return loss.float() if forward is not None and loss.dtype in (torch.float16, torch.bfloat16) else loss
 
-    def _keep_loss(self, loss: torch.Tensor) -> None:
-        """The step's loss joins the window, on the device (no sync). Under CUDA graphs (torch_compile_mode
-        reduce-overhead or max-autotune) the loss lives in the graph's pool, which the next step overwrites,
-        so a copy is kept."""
-        loss = loss.detach()
-        self._window_losses.append(loss.clone() if self._losses_overwritten else loss)
-
     def _outputs_as_computed(self, model: torch.nn.Module) -> PreparedForward | None:
-        """Where the model computes the loss itself (no loss_fn, no compute_loss override), a training forward
-        returns its outputs as computed: the logits are not copied to float32 (for GPT-2 small at batch 8 that
-        copy is 1.6 GB written per step, and memory at the forward's peak), since nothing reads them. The
-        returned forward has float_outputs off until the caller turns it back on."""
-        if self.loss_fn is not None or self._overrides.compute_loss:
+        """Where the model computes the loss itself (no loss_fn), a training forward returns its outputs as
+        computed: the logits are not copied to float32 (for GPT-2 small at batch 8 that copy is 1.6 GB written per
+        step, and memory at the forward's peak), since nothing reads them. The returned forward has float_outputs
+        off until the caller turns it back on."""
+        if self.loss_fn is not None:
             return None
         if self._train_forward[0] is not model:  # once per prepared (or newly compiled) model
             self._train_forward = (model, prepared_forward(self.accelerator.unwrap_model(model)))
@@ -291,14 +304,6 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
             return None
         forward.float_outputs = False
         return forward
-
-    def _overridden_training_step(self, model: torch.nn.Module, batch: Any) -> None:
-        """Transformers' training_step returns the loss divided by the accumulation steps; the window keeps
-        per-batch losses, as braeburn's own path does."""
-        with backward_as_in_transformers(self.accelerator):
-            loss = self.training_step(model, batch, None)
-        self._window_losses.append(loss.detach().float() * self.config.gradient_accumulation_steps)
-        self._window_has_grads = True
 
     def _scheduler_policy(self, scheduler: Any, steps_per_epoch: int) -> SchedulerSteps:
         note = per_step_note(scheduler, self._scheduler_interval, steps_per_epoch)
@@ -319,71 +324,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         optimizer.zero_grad(set_to_none=True)
         self._window_has_grads = False
 
-    # -- logging, evaluation, saving -------------------------------------------------------------
-    def _reset_window(self) -> None:
-        """Fresh counters for a train() call: the losses since the last log stay on the device until read."""
-        self._window_losses: list[torch.Tensor] = []
-        self._losses_overwritten = outputs_are_overwritten(self.accelerator.compile_mode)
-        self._window_first_step = self.state.global_step + 1
-        self._window_has_grads = False
-        self._window_start = (time.perf_counter(), self.state.samples_seen)
-        self._grad_norm: torch.Tensor | None = None
-        self._step_lr: float | None = None
-        self._skipped = 0
-        self._drift_warned = False  # the MPS driver-memory drift is warned once per train()
-        self._loss_total = (0.0, 0)
-        self._save_log = SaveLog()
-
-    def _check_finite(self) -> float | None:
-        """The mean loss since the last log (one sync); stops the run at a NaN/inf loss when nan_policy="stop"."""
-        if not self._window_losses:
-            return None
-        # Averaged over the processes (one all-reduce): every rank logs the global loss and stops together.
-        losses = self.accelerator.reduce(torch.stack(self._window_losses).float(), "mean")
-        bad = (~torch.isfinite(losses)).nonzero()
-        if bad.numel():  # .numel() of a nonzero() result waits for the device
-            step = self._window_first_step + int(bad[0]) // self.config.gradient_accumulation_steps
-            raise NonFiniteLossError(non_finite_message(self, step, float(losses[int(bad[0])])))
-        mean = float(losses.mean())  # sync
-        total, count = self._loss_total
-        self._loss_total = (total + mean * len(losses), count + len(losses))
-        self._window_losses = []
-        self._window_first_step = self.state.global_step + 1
-        return mean
-
-    def _log(self) -> None:
-        state, now = self.state, time.perf_counter()
-        logs: dict[str, float] = {"epoch": round(state.epoch_progress, 4)}
-        loss = self._check_finite()
-        if loss is not None:
-            logs["loss"] = loss
-        rate = self._step_lr if self._step_lr is not None else self.lr_scheduler.get_last_lr()[0]
-        logs["learning_rate"] = float(rate)
-        if self._grad_norm is not None:
-            logs["grad_norm"] = float(self._grad_norm)  # cheap: the loss read above already synced
-        started, samples = self._window_start
-        if now > started:
-            logs["samples_per_second"] = (state.samples_seen - samples) / (now - started)
-        memory = self.accelerator.memory_stats()
-        logs["memory_bytes"] = float(memory.get("allocated_bytes", memory.get("peak_bytes", 0)))
-        if "driver_bytes" in memory:  # MPS: the driver's share grows with each new shape (warned once, below)
-            logs["driver_memory_bytes"] = float(memory["driver_bytes"])
-            self._warn_memory_drift(memory)
-        if self._skipped:
-            logs["skipped_steps"] = float(self._skipped)
-        self._window_start = (now, state.samples_seen)
-        self.log(logs, start_time=started)
-
-    def _warn_memory_drift(self, memory: dict[str, int]) -> None:
-        drift = None if self._drift_warned else self.accelerator.plan.device.memory_drift(memory)
-        if drift:
-            self._drift_warned = True
-            self.accelerator.print(f"braeburn: warning at step {self.state.global_step}: {drift}")
-
-    def _record(self, logs: dict[str, float]) -> None:
-        self.state.log_history.append({"step": self.state.global_step, **logs})
-        self.callbacks.on_log(self, self.state, logs)
-
+    # -- evaluation and saving ----------------------------------------------------------------------
     def _evaluate_and_save(self, step_end: bool) -> None:
         state, config = self.state, self.config
         self._saver.poll()  # a background save that has finished since: its on_save fires now
@@ -454,7 +395,9 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
             self._eval_loaders[key] = (dataset, self.accelerator.prepare(loader))
         return self._eval_loaders[key][1]
 
-    def _model_for_inference(self) -> torch.nn.Module:
+    def prepared_model(self) -> torch.nn.Module:
+        """The model as the Accelerator prepared it (on the device; wrapped for DDP or FSDP), prepared at the first
+        call: training, evaluation and the batch-size search run it."""
         if self._prepared_model is None:
             self._prepared_model = self.accelerator.prepare(self.model)
         return self._prepared_model
@@ -463,8 +406,8 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         config, acc = self.config, self.accelerator
         check_datasets(self.train_dataset, self.eval_dataset, config.eval_strategy)
         if config.auto_find_batch_size:
-            self._find_batch_size()
-        model = self._model_for_inference()  # on the device before the optimizer sees its parameters
+            self.config.per_device_train_batch_size = self._find_train_batch_size()
+        model = self.prepared_model()  # on the device before the optimizer sees its parameters
         loader = self._loader(self.train_dataset, config.per_device_train_batch_size, shuffle=True)
         if len(loader) == 0:
             raise ValueError(f"train_dataset has {len(self.train_dataset)} samples: with per_device_train_batch_size="
@@ -474,9 +417,8 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         steps_per_epoch = math.ceil(len(loader) / config.gradient_accumulation_steps)
         max_steps = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * steps_per_epoch)
         max_steps = self._short_run(max_steps)
-        rate_from_config = self.optimizer is None and not self._overrides.create_optimizer  # config.learning_rate
-        self.create_optimizer()  # Transformers' order: the optimizer, then its scheduler (hf_overrides.py)
-        self.create_scheduler(num_training_steps=max_steps)
+        rate_from_config = self._make_optimizer()  # Transformers' order: the optimizer, then its scheduler
+        self._make_scheduler(max_steps)
         scheduler = self.lr_scheduler  # unprepared: the interval policy reads its type
         self.optimizer = acc.prepare(self.optimizer)
         self.lr_scheduler = acc.prepare_scheduler(scheduler, once_per_step=True)  # the schedule counts optimizer steps
@@ -494,6 +436,23 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self._compile_window = CompileWindow(acc)
         return loader
 
+    def _make_optimizer(self, model: torch.nn.Module | None = None) -> bool:
+        """``self.optimizer``, built from the config (optim, learning_rate, weight_decay, ...) when none was given;
+        True when it was, so that the config's learning_rate is the run's. A hook: a peer's Trainer routes it to a
+        subclass's own optimizer factory."""
+        if self.optimizer is not None:
+            return False
+        acc = self.accelerator
+        model = model if model is not None else acc.unwrap_model(self.prepared_model())
+        self.optimizer = default_optimizer(model, self.config, acc.plan.device, grad_scaler=acc.plan.grad_scaler)
+        return True
+
+    def _make_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """``self.lr_scheduler``, built from lr_scheduler_type and the warm-up when none was given. A hook, as
+        :meth:`_make_optimizer`."""
+        if self.lr_scheduler is None:
+            self.lr_scheduler = default_scheduler(optimizer or self.optimizer, self.config, num_training_steps)
+
     def _short_run(self, max_steps: int) -> int:
         """BRAEBURN_MAX_STEPS=N (a quick check that a command runs, as the doc tests do) stops at N steps."""
         cap = max_steps_cap()
@@ -502,11 +461,6 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self.accelerator.print(f"braeburn: {MAX_STEPS_VAR}={cap}: this run stops after {cap} of its {max_steps} "
                                "optimizer steps (unset it to train in full)")
         return cap
-
-    def _find_batch_size(self) -> None:
-        from .autobatch import find_train_batch_size
-
-        self.config.per_device_train_batch_size = find_train_batch_size(self)
 
     def _elastic_resume(self) -> str | None:
         """A worker torchrun restarted (braeburn launch --max-restarts) resumes from the latest checkpoint."""
@@ -530,14 +484,6 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self.accelerator.print(f"braeburn: resumed from {folder} at step {saved.global_step} (epoch {saved.epoch})")
 
     # -- the end ---------------------------------------------------------------------------------
-    def _mean_training_loss(self) -> float:
-        try:
-            self._check_finite()
-        except NonFiniteLossError:
-            return float("nan")
-        total, count = self._loss_total
-        return total / count if count else 0.0  # no step trained (a finished resume): 0.0, as Transformers
-
     def _last_eval_metrics(self) -> dict[str, float]:
         for record in reversed(self.state.log_history):
             if any(key.startswith("eval_") for key in record):
@@ -562,21 +508,6 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         message = f"braeburn: stopped by {name} at step {self.state.global_step}. {resume}"
         self.accelerator.print(message, flush=True)
         raise TrainingInterrupted(self.signals.received, message, checkpoint)
-
-
-def _from_model_init(model_init: Callable | None) -> torch.nn.Module:
-    if model_init is None:
-        raise ValueError("Trainer needs a model: pass Trainer(model=...) (or model_init=a function that returns one)")
-    return model_init()
-
-
-def _no_hf_extras(trial: Any, kwargs: dict[str, Any]) -> None:
-    if trial is not None:
-        raise ValueError("train(trial=...) is not supported: braeburn has no hyperparameter search; loop over "
-                         "configs yourself and build a Trainer per trial")
-    if kwargs:
-        raise TypeError(f"train() got unexpected arguments {', '.join(sorted(kwargs))}; it takes "
-                        "resume_from_checkpoint")
 
 
 def _metrics_log(config: TrainingConfig) -> MetricsLogCallback:

@@ -57,7 +57,7 @@ def _measure(trainer: "Trainer", batch: Any, precisions: tuple[str, ...]):
         policy = acc.set_precision(precision, "measuring")
 
         def step() -> torch.Tensor:
-            loss = trainer._forward_loss(model, batch)
+            loss = trainer.forward_loss(model, batch)
             policy.backward(loss)
             if trainer.config.max_grad_norm > 0:
                 policy.unscale_(inner)

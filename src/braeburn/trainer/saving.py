@@ -10,7 +10,6 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from ..compat.transformers.files import pretrained_config_files, processing_files
 from .background_save import BackgroundSaver, Snapshot
 from .checkpoint import CheckpointError
 from .phase_clock import CHECKPOINT, WRITE_WAIT
@@ -35,7 +34,7 @@ class SavingMixin:
         state = self.state
         self._check_finite()  # never save weights that a NaN step has spoiled
         self._name_best()  # before the write, so that the checkpoint's own state names it
-        files = self._pretrained_files()
+        files = self._checkpoint_files()
         snapshot = self._snapshot_for_background(files)
         if snapshot is not None:  # a thread writes the snapshot while training goes on (background_save.py)
             previous, state.last_checkpoint = state.last_checkpoint, str(self.output_dir / f"checkpoint-{state.global_step}")
@@ -56,13 +55,11 @@ class SavingMixin:
             self._best_before = self.state.best_checkpoint
             self.state.best_checkpoint = str(self.output_dir / f"checkpoint-{self.state.global_step}")
 
-    def _pretrained_files(self) -> dict[str, bytes]:
-        """A Transformers model's config.json beside the checkpoint's model.safetensors, and the tokenizer's files, as
-        Transformers' Trainer writes them (none with FSDP, whose checkpoints hold shards: they would not load)."""
-        if not self.is_main_process or self.accelerator.plan.strategy == "fsdp":
-            return {}
-        model = self.accelerator.unwrap_model(self._prepared_model)
-        return {**processing_files(self.processing_class), **pretrained_config_files(model)}
+    def _checkpoint_files(self) -> dict[str, bytes]:
+        """Files that every checkpoint holds beside the training state, by name: none here. A hook: the Transformers
+        Trainer adds a Transformers model's config.json and the tokenizer's files, so the folder loads with
+        ``from_pretrained``."""
+        return {}
 
     def _snapshot_for_background(self, files: dict[str, bytes]) -> Snapshot | None:
         acc = self.accelerator

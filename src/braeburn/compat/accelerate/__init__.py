@@ -1,2 +1,3 @@
-"""For Accelerate's users: its other names on the Accelerator (``api``), its ``Accelerator(...)`` arguments
-(``options``) and its ``accelerate config`` files read as `braeburn launch` settings (``config_file``)."""
+"""For Accelerate's users: ``braeburn.Accelerator`` (``accelerator``: braeburn's Accelerator with Accelerate's
+arguments), its other names (``api``), its ``Accelerator(...)`` arguments (``options``) and its ``accelerate config``
+files read as `braeburn launch` settings (``config_file``)."""

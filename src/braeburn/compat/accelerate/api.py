@@ -1,6 +1,6 @@
 """Accelerate's names on :class:`braeburn.Accelerator`, so an Accelerate script switches by its import.
 
-:class:`AccelerateCompat` is a mixin the Accelerator inherits: process helpers
+:class:`AccelerateCompat` is a mixin of ``braeburn.Accelerator`` (accelerator.py): process helpers
 (``main_process_first``, ``split_between_processes``, ``on_main_process`` ...), trackers
 (``init_trackers`` / ``log`` / ``get_tracker``), the ``prepare_*`` singles, ``save_model``,
 ``register_for_checkpointing``, triggers, and :func:`find_executable_batch_size` at module level.
@@ -73,9 +73,11 @@ class GradientAccumulationPlugin:
 
 
 class AccelerateCompat:
-    """Accelerate's public names that braeburn's Accelerator adds on top of its core (see the module doc)."""
+    """Accelerate's public names that braeburn's Accelerator adds on top of its core (see the module doc). Its
+    ``_checkpoint_dir``, ``_after_automatic_save``, ``_save_custom_objects``, ``_load_custom_objects``,
+    ``_latest_automatic_checkpoint`` and ``_end_trackers`` fill the core's hooks."""
 
-    # -- set up, from Accelerator.__init__ --------------------------------------------------------
+    # -- set up, from Accelerator.__init__ (before the core's) ------------------------------------------------
     def _init_accelerate_compat(self, log_with: Any = None, project_dir: Any = None,
                                 project_config: ProjectConfiguration | None = None, **_: Any) -> None:
         config = project_config or ProjectConfiguration()
@@ -226,12 +228,6 @@ class AccelerateCompat:
                             slice_fn_for_dispatch: Any = None):
         _placement(device_placement)
         return self.prepare(data_loader)
-
-    def prepare_scheduler(self, scheduler: Any, *, once_per_step: bool = False):
-        """As Accelerate: one optimizer step moves the schedule num_processes steps (each step saw
-        num_processes batches). ``once_per_step=True`` (braeburn's): one schedule step per optimizer step, as a
-        schedule counted in optimizer steps (the Trainer's) needs."""
-        return self._prepare_scheduler(scheduler, once_per_step)
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         """A loader whose next pass starts ``num_batches`` in (the rest of an epoch after a resume)."""

@@ -4,8 +4,8 @@
 drives any nn.Module with ``training_step`` and ``configure_optimizers`` (a real ``lightning.LightningModule`` or a
 duck-typed one; Lightning is never imported). It maps onto braeburn's own Trainer: the module is wrapped in one
 small nn.Module whose forward is ``training_step`` (so DDP and autocast wrap it as they wrap any model), the loss
-goes through the Trainer's ``compute_loss`` override, validation through ``prediction_step``, and the scheduler
-through the Trainer's Lightning scheduler dicts (scheduler_interval.py). Device, precision, DDP, accumulation,
+goes through the Trainer's ``_batch_loss`` hook, validation through ``_evaluation_step`` and ``_evaluation_output``,
+and the scheduler through the Trainer's Lightning scheduler dicts (scheduler_interval.py). Device, precision, DDP, accumulation,
 clipping, metrics.jsonl, progress and checkpoints are the Trainer's. What is and is not covered:
 docs/migrating.md, "Lightning".
 """
@@ -20,12 +20,12 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from ...accelerator.core import Accelerator
+from ...errors import note_once
 from ...trainer.callbacks import Callback
 from ...trainer.config import ConfigError, TrainingConfig
-from ..transformers.trainer_api import note_once
-from ..transformers.overrides import EvalLoopOutput
 from ...trainer.loop import Trainer as BraeburnTrainer
+from ...trainer.outputs import EvalLoopOutput
+from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
 from .module import HOOKS, StepLogger, split_optimizers, step_loss, unsupported_hooks
 from .options import lightning_options
 
@@ -118,7 +118,8 @@ class Trainer:
 
     def _build(self, model: torch.nn.Module, train_loader: Any, val_loader: Any) -> _LightningRun:
         """braeburn's Trainer for this fit (or validate: no optimizer then, as Lightning calls none)."""
-        accelerator = Accelerator(**{**self.options.config.accelerator_options(), "seed": None})  # the user seeds
+        # the user seeds; ACCELERATE_* variables act as on braeburn.Trainer's run (the accumulation is the config's)
+        accelerator = Accelerator(**accumulation_as_plugin({**self.options.config.accelerator_options(), "seed": None}))
         self.logger.reduce_mean = lambda value: accelerator.reduce(value, "mean")
         if accelerator.plan.precision == "fp16" and accelerator.device.type == "cpu" and accelerator.is_main_process:
             note_once("precision='16-mixed' on the CPU: braeburn autocasts to float16, as asked; Lightning switches "
@@ -130,7 +131,7 @@ class Trainer:
         if scheduler is not None and not isinstance(scheduler, Mapping):
             scheduler = {"scheduler": scheduler, "interval": "epoch"}  # Lightning steps a bare one per epoch
         return _LightningRun(self, model, config=config, train_dataset=train_loader, eval_dataset=val_loader,
-                             optimizers=(optimizer, scheduler), callbacks=[_LightningHooks(self, model)],
+                             optimizer=optimizer, lr_scheduler=scheduler, callbacks=[_LightningHooks(self, model)],
                              accelerator=accelerator)
 
     def _config_for(self, train_loader: Any, val_loader: Any, processes: int) -> TrainingConfig:
@@ -185,23 +186,26 @@ class _LightningRun(BraeburnTrainer):
         """The user's own DataLoader (the Accelerator shards it, and moves its batches to the device)."""
         return dataset if isinstance(dataset, DataLoader) else super()._loader(dataset, batch_size, shuffle)
 
-    def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None):
-        loss = step_loss(model(inputs, self.batch_idx, "training_step"), "training_step")
+    def _batch_loss(self, model: Any, batch: Any) -> torch.Tensor:
+        loss = step_loss(model(batch, self.batch_idx, "training_step"), "training_step")
         self.batch_idx += 1
         if loss is None:
             raise ValueError("training_step returned None, which Lightning takes as 'skip this batch'; braeburn "
                              "does not skip batches: return the loss (or filter the data before training)")
-        return (loss, None) if return_outputs else loss
+        return loss
 
-    def prediction_step(self, model: torch.nn.Module, inputs: Any, prediction_loss_only: bool,
-                        ignore_keys: list[str] | None = None) -> tuple[Any, Any, Any]:
+    def _evaluation_step(self, model: torch.nn.Module, batch: Any, loss_only: bool,
+                         ignore_keys: list[str] | None = None) -> tuple[Any, Any, Any]:
         with torch.no_grad():
-            loss = step_loss(model(inputs, self.batch_idx, "validation_step"), "validation_step")
+            loss = step_loss(model(batch, self.batch_idx, "validation_step"), "validation_step")
         self.batch_idx += 1
         return (loss.detach() if isinstance(loss, torch.Tensor) else None), None, None
 
-    def evaluation_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
-                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> EvalLoopOutput:
+    def _evaluation_output(self, loader: Any, description: str, prefix: str, loss_only: bool | None,
+                           ignore_keys: list[str] | None) -> EvalLoopOutput:
+        return self._timed_evaluation(lambda: self._validation(loader, description, prefix, ignore_keys), prefix)
+
+    def _validation(self, loader: Any, description: str, prefix: str, ignore_keys: list[str] | None) -> EvalLoopOutput:
         """Validation as Lightning orders it: its hooks around the batches, then what self.log recorded (epoch
         means) added to the metrics as ``eval_<name>``."""
         lightning, module = self.lightning, self.model.module
@@ -210,20 +214,26 @@ class _LightningRun(BraeburnTrainer):
         try:
             lightning._call("on_validation_start", module)
             lightning._call("on_validation_epoch_start", module)
-            output = super().evaluation_loop(dataloader, description, True, ignore_keys, metric_key_prefix)
+            output = super()._evaluation_output(loader, description, prefix, True, ignore_keys)
             lightning._call("on_validation_epoch_end", module)
             logged = lightning.logger.take_epoch_means()
             lightning._call("on_validation_end", module)
         finally:
             self.batch_idx, lightning.logger.training = saved_idx, True
-        metrics = {**(output.metrics or {}), **{f"{metric_key_prefix}_{k}": v for k, v in logged.items()}}
+        metrics = {**(output.metrics or {}), **{f"{prefix}_{k}": v for k, v in logged.items()}}
         return EvalLoopOutput(output.predictions, output.label_ids, metrics, output.num_samples)
 
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+    def _emit_log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """A training log record carries the step values self.log recorded since the last one."""
         if "loss" in logs and "learning_rate" in logs:
             logs = {**logs, **self.lightning.logger.take_step_values()}
-        super().log(logs, start_time)
+        super()._emit_log(logs, start_time)
+
+    def _record_train_metrics(self, metrics: dict[str, float]) -> None:
+        self._emit_log(dict(metrics))  # a log record, as the loggers see every other
+
+    def log(self, logs: dict[str, float]) -> None:
+        self._emit_log(logs)
 
 
 class _LightningHooks(Callback):

@@ -1,6 +1,7 @@
 """Transformers' ``TrainingArguments`` spelled on braeburn's ``TrainingConfig``.
 
-Two pieces, both inherited by :class:`braeburn.trainer.config.TrainingConfig`:
+:class:`TrainingArguments` (``braeburn.TrainingArguments``, and ``braeburn.TrainingConfig``) is braeburn's
+:class:`~braeburn.trainer.config.TrainingConfig` with two more pieces:
 
 - :class:`UnsupportedFields`: every Transformers field braeburn cannot honour, at Transformers'
   default. Setting one to anything else is an error naming what to use instead (never ignored).
@@ -16,12 +17,12 @@ import argparse
 import contextlib
 import dataclasses
 import enum
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ...plan.rules import OptionError
+from ...trainer.config import TrainingConfig
 
 
 # The reason for each refused field is kept out of its metadata on purpose: Transformers' HfArgumentParser
@@ -241,17 +242,26 @@ class HfArgumentsMixin:
             if self.world_size > 1 and rank == 0:
                 pg.barrier()
 
+
+@dataclass
+class TrainingArguments(TrainingConfig, HfArgumentsMixin, UnsupportedFields):
+    """How to train, as Transformers' ``TrainingArguments`` says it: braeburn's TrainingConfig, whose fields carry
+    Transformers' names, with every other field of Transformers' class refused when set (UnsupportedFields) and
+    what scripts read off it (HfArgumentsMixin). ``braeburn.TrainingConfig`` is this class too."""
+
+    def _peer_errors(self) -> list[OptionError]:
+        return unsupported_errors(self)
+
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if not is_unsupported(f)}
+        return {name: value for name, value in super().to_dict().items() if name not in UNSUPPORTED_INSTEAD}
 
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, default=str)
+    def accelerator_options(self) -> dict[str, Any]:
+        """The Accelerator's keyword arguments for this config; the accumulation travels as a plugin, as the
+        Transformers Trainer passes it, so that ACCELERATE_GRADIENT_ACCUMULATION_STEPS does not replace it."""
+        from ..accelerate.accelerator import accumulation_as_plugin  # (torch: not at import, for a fast --help)
 
-    def to_sanitized_dict(self) -> dict[str, Any]:
-        """Numbers, strings and booleans only (others as text): what trackers store as hyperparameters."""
-        return {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in self.to_dict().items()}
+        return accumulation_as_plugin(super().accelerator_options())
 
 
-__all__ = ["UNSUPPORTED_INSTEAD", "HfArgumentsMixin", "ParallelMode", "UnsupportedFields", "is_unsupported",
-           "unsupported_errors"]
+__all__ = ["UNSUPPORTED_INSTEAD", "HfArgumentsMixin", "ParallelMode", "TrainingArguments", "UnsupportedFields",
+           "is_unsupported", "unsupported_errors"]

@@ -1,127 +1,27 @@
-"""The Transformers Trainer's surface on braeburn's Trainer: argument mapping, collators, outputs, helpers.
+"""The Transformers Trainer's surface on braeburn's Trainer: its parser, its ways of giving the training parts, and
+the methods scripts call.
 
-- :func:`apply_hf_aliases` / :func:`hf_errors`: ``bf16``/``fp16``/``torch_compile``/``fsdp``/...
-  mapped onto braeburn's options, and the conflicts between them, as config errors.
-- :class:`HfArgumentParser`: Transformers' parser class over :func:`parse_config`.
-- :class:`EvalPrediction`, :class:`PredictionOutput`, :class:`TrainOutput`: numpy arrays and tuples, as
-  Transformers returns them.
-- :func:`make_collate`: ``data_collator`` / ``processing_class`` / ``remove_unused_columns``.
+- :class:`HfArgumentParser`: Transformers' parser class over :func:`braeburn.trainer.config.parse_config`.
+- :func:`resolve_training_parts`: ``optimizer_cls_and_kwargs`` and ``compute_loss_func``.
 - :class:`HfTrainerMixin`: ``save_model``, ``log_metrics``, ``save_metrics``, ``save_state`` ...
-The callback adapter is in ``hf_callbacks.py``.
+The Trainer is composed in ``trainer.py``; the callback adapter is in ``callbacks.py``. What the Trainer returns
+(``EvalPrediction``, ``PredictionOutput``, ``TrainOutput``) and its default collators are braeburn's own
+(``braeburn.trainer.outputs``, ``braeburn.trainer.collators``), named here too for the scripts that import them
+from this module's old path.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
-import sys
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
-from ...devices.base import DeviceKind
-from ...devices.host import HostFacts
 from ...checkpoints.no_follow import create_new, write_atomic
 from ...plan.rules import OptionError
-
-LABEL_KEYS = ("labels", "label", "label_ids")
-_noted: set[str] = set()
-
-
-def note_once(message: str) -> None:
-    """A note on stderr, once per process (a difference from a peer the user should know of)."""
-    if message not in _noted:
-        _noted.add(message)
-        print(f"braeburn: {message}", file=sys.stderr, flush=True)
-
-
-# -- TrainingArguments -> TrainingConfig ------------------------------------------------------------
-def _json_field(config: Any, name: str) -> None:
-    value = getattr(config, name)
-    if isinstance(value, str) and value.strip():
-        try:
-            setattr(config, name, json.loads(value))
-        except ValueError:
-            pass  # hf_errors reports it
-
-
-def apply_hf_aliases(config: Any) -> None:
-    """Map Transformers' spellings onto braeburn's options, in place (idempotent; never raises)."""
-    if config.bf16 and not config.fp16 and config.mixed_precision == "auto":
-        config.mixed_precision = "bf16"
-    if config.fp16 and not config.bf16 and config.mixed_precision == "auto":
-        config.mixed_precision = "fp16"
-    if config.torch_compile is not None and config.compile == "auto":
-        config.compile = "true" if config.torch_compile else "false"
-    if config.fsdp and config.strategy == "auto":
-        config.strategy = "fsdp"
-    if config.load_best_model_at_end and config.metric_for_best_model is None:
-        config.metric_for_best_model = "loss"  # Transformers' default when the best model is asked for
-    if config.greater_is_better is None and config.metric_for_best_model is not None:
-        config.greater_is_better = not str(config.metric_for_best_model).endswith("loss")
-    if config.activation_checkpointing:
-        config.gradient_checkpointing = True
-    if config.activation_checkpointing_kwargs is not None and config.gradient_checkpointing_kwargs is None:
-        config.gradient_checkpointing_kwargs = config.activation_checkpointing_kwargs
-    if isinstance(config.report_to, str):
-        config.report_to = [config.report_to]
-    if isinstance(config.label_names, str):
-        config.label_names = [config.label_names]
-    for name in ("gradient_checkpointing_kwargs", "lr_scheduler_kwargs"):
-        _json_field(config, name)
-    if config.eval_strategy == "steps" and config.eval_steps is None and config.logging_steps == 50:
-        note_once("--eval_strategy steps without --eval_steps evaluates every logging_steps, as Transformers "
-                   "does, but braeburn's default logging_steps is 50 (Transformers': 500), so it evaluates every "
-                   "50 steps; pass --eval_steps 500 for Transformers' cadence.")
-    if config.use_mps_device:
-        note_once("--use_mps_device is deprecated in Transformers and not needed: braeburn (like Transformers) "
-                   "trains on the Mac's GPU (mps) by default when it is usable; --accelerator mps insists on it.")
-
-
-def hf_errors(config: Any) -> list[OptionError]:
-    """Conflicts between Transformers' spellings and braeburn's options, and Transformers' own rules."""
-    errors: list[OptionError] = []
-    if config.bf16 and config.fp16:
-        errors.append(OptionError("bf16", True, "and --fp16 both set; choose one"))
-    for flag, precision in (("bf16", "bf16"), ("fp16", "fp16")):
-        # "auto" is the default, not a choice: with both --fp16 and --bf16 it stays "auto", and the error above says all
-        if getattr(config, flag) and config.mixed_precision not in (precision, "auto"):
-            errors.append(OptionError(flag, True, f"conflicts with --mixed_precision {config.mixed_precision}; "
-                                      "pass one of them"))
-    for name in ("gradient_checkpointing_kwargs", "lr_scheduler_kwargs"):
-        value = getattr(config, name)
-        if value is not None and not isinstance(value, dict):
-            errors.append(OptionError(name, value, 'must be a JSON object, e.g. {"use_reentrant": false}'))
-    if config.fsdp and "offload" in str(config.fsdp):
-        errors.append(OptionError("fsdp", config.fsdp, "CPU offload is not supported; pass --fsdp full_shard"))
-    if config.load_best_model_at_end:
-        if config.eval_strategy == "no":
-            errors.append(OptionError("load_best_model_at_end", True, "needs evaluations: pass --eval_strategy "
-                                      "epoch (or steps) and the same --save_strategy"))
-        elif config.save_strategy != config.eval_strategy:
-            errors.append(OptionError("load_best_model_at_end", True, f"needs --save_strategy to match --eval_strategy "
-                                      f"({config.save_strategy} vs {config.eval_strategy}), so that every evaluated "
-                                      "model is saved"))
-        elif config.eval_strategy == "steps" and config.save_steps % (config.eval_steps or config.logging_steps):
-            errors.append(OptionError("save_steps", config.save_steps, "must be a multiple of eval_steps with "
-                                      "--load_best_model_at_end"))
-    for name in ("dataloader_prefetch_factor", "torch_empty_cache_steps", "eval_accumulation_steps"):
-        value = getattr(config, name)
-        if value is not None and value < 1:
-            errors.append(OptionError(name, value, "must be >= 1 (or unset)"))
-    if config.dataloader_prefetch_factor is not None and config.dataloader_num_workers == 0:
-        errors.append(OptionError("dataloader_prefetch_factor", config.dataloader_prefetch_factor,
-                                  "needs --dataloader_num_workers 1 or more"))
-    from ...accelerator.trackers import TRACKERS, is_available
-
-    for name in config.report_to or []:
-        if name not in TRACKERS and name not in ("all", "none"):
-            errors.append(OptionError("report_to", name, f"choose from none, all, {', '.join(TRACKERS)}"))
-        elif name in TRACKERS and name != "tensorboard" and not is_available(name):  # tensorboard: config.py says it
-            errors.append(OptionError("report_to", name, f"needs the {TRACKERS[name][1]} package, which is not "
-                                      f"installed; pip install {TRACKERS[name][1]}, or pass --report_to all or none"))
-    return errors
+from ...trainer.batches import can_return_loss, find_label_names, labels_by_name, output_predictions
+from ...trainer.collators import make_collate
+from ...trainer.outputs import EvalPrediction, PredictionOutput, TrainOutput
 
 
 class HfArgumentParser:
@@ -164,239 +64,19 @@ class HfArgumentParser:
         return self._parse_file(str(yaml_file), allow_extra_keys)
 
 
-# -- what evaluation and training return ---------------------------------------------------------------
-class EvalPrediction:
-    """What ``compute_metrics`` receives: numpy arrays, as Transformers gives them (also ``preds, labels = p``)."""
-
-    def __init__(self, predictions: Any, label_ids: Any, inputs: Any = None, losses: Any = None):
-        self.predictions, self.label_ids, self.inputs, self.losses = predictions, label_ids, inputs, losses
-
-    def _items(self) -> tuple[Any, ...]:
-        return (self.predictions, self.label_ids) + tuple(x for x in (self.inputs, self.losses) if x is not None)
-
-    def __iter__(self):
-        return iter(self._items())
-
-    def __getitem__(self, index: int) -> Any:
-        return self._items()[index]
-
-    def __len__(self) -> int:
-        return len(self._items())
-
-
-class PredictionOutput(NamedTuple):
-    predictions: Any
-    label_ids: Any
-    metrics: dict[str, float]
-
-
-class TrainOutput(NamedTuple):
-    global_step: int
-    training_loss: float
-    metrics: dict[str, float]
-
-
-def to_numpy(data: Any) -> Any:
-    """Tensors (nested in tuples/lists/dicts too) as numpy arrays; bf16/fp16 become float32 as in Transformers."""
-    import torch
-
-    if isinstance(data, torch.Tensor):
-        data = data.detach().cpu()
-        if data.dtype in (torch.bfloat16, torch.float16):
-            data = data.float()
-        return data.numpy()
-    if isinstance(data, Mapping):
-        return {k: to_numpy(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return type(data)(to_numpy(v) for v in data)
-    return data
-
-
-def concat_padded(parts: list[Any], padding_index: int = -100) -> Any:
-    """Concatenate batches on dim 0, padding dim 1 with ``padding_index`` when lengths differ (token tasks)."""
-    import torch
-
-    if not parts:
-        return None
-    first = parts[0]
-    if isinstance(first, torch.Tensor):
-        if first.dim() < 2 or all(p.shape[1:] == first.shape[1:] for p in parts):
-            return torch.cat(parts)
-        longest = max(p.shape[1] for p in parts)
-        padded = []
-        for part in parts:
-            shape = (part.shape[0], longest) + tuple(part.shape[2:])
-            out = part.new_full(shape, padding_index)
-            out[:, :part.shape[1]] = part
-            padded.append(out)
-        return torch.cat(padded)
-    if isinstance(first, Mapping):
-        return {k: concat_padded([p[k] for p in parts], padding_index) for k in first}
-    if isinstance(first, (list, tuple)):
-        return type(first)(concat_padded([p[i] for p in parts], padding_index) for i in range(len(first)))
-    return parts
-
-
-# -- batches ---------------------------------------------------------------------------------------------
-def find_label_names(model: Any) -> list[str]:
-    """Transformers' default ``label_names``: the forward's parameters with "label" in their name, and
-    ``start_positions``/``end_positions`` for a question-answering model; ``["labels"]`` when it names none
-    (braeburn's models with a ``loss_fn``)."""
-    import torch
-
-    forward = model.forward if isinstance(model, torch.nn.Module) else model
-    try:
-        params = list(inspect.signature(forward).parameters)
-    except (TypeError, ValueError):
-        return ["labels"]
-    answers = ("start_positions", "end_positions") if "QuestionAnswering" in type(model).__name__ else ()
-    return [p for p in params if "label" in p or p in answers] or ["labels"]
-
-
-def can_return_loss(model: Any) -> bool:
-    """Transformers' ``can_return_loss``: the forward has ``return_loss=True`` as a default (CLIP-like models)."""
-    try:
-        param = inspect.signature(model.forward).parameters.get("return_loss")
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return param is not None and param.default is True
-
-
-def labels_by_name(batch: Mapping, names: list[str]) -> Any:
-    """A dict batch's labels as Transformers' prediction_step takes them: the tensor for one name, a tuple in
-    ``names``' order for several, None unless every one is there."""
-    values = tuple(batch.get(name) for name in names)
-    if not values or any(value is None for value in values):
-        return None
-    return values[0] if len(values) == 1 else values
-
-
-def output_predictions(outputs: Any, ignore_keys: list[str] | None = None) -> Any:
-    """The predictions of a dict-like output (a ModelOutput) as Transformers gives them: the values other than
-    ``loss`` and ``ignore_keys``, in order, as a tuple, or the value itself when there is one
-    (``start_logits, end_logits = predictions``)."""
-    skip = {"loss", *(ignore_keys or ())}
-    values = tuple(v for k, v in outputs.items() if k not in skip and v is not None)
-    return values[0] if len(values) == 1 else values
-
-
-def ignored_output_keys(model: Any, ignore_keys: list[str] | None) -> list[str]:
-    """Transformers' default ``ignore_keys``: the model config's ``keys_to_ignore_at_inference``."""
-    if ignore_keys is not None:
-        return ignore_keys
-    config = getattr(model, "config", None)
-    return list(getattr(config, "keys_to_ignore_at_inference", ["cache"])) if config is not None else []
-
-
-def forward_arguments(model: Any) -> set[str] | None:
-    """The names the model's forward declares (as Transformers' signature columns), or None when it
-    declares none besides *args/**kwargs (then nothing is removed)."""
-    import torch
-
-    forward = model.forward if isinstance(model, torch.nn.Module) else model
-    try:
-        params = inspect.signature(forward).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    named = {p.name for p in params if p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)}
-    return named or None
-
-
-def _with_labels_renamed(feature: Mapping) -> dict:
-    feature = dict(feature)
-    for key in ("label", "label_ids"):
-        if key in feature and "labels" not in feature:
-            feature["labels"] = feature.pop(key)
-    return feature
-
-
-def _padding_collator(processing_class: Any) -> Callable | None:
-    """``DataCollatorWithPadding(processing_class)`` as Transformers builds it when no collator is given."""
-    if not callable(getattr(processing_class, "pad", None)):
-        return None
-
-    def collate(features: list[Mapping]) -> Any:
-        batch = processing_class.pad([_with_labels_renamed(f) for f in features], padding=True, return_tensors="pt")
-        return dict(batch)
-
-    return collate
-
-
-def _default_collator(features: list[Any]) -> Any:
-    from torch.utils.data import default_collate
-
-    if features and isinstance(features[0], Mapping):
-        return default_collate([_with_labels_renamed(f) for f in features])
-    return default_collate(features)
-
-
-def make_collate(model: Any, config: Any, data_collator: Callable | None, processing_class: Any) -> Callable | None:
-    """The collate function: the given collator, else a padding one for a tokenizer, else the default; dict
-    samples lose the keys the model's forward does not take (remove_unused_columns), labels kept."""
-    collate = data_collator or _padding_collator(processing_class)
-    keep = forward_arguments(model) if config.remove_unused_columns else None
-    if keep is None and collate is data_collator:
-        return data_collator  # nothing to change: braeburn's own path (None: torch's default_collate)
-    keep = None if keep is None else keep | set(config.label_names or LABEL_KEYS)
-    inner = collate or _default_collator
-
-    def collate_fn(features: list[Any]) -> Any:
-        if keep is not None and features and isinstance(features[0], Mapping):
-            features = [{k: v for k, v in f.items() if k in keep} for f in features]
-        return inner(features)
-
-    return collate_fn
-
-
-def label_smoothed_loss(factor: float) -> Callable[[Any, Any], Any]:
-    """Cross-entropy on the output's logits with label smoothing, ignoring -100 labels (Transformers' LabelSmoother)."""
-    import torch
-
-    def loss_fn(outputs: Any, labels: Any) -> Any:
-        from ...trainer.batches import model_logits
-
-        logits = model_logits(outputs)
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
-                                                 labels.reshape(-1).long(), ignore_index=-100,
-                                                 label_smoothing=factor)
-
-    return loss_fn
-
-
-def resolve_training_parts(model: Any, config: Any, *, optimizer: Any, lr_scheduler: Any,
-                           optimizer_cls_and_kwargs: tuple | None, loss_fn: Callable | None,
-                           compute_loss_func: Callable | None) -> tuple[Any, Any, Callable | None]:
-    """(optimizer, lr_scheduler, loss_fn) from Transformers' ways of giving them and braeburn's.
+def resolve_training_parts(model: Any, *, optimizer: Any, optimizer_cls_and_kwargs: tuple | None,
+                           loss_fn: Callable | None, compute_loss_func: Callable | None) -> tuple[Any, Callable | None]:
+    """(optimizer, loss_fn) from Transformers' ways of giving them and braeburn's.
 
     ``optimizer_cls_and_kwargs`` builds the optimizer over the trainable parameters when none is given;
-    ``compute_loss_func(outputs, labels, num_items_in_batch)`` becomes a ``loss_fn(outputs, labels)``;
-    ``label_smoothing_factor`` > 0 gives the smoothed cross-entropy when no loss is given.
+    ``compute_loss_func(outputs, labels, num_items_in_batch)`` becomes a ``loss_fn(outputs, labels)``.
     """
     if optimizer is None and optimizer_cls_and_kwargs is not None:
         cls, kwargs = optimizer_cls_and_kwargs
         optimizer = cls((p for p in model.parameters() if p.requires_grad), **kwargs)
     if loss_fn is None and compute_loss_func is not None:
         loss_fn = lambda outputs, labels: compute_loss_func(outputs, labels, num_items_in_batch=None)  # noqa: E731
-    if loss_fn is None and config.label_smoothing_factor > 0:
-        loss_fn = label_smoothed_loss(config.label_smoothing_factor)
-    return optimizer, lr_scheduler, loss_fn
-
-
-def prepare_model_options(model: Any, config: Any, kind: DeviceKind, host: HostFacts) -> None:
-    """gradient_checkpointing (with the random-state replay ``kind`` needs) and tf32, applied before training."""
-    import torch
-
-    from ...trainer.checkpointing import checkpointing_kwargs
-
-    if config.gradient_checkpointing:
-        enable = getattr(model, "gradient_checkpointing_enable", None)
-        if enable is None:
-            raise ValueError(f"gradient_checkpointing=True, but {type(model).__name__} has no "
-                             "gradient_checkpointing_enable(); wrap your blocks in torch.utils.checkpoint.checkpoint "
-                             "instead, or pass --gradient_checkpointing false")
-        enable(gradient_checkpointing_kwargs=checkpointing_kwargs(config.gradient_checkpointing_kwargs, kind, host))
-    if config.tf32 is not None:
-        torch.set_float32_matmul_precision("high" if config.tf32 else "highest")
+    return optimizer, loss_fn
 
 
 # -- Trainer methods scripts call ------------------------------------------------------------------------
@@ -418,24 +98,8 @@ class HfTrainerMixin:
         self.config = value
 
     @property
-    def label_names(self) -> list[str]:
-        """The batch keys that hold the labels: ``args.label_names``, else the model's (Transformers' rule)."""
-        names = getattr(self, "_label_names", None)
-        if names is None:
-            names = list(self.config.label_names or find_label_names(self._unwrapped_for_labels()))
-        return names
-
-    @label_names.setter
-    def label_names(self, names: list[str]) -> None:
-        self._label_names = list(names)
-
-    @property
     def can_return_loss(self) -> bool:
         return can_return_loss(self._unwrapped_for_labels())
-
-    def _unwrapped_for_labels(self) -> Any:
-        base = getattr(self.model, "get_base_model", None)  # a PEFT model: its base names the labels
-        return base() if callable(base) else self.model
 
     def is_world_process_zero(self) -> bool:
         return self.accelerator.is_main_process
@@ -496,12 +160,6 @@ class HfTrainerMixin:
             merged = {} if path.is_symlink() or not path.exists() else json.loads(path.read_text(encoding="utf-8"))
             merged.update(metrics)
             write_atomic(path, json.dumps(merged, indent=4, sort_keys=True))
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Record ``logs`` in log_history and send them to the loggers (callbacks' on_log)."""
-        if self.state.max_steps:
-            logs = {**logs, "epoch": round(self.state.epoch_progress, 4)}
-        self._record(dict(logs))
 
     def create_model_card(self, **kwargs: Any) -> None:
         """A short README.md in output_dir: the run's arguments and its last evaluation (main process)."""
@@ -579,19 +237,13 @@ class HfTrainerMixin:
         args = args or self.config
         return args.per_device_train_batch_size * args.gradient_accumulation_steps * self.accelerator.num_processes
 
-    def _train_metrics(self, seconds: float, steps_done: int, samples: int) -> dict[str, float]:
-        """Transformers' train() metrics, also appended to log_history."""
-        metrics = {"train_runtime": round(seconds, 4),
-                   "train_samples_per_second": round(samples / seconds, 3) if seconds > 0 else 0.0,
-                   "train_steps_per_second": round(steps_done / seconds, 3) if seconds > 0 else 0.0,
-                   "train_loss": self._mean_training_loss(), "epoch": round(self.state.epoch_progress, 4)}
-        if self._overrides.log:  # Transformers ends train() with self.log(metrics): an override sees them too
-            self.log(dict(metrics))
-        else:
-            self.state.log_history.append({"step": self.state.global_step, **metrics})
-        return metrics
+    def _call_hf_hook(self, hook: str, **kwargs: Any) -> None:
+        """Transformers-only hooks (on_init_end, on_predict) of the Transformers-style callbacks."""
+        for callback in self.callbacks.callbacks:
+            if hasattr(callback, "inner") and hasattr(callback, "call"):
+                callback.call(hook, **kwargs)
 
 
 __all__ = ["EvalPrediction", "HfArgumentParser", "HfTrainerMixin", "PredictionOutput", "TrainOutput",
-           "apply_hf_aliases", "can_return_loss", "find_label_names", "hf_errors", "labels_by_name", "make_collate",
-           "output_predictions"]
+           "can_return_loss", "find_label_names", "labels_by_name", "make_collate", "output_predictions",
+           "resolve_training_parts"]

@@ -1,0 +1,79 @@
+"""``braeburn.Accelerator``: braeburn's Accelerator (``braeburn.accelerator.core``) with Accelerate's other names
+(:class:`~braeburn.compat.accelerate.api.AccelerateCompat`) and Accelerate's ``Accelerator(...)`` arguments: the
+ones braeburn's core does not have are translated, accepted or refused (``options``), and the ACCELERATE_*
+variables apply as Accelerate applies them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...accelerator import core
+from ...accelerator.core import say_once
+from ...plan.envvars import MIXED_PRECISION_VAR, accelerate_env, env_default
+from .api import AccelerateCompat, GradientAccumulationPlugin
+from .options import accelerate_options
+
+
+class Accelerator(AccelerateCompat, core.Accelerator):
+    """Make a hand-written training loop run on the best device, with the right precision, on 1..N processes.
+
+    Every argument left at "auto" is resolved by :func:`braeburn.plan.rules.make_plan` (the launcher's
+    BRAEBURN_* variables fill them first); an impossible choice raises :class:`PlanError` listing all.
+    Accelerate's own arguments (``log_with``, ``project_config``, ``kwargs_handlers``, ...) are taken as there
+    (docs/migrating.md says where braeburn differs).
+    """
+
+    def __init__(self, cpu: bool = False, mixed_precision: Any = "auto", gradient_accumulation_steps: int = 1,
+                 accelerator: str = "auto", devices="auto", strategy: str = "auto", compile="auto",
+                 seed: int | None = None, mps_fallback: bool = True, step_scheduler_with_optimizer: bool = True,
+                 compile_backend: str = "inductor", compile_mode: str | None = None, **accelerate_kwargs: Any):
+        dynamo_given = accelerate_kwargs.get("dynamo_backend") is not None
+        accelerate = accelerate_options(mixed_precision, accelerate_kwargs)
+        compile = accelerate.compile or compile
+        cpu, mixed_precision, gradient_accumulation_steps, compile, compile_mode = _with_accelerate_env(
+            cpu, accelerate.mixed_precision, gradient_accumulation_steps, accelerate.accumulation_steps, compile,
+            compile_mode, dynamo_given)
+        self._init_accelerate_compat(**accelerate.tracking)
+        super().__init__(cpu, mixed_precision, gradient_accumulation_steps, accelerator, devices, strategy, compile,
+                         seed, mps_fallback, step_scheduler_with_optimizer, compile_backend, compile_mode,
+                         data_seed=accelerate.data_seed, ddp_options=accelerate.ddp_options,
+                         process_group_timeout=accelerate.process_group_timeout)
+
+
+def _with_accelerate_env(cpu: bool, mixed_precision: str, steps: int, plugin_steps: int | None, compile: Any,
+                         compile_mode: str | None, dynamo_given: bool) -> tuple[bool, str, int, Any, str | None]:
+    """The constructor's options with the ACCELERATE_* variables applied as Accelerate 1.15 applies them:
+    ACCELERATE_USE_CPU forces the CPU; ACCELERATE_MIXED_PRECISION and ACCELERATE_DYNAMO_* fill only what the
+    call (and BRAEBURN_*) left unset; ACCELERATE_GRADIENT_ACCUMULATION_STEPS replaces the argument unless a
+    GradientAccumulationPlugin is given. Unsupported ones are said once, with the fix."""
+    env = accelerate_env()
+    for note in env.notes:
+        say_once(f"braeburn: {note}", as_warning=True)
+    if env.mixed_precision is not None and env_default(MIXED_PRECISION_VAR, mixed_precision) == "auto":
+        mixed_precision = env.mixed_precision
+    if plugin_steps is not None:
+        steps = plugin_steps
+    elif env.gradient_accumulation_steps is not None:
+        if steps not in (1, env.gradient_accumulation_steps):
+            say_once(f"braeburn: ACCELERATE_GRADIENT_ACCUMULATION_STEPS={env.gradient_accumulation_steps} replaces "
+                     f"gradient_accumulation_steps={steps}, as in Accelerate; unset the variable to use the argument",
+                     as_warning=True)
+        steps = env.gradient_accumulation_steps
+    if env.compile and not dynamo_given and compile == "auto":
+        compile, compile_mode = True, compile_mode or env.compile_mode
+    return cpu or env.cpu, mixed_precision, steps, compile, compile_mode
+
+
+def accumulation_as_plugin(options: dict[str, Any]) -> dict[str, Any]:
+    """Accelerator keyword arguments (``TrainingConfig.accelerator_options()``) with gradient_accumulation_steps
+    passed as a GradientAccumulationPlugin, as the Transformers Trainer passes its accumulation to Accelerate:
+    ACCELERATE_GRADIENT_ACCUMULATION_STEPS then does not replace it. Options without it are returned as given."""
+    if "gradient_accumulation_steps" not in options:
+        return options
+    options = dict(options)
+    steps = options.pop("gradient_accumulation_steps")
+    return {**options, "gradient_accumulation_plugin": GradientAccumulationPlugin(num_steps=steps)}
+
+
+__all__ = ["Accelerator", "accumulation_as_plugin"]

@@ -1,0 +1,74 @@
+"""The Trainer's collate function when the script gives none or a partial one: a tokenizer's padding, torch's
+default, and dict samples cut to the keys the model's forward takes (``remove_unused_columns``), as Transformers'
+Trainer builds them, so that its datasets and collators work unchanged."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+LABEL_KEYS = ("labels", "label", "label_ids")
+
+
+def forward_arguments(model: Any) -> set[str] | None:
+    """The names the model's forward declares (as Transformers' signature columns), or None when it
+    declares none besides *args/**kwargs (then nothing is removed)."""
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    try:
+        params = inspect.signature(forward).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    named = {p.name for p in params if p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)}
+    return named or None
+
+
+def _with_labels_renamed(feature: Mapping) -> dict:
+    feature = dict(feature)
+    for key in ("label", "label_ids"):
+        if key in feature and "labels" not in feature:
+            feature["labels"] = feature.pop(key)
+    return feature
+
+
+def _padding_collator(processing_class: Any) -> Callable | None:
+    """``DataCollatorWithPadding(processing_class)`` as Transformers builds it when no collator is given."""
+    if not callable(getattr(processing_class, "pad", None)):
+        return None
+
+    def collate(features: list[Mapping]) -> Any:
+        batch = processing_class.pad([_with_labels_renamed(f) for f in features], padding=True, return_tensors="pt")
+        return dict(batch)
+
+    return collate
+
+
+def _default_collator(features: list[Any]) -> Any:
+    from torch.utils.data import default_collate
+
+    if features and isinstance(features[0], Mapping):
+        return default_collate([_with_labels_renamed(f) for f in features])
+    return default_collate(features)
+
+
+def make_collate(model: Any, config: Any, data_collator: Callable | None, processing_class: Any) -> Callable | None:
+    """The collate function: the given collator, else a padding one for a tokenizer, else the default; dict
+    samples lose the keys the model's forward does not take (remove_unused_columns), labels kept."""
+    collate = data_collator or _padding_collator(processing_class)
+    keep = forward_arguments(model) if config.remove_unused_columns else None
+    if keep is None and collate is data_collator:
+        return data_collator  # nothing to change: braeburn's own path (None: torch's default_collate)
+    keep = None if keep is None else keep | set(config.label_names or LABEL_KEYS)
+    inner = collate or _default_collator
+
+    def collate_fn(features: list[Any]) -> Any:
+        if keep is not None and features and isinstance(features[0], Mapping):
+            features = [{k: v for k, v in f.items() if k in keep} for f in features]
+        return inner(features)
+
+    return collate_fn
+
+
+__all__ = ["LABEL_KEYS", "forward_arguments", "make_collate"]

@@ -1,0 +1,132 @@
+"""The logging window of the Trainer: each step's loss stays on the device until a log reads the window's mean
+(one host sync), which is also where a NaN or infinite loss is found; the logs go to log_history and the
+callbacks. A mixin of :class:`braeburn.trainer.loop.Trainer`; it uses the Trainer's accelerator, state,
+callbacks and config.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..plan.compile_policy import outputs_are_overwritten
+from .checkpoint import SaveLog
+from .summary import non_finite_message
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite and nan_policy is "stop"."""
+
+
+class LogWindowMixin:
+    """The losses since the last log, the log itself (:meth:`log_now`) and train()'s metrics."""
+
+    def _reset_window(self) -> None:
+        """Fresh counters for a train() call: the losses since the last log stay on the device until read."""
+        self._window_losses: list[torch.Tensor] = []
+        self._losses_overwritten = outputs_are_overwritten(self.accelerator.compile_mode)
+        self._window_first_step = self.state.global_step + 1
+        self._window_has_grads = False
+        self._window_start = (time.perf_counter(), self.state.samples_seen)
+        self._grad_norm: torch.Tensor | None = None
+        self._step_lr: float | None = None
+        self._skipped = 0
+        self._drift_warned = False  # the MPS driver-memory drift is warned once per train()
+        self._loss_total = (0.0, 0)
+        self._save_log = SaveLog()
+
+    def _check_finite(self) -> float | None:
+        """The mean loss since the last log (one sync); stops the run at a NaN/inf loss when nan_policy="stop"."""
+        if not self._window_losses:
+            return None
+        # Averaged over the processes (one all-reduce): every rank logs the global loss and stops together.
+        losses = self.accelerator.reduce(torch.stack(self._window_losses).float(), "mean")
+        bad = (~torch.isfinite(losses)).nonzero()
+        if bad.numel():  # .numel() of a nonzero() result waits for the device
+            step = self._window_first_step + int(bad[0]) // self.config.gradient_accumulation_steps
+            raise NonFiniteLossError(non_finite_message(self, step, float(losses[int(bad[0])])))
+        mean = float(losses.mean())  # sync
+        total, count = self._loss_total
+        self._loss_total = (total + mean * len(losses), count + len(losses))
+        self._window_losses = []
+        self._window_first_step = self.state.global_step + 1
+        return mean
+
+    @property
+    def has_unlogged_losses(self) -> bool:
+        """Whether a step trained since the last log (so that :meth:`log_now` has a loss to log)."""
+        return bool(self._window_losses)
+
+    def log_now(self) -> None:
+        """Log the window since the last log: its mean loss (one host sync), the learning rate, the gradient
+        norm, samples/s and device memory. The loop calls it every logging_steps; the options that log at other
+        moments (logging_first_step, logging_strategy="epoch", a callback's should_log) call it too."""
+        state, now = self.state, time.perf_counter()
+        logs: dict[str, float] = {"epoch": round(state.epoch_progress, 4)}
+        loss = self._check_finite()
+        if loss is not None:
+            logs["loss"] = loss
+        rate = self._step_lr if self._step_lr is not None else self.lr_scheduler.get_last_lr()[0]
+        logs["learning_rate"] = float(rate)
+        if self._grad_norm is not None:
+            logs["grad_norm"] = float(self._grad_norm)  # cheap: the loss read above already synced
+        started, samples = self._window_start
+        if now > started:
+            logs["samples_per_second"] = (state.samples_seen - samples) / (now - started)
+        memory = self.accelerator.memory_stats()
+        logs["memory_bytes"] = float(memory.get("allocated_bytes", memory.get("peak_bytes", 0)))
+        if "driver_bytes" in memory:  # MPS: the driver's share grows with each new shape (warned once, below)
+            logs["driver_memory_bytes"] = float(memory["driver_bytes"])
+            self._warn_memory_drift(memory)
+        if self._skipped:
+            logs["skipped_steps"] = float(self._skipped)
+        self._window_start = (now, state.samples_seen)
+        self._emit_log(logs, start_time=started)
+
+    def _emit_log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Record ``logs`` (with the epoch) in log_history and send them to the callbacks' on_log. A hook: a peer's
+        Trainer routes it to a subclass's own ``log``."""
+        if self.state.max_steps:
+            logs = {**logs, "epoch": round(self.state.epoch_progress, 4)}
+        self._record(dict(logs))
+
+    def _warn_memory_drift(self, memory: dict[str, int]) -> None:
+        drift = None if self._drift_warned else self.accelerator.plan.device.memory_drift(memory)
+        if drift:
+            self._drift_warned = True
+            self.accelerator.print(f"braeburn: warning at step {self.state.global_step}: {drift}")
+
+    def _record(self, logs: dict[str, float]) -> None:
+        self.state.log_history.append({"step": self.state.global_step, **logs})
+        self.callbacks.on_log(self, self.state, logs)
+
+    def _keep_loss(self, loss: torch.Tensor) -> None:
+        """The step's loss joins the window, on the device (no sync), and the window has gradients to step with.
+        Under CUDA graphs (torch_compile_mode reduce-overhead or max-autotune) the loss lives in the graph's pool,
+        which the next step overwrites, so a copy is kept."""
+        loss = loss.detach()
+        self._window_losses.append(loss.clone() if self._losses_overwritten else loss)
+        self._window_has_grads = True
+
+    def _mean_training_loss(self) -> float:
+        try:
+            self._check_finite()
+        except NonFiniteLossError:
+            return float("nan")
+        total, count = self._loss_total
+        return total / count if count else 0.0  # no step trained (a finished resume): 0.0, as Transformers
+
+    def _train_metrics(self, seconds: float, steps_done: int, samples: int) -> dict[str, float]:
+        """train()'s metrics, as Transformers names them, also kept in log_history."""
+        metrics = {"train_runtime": round(seconds, 4),
+                   "train_samples_per_second": round(samples / seconds, 3) if seconds > 0 else 0.0,
+                   "train_steps_per_second": round(steps_done / seconds, 3) if seconds > 0 else 0.0,
+                   "train_loss": self._mean_training_loss(), "epoch": round(self.state.epoch_progress, 4)}
+        self._record_train_metrics(metrics)
+        return metrics
+
+    def _record_train_metrics(self, metrics: dict[str, float]) -> None:
+        """train()'s metrics into log_history (not a log: no callback's on_log sees them). A hook: a peer's
+        Trainer that logs them instead overrides it."""
+        self.state.log_history.append({"step": self.state.global_step, **metrics})
