@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers beside t
 from _images import ImageDataset, ImageSource, load_digits_source, random_horizontal_flip, scan_image_folder, stratified_split  # noqa: E402
 from _metrics import classification_metrics, confusion, per_class_report, save_confusion_matrix_png, write_json  # noqa: E402
 
-from braeburn.trainer import TrainingConfig, parse_config  # noqa: E402
-from braeburn.trainer.loop import Trainer  # noqa: E402
+from braeburn import Trainer, TrainingConfig  # noqa: E402
+from braeburn.trainer import parse_config  # noqa: E402
 
 
 @dataclass

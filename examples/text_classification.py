@@ -33,8 +33,8 @@ from _text import (TextExamples, label_indices, label_names, load_pretrained, re
                    small_bert, word_tokenizer)
 
 from braeburn.compat.transformers.files import transformers_quiet  # noqa: E402
-from braeburn.trainer import TrainingConfig, parse_config  # noqa: E402
-from braeburn.trainer.loop import Trainer  # noqa: E402
+from braeburn import Trainer, TrainingConfig  # noqa: E402
+from braeburn.trainer import parse_config  # noqa: E402
 
 
 @dataclass

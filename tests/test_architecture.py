@@ -81,3 +81,40 @@ def test_an_old_module_path_imports_the_same_module(old):
     module = importlib.import_module(old)
     assert module is importlib.import_module(braeburn._MOVED[old])
     assert sys.modules[old] is module
+
+
+TRAIN_WITH_THE_CORE = """
+import sys, torch
+from torch.utils.data import TensorDataset
+from braeburn.trainer import Trainer, TrainingConfig
+
+x = torch.randn(16, 4)
+config = TrainingConfig(output_dir=sys.argv[1], max_steps=2, per_device_train_batch_size=8, save_strategy="no",
+                        use_cpu=True, disable_tqdm=True, logging_steps=1, eval_strategy="steps")
+trainer = Trainer(torch.nn.Linear(4, 2), config, train_dataset=TensorDataset(x, (x.sum(1) > 0).long()),
+                  eval_dataset=TensorDataset(x, (x.sum(1) > 0).long()), loss_fn=torch.nn.functional.cross_entropy)
+trainer.train()
+print(sorted(name for name in sys.modules if name.startswith("braeburn.compat")))
+"""
+
+
+def test_the_core_trains_without_loading_a_peers_layer(tmp_path):
+    """braeburn's own Trainer (and its Accelerator) trains and evaluates with no module of compat/ loaded."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", TRAIN_WITH_THE_CORE, str(tmp_path / "run")], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_public_classes_are_the_cores_with_a_peers_layer():
+    import braeburn
+    from braeburn.accelerator.core import Accelerator
+    from braeburn.trainer.config import TrainingConfig
+    from braeburn.trainer.loop import Trainer
+
+    for public, core in ((braeburn.Trainer, Trainer), (braeburn.Accelerator, Accelerator),
+                         (braeburn.TrainingConfig, TrainingConfig), (braeburn.TrainingArguments, TrainingConfig)):
+        assert issubclass(public, core) and public is not core
+        assert public.__module__.startswith("braeburn.compat.")

@@ -22,7 +22,7 @@ from braeburn.cli.main import main
 from braeburn.devices.mps import FALLBACK_VAR, HIGH_WATERMARK_VAR, LOW_WATERMARK_VAR, MpsDevice
 from braeburn.plan.rules import PlanError, RunOptions, make_plan
 from braeburn.trainer.config import TrainingConfig
-from braeburn.compat.transformers.trainer_api import prepare_model_options
+from braeburn.trainer.checkpointing import prepare_model_options
 from tests.conftest import APPLE_M, LINUX_CPU
 from tests.test_launch import RECORD_ENV, script
 from tests.test_mac import ON_A_MAC, fake_mac, run_python  # noqa: F401  (fake_mac: a fixture)

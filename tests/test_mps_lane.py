@@ -198,7 +198,7 @@ class CheckpointedNet(nn.Module):
 def test_checkpointing_with_dropout_gives_the_right_gradients():
     from braeburn.devices.host import current_host
     from braeburn.devices.registry import get_kind
-    from braeburn.compat.transformers.trainer_api import prepare_model_options
+    from braeburn.trainer.checkpointing import prepare_model_options
 
     def gradients(model):
         model = model.to("mps")

@@ -19,7 +19,7 @@ from torch.utils.data import TensorDataset
 from braeburn.checkpoints.state import load_model_state
 from braeburn.trainer import Trainer, TrainingConfig, background_save
 from braeburn.trainer.checkpoint import CheckpointError, CheckpointManager, run_of
-from braeburn.compat.transformers.callbacks import _load_best
+from braeburn.trainer.options_callback import _load_best
 from braeburn.trainer.summary import non_finite_message
 
 pytestmark = pytest.mark.usefixtures("one_thread", "cpu_only")
