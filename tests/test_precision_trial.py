@@ -18,6 +18,7 @@ from braeburn import precision_trial
 from braeburn.plan import RunOptions, make_plan
 from braeburn.precision_trial import (MEASURE_STEPS, MIN_GAIN, ROUNDS, Trial, Window, clearly_faster, decide,
                                       measure_reason, min_run_steps, run_trials, stop_after_first_round, trial_steps)
+from braeburn.trainer import precision_window
 from tests.conftest import APPLE_M, CUDA_BOX, LINUX_CPU
 from tests.test_mac import fake_mac  # noqa: F401  (a fixture)
 
@@ -319,7 +320,7 @@ def test_a_run_too_short_to_earn_the_trial_back_is_not_measured(fake_mac, one_th
     # No fake clock and no lowered gate: a 500-step run would spend 54 steps (11%) on the trial, which a 5% gain
     # earns back only over 1080 steps.
     seen = []
-    monkeypatch.setattr(precision_trial, "run_trials", lambda *args, **kwargs: seen.append(args))
+    monkeypatch.setattr(precision_window, "run_trials", lambda *args, **kwargs: seen.append(args))
     trainer, weights = _train(tmp_path, "short", "auto", FakeClock(), {"no": 0, "bf16": 0, "fp16": 0}, steps=500)
     assert seen == [] and trainer.accelerator.precision == "no"
     assert ("auto: float32, not measured: a run of 500 steps is too short to earn back the trial: its 54 steps train "
