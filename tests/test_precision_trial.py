@@ -79,7 +79,8 @@ def test_clearly_faster(fast, slow, expected):
 
 def test_the_table_shows_every_precision_in_one_line():
     rows = [F32, Trial("bf16", error="no bf16 kernel"), timed("fp16", 6.0, 1.0, 6.2, 5.9, skipped=(1,), finite=False)]
-    assert decide(rows).table == ("float32 10.1 ms/step [9.9-10.2, 4 rounds] loss 2.3000 | bf16 failed (no bf16 kernel) | "
+    assert decide(rows).table == ("float32 10.1 ms/step [9.9-10.2, 4 rounds] loss 2.3000 | "
+                                  "bf16 failed (no bf16 kernel) | "
                                   "fp16 6.0 ms/step [5.9-6.2, 3 rounds, 1 left out: skipped updates] loss not finite")
 
 
@@ -145,7 +146,8 @@ class SimulatedRun:
             applied = True
             if precision == "fp16":
                 scale = self.scales.setdefault(precision, 65536.0)
-                applied = scale <= self.overflow_above and not (self.skip_every and self.rng.random() < 1 / self.skip_every)
+                now_and_then = self.skip_every and self.rng.random() < 1 / self.skip_every
+                applied = scale <= self.overflow_above and not now_and_then
                 self.scales[precision] = scale if applied else scale / 2
             cost = self.ms[precision] if applied else self.skipped_ms
             cost *= 1 + self.rng.normal(0, 0.05) + 0.3 * (self.rng.random() < 0.05)
