@@ -217,19 +217,45 @@ def test_checkpointing_with_dropout_gives_the_right_gradients():
 
 
 # -- the precision measurement (mixed_precision="auto") --------------------------------------------------------
-def test_auto_precision_is_measured_and_shown(tmp_path, capsys, record_property):
+def _train_lane_model(output_dir: Path, precision: str, steps: int):
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(512, 256), torch.randn(512, 1))
     model = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Dropout(0.1), nn.Linear(1024, 1024), nn.GELU(),
                           nn.Linear(1024, 1))
-    config = TrainingConfig(output_dir=str(tmp_path), max_steps=100, per_device_train_batch_size=64,
-                            save_strategy="no", logging_steps=50, disable_tqdm=True)
+    config = TrainingConfig(output_dir=str(output_dir), max_steps=steps, per_device_train_batch_size=64,
+                            mixed_precision=precision, save_strategy="no", logging_steps=500, disable_tqdm=True, seed=0)
     trainer = Trainer(model, config, train_dataset=data, loss_fn=nn.functional.mse_loss)
     result = trainer.train()
+    return trainer, result, [p.detach().cpu().clone() for p in model.parameters()]
+
+
+def test_auto_precision_is_measured_and_shown(tmp_path, capsys, record_property):
+    from braeburn.precision_trial import Trial, Window, decide, min_run_steps
+
+    steps = min_run_steps(2)  # long enough for the trial to run with either number of candidates
+    trainer, result, weights = _train_lane_model(tmp_path / "auto", "auto", steps)
     line = next(line for line in capsys.readouterr().out.splitlines() if "timed on your model" in line)
     record_property("precision", line)  # the lane's report shows it
-    assert "float32 " in line and trainer.accelerator.precision in ("no", "bf16", "fp16")
     assert math.isfinite(result.training_loss)
+    # The choice follows from the evidence printed: the rule, run again on the numbers metrics.jsonl kept, gives
+    # the same precision, and the line shows those numbers and that reason.
+    records = [json.loads(row) for row in (tmp_path / "auto" / "metrics.jsonl").read_text().splitlines()]
+    measured = next(row["run"]["precision"] for row in records if "precision" in row.get("run", {}))
+    trials = [Trial(row["precision"], tuple(Window(w["seconds"], tuple(w["applied"])) for w in row["windows"]),
+                    row["first_loss"], row["finite"], row["error"]) for row in measured["trials"]]
+    decision = decide(trials, measured["stopped"])
+    assert decision.precision == measured["precision"] == trainer.accelerator.precision, (line, decision.reason)
+    assert line.endswith(f"timed on your model: {decision.table}: {decision.reason}"), line
+    # The trial leaves no trace: the same script asking for that precision outright trains bitwise the same weights.
+    _, _, expected = _train_lane_model(tmp_path / "asked", decision.precision, steps)
+    if not all(torch.equal(got, want) for got, want in zip(weights, expected)):
+        _, _, again = _train_lane_model(tmp_path / "again", decision.precision, steps)
+        reproducible = all(torch.equal(got, want) for got, want in zip(expected, again))
+        pytest.fail(f"the run measured with mixed_precision='auto' ended with other weights than "
+                    f"mixed_precision={decision.precision!r} asked outright: " +
+                    ("the trial left a trace in the run" if reproducible else
+                     "but two runs asked outright differ too: training on this Mac is not bitwise reproducible, so "
+                     "the trial's trace cannot be checked here"))
 
 
 # -- both examples train -------------------------------------------------------------------------------------------

@@ -282,13 +282,18 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         """Autocast to the resolved precision (a no-op for float32)."""
         return self._policy.autocast()
 
-    def set_precision(self, precision: str, reason: str) -> PrecisionPolicy:
+    def set_precision(self, precision: str, reason: str, policy: PrecisionPolicy | None = None) -> PrecisionPolicy:
         """Train in ``precision`` ("no", "bf16", "fp16") from now on: the policy (a fresh grad scaler where the
         device needs one), the prepared models' autocast and the plan change together. The Trainer calls it
-        when ``mixed_precision="auto"`` measures (braeburn.precision_trial); returns the new policy."""
+        when ``mixed_precision="auto"`` measures (braeburn.precision_trial); returns the new policy.
+        ``policy``: one this method returned earlier for ``precision``, installed again (its grad scaler kept)."""
         kind, host = self.plan.device, current_host()
         scaler = precision != "no" and kind.precision_support(precision, host).needs_grad_scaler
-        self._policy = make_policy(precision, scaler, self.device, kind.fused_optimizers_honour_grad_scaler(host))
+        if policy is not None and policy.name != precision:
+            raise ValueError(f"set_precision({precision!r}) was given a policy for {policy.name!r}: pass the policy "
+                             f"that set_precision({precision!r}) returned, or none for a fresh one")
+        self._policy = policy or make_policy(precision, scaler, self.device,
+                                             kind.fused_optimizers_honour_grad_scaler(host))
         self.precision = precision
         self.plan = dataclasses.replace(self.plan, precision=precision, grad_scaler=scaler, precision_reason=reason,
                                         precision_candidates=())

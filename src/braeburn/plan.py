@@ -163,8 +163,9 @@ def _auto_precision(kind: DeviceKind, host: HostFacts) -> tuple[str, bool, str, 
     candidates = tuple(dtype for dtype in kind.auto_precision_candidates(host) if _usable(kind, dtype, host))
     if candidates:
         return "no", False, (f"auto: float32 until measured ({kind.auto_float32_reason(host)}); the Trainer times "
-                             f"float32, {' and '.join(candidates)} on your model at the start of training and keeps "
-                             "the fastest whose loss matches float32's"), candidates
+                             f"float32, {' and '.join(candidates)} on your model at the start of a run long enough to "
+                             "earn the trial back, and keeps a mixed precision only where it wins beyond the timing "
+                             "spread with a matching loss"), candidates
     return "no", False, f"auto: float32, {kind.auto_float32_reason(host)}", ()
 
 
