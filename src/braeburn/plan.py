@@ -139,8 +139,8 @@ def _check_processes(options: RunOptions, kind: DeviceKind, host: HostFacts, err
         errors.append(OptionError("strategy", options.strategy, f"choose one of {', '.join(STRATEGIES)}"))
     wants_distributed = world > 1 or options.strategy in ("ddp", "fsdp")
     if wants_distributed and kind.process_group_backend is None:
-        option, value = ("num_processes", world) if world > 1 else ("strategy", options.strategy)
-        errors.append(OptionError(option, value, f"distributed training cannot run on {kind.name}: no "
+        name, value = ("num_processes", world) if world > 1 else ("strategy", options.strategy)
+        errors.append(OptionError(name, value, f"distributed training cannot run on {kind.name}: no "
                                   f"process-group backend (gloo, nccl) handles {kind.name} tensors. Run one "
                                   f"{kind.name} process, or pass {option('cpu')} to run {world} CPU processes "
                                   "with gloo"))
