@@ -57,6 +57,8 @@ class Trainer:
         if errors:
             raise LightningArgumentError(errors)
         self.options = options
+        # Lightning's default_root_dir: the working folder when not given (so log_dir is a full path, as there)
+        options.root = os.path.normpath(os.path.expanduser(kwargs.get("default_root_dir") or os.getcwd()))
         self.callbacks = options.callbacks
         self.max_epochs, self.max_steps = kwargs.get("max_epochs"), kwargs.get("max_steps", -1)
         self.current_epoch = 0

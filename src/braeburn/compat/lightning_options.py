@@ -35,7 +35,7 @@ class LightningOptions:
     config: TrainingConfig
     callbacks: list[Any] = field(default_factory=list)
     checkpoints: bool = True
-    root: str = "."  # default_root_dir (Lightning's default: the working folder); runs go in its lightning_logs/
+    root: str = "."  # default_root_dir (Trainer sets the working folder when none is given); runs go in lightning_logs/
 
 
 def lightning_options(kwargs: dict[str, Any], launched: int | None = None) -> tuple[LightningOptions | None, list[str]]:
