@@ -173,3 +173,23 @@ def test_the_command_line_spelling_is_the_default_and_comes_back_after_the_call(
         assert given("resume_from_checkpoint", "latest") == "fit(ckpt_path='last')"
         assert given("mixed_precision", "fp16") == "precision='16-mixed'"
     assert given("mixed_precision", "fp16") == "mixed_precision='fp16'"
+
+
+def test_an_error_raised_inside_the_modules_code_keeps_its_traceback(tmp_path, cpu):
+    class MaxLogged(Regression):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.log("loss_max", loss, reduce_fx="max")  # braeburn refuses it, from inside the module's step
+            return loss
+
+    with pytest.raises(ValueError, match="reduces by the mean only") as caught:
+        _trainer(tmp_path).fit(MaxLogged(), regression_data())
+    names = [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]
+    assert "training_step" in names and "compute_loss" in names  # where in the module, and how braeburn got there
+
+
+def test_a_validation_loader_without_batches_is_skipped_as_lightning_skips_it(tmp_path, cpu, capsys):
+    empty = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(0, 4), torch.zeros(0, 1)))
+    trainer = _trainer(tmp_path)
+    trainer.fit(Regression(), regression_data(), empty)  # braeburn's own Trainer would ask for --eval_strategy no
+    assert trainer.global_step == 6 and "eval_strategy" not in capsys.readouterr().err

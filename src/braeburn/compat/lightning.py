@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,9 @@ from .lightning_options import lightning_options
 from .lightning_runs import (CheckpointPathError, checkpoint_to_resume, claim_run_folder, logs_folder,
                              restarted_run_folder)
 from .lightning_spelling import LightningSpelling
+
+
+_PACKAGE = Path(__file__).resolve().parents[1]  # braeburn's own code: src/braeburn
 
 
 class LightningArgumentError(ValueError):
@@ -205,13 +209,19 @@ class Trainer:
 def _one_error(work: Any, *args: Any) -> Any:
     """``work(*args)``; braeburn's own refusal (an error it raised on purpose, whose message says the fix) comes out
     as that one error, without the frames of braeburn's Trainer it was raised in (BRAEBURN_DEBUG=1 keeps them).
-    An error of the module's code, of torch or a bug keeps its whole traceback."""
+    An error raised in the module's code (or in braeburn called from it), in torch, or a bug keeps its traceback."""
     try:
         return work(*args)
     except Exception as error:
-        if debug_requested([]) or not is_user_error(error):
+        if debug_requested([]) or not (is_user_error(error) and _raised_by_braeburn_alone(error)):
             raise
         raise error.with_traceback(None) from None
+
+
+def _raised_by_braeburn_alone(error: BaseException) -> bool:
+    """Every frame between the caller and the raise is braeburn's: no module code, no torch on the way."""
+    frames = traceback.extract_tb(error.__traceback__)[1:]  # [0]: _one_error itself
+    return bool(frames) and all(Path(frame.filename).resolve().is_relative_to(_PACKAGE) for frame in frames)
 
 
 def _run_folder(logs: Path, accelerator: Accelerator) -> Path:

@@ -36,7 +36,7 @@ class LightningSpelling(Spelling):
     ``ckpt_path``: what fit() was given (the core's "latest" is what it asked for)."""
 
     def __init__(self, root: str, ckpt_path: Any = "last"):
-        self.root, self.ckpt_path = root, ckpt_path
+        self.root, self.ckpt_path = root, "last" if ckpt_path is None else ckpt_path
 
     def option(self, name: str, value: Any = UNSET) -> str | None:
         if name == "resume_from_checkpoint":
