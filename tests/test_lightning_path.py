@@ -159,11 +159,12 @@ def test_plateau_scheduler_reads_the_logged_monitor(tmp_path):
 def test_fit_resumes_from_a_checkpoint_exactly(tmp_path):
     whole = Regression()
     _trainer(tmp_path / "whole").fit(whole, regression_data())
-    first = Regression()
-    _trainer(tmp_path / "run", max_epochs=2, enable_checkpointing=True).fit(first, regression_data())
+    first, first_trainer = Regression(), _trainer(tmp_path / "run", max_epochs=2, enable_checkpointing=True)
+    first_trainer.fit(first, regression_data())
+    assert first_trainer.log_dir == str(tmp_path / "run" / "lightning_logs" / "version_0")
     resumed = Regression()
-    _trainer(tmp_path / "run", enable_checkpointing=True).fit(resumed, regression_data(),
-                                                             ckpt_path=str(tmp_path / "run" / "checkpoint-12"))
+    _trainer(tmp_path / "run", enable_checkpointing=True).fit(
+        resumed, regression_data(), ckpt_path=str(tmp_path / "run" / "lightning_logs" / "version_0" / "checkpoint-12"))
     assert first.losses + resumed.losses == whole.losses
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config_files import excerpt
+from .option_spelling import advice, given, option
 from .devices.base import PRECISIONS, DeviceKind
 from .devices.host import HostFacts
 from .devices.registry import ACCELERATOR_CHOICES, GPU_ALIAS, KINDS, accelerator_kinds, fallback_kind, get_kind
@@ -43,7 +43,7 @@ class OptionError:
     def __str__(self) -> str:
         if not self.option:  # a problem of the environment, not of one option: the message names it
             return self.message
-        return f"{self.option}={excerpt(self.value)}: {self.message}"  # a huge value is shown cut short
+        return f"{given(self.option, self.value)}: {self.message}"  # a huge value is shown cut short
 
 
 class PlanError(ValueError):
@@ -114,7 +114,7 @@ def _refusal(candidates: tuple[DeviceKind, ...], host: HostFacts) -> str:
         availability = kind.availability(host)
         fix = f" Fix: {availability.fix}." if availability.fix else ""
         parts.append(f"{kind.name.upper()} is not available: {availability.reason}.{fix}")
-    return " ".join(parts) + " Or pass --cpu (accelerator='cpu') to train on the CPU."
+    return " ".join(parts) + f" Or pass {option('cpu')} to train on the CPU."
 
 
 def _check_devices(options: RunOptions, kind: DeviceKind, host: HostFacts, errors: list[OptionError]) -> int:
@@ -139,10 +139,11 @@ def _check_processes(options: RunOptions, kind: DeviceKind, host: HostFacts, err
         errors.append(OptionError("strategy", options.strategy, f"choose one of {', '.join(STRATEGIES)}"))
     wants_distributed = world > 1 or options.strategy in ("ddp", "fsdp")
     if wants_distributed and kind.process_group_backend is None:
-        option, value = ("num_processes", world) if world > 1 else ("strategy", options.strategy)
-        errors.append(OptionError(option, value, f"distributed training cannot run on {kind.name}: no "
+        name, value = ("num_processes", world) if world > 1 else ("strategy", options.strategy)
+        errors.append(OptionError(name, value, f"distributed training cannot run on {kind.name}: no "
                                   f"process-group backend (gloo, nccl) handles {kind.name} tensors. Run one "
-                                  f"{kind.name} process, or pass --cpu to run {world} CPU processes with gloo"))
+                                  f"{kind.name} process, or pass {option('cpu')} to run {world} CPU processes "
+                                  "with gloo"))
     if world == 1:
         return options.strategy if options.strategy in ("ddp", "fsdp") else "single"
     return options.strategy if options.strategy in ("ddp", "fsdp") else "ddp"
@@ -183,7 +184,8 @@ def _choose_precision(options: RunOptions, kind: DeviceKind, host: HostFacts,
     support = kind.precision_support(asked, host)
     if not support.supported or (support.needs_grad_scaler and not support.grad_scaler_supported):
         errors.append(OptionError("mixed_precision", asked, f"{support.reason}. Upgrade, or pass "
-                                  "--mixed_precision no (float32) or auto"))
+                                  f"{option('mixed_precision', 'no')} (float32)"
+                                  + advice(" or {}", "mixed_precision", "auto")))
         return "no", False, "refused", ()
     scaler = " with a grad scaler" if support.needs_grad_scaler else ""
     return asked, support.needs_grad_scaler, f"{asked}{scaler}, as asked", ()

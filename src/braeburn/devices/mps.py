@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from ..option_spelling import option
 from .base import Availability, CompileSupport, DeviceKind, PrecisionSupport
 from .host import HostFacts, version_text
 
@@ -83,7 +84,7 @@ def _cannot_allocate(host: HostFacts) -> Availability:
                         f"({host.mps_allocation_error}). A Mac in a virtual machine (the macOS runners of CI "
                         "services) behaves so: Metal is visible but has no GPU memory to give, so every MPS "
                         "allocation fails, whatever the model or batch size",
-                        "run on a Mac with direct access to its GPU, or pass --cpu (accelerator='cpu')",
+                        f"run on a Mac with direct access to its GPU, or pass {option('cpu')}",
                         skipped_with_warning=True)
 
 
@@ -96,7 +97,7 @@ def _not_available_reason(host: HostFacts) -> Availability:
                             f"{LAST_X86_64_MAC_TORCH}, so `pip install torch>=2.6` in this Python fails with "
                             "'Could not find a version that satisfies the requirement'",
                             "install an arm64 Python (python.org's universal2 installer, or an arm64 "
-                            "conda/Homebrew) and reinstall torch in it, or pass --cpu", fixable=True)
+                            f"conda/Homebrew) and reinstall torch in it, or pass {option('cpu')}", fixable=True)
     if not host.apple_silicon:
         return Availability(False, f"this Mac has an Intel CPU ({host.machine}); MPS training needs Apple "
                             f"silicon, and torch {LAST_X86_64_MAC_TORCH} was the last release for Intel Macs")

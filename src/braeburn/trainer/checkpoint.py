@@ -22,6 +22,7 @@ from typing import Any
 from .. import manifest as manifest_io
 from ..manifest import MANIFEST
 from ..no_follow import create_new, remove_tree
+from ..option_spelling import given, option
 from ..state import fsync_dir as _fsync_dir
 from ..state import staging_dir
 from .state import STATE_FILE, TrainerState, TrainerStateError
@@ -138,8 +139,8 @@ class SaveLog:
         return CheckpointError(
             f"Training ended at step {step}, but its checkpoint could not be written ({self.attempted - self.written} "
             f"of {self.attempted} saves failed), so {older}. The last error: {self.last_error} The trained model is "
-            "still in memory: in Python, trainer.save_model(<another folder>) writes it. Free disk space (or raise "
-            "the file-size limit) and resume with --resume_from_checkpoint, or train again.")
+            f"still in memory: in Python, {option('save_model')} writes it. Free disk space (or raise "
+            f"the file-size limit) and resume with {option('resume_from_checkpoint')}, or train again.")
 
 
 class CheckpointManager:
@@ -223,8 +224,9 @@ class CheckpointManager:
         if problem is None:
             return
         previous = self.previous_good(folder) if folder.resolve().parent == self.output_dir else None
-        offer = (f"The previous good checkpoint is {previous}: resume from it with --resume_from_checkpoint "
-                 f"{previous}." if previous else "No earlier good checkpoint was found in this output_dir.")
+        offer = (f"The previous good checkpoint is {previous}: resume from it with "
+                 f"{option('resume_from_checkpoint', previous)}." if previous
+                 else f"No earlier good checkpoint was found in {self.output_dir}.")
         raise CheckpointCorruptError(f"Checkpoint {folder} cannot be used: {problem}. {offer}", folder, previous)
 
     def resolve(self, request: str) -> tuple[Path, list[str]]:
@@ -237,8 +239,9 @@ class CheckpointManager:
             found = self.checkpoints()
             warnings, newest = [], found[-1] if found else None
             if newest is None:
-                raise CheckpointError(f"resume_from_checkpoint='latest' but {self.output_dir} holds no complete "
-                                      "checkpoint-N folder. Train without --resume_from_checkpoint to start afresh.")
+                raise CheckpointError(f"{given('resume_from_checkpoint', 'latest')} but {self.output_dir} holds no "
+                                      f"complete checkpoint-N folder. Train without "
+                                      f"{option('resume_from_checkpoint')} to start afresh.")
             self._refuse_several_runs(found)
             try:
                 self.verify(newest)
@@ -249,9 +252,10 @@ class CheckpointManager:
                 newest = error.previous_good
             misnamed = _misnamed(newest)
             if misnamed:  # "latest" is chosen by the names: a wrong name may hide the newest checkpoint
-                raise CheckpointError(f"resume_from_checkpoint='latest' chose {misnamed}, and 'latest' is chosen "
-                                      "by the folder names, so it may not be the newest checkpoint. Rename the folder "
-                                      "to the step it holds, or pass the folder you mean to --resume_from_checkpoint.")
+                raise CheckpointError(f"{given('resume_from_checkpoint', 'latest')} chose {misnamed}, and the "
+                                      "latest checkpoint is chosen by the folder names, so it may not be the newest "
+                                      "checkpoint. Rename the folder to the step it holds, or pass the folder you mean "
+                                      f"to {option('resume_from_checkpoint')}.")
             return newest, warnings
         folder = Path(request).expanduser().resolve()
         if not folder.is_dir():
@@ -290,10 +294,11 @@ class CheckpointManager:
         if len(newest) < 2:
             return
         listed = "; ".join(f"run {run or '(not recorded)'}: {folder.name}" for run, folder in newest.items())
-        raise CheckpointError(f"resume_from_checkpoint='latest' but {self.output_dir} holds the checkpoints of "
-                              f"{len(newest)} different runs (newest of each: {listed}), so 'latest' could resume "
-                              "the wrong one. Pass the checkpoint to continue: --resume_from_checkpoint "
-                              f"{self.output_dir}/checkpoint-N, or delete the other run's checkpoints.")
+        raise CheckpointError(f"{given('resume_from_checkpoint', 'latest')} but {self.output_dir} holds the "
+                              f"checkpoints of {len(newest)} different runs (newest of each: {listed}), so the "
+                              "latest checkpoint could be the wrong run's. Pass the checkpoint to continue: "
+                              f"{option('resume_from_checkpoint', f'{self.output_dir}/checkpoint-N')}, or delete the "
+                              "other run's checkpoints.")
 
     def begin_run(self, state: TrainerState) -> str | None:
         """Give ``state`` a run id unless it resumed one, and say what this run will leave alone: the
