@@ -346,8 +346,11 @@ def quiet_output_environment(folder: str) -> dict[str, str]:
 def end_log_folder(folder: str, code: int) -> None:
     """Remove the job's log folder when the job ended well, or when it holds nothing to read; else keep it,
     and say where."""
-    Path(folder, SAY_ONCE_FILE).unlink(missing_ok=True)
-    written = [path for path in Path(folder).rglob("*") if path.is_file() and path.stat().st_size > 0]
+    try:
+        Path(folder, SAY_ONCE_FILE).unlink(missing_ok=True)
+        written = [path for path in Path(folder).rglob("*") if path.is_file() and path.stat().st_size > 0]
+    except OSError:  # unreadable: keep it, and say so below (the job's own exit status stands either way)
+        written = [Path(folder)]
     if code == 0 or not written:
         shutil.rmtree(folder, ignore_errors=True)
         return

@@ -6,10 +6,11 @@
 in the temp folder (torchrun's ``--redirects``). When that disk filled up (a small ``/tmp`` tmpfs), the
 rank's next ``print`` raised ``OSError: [Errno 28] No space left on device`` and the rank ended, and
 with it the whole job. Here such a rank's ``sys.stdout`` becomes a stream whose writes never raise:
-the first write that fails is said once on standard error (never redirected: it reaches the
-launcher's terminal, beside rank 0's output), naming the folder and the space left in it, and the
+the first write that fails is said on standard error (never redirected: it reaches the launcher's
+terminal, beside rank 0's output), once per machine, naming the folder and the space left in it, and the
 rank's further standard output is dropped. Then the target runs as ``python script.py`` or
-``python -m module`` runs it: same ``sys.argv``, ``sys.path[0]``, ``__main__`` and exit status.
+``python -m module`` runs it: same ``sys.argv``, ``sys.path[0]``, ``__main__`` and exit status, and an
+uncaught error's traceback starts at the script's own frame.
 
 Local rank 0 (whose output is not redirected) runs the target untouched. This module imports nothing
 that loads torch, and takes braeburn's modules out of ``sys.modules`` before the target runs, so the
@@ -109,7 +110,11 @@ def spare_stdout(folder: str, rank: str, say_once_token: str | None) -> None:
             _say(output_failure_note(error, folder, rank))
 
     old = sys.stdout
-    stream = io.TextIOWrapper(DroppingWriter(old.fileno(), on_failure), encoding=old.encoding, errors=old.errors,
+    try:
+        fd = old.fileno()
+    except (AttributeError, OSError, ValueError):  # no standard output at all: nothing to guard
+        return
+    stream = io.TextIOWrapper(DroppingWriter(fd, on_failure), encoding=old.encoding, errors=old.errors,
                               write_through=True)  # as `python -u`, which torchrun runs: no buffer to lose
     sys.stdout = sys.__stdout__ = stream
 
