@@ -83,10 +83,10 @@ def _compute_environment(value: Any, out: dict[str, Any]) -> Refusal | None:
 def _distributed_type(value: Any, out: dict[str, Any]) -> Refusal | None:
     if value is None or value is False:  # an unquoted NO (YAML 1.1: false) runs one process under Accelerate too
         value = "NO"
-    settings = _DISTRIBUTED.get(value.upper()) if isinstance(value, str) else None
     if value is True:
         return ("YAML reads an unquoted yes, on or true as true, which names no distributed_type",
                 _DISTRIBUTED_FIX + ", in quotes")
+    settings = _DISTRIBUTED.get(value.upper()) if isinstance(value, str) else None
     if settings is None:
         return f"braeburn cannot run {value}", _DISTRIBUTED_FIX
     out.update(settings)
