@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -70,21 +71,29 @@ def run(args: argparse.Namespace) -> int:
         port = settings.main_process_port or (MULTI_NODE_DEFAULT_PORT if settings.num_machines > 1 else free_port())
         if settings.machine_rank == 0 and not args.dry_run:
             check_port_free(settings.main_process_ip or LOCALHOST, port)
-    quiet_dir = None
-    if uses_elastic_launch(settings) and not args.every_process_prints and settings.num_processes > settings.num_machines:
-        quiet_dir = "<a new folder>" if args.dry_run else tempfile.mkdtemp(prefix="braeburn-launch-")
+    log_dir = None
+    if uses_elastic_launch(settings):  # ours, so that torchrun makes no torchelastic_* folder it never removes
+        log_dir = "<a new folder>" if args.dry_run else tempfile.mkdtemp(prefix="braeburn-launch-")
+    quiet = log_dir is not None and not args.every_process_prints and settings.num_processes > settings.num_machines
     command = build_command(settings, plan, args.script, args.script_args, module=args.module, port=port,
-                            quiet_output_dir=quiet_dir)
-    if quiet_dir and not args.dry_run:
-        print(f"braeburn launch: {settings.num_processes} processes; the standard output of all but the first on "
-              f"each machine goes to {quiet_dir} (--every-process-prints shows it here)", file=sys.stderr, flush=True)
+                            quiet_output_dir=log_dir if quiet else None, log_dir=log_dir)
     if args.dry_run:
         added = {k: v for k, v in env.items() if os.environ.get(k) != v}
         print(" ".join(command))
         for name, value in sorted(added.items()):
             print(f"  {name}={value}")
         return 0
-    return run_child(command, env, own_session=uses_elastic_launch(settings))
+    if quiet:
+        env.update(quiet_output_environment(log_dir))
+        print(f"braeburn launch: {settings.num_processes} processes; the standard output of all but the first on "
+              f"each machine goes to {log_dir} (--every-process-prints shows it here)", file=sys.stderr, flush=True)
+    code = 1
+    try:
+        code = run_child(command, env, own_session=uses_elastic_launch(settings))
+    finally:
+        if log_dir is not None:
+            end_log_folder(log_dir, code)
+    return code
 
 
 def launch_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -288,23 +297,66 @@ def uses_elastic_launch(settings: LaunchSettings) -> bool:
 
 
 def build_command(settings: LaunchSettings, plan: Plan, target: str, target_args: list[str], *, module: bool,
-                  port: int, quiet_output_dir: str | None = None) -> list[str]:
+                  port: int, quiet_output_dir: str | None = None, log_dir: str | None = None) -> list[str]:
     """The child's command. ``quiet_output_dir``: the standard output of every local rank but 0 goes to files
-    there (torchrun's --redirects), so that the job speaks once per machine; standard error is left alone."""
+    there (torchrun's --redirects), so that the job speaks once per machine; standard error is left alone.
+    Each process then starts in braeburn.cli.rank_output, which keeps a rank whose file cannot be written
+    (a full disk) alive. ``log_dir``: torchrun's folder for its error files (else it makes one in the temp
+    folder, and never removes it); ``quiet_output_dir`` is used for both."""
     run_target = (["-m"] if module else []) + [target, *target_args]
     if not uses_elastic_launch(settings):
         return [sys.executable, *run_target]
     address = settings.main_process_ip or LOCALHOST  # one machine: nothing outside it need reach us
     per_node = settings.num_processes // settings.num_machines
-    quiet = ["--log-dir", quiet_output_dir, "--redirects", ",".join(f"{rank}:1" for rank in range(1, per_node))] \
-        if quiet_output_dir and per_node > 1 else []
+    log_dir = quiet_output_dir or log_dir
+    logs = ["--log-dir", log_dir] if log_dir else []
+    if quiet_output_dir and per_node > 1:
+        logs += ["--redirects", ",".join(f"{rank}:1" for rank in range(1, per_node))]
+        # `-mmodule` in one word: torchrun names a failed job after the first word not starting with "-",
+        # which is then the user's script, as without the wrapper
+        run_target = ["--no-python", sys.executable, "-u", "-mbraeburn.cli.rank_output", *run_target]
     return [sys.executable, "-m", "braeburn.cli.job_agent",  # torch.distributed.run, ended with the launcher
             "--nnodes", str(settings.num_machines),
             "--nproc-per-node", str(per_node),
             "--node-rank", str(settings.machine_rank),
             "--rdzv-backend", "static", "--master-addr", address, "--master-port", str(port),
-            "--max-restarts", str(settings.max_restarts), *quiet,
+            "--max-restarts", str(settings.max_restarts), *logs,
             *run_target]
+
+
+SAY_ONCE_FILE = ".say-once"
+
+
+def quiet_output_environment(folder: str) -> dict[str, str]:
+    """What braeburn.cli.rank_output reads in each process: the folder, and a file whose deletion elects the
+    one rank that says a full disk (the deletion needs no free space, and exactly one rank succeeds)."""
+    from .rank_output import OUTPUT_DIR_VAR, SAY_ONCE_VAR
+
+    env = {OUTPUT_DIR_VAR: folder}
+    token = os.path.join(folder, SAY_ONCE_FILE)
+    try:
+        with open(token, "x"):
+            pass
+        env[SAY_ONCE_VAR] = token
+    except OSError:
+        pass  # no file: every rank that cannot write says so itself
+    return env
+
+
+def end_log_folder(folder: str, code: int) -> None:
+    """Remove the job's log folder when the job ended well, or when it holds nothing to read; else keep it,
+    and say where."""
+    try:
+        Path(folder, SAY_ONCE_FILE).unlink(missing_ok=True)
+        written = [path for path in Path(folder).rglob("*") if path.is_file() and path.stat().st_size > 0]
+    except OSError:  # unreadable: keep it, and say so below (the job's own exit status stands either way)
+        written = [Path(folder)]
+    if code == 0 or not written:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    print(f"braeburn launch: the job ended with exit status {code}; its processes' standard output and torchrun's "
+          f"error files are kept in {folder} ({len(written)} file(s); remove the folder when done)",
+          file=sys.stderr, flush=True)
 
 
 # -- running it -------------------------------------------------------------------------------------

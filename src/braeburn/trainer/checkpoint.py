@@ -274,8 +274,9 @@ class CheckpointManager:
         keeps = " The model keeps its final weights; the last checkpoint holds them."
         if not (CHECKPOINT_RE.match(folder.name) and folder.parent.resolve() == self.output_dir):
             raise CheckpointError(f"load_best_model_at_end: the best checkpoint recorded is {recorded}, which is not a "
-                                  f"checkpoint-N folder of this run's output_dir {self.output_dir} (it came from a "
-                                  "resumed trainer_state.json of another folder), so braeburn does not load it."
+                                  f"checkpoint-N folder of this run's output_dir {self.output_dir} (it was recorded in "
+                                  "another folder: a resume from there, or a run folder copied or moved without "
+                                  "that checkpoint), so braeburn does not load it."
                                   + keeps + " Load that checkpoint yourself if you trust it.")
         if not folder.is_dir() or folder.is_symlink():
             raise CheckpointError(f"load_best_model_at_end: the best checkpoint {folder} is missing (deleted after it "
@@ -285,6 +286,34 @@ class CheckpointManager:
         except CheckpointCorruptError as error:
             raise CheckpointError(f"load_best_model_at_end: {error}{keeps}") from None
         return folder
+
+    def follow_a_moved_run(self, state: TrainerState) -> str | None:
+        """A run folder copied (``cp -a``) or moved, then resumed: its trainer_state.json names checkpoints in
+        their old place. Where this output_dir holds the checkpoint of the same name and of the same run (its
+        run id), point ``best_checkpoint`` and ``last_checkpoint`` at it, so that rotation keeps the best and
+        load_best_model_at_end finds it. Return a line saying so for the best one; None when it did not move."""
+        note = None
+        for field in ("best_checkpoint", "last_checkpoint"):
+            recorded = getattr(state, field)
+            here = self._same_checkpoint_here(recorded, state.run_id)
+            if here is None:
+                continue
+            setattr(state, field, str(here))
+            if field == "best_checkpoint":
+                note = (f"the best checkpoint recorded, {recorded}, is in the folder this run was copied or moved "
+                        f"from; {here}, the same checkpoint of the same run, is used instead")
+        return note
+
+    def _same_checkpoint_here(self, recorded: str | None, run_id: str | None) -> Path | None:
+        if not recorded or run_id is None:
+            return None
+        old = Path(recorded)
+        here = self.output_dir / old.name
+        if not CHECKPOINT_RE.match(old.name) or old.parent.resolve() == self.output_dir:
+            return None
+        if here.is_symlink() or not here.is_dir() or run_of(here) != run_id:
+            return None
+        return here
 
     def _refuse_several_runs(self, found: list[Path]) -> None:
         """'latest' cannot choose between the checkpoints of two runs (a folder reused with

@@ -527,7 +527,9 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         for warning in warnings:  # what changed since the checkpoint, and what braeburn does about it
             self.accelerator.print(f"braeburn: warning: {warning}")
         self.state = saved
-        self.accelerator.print(f"braeburn: resumed from {folder} at step {saved.global_step} (epoch {saved.epoch})")
+        moved = self.checkpoints.follow_a_moved_run(saved)  # a run folder copied or moved: its recorded paths
+        self.accelerator.print(f"braeburn: resumed from {folder} at step {saved.global_step} (epoch {saved.epoch})"
+                               + (f"; {moved}" if moved else ""))
 
     # -- the end ---------------------------------------------------------------------------------
     def _mean_training_loss(self) -> float:
