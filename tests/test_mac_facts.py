@@ -1,0 +1,216 @@
+"""The facts braeburn states about a Mac, the warnings it gives there, and what it does with gradient checkpointing,
+torch.compile and fp16 on MPS, each on a faked Mac whose torch behaves as torch 2.13 does.
+
+The fakes follow torch's source: ``torch.backends.mps.is_macos_or_newer`` as ``MPSHooks::isOnMacOSorNewer``
+answers (aten/src/ATen/mps/MPSHooks.mm: a few versions known, a warning and False for the rest), the MPS
+generator as ``torch.utils.checkpoint`` treats it (never stashed: ``torch.mps`` has no ``_initialized``).
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import warnings
+
+import pytest
+import torch
+
+from braeburn.devices.mps import MpsDevice
+from tests.test_mac import IgnoresFoundInfAdamW, fake_mac, overflowing_data  # noqa: F401  (fake_mac: a fixture)
+
+GiB = 2**30
+
+
+# -- the macOS version is the system's, read with no torch warning ------------------------------------------------
+def torch_2_13_is_macos_or_newer(real: tuple[int, int]):
+    """``torch.backends.mps.is_macos_or_newer`` of torch 2.13 on a Mac running ``real``: MPSHooks::isOnMacOSorNewer
+    knows 13.x, 14.0, 14.4, 15.0 and 15.1; another minor of 14 or 15 warns and answers for 14.4 or 15.1, any other
+    major (26 included) warns "Checking for unexpected MacOS X.Y returning false". The Python side caches answers
+    (functools.lru_cache in torch/backends/mps/__init__.py), so each pair warns once."""
+
+    @functools.lru_cache
+    def is_macos_or_newer(major: int, minor: int) -> bool:
+        if major == 13 or (major, minor) == (14, 0):
+            return True
+        if (major, minor) in ((14, 4), (15, 0), (15, 1)):
+            return real >= (major, minor)
+        if major in (14, 15):
+            known = (14, 4) if major == 14 else (15, 1)
+            warnings.warn(f"Can't check whether running on {major}.{minor}+ returning one for "
+                          f"{known[0]}.{known[1]}+ (Triggered internally at aten/src/ATen/mps/MPSHooks.mm)")
+            return real >= known
+        warnings.warn(f"Checking for unexpected MacOS {major}.{minor} returning false (Triggered internally at "
+                      "aten/src/ATen/mps/MPSHooks.mm:59.)")
+        return False
+
+    return is_macos_or_newer
+
+
+def a_mac(monkeypatch, *, mac_ver: str, sw_vers: str, real: tuple[int, int]) -> list[list[str]]:
+    """This process on an Apple-silicon Mac whose Python's ``platform.mac_ver()`` says ``mac_ver`` and whose
+    ``sw_vers -productVersion`` says ``sw_vers`` (10.16 when SYSTEM_VERSION_COMPAT=1 is in its environment, as the
+    real one does); torch is torch 2.13 built with MPS. Returns the commands run."""
+    import platform
+
+    from braeburn.devices import host as host_module
+
+    commands: list[list[str]] = []
+
+    def run(command, *args, env=None, **kwargs):
+        commands.append(list(command))
+        answers = {"sw_vers": "10.16" if (env or {}).get("SYSTEM_VERSION_COMPAT") == "1" else sw_vers,
+                   "sysctl": "0"}
+        return subprocess.CompletedProcess(command, 0, answers.get(command[0], "") + "\n", "")
+
+    monkeypatch.setattr(host_module.subprocess, "run", run)
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(platform, "mac_ver", lambda: (mac_ver, ("", "", ""), "arm64"))
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", torch_2_13_is_macos_or_newer(real))
+    return commands
+
+
+@pytest.mark.parametrize("mac_ver, sw_vers, real", [
+    ("16.0", "26.1", (26, 1)),   # a Python built against an SDK older than macOS 26
+    ("10.16", "15.2", (15, 2)),  # a Python built against an SDK older than macOS 11 (SYSTEM_VERSION_COMPAT)
+    ("14.6", "14.6", (14, 6)),
+    ("26.1", "26.1", (26, 1)),
+], ids=["26.1-old-sdk", "15.2-compat", "14.6", "26.1"])
+def test_the_macos_version_is_the_systems_and_torch_warns_nothing(monkeypatch, clean_env, mac_ver, sw_vers, real):
+    from braeburn.devices.host import gather_host_facts
+
+    a_mac(monkeypatch, mac_ver=mac_ver, sw_vers=sw_vers, real=real)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        facts = gather_host_facts()
+    assert facts.macos_version == real  # was (15, 19) on 26.1 and (14, 19) on 14.6
+    assert [str(w.message) for w in caught if "MacOS" in str(w.message) or "running on" in str(w.message)] == []
+
+
+def test_sw_vers_is_asked_past_a_users_system_version_compat(monkeypatch, clean_env):
+    from braeburn.devices.host import gather_host_facts
+
+    monkeypatch.setenv("SYSTEM_VERSION_COMPAT", "1")  # makes both platform.mac_ver() and sw_vers say 10.16
+    commands = a_mac(monkeypatch, mac_ver="10.16", sw_vers="15.3", real=(15, 3))
+    assert gather_host_facts().macos_version == (15, 3)
+    assert ["sw_vers", "-productVersion"] in commands
+
+
+def test_no_answer_but_the_compatibility_one_is_unknown_not_wrong(monkeypatch, clean_env):
+    from braeburn.devices.host import gather_host_facts
+
+    a_mac(monkeypatch, mac_ver="16.0", sw_vers="", real=(26, 0))
+    facts = gather_host_facts()
+    assert facts.macos_version == ()  # no macOS 16 exists; the macOS minimums are not applied to a guess
+    assert MpsDevice().precision_support("bf16", facts.replace(torch_version=(2, 13, 0))).supported
+
+
+def test_the_fake_torch_is_torch_2_13s_check():
+    # The fake above against the versions the issue reports: probing it as braeburn once did gives 15.19 on
+    # macOS 26.1 and 14.19 on 14.6, with about 43 warnings.
+    def probe(real):
+        at_least = torch_2_13_is_macos_or_newer(real)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            major = next(m for m in range(40, 10, -1) if at_least(m, 0))
+            version = (major, max(n for n in range(0, 20) if n == 0 or at_least(major, n)))
+        return version, len(caught)
+
+    assert probe((26, 1)) == ((15, 19), 43)
+    assert probe((14, 6)) == ((14, 19), 43)
+
+
+# -- the driver-memory warning: continued growth at fixed shapes, or paging; never the ratio -----------------------
+def readings(*rows: tuple[float, float, int], recommended: float = 24.0) -> list:
+    """(driver GiB, allocated GiB, distinct shapes so far) per logging step, 10 steps apart."""
+    from braeburn.devices.base import MemoryReading
+
+    return [MemoryReading(10 * (i + 1), {"driver_bytes": int(d * GiB), "allocated_bytes": int(a * GiB),
+                                         "recommended_bytes": int(recommended * GiB)}, shapes)
+            for i, (d, a, shapes) in enumerate(rows)]
+
+
+@pytest.mark.parametrize("rows, words", [
+    # a healthy fixed-shape run: Metal's cached pools, 11.3 GB against 1.5 GB (a user's report), steady
+    ([(11.3, 1.5, 1)] * 6, None),
+    ([(3.0, 0.5, 1), (3.0, 0.5, 1), (3.1, 0.5, 1), (3.0, 0.5, 1)], None),
+    # growth while the shapes stay the same: three rises in a row, 1.5 GiB in all
+    ([(2.0, 0.5, 1), (2.5, 0.5, 1), (3.0, 0.5, 1), (3.5, 0.5, 1)], "grew at each of the last 3 logs (steps 10-40)"),
+    # the live tensors grew with it: not the driver's memory
+    ([(2.0, 0.5, 1), (3.0, 1.5, 1), (4.0, 2.5, 1), (5.0, 3.5, 1)], None),
+    # growth that stopped
+    ([(2.0, 0.5, 1), (2.5, 0.5, 1), (3.0, 0.5, 1), (3.0, 0.5, 1)], None),
+    # growth that follows new shapes: each keeps its graph, within the working set
+    ([(2.0, 0.5, 1), (2.5, 0.5, 2), (3.0, 0.5, 3), (3.5, 0.5, 4)], None),
+    # ... and past it: macOS pages (72 GB against 6.7 GB, a user's report), and the shapes are named
+    ([(20.0, 6.7, 3), (40.0, 6.7, 5), (67.0, 6.7, 9)], "above the recommended working set (24.0 GiB)"),
+], ids=["pools", "steady", "growth", "tensors", "stopped", "new-shapes", "paging"])
+def test_the_drift_warning_points_at_a_real_problem(rows, words):
+    said = MpsDevice().memory_drift(readings(*rows))
+    assert (said is None) == (words is None), said
+    if words:
+        assert words in said
+    if words and "working set" in words:
+        assert "9 distinct batch shapes" in said and "pad_to_buckets" in said
+    from braeburn.devices.registry import get_kind
+
+    assert get_kind("cpu").memory_drift(readings(*rows)) is None
+
+
+def _train_with_driver_memory(tmp_path, monkeypatch, driver, steps: int = 8):
+    from torch.utils.data import TensorDataset
+
+    from braeburn import Trainer, TrainingConfig
+
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: int(1.5 * GiB))
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", driver)
+    config = TrainingConfig(output_dir=str(tmp_path), max_steps=steps, per_device_train_batch_size=4, logging_steps=2,
+                            save_strategy="no", mixed_precision="no", disable_tqdm=True)
+    data = TensorDataset(torch.rand(64, 4), torch.rand(64, 1))  # one shape
+    trainer = Trainer(torch.nn.Linear(4, 1), config, train_dataset=data, loss_fn=torch.nn.functional.mse_loss)
+    trainer.train()
+    return trainer
+
+
+def test_a_healthy_fixed_shape_run_on_a_mac_gets_no_memory_warning(fake_mac, monkeypatch, tmp_path, capsys):
+    _train_with_driver_memory(tmp_path, monkeypatch, lambda: int(11.3 * GiB))  # Metal's pools: 7.5x the tensors
+    out = capsys.readouterr().out
+    assert "warning" not in out and "driver 11.3 GiB" in out  # the figure is still shown
+
+
+def test_growth_at_fixed_shapes_is_warned_once_with_its_steps(fake_mac, monkeypatch, tmp_path, capsys):
+    reads = iter(range(4, 10**6))
+    _train_with_driver_memory(tmp_path, monkeypatch, lambda: next(reads) * GiB, steps=12)  # 1 GiB more per read
+    out = capsys.readouterr().out
+    assert out.count("warning") == 1
+    assert "warning at step 8: the MPS driver's memory beyond live tensors grew at each of the last 3 logs " \
+           "(steps 2-8)" in out
+
+
+# -- fp16 on MPS: the grad scaler's own found_inf decides the skip, with no sweep over the gradients ---------------
+def test_fp16_overflow_skip_on_a_mac_reads_the_scalers_found_inf_not_every_gradient(fake_mac, monkeypatch):
+    from braeburn import Accelerator
+
+    swept = []
+    isfinite = torch.isfinite
+    monkeypatch.setattr(torch, "isfinite", lambda t: swept.append(t.shape) or isfinite(t))
+    accelerator = Accelerator(mixed_precision="fp16")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+    optimizer = IgnoresFoundInfAdamW(model.parameters(), lr=0.1, fused=True)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    start = [p.detach().clone() for p in model.parameters()]
+    x, y = overflowing_data().tensors
+    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+    optimizer.step()
+    assert accelerator.optimizer_step_was_skipped
+    assert all(torch.equal(p.detach(), s) for p, s in zip(model.parameters(), start))
+    optimizer.zero_grad()
+    accelerator.backward(model(x).mean() * 1e-6)
+    accelerator.clip_grad_norm_(model.parameters(), 1.0)  # unscaled already: the step must not unscale twice
+    optimizer.step()
+    assert not accelerator.optimizer_step_was_skipped
+    assert not all(torch.equal(p.detach(), s) for p, s in zip(model.parameters(), start))
+    assert swept == []  # was one isfinite per gradient (4 here), at every step
+    accelerator.end_training()
