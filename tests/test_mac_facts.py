@@ -214,3 +214,97 @@ def test_fp16_overflow_skip_on_a_mac_reads_the_scalers_found_inf_not_every_gradi
     assert not all(torch.equal(p.detach(), s) for p, s in zip(model.parameters(), start))
     assert swept == []  # was one isfinite per gradient (4 here), at every step
     accelerator.end_training()
+
+
+# -- compile=True on MPS says why in one line; compiled steps that measure slower go back to eager, on any device ---
+def test_compile_true_on_a_mac_warns_in_one_line_with_the_measured_reason(fake_mac):
+    from braeburn import Accelerator
+    from braeburn.plan import RunOptions, make_plan
+    from tests.conftest import APPLE_M
+
+    (note,) = make_plan(RunOptions(compile=True), APPLE_M).notes  # torch 2.13: was no word at all
+    assert "4.5-9x slower than eager on torch 2.13 (pytorch#192551" in note and "\n" not in note
+    assert "compile=False" in note
+    with pytest.warns(UserWarning, match=r"braeburn: torch.compile on MPS trained 4.5-9x slower"):
+        Accelerator(compile=True).end_training()
+    assert make_plan(RunOptions(), APPLE_M).compile is False  # "auto" stays eager there, with no warning
+
+
+class StepCost(torch.nn.Module):
+    """A linear layer whose eager and (fake) compiled forwards cost what a test says."""
+
+    compiled_now = False
+
+    def __init__(self, eager_seconds: float, compiled_seconds: float):
+        super().__init__()
+        self.linear, self.costs = torch.nn.Linear(4, 1), (eager_seconds, compiled_seconds)
+        self.compiled_calls: list[bool] = []  # per forward: whether the (fake) compiled forward ran it
+
+    def forward(self, x):
+        import time
+
+        self.compiled_calls.append(StepCost.compiled_now)
+        time.sleep(self.costs[StepCost.compiled_now])
+        return self.linear(x)
+
+
+def fake_torch_compile(monkeypatch) -> None:
+    """torch.compile returning the function itself, run with StepCost.compiled_now set: no Dynamo, known costs."""
+    def compile(function, **kwargs):
+        def compiled(*args, **kw):
+            StepCost.compiled_now = True
+            try:
+                return function(*args, **kw)
+            finally:
+                StepCost.compiled_now = False
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", compile)
+
+
+def _train_compiled(tmp_path, monkeypatch, eager_seconds: float, compiled_seconds: float):
+    from torch.utils.data import TensorDataset
+
+    from braeburn import Trainer, TrainingConfig
+
+    fake_torch_compile(monkeypatch)
+    config = TrainingConfig(output_dir=str(tmp_path), max_steps=30, per_device_train_batch_size=8, logging_steps=10,
+                            save_strategy="no", mixed_precision="no", disable_tqdm=True, compile="true")
+    model = StepCost(eager_seconds, compiled_seconds)
+    trainer = Trainer(model, config, train_dataset=TensorDataset(torch.rand(64, 4), torch.rand(64, 1)),
+                      loss_fn=torch.nn.functional.mse_loss)
+    trainer.train()
+    return trainer
+
+
+@pytest.mark.usefixtures("cpu_only", "one_thread")
+def test_compiled_steps_that_measure_slower_go_back_to_eager_with_one_line(tmp_path, monkeypatch, capsys):
+    trainer = _train_compiled(tmp_path, monkeypatch, eager_seconds=0.0, compiled_seconds=0.02)
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "compile off again" in line]
+    assert len(lines) == 1 and lines[0].startswith("braeburn: compile off again at step 25: compiled steps took ")
+    calls = trainer.model.compiled_calls
+    assert calls == [False] * 13 + [True] * 12 + [False] * 5  # compiled from step 14, timed over 16-25, then eager
+    assert trainer._compile_window.back_to_eager_at == 25
+    assert "back to eager at step 25: the compiled steps were slower" in out
+
+
+@pytest.mark.usefixtures("cpu_only", "one_thread")
+def test_compiled_steps_that_measure_faster_stay_compiled(tmp_path, monkeypatch, capsys):
+    trainer = _train_compiled(tmp_path, monkeypatch, eager_seconds=0.02, compiled_seconds=0.0)
+    assert "compile off again" not in capsys.readouterr().out
+    assert trainer.model.compiled_calls == [False] * 13 + [True] * 17
+    assert trainer._compile_window.back_to_eager_at is None
+
+
+@pytest.mark.parametrize("eager, compiled, slower", [
+    ([1.0] * 10, [1.5] * 10, True),
+    ([1.0] * 10, [1.05] * 10, False),                # within the margin
+    ([1.0] * 10, [1.5] * 9 + [0.9], False),          # one compiled step as fast as eager: not beyond the noise
+    ([1.0] * 9 + [5.0], [1.2] * 10, True),           # one slow eager step moves no median
+    ([], [2.0] * 10, False),                          # eager never timed: nothing to compare
+])
+def test_measurably_slower_rule(eager, compiled, slower):
+    from braeburn.compile_policy import measurably_slower
+
+    assert measurably_slower(eager, compiled) is slower

@@ -54,6 +54,17 @@ class CompileMixin:
         self._models = [compiled if m is model else m for m in self._models]
         return compiled
 
+    def uncompile_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Train ``model`` eagerly again after :meth:`compile_model` (the Trainer, where compiled steps measured
+        slower); returns the model to call from now on."""
+        forward = compile_policy.prepared_forward(self.unwrap_model(model))
+        if forward is not None and not forward.stats.over_wrapper:
+            forward.disable_compile()
+            return model
+        eager = getattr(model, "_orig_mod", model)  # torch.compile's OptimizedModule over a DDP/FSDP wrapper
+        self._models = [eager if m is model else m for m in self._models]
+        return eager
+
     def _compile(self, model: torch.nn.Module, forward, decision) -> torch.nn.Module:
         compile_policy.pin_traced_attributes(self.unwrap_model(model))
         if self.num_processes > 1 or forward is None:

@@ -21,6 +21,7 @@ Two pieces:
 from __future__ import annotations
 
 import functools
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -73,6 +74,18 @@ def decide(*, requested: bool | str, device_compiles: bool, device_reason: str, 
         return CompileDecision(False, f"auto: {numbers}, short of the {expected.payback:g}x margin: staying eager "
                                       "(--compile true forces it)")
     return CompileDecision(True, f"auto: {numbers}, at least {expected.payback:g}x: compiling", dynamic)
+
+
+SLOWER_MARGIN = 0.10
+
+
+def measurably_slower(eager: list[float], compiled: list[float]) -> bool:
+    """Whether compiled steps (seconds each) are slower than eager ones beyond the noise: the median compiled step
+    more than SLOWER_MARGIN over the median eager one, and even the fastest compiled step over that median."""
+    if not eager or not compiled:
+        return False
+    typical = statistics.median(eager)
+    return statistics.median(compiled) > typical * (1 + SLOWER_MARGIN) and min(compiled) > typical
 
 
 # -- what would break the graph ------------------------------------------------------------------
@@ -195,6 +208,10 @@ class PreparedForward:
         self.stats.compiled, self.stats.reason, self.stats.dynamic = True, decision.reason, decision.dynamic
         self.compiled = torch.compile(self.original, backend=backend, mode=mode, dynamic=decision.dynamic)
 
+    def disable_compile(self) -> None:
+        """Every call eager from now on (the stats keep what compiling did)."""
+        self.compiled = None
+
     def _use_compiled(self, args: tuple, kwargs: dict) -> bool:
         if self.compiled is None or not torch.is_grad_enabled() or not self.module_training():
             return False
@@ -257,4 +274,4 @@ def install_forward(module: torch.nn.Module, autocast: Callable[[], Any] | None,
 
 
 __all__ = ["CompileDecision", "CompileStats", "DEFAULT_ESTIMATE", "MIN_EAGER_SECONDS", "PreparedForward", "decide",
-           "install_forward", "prepared_forward"]
+           "install_forward", "measurably_slower", "prepared_forward"]
