@@ -308,3 +308,143 @@ def test_measurably_slower_rule(eager, compiled, slower):
     from braeburn.compile_policy import measurably_slower
 
     assert measurably_slower(eager, compiled) is slower
+
+
+# -- gradient checkpointing on MPS: the right gradients however it was turned on, or a refusal with the reason ------
+from torch.utils.checkpoint import checkpoint as checkpoint_bound_at_import  # noqa: E402  (the escape hatch case)
+
+from tests.test_mac29 import FakeMpsGenerator, MpsDropout  # noqa: E402
+
+
+def tiny_gpt2(generator: torch.Generator, dropout: float = 0.3) -> torch.nn.Module:
+    """A 2-layer GPT-2 whose dropout layers draw from the stand-in MPS generator, as nn.Dropout on MPS tensors
+    draws from the MPS one (attention dropout stays 0: its draws come from the CPU generator, which torch replays)."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, attn_pdrop=0.0,
+                                     resid_pdrop=dropout, embd_pdrop=dropout)
+    model = transformers.GPT2LMHeadModel(config)
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Dropout):
+                setattr(module, child_name, MpsDropout(generator, dropout))
+    return model
+
+
+def gpt2_gradients(accelerator, model, generator: torch.Generator) -> list[torch.Tensor]:
+    model.train()
+    generator.manual_seed(1)
+    ids = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(2))
+    accelerator.backward(model(input_ids=ids, labels=ids).loss)
+    return [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("enable", [
+    lambda model: model.activation_checkpointing_enable(),
+    lambda model: model.activation_checkpointing_enable({"use_reentrant": True}),
+    lambda model: model.gradient_checkpointing_enable(),  # the deprecated name, as PEFT still calls it
+], ids=["activation_checkpointing_enable", "reentrant", "gradient_checkpointing_enable"])
+def test_checkpointing_turned_on_on_a_transformers_model_replays_the_mps_random_state(fake_mac, monkeypatch, enable):
+    from braeburn import Accelerator
+
+    fake = FakeMpsGenerator()
+    fake.install(monkeypatch)
+    accelerator = Accelerator()
+    expected = gpt2_gradients(accelerator, accelerator.prepare(tiny_gpt2(fake.generator)), fake.generator)
+    model = tiny_gpt2(fake.generator)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # Transformers 5's deprecation of the old name
+        enable(model)  # by the user, or a library, before braeburn sees the model
+    model = accelerator.prepare(model)
+    for got, want in zip(gpt2_gradients(accelerator, model, fake.generator), expected):
+        torch.testing.assert_close(got, want)  # was: different dropout masks in the recompute, no error
+    accelerator.end_training()
+
+
+class BlockCheckpointedNet(torch.nn.Module):
+    """A user's module that checkpoints its block itself, looking torch.utils.checkpoint.checkpoint up when called
+    (``how="module"``) or through a name bound when its file was imported (``how="bound"``)."""
+
+    def __init__(self, generator: torch.Generator, how: str, p: float = 0.5):
+        super().__init__()
+        torch.manual_seed(0)
+        self.first, self.last = torch.nn.Linear(8, 32), torch.nn.Linear(32, 1)
+        self.drop = MpsDropout(generator, p) if p else torch.nn.Identity()  # dropout(p=0) draws nothing
+        self.how = how
+
+    def forward(self, x):
+        block = lambda h: self.drop(torch.relu(self.first(h)))  # noqa: E731
+        if self.how == "module":
+            h = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+        elif self.how == "sequential":
+            # two segments: the first, checkpointed, holds the dropout (which commutes with the ReLU)
+            layers = torch.nn.Sequential(self.first, self.drop, torch.nn.ReLU(), torch.nn.Identity())
+            h = torch.utils.checkpoint.checkpoint_sequential(layers, 2, x, use_reentrant=True)
+        elif self.how == "bound":
+            h = checkpoint_bound_at_import(block, x, use_reentrant=False)
+        else:
+            h = block(x)
+        return self.last(h)
+
+
+def net_gradients(accelerator, model, generator: torch.Generator) -> list[torch.Tensor]:
+    generator.manual_seed(1)
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(2))
+    accelerator.backward(model(x).pow(2).mean())
+    return [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("how", ["module", "sequential"])
+def test_torch_utils_checkpoint_inside_a_users_forward_replays_the_mps_random_state(fake_mac, monkeypatch, how):
+    from braeburn import Accelerator
+
+    fake = FakeMpsGenerator()
+    fake.install(monkeypatch)
+    accelerator = Accelerator()
+    expected = net_gradients(accelerator, accelerator.prepare(BlockCheckpointedNet(fake.generator, "none")),
+                             fake.generator)
+    model = accelerator.prepare(BlockCheckpointedNet(fake.generator, how))
+    for got, want in zip(net_gradients(accelerator, model, fake.generator), expected):
+        torch.testing.assert_close(got, want)
+    assert torch.utils.checkpoint.checkpoint is checkpoint_bound_at_import  # put back after each forward
+    accelerator.end_training()
+
+
+def test_a_checkpoint_braeburn_cannot_see_stops_the_backward_with_the_reason(fake_mac, monkeypatch):
+    from braeburn import Accelerator
+    from braeburn.checkpoint_replay import CheckpointReplayError
+
+    fake = FakeMpsGenerator()
+    fake.install(monkeypatch)
+    accelerator = Accelerator()
+    model = accelerator.prepare(BlockCheckpointedNet(fake.generator, "bound"))
+    with pytest.raises(CheckpointReplayError, match=r"drew random numbers \(dropout\) on mps.*braeburn stops before "
+                                                    r"the optimizer applies them.*from torch.utils.checkpoint import"):
+        net_gradients(accelerator, model, fake.generator)
+    # without dropout the recompute draws nothing, the gradients are right, and nothing is said
+    quiet = accelerator.prepare(BlockCheckpointedNet(fake.generator, "bound", p=0.0))
+    net_gradients(accelerator, quiet, fake.generator)
+    accelerator.end_training()
+
+
+def test_compile_with_checkpointing_on_a_mac_is_refused_before_training(fake_mac, monkeypatch, tmp_path):
+    from torch.utils.data import TensorDataset
+
+    from braeburn import Accelerator, Trainer, TrainingConfig
+
+    fake = FakeMpsGenerator()
+    fake.install(monkeypatch)
+    data = TensorDataset(torch.randint(0, 64, (8, 16)))
+    config = TrainingConfig(output_dir=str(tmp_path), max_steps=2, compile="true", gradient_checkpointing=True)
+    with pytest.raises(ValueError, match=r"compile=True with gradient checkpointing \(gradient_checkpointing=True\) "
+                                         r"on mps: .*BackendCompilerFailed.*Pass compile=False"):
+        Trainer(tiny_gpt2(fake.generator), config, train_dataset=data)
+    model = tiny_gpt2(fake.generator)
+    model.activation_checkpointing_enable()
+    with pytest.raises(ValueError, match=r"turned on on GPT2LMHeadModel's own layers"):
+        Trainer(model, TrainingConfig(output_dir=str(tmp_path), max_steps=2, compile="true"), train_dataset=data)
+    accelerator = Accelerator(compile=True)
+    with pytest.raises(ValueError, match=r"turned on on GPT2LMHeadModel's own layers"):
+        accelerator.prepare(model)
+    accelerator.end_training()

@@ -200,6 +200,7 @@ class PreparedForward:
         self.autocast = autocast
         self.synchronize = synchronize
         self.compiled: Callable | None = None
+        self.around: Any = None  # a reusable context entered around each eager call (the device's, if it has one)
         self.float_outputs = True  # the Trainer turns this off around training forwards whose loss the model computes
         self.stats = CompileStats()
         functools.update_wrapper(self, self.original)
@@ -222,10 +223,10 @@ class PreparedForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.compiled is None:
-            return self._run(self.original, args, kwargs)
+            return self._eager(args, kwargs)
         if not self._use_compiled(args, kwargs):
             self.stats.eager_calls += 1
-            return self._run(self.original, args, kwargs)
+            return self._eager(args, kwargs)
         self.stats.compiled_calls += 1
         if self.stats.compiled_calls == 1:
             return self._first_compiled_call(args, kwargs)
@@ -248,6 +249,12 @@ class PreparedForward:
         if graphs != self.stats.graphs:  # a break shows up only with a new graph: nothing to read on other steps
             self.stats.graph_breaks = sorted(_graph_break_reasons() - self.stats._breaks_before)
         self.stats.graphs = graphs
+
+    def _eager(self, args: tuple, kwargs: dict) -> Any:
+        if self.around is None:
+            return self._run(self.original, args, kwargs)
+        with self.around:
+            return self._run(self.original, args, kwargs)
 
     def _run(self, function: Callable, args: tuple, kwargs: dict) -> Any:
         if self.autocast is None:

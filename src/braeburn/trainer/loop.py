@@ -102,7 +102,8 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self.processing_class = processing_class or tokenizer
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.accelerator = accelerator or Accelerator(**self.config.accelerator_options())
-        prepare_model_options(model, self.config, self.accelerator.plan.device, current_host())
+        plan = self.accelerator.plan  # compile=True, asked: refused with checkpointing that needs a replay
+        prepare_model_options(model, self.config, plan.device, current_host(), plan.compile and not plan.compile_auto)
         self.accelerator.defer_compile = True  # compiled (or not) once the first steps are measured
         self.model = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
