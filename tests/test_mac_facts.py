@@ -217,14 +217,15 @@ def test_fp16_overflow_skip_on_a_mac_reads_the_scalers_found_inf_not_every_gradi
 
 
 # -- compile=True on MPS says why in one line; compiled steps that measure slower go back to eager, on any device ---
-def test_compile_true_on_a_mac_warns_in_one_line_with_the_measured_reason(fake_mac):
-    from braeburn import Accelerator
+def test_compile_true_on_a_mac_warns_in_one_line_with_the_measured_reason(fake_mac, monkeypatch):
+    from braeburn import Accelerator, accelerator as accelerator_module
     from braeburn.plan import RunOptions, make_plan
     from tests.conftest import APPLE_M
 
     (note,) = make_plan(RunOptions(compile=True), APPLE_M).notes  # torch 2.13: was no word at all
     assert "4.5-9x slower than eager on torch 2.13 (pytorch#192551" in note and "\n" not in note
     assert "compile=False" in note
+    monkeypatch.setattr(accelerator_module, "_said_once", set())  # said once per process: maybe said already
     with pytest.warns(UserWarning, match=r"braeburn: torch.compile on MPS trained 4.5-9x slower"):
         Accelerator(compile=True).end_training()
     assert make_plan(RunOptions(), APPLE_M).compile is False  # "auto" stays eager there, with no warning
@@ -344,7 +345,8 @@ def gpt2_gradients(accelerator, model, generator: torch.Generator) -> list[torch
     lambda model: model.activation_checkpointing_enable(),
     lambda model: model.activation_checkpointing_enable({"use_reentrant": True}),
     lambda model: model.gradient_checkpointing_enable(),  # the deprecated name, as PEFT still calls it
-], ids=["activation_checkpointing_enable", "reentrant", "gradient_checkpointing_enable"])
+    "trainer",  # the Trainer's gradient_checkpointing=True: its context_fn replays, and is not wrapped again
+], ids=["activation_checkpointing_enable", "reentrant", "gradient_checkpointing_enable", "trainer"])
 def test_checkpointing_turned_on_on_a_transformers_model_replays_the_mps_random_state(fake_mac, monkeypatch, enable):
     from braeburn import Accelerator
 
@@ -355,8 +357,18 @@ def test_checkpointing_turned_on_on_a_transformers_model_replays_the_mps_random_
     model = tiny_gpt2(fake.generator)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # Transformers 5's deprecation of the old name
-        enable(model)  # by the user, or a library, before braeburn sees the model
+        if enable == "trainer":
+            from braeburn.devices.host import current_host
+            from braeburn.trainer.config import TrainingConfig
+            from braeburn.trainer.hf_compat import prepare_model_options
+
+            prepare_model_options(model, TrainingConfig(gradient_checkpointing=True), accelerator.plan.device,
+                                  current_host())
+        else:
+            enable(model)  # by the user, or a library, before braeburn sees the model
     model = accelerator.prepare(model)
+    wrapped = [getattr(m._gradient_checkpointing_func, "replays_rng", False) for m in model.transformer.h]
+    assert wrapped == [enable != "trainer"] * 2
     for got, want in zip(gpt2_gradients(accelerator, model, fake.generator), expected):
         torch.testing.assert_close(got, want)  # was: different dropout masks in the recompute, no error
     accelerator.end_training()
@@ -380,7 +392,7 @@ class BlockCheckpointedNet(torch.nn.Module):
         elif self.how == "sequential":
             # two segments: the first, checkpointed, holds the dropout (which commutes with the ReLU)
             layers = torch.nn.Sequential(self.first, self.drop, torch.nn.ReLU(), torch.nn.Identity())
-            h = torch.utils.checkpoint.checkpoint_sequential(layers, 2, x, use_reentrant=True)
+            h = torch.utils.checkpoint.checkpoint_sequential(layers, 2, x, use_reentrant=False)
         elif self.how == "bound":
             h = checkpoint_bound_at_import(block, x, use_reentrant=False)
         else:
@@ -428,6 +440,7 @@ def test_a_checkpoint_braeburn_cannot_see_stops_the_backward_with_the_reason(fak
     accelerator.end_training()
 
 
+@pytest.mark.filterwarnings("ignore:braeburn. torch.compile on MPS:UserWarning")  # its own test is above
 def test_compile_with_checkpointing_on_a_mac_is_refused_before_training(fake_mac, monkeypatch, tmp_path):
     from torch.utils.data import TensorDataset
 
