@@ -461,3 +461,38 @@ def test_compile_with_checkpointing_on_a_mac_is_refused_before_training(fake_mac
     with pytest.raises(ValueError, match=r"turned on on GPT2LMHeadModel's own layers"):
         accelerator.prepare(model)
     accelerator.end_training()
+
+
+# -- the lane: non-zero when it could test nothing, and the facts braeburn read beside the system's ---------------
+def load_lane(monkeypatch):
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # the lane puts src/ in front at import
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "mps_lane.py"
+    spec = importlib.util.spec_from_file_location("mps_lane_under_test", path)
+    lane = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lane)
+    return lane
+
+
+def test_the_lane_on_a_rosetta_python_exits_non_zero_and_shows_each_fact_beside_the_systems(fake_host, monkeypatch):
+    lane = load_lane(monkeypatch)
+    fake_host("apple", machine="x86_64", rosetta=True, mps_built=False, mps_available=False, macos_version=(15, 1))
+    answers = {("sw_vers", "-productVersion"): "15.1", ("sysctl", "-n", "hw.optional.arm64"): "1",
+               ("sysctl", "-n", "sysctl.proc_translated"): "1"}
+    monkeypatch.setattr(lane.subprocess, "run", lambda command, *a, **k: subprocess.CompletedProcess(
+        command, 0, answers.get(tuple(command), "") + "\n", ""))
+    results = lane.Results()
+    results.rows = [(name, "skipped", "Skipped: needs 1 usable mps device(s); this machine has 0 (this Python runs "
+                     "under Rosetta)") for name in ("test_mps_is_chosen_by_default", "test_a_float64_model_trains")]
+    assert lane.lane_exit(0, results) == lane.NOTHING_TESTED != 0  # was 0: a lane that tested nothing "passed"
+    text = lane.report(results, 0)
+    assert f"- NOTHING WAS TESTED: every claim was skipped (the reasons are below); exit {lane.NOTHING_TESTED}" in text
+    assert "| macOS version | 15.1 | `sw_vers -productVersion`: 15.1 |" in text
+    assert "| Apple silicon | yes | `sysctl -n hw.optional.arm64`: 1 |" in text
+    assert "| Rosetta (this Python translated) | yes | `sysctl -n sysctl.proc_translated`: 1 |" in text
+    results.rows.append(("test_mps_is_chosen_by_default", "passed", ""))
+    assert lane.lane_exit(0, results) == 0 and "NOTHING WAS TESTED" not in lane.report(results, 0)
+    assert lane.lane_exit(1, results) == 1  # a failed claim keeps pytest's status
