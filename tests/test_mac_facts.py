@@ -496,3 +496,19 @@ def test_the_lane_on_a_rosetta_python_exits_non_zero_and_shows_each_fact_beside_
     results.rows.append(("test_mps_is_chosen_by_default", "passed", ""))
     assert lane.lane_exit(0, results) == 0 and "NOTHING WAS TESTED" not in lane.report(results, 0)
     assert lane.lane_exit(1, results) == 1  # a failed claim keeps pytest's status
+
+
+def test_compile_auto_stays_eager_where_checkpointing_needs_the_replay(fake_mac, monkeypatch):
+    # No kind compiles by default and lacks the replay today (MPS compiles only when asked); were one to, "auto"
+    # would stay eager with the reason rather than fail at the first compiled step.
+    from braeburn import Accelerator
+
+    monkeypatch.setattr(MpsDevice, "compile_by_default", lambda self, host: (True, "pretend MPS compiles"))
+    model = tiny_gpt2(torch.Generator())
+    model.activation_checkpointing_enable()
+    accelerator = Accelerator()
+    assert accelerator.plan.compile and accelerator.plan.compile_auto
+    model = accelerator.prepare(model)
+    decision = accelerator.compile_decision(model)
+    assert not decision.compile and "gradient checkpointing on mps replays its random state" in decision.reason
+    accelerator.end_training()
