@@ -366,3 +366,42 @@ def test_braeburns_mps_memory_figures_are_torchs_and_whether_torch_accelerator_h
                     f"available: memory_allocated() = {theirs}, torch.mps.current_allocated_memory() = "
                     f"{torch.mps.current_allocated_memory()}")
     assert theirs == torch.mps.current_allocated_memory()
+
+
+class ForwardCheckpointedNet(nn.Module):
+    """Checkpoints its own block: through torch.utils.checkpoint looked up at the call, or a name bound earlier."""
+
+    def __init__(self, bound):
+        super().__init__()
+        torch.manual_seed(0)
+        self.first, self.drop, self.last = nn.Linear(8, 32), nn.Dropout(0.5), nn.Linear(32, 1)
+        self.bound = bound
+
+    def forward(self, x):
+        block = lambda h: self.drop(torch.relu(self.first(h)))  # noqa: E731
+        if self.bound is None:
+            return self.last(block(x))
+        checkpoint = self.bound or torch.utils.checkpoint.checkpoint
+        return self.last(checkpoint(block, x, use_reentrant=False))
+
+
+def test_checkpointing_in_a_users_forward_is_replayed_or_stopped_on_mps():
+    from torch.utils.checkpoint import checkpoint as bound_checkpoint
+
+    from braeburn.checkpoint_replay import CheckpointReplayError
+
+    accelerator = Accelerator()
+
+    def gradients(model):
+        model = accelerator.prepare(model)
+        torch.mps.manual_seed(1)
+        x = torch.randn(16, 8, generator=torch.Generator().manual_seed(2)).to("mps")
+        accelerator.backward(model(x).pow(2).mean())
+        return [p.grad.cpu().clone() for p in model.parameters()]
+
+    expected = gradients(ForwardCheckpointedNet(None))
+    for got, want in zip(gradients(ForwardCheckpointedNet(False)), expected):  # looked up at the call: replayed
+        torch.testing.assert_close(got, want)
+    with pytest.raises(CheckpointReplayError):  # bound before braeburn looked: torch does not replay MPS, so it stops
+        gradients(ForwardCheckpointedNet(bound_checkpoint))
+    accelerator.end_training()
