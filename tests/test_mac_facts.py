@@ -449,18 +449,21 @@ def test_compile_with_checkpointing_on_a_mac_is_refused_before_training(fake_mac
     fake = FakeMpsGenerator()
     fake.install(monkeypatch)
     data = TensorDataset(torch.randint(0, 64, (8, 16)))
-    config = TrainingConfig(output_dir=str(tmp_path), max_steps=2, compile="true", gradient_checkpointing=True)
-    with pytest.raises(ValueError, match=r"compile=True with gradient checkpointing \(gradient_checkpointing=True\) "
-                                         r"on mps: .*BackendCompilerFailed.*Pass compile=False"):
-        Trainer(tiny_gpt2(fake.generator), config, train_dataset=data)
-    model = tiny_gpt2(fake.generator)
-    model.activation_checkpointing_enable()
-    with pytest.raises(ValueError, match=r"turned on on GPT2LMHeadModel's own layers"):
-        Trainer(model, TrainingConfig(output_dir=str(tmp_path), max_steps=2, compile="true"), train_dataset=data)
-    accelerator = Accelerator(compile=True)
-    with pytest.raises(ValueError, match=r"turned on on GPT2LMHeadModel's own layers"):
-        accelerator.prepare(model)
-    accelerator.end_training()
+    accelerator = Accelerator(compile=True)  # what compile="true" builds; handed in, so that it is ended below
+    try:
+        config = TrainingConfig(output_dir=str(tmp_path), max_steps=2, compile="true", gradient_checkpointing=True)
+        with pytest.raises(ValueError, match=r"compile=True with gradient checkpointing \(gradient_checkpointing=True\) "
+                                             r"on mps: .*BackendCompilerFailed.*Pass compile=False"):
+            Trainer(tiny_gpt2(fake.generator), config, train_dataset=data, accelerator=accelerator)
+        model = tiny_gpt2(fake.generator)
+        model.activation_checkpointing_enable()
+        with pytest.raises(ValueError, match=r"turned on on GPT2LMHeadModel's own layers"):
+            Trainer(model, TrainingConfig(output_dir=str(tmp_path), max_steps=2, compile="true"), train_dataset=data,
+                    accelerator=accelerator)
+        with pytest.raises(ValueError, match=r"turned on on GPT2LMHeadModel's own layers"):
+            accelerator.prepare(model)
+    finally:
+        accelerator.end_training()
 
 
 # -- the lane: non-zero when it could test nothing, and the facts braeburn read beside the system's ---------------
