@@ -317,7 +317,7 @@ def test_row7_compile_true_is_refused_before_torch_2_8_and_warned_before_2_13(fa
     risky = APPLE_M.replace(torch_version=(2, 10, 0), torch_version_str="2.10.0")
     plan = make_plan(RunOptions(compile=True), risky)
     assert plan.compile and len(plan.notes) == 1 and "braeburn check" in plan.notes[0]
-    assert make_plan(RunOptions(compile=True), APPLE_M).notes == ()
+    assert "pytorch#192551" in make_plan(RunOptions(compile=True), APPLE_M).notes[0]  # 2.13: slower than eager
     assert make_plan(RunOptions(compile=True, cpu=True), old).compile  # the CPU is not gated
 
 

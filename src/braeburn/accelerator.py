@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import compile_policy, manifest, output_lock, probe
+from . import checkpoint_replay, compile_policy, manifest, output_lock, probe
 from .accelerate_compat import AccelerateCompat
 from .accelerator_compile import CompileMixin, mostly_convolutions
 from .compat.accelerate_options import accelerate_options
@@ -128,6 +128,9 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps
         self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
+        replays = kind.checkpoint_replays_rng(current_host())  # else braeburn replays it (checkpoint_replay.py)
+        self._checkpoint_patch = None if replays else checkpoint_replay.CheckpointPatch(kind)
+        self._recompute_guard = _NO_CONTEXT if replays else checkpoint_replay.RecomputeGuard(kind)
         self._locked: dict[str, None] = {}  # state folders save_state() holds the lock of, oldest first
         self._init_accelerate_compat(**accelerate.tracking)
         self._announce()
@@ -232,8 +235,10 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         if self.plan.device.channels_last_helps and mostly_convolutions(model):
             # cuDNN's NHWC kernels on tensor cores: the same math, a faster layout for convolutions
             model = model.to(memory_format=torch.channels_last)
+        self._replay_checkpointing(model)
         forward = compile_policy.install_forward(
             model, self._policy.autocast if self._policy.dtype is not None else None, self.plan.device.synchronize)
+        forward.around = self._checkpoint_patch
         if self.shards_model:  # in place: the module stays the user's, its parameters become shards
             model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype)
         elif self.num_processes > 1:
@@ -275,7 +280,8 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         """``loss.backward()``, divided by gradient_accumulation_steps and scaled when fp16 needs it."""
         if self.gradient_accumulation_steps > 1:
             loss = loss / self.gradient_accumulation_steps
-        self._policy.backward(loss, **kwargs)
+        with self._recompute_guard:  # where checkpoint does not replay the device's random state: none went astray
+            self._policy.backward(loss, **kwargs)
         probe.after_backward(self, loss)
 
     def autocast(self) -> contextlib.AbstractContextManager:

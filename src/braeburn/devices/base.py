@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from .host import HostFacts
@@ -44,6 +44,15 @@ class CompileSupport:
 
     refusal: str = ""
     warning: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """:meth:`DeviceKind.memory_stats` read at a logging step, with the distinct batch shapes seen by then."""
+
+    step: int
+    stats: Mapping[str, int]
+    shapes: int
 
 
 class DeviceKind(ABC):
@@ -175,9 +184,9 @@ class DeviceKind(ABC):
     def reset_peak_memory(self) -> None:
         """Start a new peak-memory window."""
 
-    def memory_drift(self, stats: dict[str, int]) -> str | None:
-        """Why the memory the driver holds has drifted far beyond the live tensors (from :meth:`memory_stats`),
-        and what to do; None when it has not, or the kind cannot tell."""
+    def memory_drift(self, readings: Sequence[MemoryReading]) -> str | None:
+        """What in the memory readings of a run so far (oldest first) points at a problem, and what to do; None
+        when nothing does, or the kind cannot tell."""
         return None
 
     def memory_beyond_comfort(self) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from .. import output_lock
 from ..accelerator import Accelerator
 from ..collate import BucketPadding, batch_signature, position_limit
 from ..compile_policy import PreparedForward, outputs_are_overwritten, prepared_forward
+from ..devices.base import MemoryReading
 from ..devices.host import current_host
 from ..distributed import process_group as pg
 from ..envvars import MAX_STEPS_VAR, max_steps_cap
@@ -54,8 +56,6 @@ from .signals import SignalCallback, TrainingInterrupted
 from .state import TrainerState
 from .step_breakdown import StepBreakdownCallback
 from .write_faults import prepare_output_dir
-
-
 
 
 class NonFiniteLossError(RuntimeError):
@@ -102,7 +102,8 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self.processing_class = processing_class or tokenizer
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.accelerator = accelerator or Accelerator(**self.config.accelerator_options())
-        prepare_model_options(model, self.config, self.accelerator.plan.device, current_host())
+        plan = self.accelerator.plan  # compile=True, asked: refused with checkpointing that needs a replay
+        prepare_model_options(model, self.config, plan.device, current_host(), plan.compile and not plan.compile_auto)
         self.accelerator.defer_compile = True  # compiled (or not) once the first steps are measured
         self.model = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
@@ -331,6 +332,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self._step_lr: float | None = None
         self._skipped = 0
         self._drift_warned = False  # the MPS driver-memory drift is warned once per train()
+        self._memory_readings: deque[MemoryReading] = deque(maxlen=64)  # the drift rules read the last few
         self._loss_total = (0.0, 0)
         self._save_log = SaveLog()
 
@@ -375,7 +377,8 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self.log(logs, start_time=started)
 
     def _warn_memory_drift(self, memory: dict[str, int]) -> None:
-        drift = None if self._drift_warned else self.accelerator.plan.device.memory_drift(memory)
+        self._memory_readings.append(MemoryReading(self.state.global_step, memory, len(self._shapes)))
+        drift = None if self._drift_warned else self.accelerator.plan.device.memory_drift(self._memory_readings)
         if drift:
             self._drift_warned = True
             self.accelerator.print(f"braeburn: warning at step {self.state.global_step}: {drift}")
