@@ -273,3 +273,10 @@ def test_the_run_banner_counts_examples_not_batches(tmp_path, capsys):
     _trainer(tmp_path, max_epochs=1).fit(Regression("epoch"), regression_data(samples=64, batch_size=8))
     out = capsys.readouterr().out
     assert "training on 64 examples: 1 epoch, 8 optimizer steps, 8 samples a step" in out, out
+
+
+def test_the_summary_says_why_compile_is_off_when_nobody_asked(tmp_path, capsys):
+    _trainer(tmp_path, max_epochs=1).fit(Regression("epoch"), regression_data())
+    out = capsys.readouterr().out
+    assert "compile    off (compile=false, braeburn.lightning's default: Lightning's Trainer does not compile" in out
+    assert "as asked" not in next(line for line in out.splitlines() if "compile    " in line)

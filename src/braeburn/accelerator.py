@@ -27,7 +27,8 @@ from .devices.host import current_host
 from .distributed import checkpoint as dist_ckpt
 from .distributed import fsdp
 from .distributed import process_group as pg
-from .envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, accelerate_env, env_default, env_device
+from .envvars import (COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, accelerate_env, env_default, env_device,
+                      env_device_reason)
 from .fallback import FallbackRecorder, early_env_advice, early_env_conflicts
 from .plan import OptionError, Plan, PlanError, RunOptions, make_plan
 from .precision import PrecisionPolicy, make_policy
@@ -137,6 +138,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
                    mps_fallback, world_size) -> Plan:
         options = RunOptions(
             accelerator=accelerator, devices=devices, cpu=cpu, env_device=env_device(),
+            env_device_reason=env_device_reason(),
             mixed_precision=env_default(MIXED_PRECISION_VAR, mixed_precision), num_processes=world_size,
             strategy=env_default(STRATEGY_VAR, strategy),
             compile=env_default(COMPILE_VAR, compile) if isinstance(compile, str) else compile,

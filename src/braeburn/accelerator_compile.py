@@ -38,7 +38,7 @@ class CompileMixin:
             requested=requested, device_compiles=plan.compile, device_reason=plan.compile_reason,
             convolutional=mostly_convolutions(self.unwrap_model(model)), num_processes=self.num_processes,
             remaining_steps=remaining_steps, eager_step_seconds=eager_step_seconds, shapes_vary=shapes_vary,
-            estimate=estimate)
+            estimate=estimate, requested_reason="" if plan.compile_auto else plan.compile_reason)
 
     def compile_key(self, model: torch.nn.Module, batch_size: int | None) -> str:
         """What makes another run's compile of ``model`` comparable to this one's (braeburn.compile_gains)."""

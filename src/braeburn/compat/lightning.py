@@ -12,6 +12,7 @@ docs/migrating.md, "Lightning".
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Mapping
@@ -28,6 +29,11 @@ from ..trainer.hf_overrides import EvalLoopOutput
 from ..trainer.loop import Trainer as BraeburnTrainer
 from .lightning_module import HOOKS, StepLogger, split_optimizers, step_loss, unsupported_hooks
 from .lightning_options import lightning_options
+
+
+# Nobody asks for compile=false here: it is this path's default, and the summary says so.
+NO_COMPILE_REASON = ("compile=false, braeburn.lightning's default: Lightning's Trainer does not compile a module "
+                     "by itself")
 
 
 class LightningArgumentError(ValueError):
@@ -119,6 +125,7 @@ class Trainer:
     def _build(self, model: torch.nn.Module, train_loader: Any, val_loader: Any) -> _LightningRun:
         """braeburn's Trainer for this fit (or validate: no optimizer then, as Lightning calls none)."""
         accelerator = Accelerator(**{**self.options.config.accelerator_options(), "seed": None})  # the user seeds
+        accelerator.plan = dataclasses.replace(accelerator.plan, compile_reason=NO_COMPILE_REASON)
         self.logger.reduce_mean = lambda value: accelerator.reduce(value, "mean")
         if accelerator.plan.precision == "fp16" and accelerator.device.type == "cpu" and accelerator.is_main_process:
             note_once("precision='16-mixed' on the CPU: braeburn autocasts to float16, as asked; Lightning switches "
