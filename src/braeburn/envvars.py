@@ -33,6 +33,8 @@ MAX_STEPS_VAR = "BRAEBURN_MAX_STEPS"  # a quick run: every Trainer stops after N
 
 BRAEBURN_VARIABLES: tuple[tuple[str, str, bool], ...] = (
     (DEVICE_VAR, "overrides the device choice everywhere (cpu, cuda, mps, gpu, auto)", False),
+    (DEVICE_REASON_VAR, "set by braeburn launch beside BRAEBURN_DEVICE: why that device, in the words of what the "
+                        "launcher was asked (--cpu, auto)", False),
     (MIXED_PRECISION_VAR, "mixed precision when the script does not set one (auto, no, fp16, bf16)", False),
     (STRATEGY_VAR, "distributed strategy when the script does not set one (auto, ddp, fsdp)", False),
     (COMPILE_VAR, "torch.compile when the script does not set it (auto, true, false)", False),
