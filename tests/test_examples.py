@@ -226,6 +226,7 @@ def test_an_example_writing_to_a_file_speaks_within_30_seconds_of_training(tmp_p
 
 # -- the custom loop ------------------------------------------------------------------------------
 
+@pytest.mark.slow  # two gloo processes, each loading torch: 20-25 s on 2 loaded cores (the rule's unit tests are fast)
 def test_the_custom_loop_on_two_gloo_processes_gives_no_scheduler_warning(tmp_path, clean_env):
     """Its CosineAnnealingLR steps once per batch, as Accelerate's stepping expects: no warning about per-epoch
     stepping (it came with a line of braeburn's source under it), and nothing else on stderr that is a warning."""
