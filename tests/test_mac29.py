@@ -302,7 +302,7 @@ def test_item6_a_float64_model_is_cast_once_and_its_optimizer_follows(fake_mac):
     accelerator = Accelerator()
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).double()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.warns(UserWarning, match=r"the model's 0.weight, 0.bias, 1.weight and \d+ more are float64, which"):
+    with pytest.warns(UserWarning, match=r"the model's 0.weight, 0.bias, 1.weight and \d+ more are float64; mps has no float64"):
         model, optimizer = accelerator.prepare(model, optimizer)
     assert all(t.dtype != torch.float64 for t in [*model.parameters(), *model.buffers()])
     assert optimizer.param_groups[0]["params"][0] is next(model.parameters())  # the optimizer still steps them

@@ -11,8 +11,8 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import functools
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +27,14 @@ from .devices.host import current_host
 from .distributed import checkpoint as dist_ckpt
 from .distributed import fsdp
 from .distributed import process_group as pg
-from .envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, accelerate_env, env_default, env_device
+from .envvars import (COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, accelerate_env, env_default, env_device,
+                      env_device_reason)
 from .fallback import FallbackRecorder, early_env_advice, early_env_conflicts
 from .plan import OptionError, Plan, PlanError, RunOptions, make_plan
 from .precision import PrecisionPolicy, make_policy
 from .prepared_optim import USUALLY_PER_EPOCH, AcceleratedOptimizer, AcceleratedScheduler
 from . import state as state_io
+from .warn import warn
 
 _said_once: set[str] = set()
 
@@ -42,7 +44,7 @@ def _say_once(message: str, *, as_warning: bool = False) -> None:
         return
     _said_once.add(message)
     if as_warning:
-        warnings.warn(message, UserWarning, stacklevel=3)
+        warn(message, stacklevel=3)
     else:
         print(message, flush=True)
 
@@ -140,6 +142,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
                    mps_fallback, world_size) -> Plan:
         options = RunOptions(
             accelerator=accelerator, devices=devices, cpu=cpu, env_device=env_device(),
+            env_device_reason=env_device_reason(),
             mixed_precision=env_default(MIXED_PRECISION_VAR, mixed_precision), num_processes=world_size,
             strategy=env_default(STRATEGY_VAR, strategy),
             compile=env_default(COMPILE_VAR, compile) if isinstance(compile, str) else compile,
@@ -229,8 +232,8 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         return self.plan.strategy == "fsdp" and self.num_processes > 1
 
     def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        if not self.plan.device.supports_float64:
-            cast_float64_model(model, self.device)
+        if self.plan.device.float64_cast_reason():
+            cast_float64_model(model, self.plan.device.float64_cast_reason())
         model = model.to(self.device)
         if self.plan.device.channels_last_helps and mostly_convolutions(model):
             # cuDNN's NHWC kernels on tensor cores: the same math, a faster layout for convolutions
@@ -259,7 +262,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
                                     num_processes=self.num_processes, process_index=self.process_index,
                                     seed=self._data_seed, tracker=self._tracker, host=current_host(),
-                                    float64_to_float32=not self.plan.device.supports_float64)
+                                    float64_to_float32=self.plan.device.float64_cast_reason())
         self._dataloaders.append(prepared)
         return prepared
 
@@ -268,12 +271,21 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
                                         steps_per_call=1 if once_per_step else self.num_processes)
         name = type(scheduler).__name__
         if prepared.steps_per_call > 1 and self.step_scheduler_with_optimizer and name in USUALLY_PER_EPOCH \
-                and self.is_main_process:  # braeburn cannot know whether step() is called per batch or per epoch
-            _say_once(f"braeburn: the prepared {name} moves {prepared.steps_per_call} steps per step() call on "
-                      f"{self.num_processes} processes, as Accelerate's; if you call step() once per epoch, pass "
-                      "Accelerator(step_scheduler_with_optimizer=False)", as_warning=True)
+                and self.is_main_process:  # is step() called per batch or per epoch? its first call tells
+            prepared.on_first_step = functools.partial(self._say_if_stepped_per_epoch, prepared, name)
         self._schedulers.append(prepared)
         return prepared
+
+    def _say_if_stepped_per_epoch(self, prepared: AcceleratedScheduler, name: str) -> None:
+        """At a usually-per-epoch scheduler's first step(): called inside an epoch of a prepared DataLoader, it is
+        stepped per batch, as Accelerate's stepping expects; called between epochs (or with no prepared
+        DataLoader to tell by), it may be stepped once per epoch, and then moves num_processes epochs a call."""
+        if any(loader.batches_yielded > 0 for loader in self._dataloaders):
+            return
+        _say_once(f"braeburn: the prepared {name} moves {prepared.steps_per_call} steps per step() call on "
+                  f"{self.num_processes} processes, as Accelerate's; step() was first called outside an epoch of a "
+                  "prepared DataLoader: if you call it once per epoch, pass "
+                  "Accelerator(step_scheduler_with_optimizer=False)", as_warning=True)
 
     # -- the training step --------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:

@@ -41,7 +41,7 @@ class CompileMixin:
             requested=requested, device_compiles=plan.compile, device_reason=plan.compile_reason,
             convolutional=mostly_convolutions(self.unwrap_model(model)), num_processes=self.num_processes,
             remaining_steps=remaining_steps, eager_step_seconds=eager_step_seconds, shapes_vary=shapes_vary,
-            estimate=estimate)
+            estimate=estimate, requested_reason="" if plan.compile_auto else plan.compile_reason)
 
     def _replays_checkpointing(self, model: torch.nn.Module) -> bool:
         return (not self.plan.device.checkpoint_replays_rng(current_host())

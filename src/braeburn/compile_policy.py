@@ -47,14 +47,16 @@ class CompileDecision:
 
 def decide(*, requested: bool | str, device_compiles: bool, device_reason: str, convolutional: bool,
            num_processes: int, remaining_steps: int | None = None, eager_step_seconds: float | None = None,
-           shapes_vary: bool = False, estimate: CompileEstimate | None = None) -> CompileDecision:
+           shapes_vary: bool = False, estimate: CompileEstimate | None = None,
+           requested_reason: str = "") -> CompileDecision:
     """Whether to compile this run's model, and why. ``requested``: True, False or "auto"; ``estimate``: the
-    expected gain and compile cost (:func:`braeburn.compile_gains.estimate`; a default when None)."""
+    expected gain and compile cost (:func:`braeburn.compile_gains.estimate`; a default when None);
+    ``requested_reason``: why compile is True or False (the plan's: "as asked", or a default a caller chose)."""
     dynamic = True if shapes_vary else None
     if requested is True:
-        return CompileDecision(True, "compile=true, as asked", dynamic)
+        return CompileDecision(True, requested_reason or "compile=true, as asked", dynamic)
     if requested is False:
-        return CompileDecision(False, "compile=false, as asked")
+        return CompileDecision(False, requested_reason or "compile=false, as asked")
     if not device_compiles:
         return CompileDecision(False, f"auto: {device_reason}")
     if convolutional:

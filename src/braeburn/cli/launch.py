@@ -26,7 +26,7 @@ from typing import Any
 from .._early import put_option
 from ..devices.host import HostFacts, current_host
 from ..devices.registry import GPU_ALIAS, accelerator_kinds
-from ..envvars import COMPILE_VAR, DEVICE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR
+from ..envvars import COMPILE_VAR, DEVICE_REASON_VAR, DEVICE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR
 from ..launch_config import (ConfigError, LaunchSettings, ResolvedSettings, SettingProblem, Source,
                              add_settings_arguments, flag_values, resolve_settings)
 from ..plan import OptionError, Plan, PlanError, RunOptions, make_plan
@@ -61,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
     resolved = resolve_multi_gpu(resolve_settings(launch_flags(args), os.environ, args.config_file), current_host())
     plan = plan_launch(resolved, current_host())
     settings = resolved.settings
-    env = child_environment(plan, settings, os.environ)
+    for line in ignored_option_lines(plan, resolved):
+        print(f"braeburn launch: {line}", file=sys.stderr, flush=True)
+    env = child_environment(plan, settings, os.environ, device_reason=launch_device_reason(resolved, os.environ))
     problems = plan.device.env_problems(env, current_host().system)  # the pair the child's torch will read
     if problems:
         raise ConfigError([], problems)
@@ -194,6 +196,42 @@ def plan_launch(resolved: ResolvedSettings, host: HostFacts, env: Mapping[str, s
     return plan
 
 
+def _given(name: str, value: Any, source: Source) -> str:
+    """A setting as the user gave it: the flag, the variable or the file's key."""
+    if source.kind == "flag":
+        if isinstance(value, bool):
+            return source.detail if value else "--no-" + source.detail[2:]
+        return f"{source.detail} {value}"
+    if source.kind == "environment":
+        return f"{source.detail}={value}"
+    return f"{name} = {value} in {source.detail}" if source.kind == "file" else f"{name}={value}"
+
+
+def ignored_option_lines(plan: Plan, resolved: ResolvedSettings) -> list[str]:
+    """One line for each setting given that does nothing on the device this job trains on (the plan asks
+    every device kind which settings its environment uses)."""
+    return [f"{_given(name, getattr(resolved.settings, name), resolved.sources.get(name, Source('default', '')))} "
+            f"applies only to {hardware} and has no effect here, where this job trains on {plan.device.name}"
+            for name, hardware in plan.ignored_options]
+
+
+def launch_device_reason(resolved: ResolvedSettings, env: Mapping[str, str]) -> str | None:
+    """Why the child's device is the launcher's choice, in the words of what the user asked (--cpu, or nothing:
+    auto), for the child to say instead of the BRAEBURN_DEVICE the launcher set; None where the user's own
+    BRAEBURN_DEVICE decided, which then names itself."""
+    for name in ("cpu", "multi_gpu"):
+        source = resolved.sources.get(name, Source("default", ""))
+        if not getattr(resolved.settings, name) or source.kind == "default":
+            continue
+        if source.kind == "environment":
+            return None if name == "cpu" else f"{source.detail} set for braeburn launch"
+        return f"{source.detail} passed to braeburn launch" if source.kind == "flag" else \
+            f"{name} = true in {source.detail}, read by braeburn launch"
+    if _device_request(resolved, env) is not None:
+        return None
+    return "auto: braeburn launch chose the best usable device here"
+
+
 def _check_gpu_ids(settings: LaunchSettings, plan: Plan, host: HostFacts) -> list[OptionError]:
     if settings.gpu_ids == "all":
         return []
@@ -220,16 +258,21 @@ OUTER_JOB_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP
                   "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE")
 
 
-def child_environment(plan: Plan, settings: LaunchSettings, parent: Mapping[str, str]) -> dict[str, str]:
+def child_environment(plan: Plan, settings: LaunchSettings, parent: Mapping[str, str],
+                      device_reason: str | None = None) -> dict[str, str]:
     """The parent's environment without an outer job's world (OUTER_JOB_VARS), plus the plan's pre-torch
     variables where the user set none (braeburn's own import default gives way: --no-mps-fallback wins over
-    the fallback `import braeburn` turned on), plus the launcher's choices for Accelerator/Trainer, plus the
-    visible devices with --gpu-ids. The world of the job started is set by torch.distributed.run (several
-    processes), or is a single process (none of those variables)."""
+    the fallback `import braeburn` turned on), plus the launcher's choices for Accelerator/Trainer (with
+    ``device_reason``, why the device: see :func:`launch_device_reason`), plus the visible devices with
+    --gpu-ids. The world of the job started is set by torch.distributed.run (several processes), or is a
+    single process (none of those variables)."""
     env = {name: value for name, value in parent.items() if name not in OUTER_JOB_VARS}
     for name, value in plan.env.items():
         put_option(env, name, value)  # over braeburn's import default; a value the user exported wins
     env[DEVICE_VAR] = plan.device.name
+    env.pop(DEVICE_REASON_VAR, None)  # an outer launch's reason is not this one's
+    if device_reason:
+        env[DEVICE_REASON_VAR] = f"{plan.device.name}: {device_reason}"
     # What the user asked, not what "auto" resolved to here: the child resolves "auto" to the same
     # plan, keeps the per-model rules of "auto" (CNNs stay eager), and says "auto" in its messages.
     env[MIXED_PRECISION_VAR] = str(settings.mixed_precision)

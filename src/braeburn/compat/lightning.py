@@ -12,6 +12,7 @@ docs/migrating.md, "Lightning".
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import traceback
@@ -42,6 +43,11 @@ from .lightning_spelling import LightningSpelling
 
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # braeburn's own code: src/braeburn
+
+
+# Nobody asks for compile=false here: it is this path's default, and the summary says so.
+NO_COMPILE_REASON = ("compile=false, braeburn.lightning's default: Lightning's Trainer does not compile a module "
+                     "by itself")
 
 
 class LightningArgumentError(ValueError):
@@ -159,6 +165,7 @@ class Trainer:
         """braeburn's Trainer for this fit (``new_run``: in a new run folder) or validate (no optimizer then, as
         Lightning calls none; nothing is written)."""
         accelerator = Accelerator(**{**self.options.config.accelerator_options(), "seed": None})  # the user seeds
+        accelerator.plan = dataclasses.replace(accelerator.plan, compile_reason=NO_COMPILE_REASON)
         self.logger.reduce_mean = lambda value: accelerator.reduce(value, "mean")
         if accelerator.plan.precision == "fp16" and accelerator.device.type == "cpu" and accelerator.is_main_process:
             note_once("precision='16-mixed' on the CPU: braeburn autocasts to float16, as asked; Lightning switches "

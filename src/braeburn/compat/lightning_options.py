@@ -46,8 +46,9 @@ def lightning_options(kwargs: dict[str, Any], launched: int | None = None) -> tu
     precision = given.pop("precision", "32-true")
     if precision not in PRECISIONS:
         errors.append(f"precision={precision!r}: braeburn trains in float32 with mixed float16 or bfloat16 autocast "
-                      "only; pass precision='32-true', '16-mixed' or 'bf16-mixed' (a model in half or double "
-                      "precision throughout: .to(dtype) the module yourself)")
+                      "only; pass precision='32-true', '16-mixed' or 'bf16-mixed' (a model in half precision "
+                      "throughout: .to(dtype) the module yourself; a float64 one is trained in float32 on every "
+                      "device)")
     devices = given.get("devices", "auto")
     if isinstance(devices, (list, tuple)):
         errors.append(f"devices={devices!r}: a list of device indices is not supported; pass devices=N (a count) "

@@ -108,6 +108,14 @@ class DeviceKind(ABC):
         """Why ``mixed_precision="auto"`` keeps float32 when :meth:`auto_precision_order` offers nothing usable."""
         return f"since {self.name} has no mixed precision worth using here"
 
+    def float64_cast_reason(self) -> str | None:
+        """Why float64 models and batches become float32 on the way to this kind (one line says so, the first time),
+        or None where they stay float64. Every kind casts: a script then runs the same on every device, whether
+        it was written where float64 cannot run (the cast is needed there) or where it can (it does not break on
+        the other)."""
+        return "braeburn trains in float32 on every device, so that a script runs the same on each (some have no " \
+               "float64)"
+
     def env_before_torch(self, *, fallback: bool = True, high_watermark: float | None = None,
                          low_watermark: float | None = None) -> dict[str, str]:
         """Variables that must be in the environment before torch loads."""

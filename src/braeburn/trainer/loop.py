@@ -45,7 +45,7 @@ from .hf_callbacks import HfOptionsCallback, adapt_callback
 from .hf_compat import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, make_collate, note_once,
                         prepare_model_options, resolve_training_parts)
 from .hf_overrides import HfOverridableMixin, Overrides, backward_as_in_transformers
-from .input_checks import check_batch_inputs, check_datasets, check_labels
+from .input_checks import NO_CONTEXT, check_batch_inputs, check_datasets, check_labels, float_labels_explained
 from .metrics_log import MetricsLogCallback
 from .scheduler_interval import SchedulerSteps, is_plateau, per_step_note, split_scheduler
 from .plots import PlotCallback
@@ -260,15 +260,16 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         if not self._inputs_checked:
             check_batch_inputs(kwargs)
         forward = self._outputs_as_computed(model)
-        try:
-            outputs = model(*args, **kwargs)  # a prepared model autocasts inside its forward
-        finally:
-            if forward is not None:
-                forward.float_outputs = True
-        if not self._inputs_checked:
-            check_labels(outputs, labels)  # one sync, on the first batch only
-            self._inputs_checked = True
-        loss = compute_loss(outputs, labels, self.loss_fn)
+        with float_labels_explained(labels) if not self._inputs_checked else NO_CONTEXT:
+            try:
+                outputs = model(*args, **kwargs)  # a prepared model autocasts inside its forward
+            finally:
+                if forward is not None:
+                    forward.float_outputs = True
+            if not self._inputs_checked:
+                check_labels(outputs, labels)  # one sync, on the first batch only
+            loss = compute_loss(outputs, labels, self.loss_fn)
+        self._inputs_checked = True
         return loss.float() if forward is not None and loss.dtype in (torch.float16, torch.bfloat16) else loss
 
     def _keep_loss(self, loss: torch.Tensor) -> None:

@@ -113,5 +113,5 @@ def _first_batch(loader: Any, device: torch.device) -> Any:
     dataset, size = original.dataset, original.batch_size or 1
     batch = original.collate_fn([dataset[index] for index in range(min(size, len(dataset)))])
     if getattr(loader, "float64_to_float32", False):
-        batch = cast_float64(batch, device, loader._cast_names)  # the loader's own warning, once
+        batch = cast_float64(batch, loader._cast_names, loader.float64_to_float32)  # the loader's own warning, once
     return move_to_device(batch, device)
