@@ -49,6 +49,7 @@ def replay_rng_context_fn(kind: DeviceKind) -> Callable[[], tuple[Any, Any]]:
         recorded = _RecordState(kind)
         return recorded, _ReplayState(kind, recorded)
 
+    context_fn.replays_rng = True  # type: ignore[attr-defined]  (braeburn.accelerator.checkpoint_replay does not wrap it again)
     return context_fn
 
 
@@ -76,3 +77,16 @@ def checkpointing_kwargs(given: dict | None, kind: DeviceKind, host: HostFacts) 
     kwargs["use_reentrant"] = False
     kwargs["context_fn"] = replay_rng_context_fn(kind)
     return kwargs
+
+
+def refuse_compile_with_replay(model: Any, gradient_checkpointing: bool, kind: DeviceKind, host: HostFacts,
+                               compile_asked: bool) -> None:
+    """ValueError (why, and the fix) for compile=True with checkpointing that braeburn must replay on ``kind``."""
+    from ..accelerator.checkpoint_replay import checkpointed_layers, compile_conflict
+
+    if not compile_asked or kind.checkpoint_replays_rng(host):
+        return
+    if gradient_checkpointing:
+        raise ValueError(compile_conflict(kind, "gradient_checkpointing=True"))
+    if checkpointed_layers(model):
+        raise ValueError(compile_conflict(kind, f"turned on on {type(model).__name__}'s own layers"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from ..checkpoints import output_lock
 from ..accelerator.core import Accelerator
 from ..data.collate import BucketPadding, batch_signature, position_limit
 from ..plan.compile_policy import PreparedForward, outputs_are_overwritten, prepared_forward
+from ..devices.base import MemoryReading
 from ..devices.host import current_host
 from ..distributed import process_group as pg
 from ..plan.envvars import MAX_STEPS_VAR, max_steps_cap
@@ -43,7 +45,7 @@ from ..compat.transformers.callbacks import HfOptionsCallback, adapt_callback
 from ..compat.transformers.trainer_api import (EvalPrediction, HfTrainerMixin, PredictionOutput, TrainOutput, make_collate, note_once,
                         prepare_model_options, resolve_training_parts)
 from ..compat.transformers.overrides import HfOverridableMixin, Overrides, backward_as_in_transformers
-from .input_checks import check_batch_inputs, check_datasets, check_labels
+from .input_checks import NO_CONTEXT, check_batch_inputs, check_datasets, check_labels, float_labels_explained
 from .metrics_log import MetricsLogCallback
 from .scheduler_interval import SchedulerSteps, is_plateau, per_step_note, split_scheduler
 from .plots import PlotCallback
@@ -54,8 +56,6 @@ from .signals import SignalCallback, TrainingInterrupted
 from .state import TrainerState
 from .step_breakdown import StepBreakdownCallback
 from .write_faults import prepare_output_dir
-
-
 
 
 class NonFiniteLossError(RuntimeError):
@@ -102,7 +102,8 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self.processing_class = processing_class or tokenizer
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.accelerator = accelerator or Accelerator(**self.config.accelerator_options())
-        prepare_model_options(model, self.config, self.accelerator.plan.device, current_host())
+        plan = self.accelerator.plan  # compile=True, asked: refused with checkpointing that needs a replay
+        prepare_model_options(model, self.config, plan.device, current_host(), plan.compile and not plan.compile_auto)
         self.accelerator.defer_compile = True  # compiled (or not) once the first steps are measured
         self.model = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
@@ -259,15 +260,16 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         if not self._inputs_checked:
             check_batch_inputs(kwargs)
         forward = self._outputs_as_computed(model)
-        try:
-            outputs = model(*args, **kwargs)  # a prepared model autocasts inside its forward
-        finally:
-            if forward is not None:
-                forward.float_outputs = True
-        if not self._inputs_checked:
-            check_labels(outputs, labels)  # one sync, on the first batch only
-            self._inputs_checked = True
-        loss = compute_loss(outputs, labels, self.loss_fn)
+        with float_labels_explained(labels) if not self._inputs_checked else NO_CONTEXT:
+            try:
+                outputs = model(*args, **kwargs)  # a prepared model autocasts inside its forward
+            finally:
+                if forward is not None:
+                    forward.float_outputs = True
+            if not self._inputs_checked:
+                check_labels(outputs, labels)  # one sync, on the first batch only
+            loss = compute_loss(outputs, labels, self.loss_fn)
+        self._inputs_checked = True
         return loss.float() if forward is not None and loss.dtype in (torch.float16, torch.bfloat16) else loss
 
     def _keep_loss(self, loss: torch.Tensor) -> None:
@@ -331,6 +333,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self._step_lr: float | None = None
         self._skipped = 0
         self._drift_warned = False  # the MPS driver-memory drift is warned once per train()
+        self._memory_readings: deque[MemoryReading] = deque(maxlen=64)  # the drift rules read the last few
         self._loss_total = (0.0, 0)
         self._save_log = SaveLog()
 
@@ -375,7 +378,8 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self.log(logs, start_time=started)
 
     def _warn_memory_drift(self, memory: dict[str, int]) -> None:
-        drift = None if self._drift_warned else self.accelerator.plan.device.memory_drift(memory)
+        self._memory_readings.append(MemoryReading(self.state.global_step, memory, len(self._shapes)))
+        drift = None if self._drift_warned else self.accelerator.plan.device.memory_drift(self._memory_readings)
         if drift:
             self._drift_warned = True
             self.accelerator.print(f"braeburn: warning at step {self.state.global_step}: {drift}")
@@ -527,7 +531,9 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         for warning in warnings:  # what changed since the checkpoint, and what braeburn does about it
             self.accelerator.print(f"braeburn: warning: {warning}")
         self.state = saved
-        self.accelerator.print(f"braeburn: resumed from {folder} at step {saved.global_step} (epoch {saved.epoch})")
+        moved = self.checkpoints.follow_a_moved_run(saved)  # a run folder copied or moved: its recorded paths
+        self.accelerator.print(f"braeburn: resumed from {folder} at step {saved.global_step} (epoch {saved.epoch})"
+                               + (f"; {moved}" if moved else ""))
 
     # -- the end ---------------------------------------------------------------------------------
     def _mean_training_loss(self) -> float:

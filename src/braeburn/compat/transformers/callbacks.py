@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...trainer.callbacks import Callback
+from ...trainer.checkpoint import CheckpointError
 from ...trainer.state import TrainerState
 
 if TYPE_CHECKING:
@@ -271,7 +272,10 @@ class HfOptionsCallback(Callback):
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
         try:
             if trainer.config.load_best_model_at_end and state.best_checkpoint:
-                _load_best(trainer, Path(state.best_checkpoint))
+                try:
+                    _load_best(trainer, Path(state.best_checkpoint))
+                except CheckpointError as error:  # as Transformers: a run that trained to the end does not fail
+                    trainer.accelerator.print(f"braeburn: warning: {error}")  # for it; the final weights are kept
         finally:
             for tracker in self.trackers:
                 tracker.finish()

@@ -382,12 +382,14 @@ def resolve_training_parts(model: Any, config: Any, *, optimizer: Any, lr_schedu
     return optimizer, lr_scheduler, loss_fn
 
 
-def prepare_model_options(model: Any, config: Any, kind: DeviceKind, host: HostFacts) -> None:
-    """gradient_checkpointing (with the random-state replay ``kind`` needs) and tf32, applied before training."""
+def prepare_model_options(model: Any, config: Any, kind: DeviceKind, host: HostFacts, compile_asked: bool = False) -> None:
+    """gradient_checkpointing (with the random-state replay ``kind`` needs; ``compile_asked``: compile=True, refused
+    where that replay is needed) and tf32, applied before training."""
     import torch
 
-    from ...trainer.checkpointing import checkpointing_kwargs
+    from ...trainer.checkpointing import checkpointing_kwargs, refuse_compile_with_replay
 
+    refuse_compile_with_replay(model, config.gradient_checkpointing, kind, host, compile_asked)
     if config.gradient_checkpointing:
         enable = getattr(model, "gradient_checkpointing_enable", None)
         if enable is None:
