@@ -6,7 +6,9 @@
 Runs tests/test_mps_lane.py (each test carries requires("mps"); where MPS is not usable, every one is skipped
 and the report says why) and writes: braeburn, Python, torch and macOS versions, the chip and its memory,
 whether MPS is usable, each claim's outcome (with the first line of a failure), and the precision that
-mixed_precision="auto" measured. Exit status: pytest's (0 when every claim held or was skipped).
+mixed_precision="auto" measured, and the facts braeburn read about the Mac next to what the system itself says
+(sw_vers, sysctl, torch). Exit status: pytest's (0 when every claim that ran held), or NOTHING_TESTED (6) when no
+claim could run at all (every test skipped: MPS not usable here), since such a lane proves nothing.
 """
 
 from __future__ import annotations
@@ -70,12 +72,54 @@ def machine_lines() -> list[str]:
             f"- MPS: {'usable' if mps.usable else 'not usable'} ({mps.reason})"]
 
 
+NOTHING_TESTED = 6  # beside pytest's own 0-5
+
+
+def _system(command: list[str]) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=5,
+                              env={**os.environ, "SYSTEM_VERSION_COMPAT": "0"})  # the real version, never 10.16
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip()
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def fact_lines() -> list[str]:
+    """Each fact braeburn read about this machine next to the system's own answer to the same question."""
+    from braeburn.devices.host import current_host, version_text
+
+    host = current_host()
+    said = lambda text: text or "(no answer)"  # noqa: E731
+    rows = [("macOS version", version_text(host.macos_version) if host.system == "Darwin" else f"not macOS ({host.system})",
+             f"`sw_vers -productVersion`: {said(_system(['sw_vers', '-productVersion']))}"),
+            ("Apple silicon", _yes(host.apple_silicon), f"`sysctl -n hw.optional.arm64`: {said(_sysctl('hw.optional.arm64'))}"),
+            ("Rosetta (this Python translated)", _yes(host.rosetta),
+             f"`sysctl -n sysctl.proc_translated`: {said(_sysctl('sysctl.proc_translated'))}"),
+            ("MPS built / available", f"{_yes(host.mps_built)} / {_yes(host.mps_available)}",
+             f"torch: {torch.backends.mps.is_built()} / {torch.backends.mps.is_available()}")]
+    return ["", "| fact | braeburn read | the system says |", "|---|---|---|",
+            *(f"| {name} | {ours} | {theirs} |" for name, ours, theirs in rows)]
+
+
+def lane_exit(code: int, results: Results) -> int:
+    """pytest's status, or NOTHING_TESTED where no claim ran: a lane that skipped everything proved nothing."""
+    ran = any(outcome in ("passed", "failed") for _, outcome, _ in results.rows)
+    return code if ran or code != 0 else NOTHING_TESTED
+
+
 def report(results: Results, code: int) -> str:
     counts = {outcome: sum(1 for row in results.rows if row[1] == outcome)
               for outcome in ("passed", "failed", "skipped")}
     lines = ["## braeburn MPS lane", "", *machine_lines(),
              f"- result: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
-             f"(pytest exit {code})", "", "| claim (test) | outcome | detail |", "|---|---|---|"]
+             f"(pytest exit {code})"]
+    if lane_exit(code, results) == NOTHING_TESTED:
+        lines.append(f"- NOTHING WAS TESTED: every claim was skipped (the reasons are below); exit {NOTHING_TESTED}")
+    lines += [*fact_lines(), "", "| claim (test) | outcome | detail |", "|---|---|---|"]
     lines += [f"| {name} | {outcome} | {detail.replace('|', '/')} |" for name, outcome, detail in results.rows]
     if results.properties:
         lines += ["", *(f"- {name}: {value}" for name, value in results.properties)]
@@ -92,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report(results, code)
     Path(args.out).write_text(text)
     print(f"\n{text}\nreport written to {Path(args.out).resolve()}")
-    return code
+    return lane_exit(code, results)
 
 
 if __name__ == "__main__":

@@ -70,11 +70,11 @@ class FullDisk:
             (self.folder / ".ballast").unlink(missing_ok=True)
 
 
-def _mount_tmpfs(folder: Path) -> bool:
+def _mount_tmpfs(folder: Path, size: str = "512k") -> bool:
     if os.environ.get("BRAEBURN_TEST_NO_TMPFS") or not hasattr(os, "geteuid") or os.geteuid() != 0:
         return False
     try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(folder)],
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
                               capture_output=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return False

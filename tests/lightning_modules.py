@@ -1,6 +1,11 @@
-"""Duck-typed LightningModules (plain nn.Modules: Lightning is not needed) and the hand-written loop they must match."""
+"""Duck-typed LightningModules (plain nn.Modules: Lightning is not needed), the hand-written loop they must match,
+and a listing of the files a run leaves."""
 
 from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -83,3 +88,15 @@ def hand_loop(loader: DataLoader, epochs: int, interval: str, accumulate: int = 
         if interval == "epoch":
             scheduler.step()
     return losses
+
+
+def listing(root: Path) -> dict[str, tuple[str, int]]:
+    """Every file under ``root`` (relative path): its sha256 and inode, so that a file replaced by another with the
+    same bytes shows too."""
+    found = {}
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = Path(folder, name)
+            found[path.relative_to(root).as_posix()] = (hashlib.sha256(path.read_bytes()).hexdigest(),
+                                                        path.stat().st_ino)
+    return found

@@ -283,9 +283,42 @@ def test_accelerate_variables_fill_the_accelerator_but_not_the_trainer_accumulat
     assert Accelerator(**config.accelerator_options()).gradient_accumulation_steps == 2
 
 
-def test_epoch_style_scheduler_on_several_processes_is_said(no_launcher_env):
+def _two_process_loop(per_epoch: bool) -> list:
+    """A loop as on two processes (the prepared scheduler moves 2 steps per step() call); the warnings it gave."""
+    import warnings
+
+    from braeburn.accelerator import core as module
+
+    module._said_once.clear()
     acc = Accelerator(cpu=True)
-    acc.num_processes = 2  # as on two processes: the prepared scheduler moves 2 steps per step() call
-    optimizer = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)
-    with pytest.warns(UserWarning, match="step_scheduler_with_optimizer=False"):
-        acc.prepare_scheduler(torch.optim.lr_scheduler.ExponentialLR(optimizer, 0.9))
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    schedule = torch.optim.lr_scheduler.ExponentialLR(optimizer, 0.9)
+    model, optimizer, loader = acc.prepare(model, optimizer, DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4))
+    acc.num_processes = 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scheduler = acc.prepare_scheduler(schedule)
+        for _ in range(2):
+            for (x,) in loader:
+                acc.backward(model(x).sum())
+                optimizer.step()
+                if not per_epoch:
+                    scheduler.step()
+            if per_epoch:
+                scheduler.step()
+    return [w for w in caught if "step_scheduler_with_optimizer" in str(w.message)]
+
+
+def test_a_scheduler_stepped_per_batch_on_several_processes_gives_no_warning():
+    assert _two_process_loop(per_epoch=False) == []
+
+
+def test_a_scheduler_stepped_per_epoch_on_several_processes_is_said_in_one_line():
+    import warnings
+
+    said = _two_process_loop(per_epoch=True)
+    assert len(said) == 1 and issubclass(said[0].category, UserWarning)
+    printed = warnings.formatwarning(said[0].message, said[0].category, said[0].filename, said[0].lineno)
+    assert printed.startswith("braeburn: the prepared ExponentialLR moves 2 steps per step() call on 2 processes")
+    assert printed.count("\n") == 1  # the message alone: no file name, no source line under it

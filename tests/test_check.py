@@ -188,3 +188,52 @@ def test_a_speed_difference_beyond_the_spread_is_named_with_its_range():
     accelerator = _timed("accelerator", "mps", [9.0, 0.10, 0.11, 0.10], "bf16")
     line = check._timing_line(check.build_report("t.py", reference, accelerator, ""), "cpu")
     assert "4.10x faster" in line and "3.64x-4.20x" in line and "no clear difference" not in line
+
+
+ACCUMULATING_SCRIPT = textwrap.dedent('''
+    import os, sys
+    import torch
+    from braeburn import Accelerator
+
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 8), torch.randint(0, 2, (64,))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+    model = torch.nn.Linear(8, 2)
+    accelerator = Accelerator(gradient_accumulation_steps=2)
+    model, optimizer, loader = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader)
+    with open(sys.argv[1], "a") as written:
+        for xb, yb in loader:
+            with accelerator.accumulate(model):
+                loss = torch.nn.functional.cross_entropy(model(xb), yb)
+                written.write(f"{os.environ['BRAEBURN_CHECK_SIDE']} {loss.item()!r}\\n")
+                written.flush()
+                accelerator.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+''')
+
+
+def test_the_loss_shown_is_the_scripts_loss_with_gradient_accumulation(tmp_path):
+    """With gradient_accumulation_steps=2 each step's loss is the mean of the two micro-batch losses the script
+    computed, not that divided by the accumulation steps."""
+    script, losses = tmp_path / "accumulating.py", tmp_path / "losses.txt"
+    script.write_text(ACCUMULATING_SCRIPT)
+    code, report = _check("--steps", 2, "--accelerator", "cpu", "--json", script, losses)
+    assert code == 0, report
+    written = [float(line.split()[1]) for line in losses.read_text().splitlines() if line.startswith("reference")]
+    expected = [(written[0] + written[1]) / 2, (written[2] + written[3]) / 2]
+    assert [row["reference_loss"] for row in report["steps"]] == pytest.approx(expected, rel=1e-6)
+    assert [row["loss"] for row in report["steps"]] == pytest.approx(expected, rel=1e-6)
+    assert 0.4 < expected[0] < 1.2  # a fresh 2-class model: about ln 2, not half of it
+
+
+def test_the_loss_and_time_columns_name_which_run_is_which(capsys):
+    reference = _side("reference", "cpu", [{"step": s, "loss": 0.69, "time_s": 0.01} for s in (1, 2)])
+    steps = [{"step": s, "loss": 0.69, "time_s": 0.01, "grad": {"max_rel": 0.0, "worst": [], "nonfinite": []}}
+             for s in (1, 2)]
+    report = check.build_report("t.py", reference, _side("accelerator", "cpu", steps), "")
+    table = check._steps_table(report, "cpu")
+    titles = [column.header for column in table.columns]
+    assert titles[1:3] == ["loss cpu (float32)", "loss reference"]
+    assert table.title == "Per step: cpu (float32) against cpu (float32, reference)"
+    assert "cpu (float32, reference) 10.00 ms" in check._timing_line(report, "cpu")

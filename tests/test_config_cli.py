@@ -128,5 +128,5 @@ def test_show_lists_every_problem_of_a_broken_file(clean_env, tmp_path):
     config.write_text('num_procs = 2\nmax_restarts = "x"\n')
     result = braeburn("config", "show", "--config-file", str(config))
     assert result.returncode == 1
-    assert f"{config}: num_procs = 2: unknown key" in result.stdout
+    assert f"{config}: num_procs: unknown key (its value is not shown" in result.stdout
     assert "max_restarts = 'x': must be a whole number" in result.stdout

@@ -105,6 +105,8 @@ def test_contract_every_kind(kind):
             assert support.supported or support.reason
         assert isinstance(kind.env_before_torch(), dict)
         assert isinstance(kind.compile_by_default(facts)[1], str)
+    # one rule everywhere: float64 becomes float32 on every kind (a kind without float64 must cast, so all do)
+    assert kind.float64_cast_reason()
 
 
 def test_cpu_runtime_calls_work_here():

@@ -222,3 +222,17 @@ def test_an_example_writing_to_a_file_speaks_within_30_seconds_of_training(tmp_p
                    str(data), "--cpu", "--max_steps", "2000", "--logging_steps", "1000", "--hidden_size", "32",
                    "--num_hidden_layers", "1", "--output_dir", str(tmp_path / "out")]
     assert _seconds_to_first_progress_line(command, tmp_path / "log.txt") <= 30 + 5  # 5 s for a loaded machine
+
+
+# -- the custom loop ------------------------------------------------------------------------------
+
+@pytest.mark.slow  # two gloo processes, each loading torch: 20-25 s on 2 loaded cores (the rule's unit tests are fast)
+def test_the_custom_loop_on_two_gloo_processes_gives_no_scheduler_warning(tmp_path, clean_env):
+    """Its CosineAnnealingLR steps once per batch, as Accelerate's stepping expects: no warning about per-epoch
+    stepping (it came with a line of braeburn's source under it), and nothing else on stderr that is a warning."""
+    done = subprocess.run([sys.executable, "-m", "braeburn.cli.main", "launch", "--cpu", "--num-processes", "2",
+                           str(EXAMPLES / "custom_loop.py"), "--epochs", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "epoch 0: loss" in done.stdout
+    assert "step_scheduler_with_optimizer" not in done.stderr and "Warning" not in done.stderr, done.stderr

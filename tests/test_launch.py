@@ -78,25 +78,13 @@ def test_two_cpu_processes_all_reduce_through_gloo(tmp_path, clean_env):
         assert f"rank {rank} of 2: sum=3 device=cpu strategy=ddp" in out
 
 
-def test_one_process_speaks_and_the_others_output_is_kept_in_files(tmp_path, clean_env):
-    """Issue 31: under launch the example's own lines came once per process, after torchrun's banner. Now rank 0
-    speaks, the others' standard output goes to files in a named folder, and no banner is printed."""
-    code, out = finish(launcher("--cpu", "--num-processes", "2", str(script(tmp_path, "ar.py", ALL_REDUCE)),
-                                xdg=str(tmp_path)))
-    assert code == 0, out
-    assert "rank 0 of 2: sum=3" in out and "rank 1 of 2" not in out
-    assert "OMP_NUM_THREADS" not in out and "*****" not in out  # torchrun's banner
-    folder = Path(out.split("goes to ")[1].split()[0])
-    kept = [path.read_text() for path in folder.rglob("stdout.log")]
-    assert any("rank 1 of 2: sum=3" in text for text in kept), kept
-
-
 def test_quiet_output_is_torchruns_redirect_of_every_local_rank_but_0(tmp_path):
     many = resolve_settings({"num_processes": "8", "num_machines": "2", "main_process_ip": "10.1.2.3"},
                             {"XDG_CONFIG_HOME": str(tmp_path)}, None)
     joined = " ".join(build_command(many.settings, plan_launch(many, CUDA_BOX, env={}), "t.py", [], module=False,
                                     port=29500, quiet_output_dir="/logs"))
-    assert "--log-dir /logs --redirects 1:1,2:1,3:1 t.py" in joined
+    assert f"--log-dir /logs --redirects 1:1,2:1,3:1 --no-python {sys.executable} -u -mbraeburn.cli.rank_output t.py" \
+        in joined  # each rank starts in the wrapper that keeps a rank whose file cannot be written alive
     env = child_environment(plan_launch(many, CUDA_BOX, env={}), many.settings, {})
     assert int(env["OMP_NUM_THREADS"]) >= 1  # set, so torchrun prints no banner
     assert child_environment(plan_launch(many, CUDA_BOX, env={}), many.settings,
@@ -379,3 +367,52 @@ def test_torchruns_process_count_and_num_processes_together_are_one_clear_error(
     assert "Pass one of them" in capsys.readouterr().err
     assert main(["launch", "--cpu", "--nproc_per_node", "two", str(target)]) == 1
     assert "--nproc-per-node='two'" in capsys.readouterr().err
+
+
+ANNOUNCE = """
+from braeburn import Accelerator
+Accelerator()
+"""
+
+
+def test_the_childs_device_reason_is_what_the_launcher_was_asked(tmp_path, clean_env, fake_host, capfd):
+    """Nobody set BRAEBURN_DEVICE: the child says the launcher chose its device by auto, not that a variable did."""
+    fake_host("linux_cpu")  # the launcher's choice; the child then trains on it on any machine
+    assert main(["launch", str(script(tmp_path, "announce.py", ANNOUNCE))]) == 0
+    out = capfd.readouterr().out
+    assert "training on cpu (auto: braeburn launch chose the best usable device here (" in out, out
+    assert "BRAEBURN_DEVICE" not in out
+
+
+def test_the_device_reason_names_the_flag_the_file_or_the_users_own_variable(tmp_path, clean_env):
+    from braeburn.cli.launch import launch_device_reason
+    from braeburn.plan.envvars import env_device_reason
+
+    def reason(flags, env=None, text=None):
+        path = tmp_path / "launch.toml"
+        if text is not None:
+            path.write_text(text)
+        resolved = resolve_settings(flags, env or {}, path if text is not None else None)
+        plan = plan_launch(resolved, LINUX_CPU, env=env or {})
+        child = child_environment(plan, resolved.settings, env or {}, launch_device_reason(resolved, env or {}))
+        return env_device_reason(child)
+
+    assert reason({"cpu": True}) == "--cpu passed to braeburn launch"
+    assert reason({}, text="cpu = true\n") == f"cpu = true in {tmp_path / 'launch.toml'}, read by braeburn launch"
+    assert reason({}) == "auto: braeburn launch chose the best usable device here"
+    assert reason({}, env={"BRAEBURN_DEVICE": "cpu", "BRAEBURN_DEVICE_REASON": "cpu: stale"}) is None  # the user's own
+    assert env_device_reason({"BRAEBURN_DEVICE": "cuda", "BRAEBURN_DEVICE_REASON": "cpu: --cpu"}) is None  # changed
+
+
+@pytest.mark.parametrize("host, lines", [("linux_cpu", 2), ("cuda", 2), ("apple", 0)])
+def test_settings_for_another_device_are_said_to_have_no_effect_here(tmp_path, clean_env, fake_host, capsys,
+                                                                     host, lines):
+    fake_host(host)
+    target = script(tmp_path, "t.py", "print('hi')\n")
+    assert main(["launch", "--mps-high-watermark-ratio", "1.2", "--no-mps-fallback", "--dry-run", str(target)]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "has no effect here" in line]
+    assert len(said) == lines, said
+    if lines:
+        assert said[1].startswith("braeburn launch: --mps-high-watermark-ratio 1.2 applies only to Apple-silicon "
+                                  "GPUs (mps) and has no effect here, where this job trains on ")
+        assert said[0].startswith("braeburn launch: --no-mps-fallback applies only to Apple-silicon GPUs (mps)")

@@ -163,3 +163,74 @@ def test_infinite_and_huge_numbers_are_refused_all_at_once(tmp_path):
     assert "from 0 to 10000" in by_key["max_restarts"] and "from 1 to 65536" in by_key["num_machines"]
     assert "100,000 processes on each machine" in by_key["num_processes"]
     assert not resolve_settings({"num_processes": "64", "cpu": "true"}, {"XDG_CONFIG_HOME": str(tmp_path)}).problems
+
+
+# -- Accelerate's config files: unreadable files, secrets, YAML's booleans ---------------------------------
+
+@pytest.mark.parametrize("name, data", [
+    ("deep.json", "[" * 100_000 + "]" * 100_000),  # a bare "maximum recursion depth" RecursionError
+    ("nested.json", '{"a": ' * 40 + "1" + "}" * 40),  # within json's limit, beyond braeburn's
+    ("binary.json", b"\x00\xff\xfe\x00garbage"),
+    ("binary.yaml", b"\x00\x01\x02\x03"),
+    ("broken.json", '{"distributed_type": "NO",'),
+    ("list.yaml", "- distributed_type\n- NO\n"),
+    ("huge_number.json", '{"num_processes": ' + "9" * 5000 + "}"),
+])
+def test_a_deep_or_garbled_accelerate_file_is_one_error_naming_the_file(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    problems = resolve_settings({}, {}, path).problems
+    assert len(problems) == 1, problems
+    text = str(problems[0])
+    assert text.startswith(f"{path}: (file): cannot be read as Accelerate's config file (") and len(text) < 600
+    assert "recursion" not in text
+
+
+def test_an_unknown_key_or_a_refused_table_is_named_without_its_value(tmp_path, capsys):
+    """A token in a config file ended up in the log: unknown keys were echoed with their values."""
+    from braeburn.cli.main import main
+
+    secret = "hf_aVerySecretToken123"
+    accelerate = tmp_path / "accelerate.yaml"
+    accelerate.write_text(f"distributed_type: 'NO'\nhf_token: {secret}\ntpu_env: ['HF_TOKEN={secret}']\n"
+                          f"deepspeed_config:\n  token: {secret}\n")
+    own = tmp_path / "own.toml"
+    own.write_text(f'wandb_api_key = "{secret}"\nnum_proceses = 2\n')
+    by_key = {p.key: str(p) for p in resolve_settings({}, {}, accelerate).problems}
+    assert set(by_key) == {"hf_token", "tpu_env", "deepspeed_config"}
+    assert by_key["hf_token"].startswith(f"{accelerate}: hf_token: is not a key of Accelerate 1.15's config file "
+                                         "(its value is not shown)")
+    assert by_key["tpu_env"] == (f"{accelerate}: tpu_env: braeburn does not run on TPUs. Fix: remove tpu_env, or "
+                                 "write tpu_env: [].")
+    by_key = {p.key: str(p) for p in resolve_settings({}, {}, own).problems}
+    assert by_key["wandb_api_key"].startswith(f"{own}: wandb_api_key: unknown key (its value is not shown")
+    assert "did you mean 'num_processes'" in by_key["num_proceses"]
+    target = tmp_path / "t.py"
+    target.write_text("")
+    for config in (accelerate, own):
+        assert main(["launch", "--config-file", str(config), "--dry-run", str(target)]) == 1
+        said = capsys.readouterr()
+        assert "hf_token" in said.err + said.out or "wandb_api_key" in said.err + said.out
+        assert secret not in said.err + said.out
+
+
+@pytest.mark.parametrize("text", ["distributed_type: NO\n", "distributed_type: no\n", "distributed_type: Off\n",
+                                  "distributed_type: null\n"])
+def test_an_unquoted_no_is_one_process_as_accelerate_reads_it(tmp_path, text):
+    """YAML 1.1 reads an unquoted NO as false: "braeburn cannot run False"."""
+    path = tmp_path / "accelerate.yaml"
+    path.write_text("compute_environment: LOCAL_MACHINE\n" + text + "mixed_precision: NO\ndynamo_backend: NO\n"
+                    "use_cpu: true\nnum_processes: 1\n")
+    resolved = resolve_settings({}, {}, path)
+    assert resolved.problems == []
+    s = resolved.settings
+    assert (s.num_processes, s.cpu, s.multi_gpu, s.strategy, s.mixed_precision, s.compile) == \
+        (1, True, False, "auto", "no", False)
+
+
+def test_an_unquoted_yes_as_distributed_type_says_what_yaml_did(tmp_path):
+    path = tmp_path / "accelerate.yaml"
+    path.write_text("distributed_type: yes\n")
+    [problem] = resolve_settings({}, {}, path).problems
+    assert "distributed_type = True: YAML reads an unquoted yes, on or true as true" in str(problem)
+    assert "in quotes" in problem.fix

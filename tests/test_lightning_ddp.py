@@ -23,12 +23,14 @@ SCRIPT = textwrap.dedent('''
     from tests.lightning_modules import Regression, regression_data
 
     module = Regression("epoch")
-    trainer = Trainer(accelerator="cpu", devices=2, max_epochs=2, enable_progress_bar=False,
-                      enable_checkpointing=False, default_root_dir=sys.argv[2] + "_out")
+    options = dict(accelerator="cpu", devices=2, max_epochs=2, enable_progress_bar=False,
+                   default_root_dir=sys.argv[2] + "_out")
+    Trainer(**options, max_steps=1).fit(Regression("epoch"), regression_data(samples=24, batch_size=4))
+    trainer = Trainer(**options)  # a second run: version_1, the same folder on both processes
     trainer.fit(module, regression_data(samples=24, batch_size=4))
     with open(f"{sys.argv[2]}.{trainer.braeburn_trainer.accelerator.process_index}.json", "w") as out:
         json.dump({"losses": module.losses, "world_size": trainer.world_size,
-                   "estimated": trainer.estimated_stepping_batches}, out)
+                   "estimated": trainer.estimated_stepping_batches, "log_dir": trainer.log_dir}, out)
 ''')
 
 
@@ -36,6 +38,9 @@ def test_two_processes_train_as_one_with_the_batches_together(tmp_path):
     ranks = run_two_processes(SCRIPT, "lightning_ddp.py", "braeburn", tmp_path)
     assert [rank["world_size"] for rank in ranks] == [2, 2]
     assert [rank["estimated"] for rank in ranks] == [6, 6]  # each process's steps: 3 of the 6 batches, 2 epochs
+    logs = tmp_path / "braeburn_out" / "lightning_logs"
+    assert [rank["log_dir"] for rank in ranks] == [str(logs / "version_1")] * 2
+    assert (logs / "version_0" / "checkpoint-1").is_dir() and (logs / "version_1" / "checkpoint-6").is_dir()
     together = [(a + b) / 2 for a, b in zip(ranks[0]["losses"], ranks[1]["losses"])]
     expected = hand_loop(regression_data(samples=24, batch_size=8), epochs=2, interval="epoch")
     assert together == pytest.approx(expected, rel=1e-5)

@@ -159,11 +159,12 @@ def test_plateau_scheduler_reads_the_logged_monitor(tmp_path):
 def test_fit_resumes_from_a_checkpoint_exactly(tmp_path):
     whole = Regression()
     _trainer(tmp_path / "whole").fit(whole, regression_data())
-    first = Regression()
-    _trainer(tmp_path / "run", max_epochs=2, enable_checkpointing=True).fit(first, regression_data())
+    first, first_trainer = Regression(), _trainer(tmp_path / "run", max_epochs=2, enable_checkpointing=True)
+    first_trainer.fit(first, regression_data())
+    assert first_trainer.log_dir == str(tmp_path / "run" / "lightning_logs" / "version_0")
     resumed = Regression()
-    _trainer(tmp_path / "run", enable_checkpointing=True).fit(resumed, regression_data(),
-                                                             ckpt_path=str(tmp_path / "run" / "checkpoint-12"))
+    _trainer(tmp_path / "run", enable_checkpointing=True).fit(
+        resumed, regression_data(), ckpt_path=str(tmp_path / "run" / "lightning_logs" / "version_0" / "checkpoint-12"))
     assert first.losses + resumed.losses == whole.losses
 
 
@@ -267,3 +268,16 @@ def test_log_dict_and_lightning_keywords(tmp_path):
     trainer.fit(Dicts(), regression_data(), regression_data(samples=8))
     assert set(trainer.callback_metrics) >= {"val_mae", "val_max", "train_mse"}
     assert _logged(trainer, "eval_val_mae") == [pytest.approx(trainer.callback_metrics["val_mae"])]
+
+
+def test_the_run_banner_counts_examples_not_batches(tmp_path, capsys):
+    _trainer(tmp_path, max_epochs=1).fit(Regression("epoch"), regression_data(samples=64, batch_size=8))
+    out = capsys.readouterr().out
+    assert "training on 64 examples: 1 epoch, 8 optimizer steps, 8 samples a step" in out, out
+
+
+def test_the_summary_says_why_compile_is_off_when_nobody_asked(tmp_path, capsys):
+    _trainer(tmp_path, max_epochs=1).fit(Regression("epoch"), regression_data())
+    out = capsys.readouterr().out
+    assert "compile    off (compile=false, braeburn.lightning's default: Lightning's Trainer does not compile" in out
+    assert "as asked" not in next(line for line in out.splitlines() if "compile    " in line)

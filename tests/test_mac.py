@@ -318,7 +318,7 @@ def test_row7_compile_true_is_refused_before_torch_2_8_and_warned_before_2_13(fa
     risky = APPLE_M.replace(torch_version=(2, 10, 0), torch_version_str="2.10.0")
     plan = make_plan(RunOptions(compile=True), risky)
     assert plan.compile and len(plan.notes) == 1 and "braeburn check" in plan.notes[0]
-    assert make_plan(RunOptions(compile=True), APPLE_M).notes == ()
+    assert "pytorch#192551" in make_plan(RunOptions(compile=True), APPLE_M).notes[0]  # 2.13: slower than eager
     assert make_plan(RunOptions(compile=True, cpu=True), old).compile  # the CPU is not gated
 
 
@@ -330,9 +330,16 @@ def test_row7_the_accelerator_shows_the_warning(fake_mac, fake_host):
         Accelerator(compile=True).end_training()
 
 
-# -- row 8: float64 batches -----------------------------------------------------------------------
+# -- row 8: float64 batches, models and float labels: the same on every device ------------------------
 
-def test_row8_float64_batches_are_cast_once_with_one_line_naming_the_key(fake_mac):
+@pytest.fixture(params=["mac", "cpu"])
+def device(request, no_launcher_env) -> str:
+    """A faked Mac (MPS answers) and the CPU: float64 must behave the same on both."""
+    request.getfixturevalue("fake_mac" if request.param == "mac" else "cpu_only")
+    return {"mac": "mps has no float64", "cpu": "braeburn trains in float32 on every device"}[request.param]
+
+
+def test_row8_float64_batches_are_cast_once_with_one_line_naming_the_key(device):
     from braeburn import Accelerator
 
     accelerator = Accelerator()
@@ -345,16 +352,50 @@ def test_row8_float64_batches_are_cast_once_with_one_line_naming_the_key(fake_ma
     assert all(b["x"].dtype == torch.float32 and b["labels"].dtype == torch.int64 for b in dict_batches)
     lines = [str(w.message) for w in said if "float64" in str(w.message)]
     assert len(lines) == 2  # one per loader, not one per batch
-    assert "batch[0] is float64" in lines[0] and "float32" in lines[0]
+    assert f"batch[0] is float64; {device}" in lines[0] and "casting to float32" in lines[0]
     assert "batch['x'] is float64" in lines[1]
     accelerator.end_training()
 
 
-def test_row8_the_cpu_keeps_float64(no_launcher_env):
+def test_row8_a_float64_model_is_cast_once_and_its_optimizer_follows(device):
     from braeburn import Accelerator
 
-    (loader,) = [Accelerator(cpu=True).prepare(DataLoader(torch.rand(4, 2, dtype=torch.float64), batch_size=2))]
-    assert all(batch.dtype == torch.float64 for batch in loader)
+    accelerator = Accelerator()
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).double()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.warns(UserWarning, match=rf"the model's 0.weight, 0.bias, 1.weight and \d+ more are float64; {device}"):
+        model, optimizer = accelerator.prepare(model, optimizer)
+    assert all(t.dtype != torch.float64 for t in [*model.parameters(), *model.buffers()])
+    assert optimizer.param_groups[0]["params"][0] is next(model.parameters())  # the optimizer still steps them
+    accelerator.end_training()
+
+
+def _numpy_like_data(labels_dtype: torch.dtype) -> TensorDataset:
+    """float64 features, as numpy gives them; labels 0/1 as long, or as floats (as pandas often gives them)."""
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    return TensorDataset(x, (x.sum(dim=1) > 0).to(labels_dtype))
+
+
+def test_row8_the_trainer_trains_float64_inputs_and_explains_float_class_labels_in_one_line(device, tmp_path):
+    """Inputs died in torch on the CPU and CUDA ("mat1 and mat2 must have the same dtype") and were cast on a Mac;
+    float class labels died in the loss on every device ("expected target dtype to be Long or Byte")."""
+    from braeburn import Trainer, TrainingConfig
+
+    def train(labels_dtype: torch.dtype, folder: str) -> Trainer:
+        config = TrainingConfig(output_dir=str(tmp_path / folder), max_steps=2, per_device_train_batch_size=8,
+                                disable_tqdm=True)
+        trainer = Trainer(torch.nn.Linear(4, 2), config, train_dataset=_numpy_like_data(labels_dtype),
+                          loss_fn=torch.nn.functional.cross_entropy)
+        trainer.train()
+        return trainer
+
+    with pytest.warns(UserWarning, match=rf"batch\[0\] is float64; {device}"):
+        assert train(torch.long, "ints").state.global_step == 2
+    with pytest.warns(UserWarning, match=r"batch\[0\], batch\[1\] are float64"), \
+            pytest.raises(TypeError, match=r"labels are float32 of shape \[8\] holding whole numbers \(0 to 1\).*"
+                                      r"Long or Byte.*dtype=torch.long") as refused:
+        train(torch.float64, "floats")
+    assert len(str(refused.value).splitlines()) == 1
 
 
 # -- row 9: macOS and wheel facts -----------------------------------------------------------------

@@ -295,34 +295,6 @@ def test_item6_doctor_shows_the_other_mps_variables(fake_host, capsys, clean_env
     assert (rows["PYTORCH_MPS_FAST_MATH"]["value"], rows["PYTORCH_MPS_FAST_MATH"]["set_by"]) == ("1", "you")
 
 
-# -- 6 (part). the macOS version comes from torch's own check ------------------------------------------------
-def macos_at_least(real: tuple[int, int]):
-    """torch.backends.mps.is_macos_or_newer on a Mac running ``real`` (NSProcessInfo isOperatingSystemAtLeastVersion)."""
-    return lambda major, minor: (major, minor) <= real
-
-
-@pytest.mark.parametrize("reported, real", [((16, 0), (26, 1)), ((10, 16), (15, 2)), ((14, 6), (14, 6))])
-def test_item6_macos_version_is_torchs_not_platform_mac_ver(reported, real):
-    from braeburn.devices.host import macos_version_from_torch
-
-    assert macos_version_from_torch(macos_at_least(real), reported) == real
-
-
-def test_item6_host_facts_use_torchs_macos_version(monkeypatch, clean_env):
-    import platform
-
-    from braeburn.devices import host as host_module
-
-    monkeypatch.setattr(platform, "system", lambda: "Darwin")
-    monkeypatch.setattr(platform, "mac_ver", lambda: ("10.16", ("", "", ""), "arm64"))  # SYSTEM_VERSION_COMPAT
-    monkeypatch.setattr(host_module, "_sysctl", lambda name: "0")
-    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
-    monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", macos_at_least((15, 2)))
-    facts = host_module.gather_host_facts()
-    assert facts.macos_version == (15, 2)  # was (10, 16): "bf16 needs macOS 14" on a macOS 15 Mac
-    assert MpsDevice().precision_support("bf16", facts.replace(torch_version=(2, 13, 0))).supported
-
-
 # -- 6 (part). float64 models, not only batches ---------------------------------------------------------------
 def test_item6_a_float64_model_is_cast_once_and_its_optimizer_follows(fake_mac):
     # On a real Mac, model.to("mps") with float64 weights raises "Cannot convert a MPS Tensor to float64 dtype
@@ -331,7 +303,7 @@ def test_item6_a_float64_model_is_cast_once_and_its_optimizer_follows(fake_mac):
     accelerator = Accelerator()
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).double()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.warns(UserWarning, match=r"the model's 0.weight, 0.bias, 1.weight and \d+ more are float64, which"):
+    with pytest.warns(UserWarning, match=r"the model's 0.weight, 0.bias, 1.weight and \d+ more are float64; mps has no float64"):
         model, optimizer = accelerator.prepare(model, optimizer)
     assert all(t.dtype != torch.float64 for t in [*model.parameters(), *model.buffers()])
     assert optimizer.param_groups[0]["params"][0] is next(model.parameters())  # the optimizer still steps them
@@ -359,23 +331,6 @@ def test_item6_fp16_trainer_on_a_mac_uses_the_fused_adamw_and_applies_no_overflo
 
 
 # -- driver memory beside allocated memory, and a warning when they drift apart ------------------------------
-@pytest.mark.parametrize("allocated, driver, warned", [
-    (6.7e9, 72e9, True),           # the report: 72 GB held by the driver against 6.7 GB of tensors
-    (1 * 2**30, 3 * 2**30, True),  # 3x and 2 GiB beyond
-    (1 * 2**30, 1.9 * 2**30, False),   # under 2x: the allocator's ordinary cache
-    (0.2 * 2**30, 1.1 * 2**30, False),  # over 2x, but less than 1 GiB beyond
-])
-def test_driver_memory_drift_rule(allocated, driver, warned):
-    stats = {"allocated_bytes": int(allocated), "driver_bytes": int(driver)}
-    drift = MpsDevice().memory_drift(stats)
-    assert bool(drift) == warned
-    if warned:
-        assert "pytorch#132596" in drift and "pad_to_buckets" in drift and "torch.mps.empty_cache()" in drift
-    from braeburn.devices.registry import get_kind
-
-    assert get_kind("cpu").memory_drift(stats) is None
-
-
 def test_driver_memory_in_the_log_line_and_summary_and_drift_warned_once(fake_mac, monkeypatch, tmp_path, capsys):
     from torch.utils.data import TensorDataset
 
@@ -385,17 +340,18 @@ def test_driver_memory_in_the_log_line_and_summary_and_drift_warned_once(fake_ma
     steps = iter(range(1, 10**6))
     monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: GiB // 2)
     monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: next(steps) * GiB)  # grows at each read
-    config = TrainingConfig(output_dir=str(tmp_path), max_steps=6, per_device_train_batch_size=4, logging_steps=2,
+    config = TrainingConfig(output_dir=str(tmp_path), max_steps=8, per_device_train_batch_size=4, logging_steps=2,
                             save_strategy="no", mixed_precision="no", disable_tqdm=True)
     data = TensorDataset(torch.rand(32, 4), torch.rand(32, 1))
     trainer = Trainer(torch.nn.Linear(4, 1), config, train_dataset=data, loss_fn=torch.nn.functional.mse_loss)
     trainer.train()
     out = capsys.readouterr().out
-    assert "| mem 512.0 MiB (driver 1.0 GiB) |" in out  # the first log: 2x, not yet 1 GiB beyond
-    assert out.count("the MPS driver holds") == 1 and "warning at step 4: the MPS driver holds 2.0 GiB" in out
+    assert "| mem 512.0 MiB (driver 1.0 GiB) |" in out  # the first log: no warning from one reading
+    # growth at each of three logs with one batch shape (tests/test_mac_facts.py has the rule's table)
+    assert out.count("warning") == 1 and "warning at step 8: the MPS driver's memory beyond live tensors grew" in out
     assert "memory     512.0 MiB in use at the end, " in out and " GiB held by the driver, " in out
     assert [row.get("driver_memory_bytes") for row in trainer.state.log_history if "loss" in row] == \
-        [1.0 * GiB, 2.0 * GiB, 3.0 * GiB]
+        [1.0 * GiB, 2.0 * GiB, 3.0 * GiB, 4.0 * GiB]
 
 
 # -- DataLoader workers on macOS: the fastest default, and doctor says why -----------------------------------
@@ -425,10 +381,11 @@ def test_the_mps_lane_runs_with_one_command_and_writes_its_report(tmp_path):
     out = tmp_path / "report.md"
     done = subprocess.run([sys.executable, str(root / "benchmarks" / "mps_lane.py"), "--out", str(out)],
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 6, done.stdout[-3000:] + done.stderr[-3000:]  # nothing could be tested here
     report = out.read_text()
     assert report.startswith("## braeburn MPS lane\n") and "torch " in report and "chip: " in report
     assert "- MPS: not usable (MPS needs macOS on Apple silicon; this is Linux)" in report
+    assert "- NOTHING WAS TESTED: every claim was skipped" in report and "| fact | braeburn read | the system says |" in report
     for claim in ("test_mps_is_chosen_by_default", "test_the_fallback_report_counts_each_call_of_an_unsupported_op",
                   "test_fp16_with_the_fused_adamw_applies_no_overflow_step",
                   "test_the_batch_size_finder_catches_both_mps_out_of_memory_errors[buffer]",

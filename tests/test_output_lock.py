@@ -231,5 +231,5 @@ def test_every_rank_of_a_distributed_run_stops_when_output_dir_is_taken(tmp_path
 
 def test_an_output_dir_that_cannot_be_created_is_one_clear_line(tmp_path):
     (tmp_path / "a-file").write_text("not a folder")  # (root writes into read-only folders; this fails for all)
-    with pytest.raises(OSError, match=r"output_dir=.*cannot be written: .*Pass an --output_dir in a folder you can "):
+    with pytest.raises(OSError, match=r"output_dir=.*cannot be written: .*Pass --output_dir in a folder you can "):
         output_lock.acquire(tmp_path / "a-file" / "run")

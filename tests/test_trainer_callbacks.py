@@ -189,3 +189,19 @@ def test_on_a_terminal_every_log_stays_on_screen(tmp_path):
     progress.on_train_end(fake_trainer(tmp_path), state)
     shown = stream.getvalue()
     assert "step 2/4 | loss 0.5000" in shown and "step 2/4 | eval_loss 0.7500" in shown and "loss 0.1250" in shown
+
+
+def test_the_banner_counts_the_examples_of_a_dataloader_not_its_batches():
+    from torch.utils.data import DataLoader, IterableDataset, SubsetRandomSampler
+
+    from braeburn.trainer.progress import examples_phrase
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(5))
+
+    data = TensorDataset(torch.zeros(64, 2))
+    assert examples_phrase(data) == "64 examples"
+    assert examples_phrase(DataLoader(data, batch_size=8)) == "64 examples"
+    assert examples_phrase(DataLoader(data, batch_size=8, sampler=SubsetRandomSampler(range(20)))) == "20 examples"
+    assert examples_phrase(DataLoader(Stream(), batch_size=2)) == "an iterable dataset"

@@ -5,11 +5,12 @@ loader's, unshuffled, since braeburn's shuffle is seeded per epoch for exact res
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
 import torch
 
-from ..lightning_modules import Regression, hand_loop, regression_data
+from ..lightning_modules import Regression, hand_loop, listing, regression_data
 
 
 def _lightning():
@@ -104,3 +105,34 @@ def test_callbacks_and_validate_match_lightning(tmp_path, monkeypatch, one_threa
     our_val = our_trainer.validate(ours, regression_data(samples=10), verbose=False)
     assert our_callback.seen == their_callback.seen
     assert our_val == [{name: pytest.approx(value, rel=1e-6) for name, value in their_val[0].items()}]
+
+
+def test_a_rerun_writes_where_lightning_writes_and_leaves_the_first_run_alone(tmp_path, monkeypatch, one_thread):
+    """The same script run twice into one default_root_dir, by Lightning (its default logger and checkpoint) and by
+    braeburn: both write the second run into lightning_logs/version_1, each with the checkpoint of the same step,
+    and neither changes a file of the first run."""
+    pl = _lightning()
+    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
+    from braeburn.lightning import Trainer
+
+    options = dict(accelerator="cpu", devices=1, max_epochs=1, enable_progress_bar=False, enable_model_summary=False)
+    trainers = {"lightning": lambda root: pl.Trainer(**options, default_root_dir=str(root), num_sanity_val_steps=0),
+                "braeburn": lambda root: Trainer(**options, default_root_dir=str(root))}
+    runs = {}
+    for name, make in trainers.items():
+        root, seen = tmp_path / name, []
+        for _ in range(2):
+            before = listing(root) if root.exists() else {}
+            make(root).fit(_module_class(pl.LightningModule)("epoch"), regression_data())
+            after = listing(root)
+            assert {path: after[path] for path in before} == before, name  # no file of the first run changed
+            seen.append(sorted((path.split("/")[1], _step(path)) for path in set(after) - set(before)
+                               if _step(path) is not None))
+        runs[name] = seen
+    assert runs["braeburn"] == runs["lightning"] == [[("version_0", 6)], [("version_1", 6)]]
+
+
+def _step(path: str) -> int | None:
+    """The step of the checkpoint ``path`` belongs to: Lightning's epoch=E-step=S.ckpt, braeburn's checkpoint-S/."""
+    match = re.search(r"step=(\d+)\.ckpt$", path) or re.search(r"/checkpoint-(\d+)/manifest\.json$", path)
+    return int(match.group(1)) if match else None

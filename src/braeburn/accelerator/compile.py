@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from . import checkpoint_replay
 from ..plan import compile_gains, compile_policy
 from ..devices.host import current_host
 
@@ -29,6 +30,9 @@ class CompileMixin:
         the Trainer, which measures it) times the gain expected for this model earns the compile back."""
         plan = self.plan
         requested = "auto" if plan.compile_auto else plan.compile
+        if requested == "auto" and plan.compile and self._replays_checkpointing(model):  # the device would compile
+            return compile_policy.CompileDecision(False, f"auto: gradient checkpointing on {plan.device.name} replays "
+                                                  "its random state in Python that torch.compile cannot trace")
         estimate = None
         if eager_step_seconds is not None:
             unwrapped = self.unwrap_model(model)
@@ -38,7 +42,18 @@ class CompileMixin:
             requested=requested, device_compiles=plan.compile, device_reason=plan.compile_reason,
             convolutional=mostly_convolutions(self.unwrap_model(model)), num_processes=self.num_processes,
             remaining_steps=remaining_steps, eager_step_seconds=eager_step_seconds, shapes_vary=shapes_vary,
-            estimate=estimate)
+            estimate=estimate, requested_reason="" if plan.compile_auto else plan.compile_reason)
+
+    def _replays_checkpointing(self, model: torch.nn.Module) -> bool:
+        return (not self.plan.device.checkpoint_replays_rng(current_host())
+                and bool(checkpoint_replay.checkpointed_layers(self.unwrap_model(model))))
+
+    def _replay_checkpointing(self, model: torch.nn.Module) -> None:
+        """Layers that checkpoint on their own replay the device's random state where torch does not; compile=True
+        with them is refused here, before training (braeburn.accelerator.checkpoint_replay)."""
+        kind = self.plan.device
+        if not kind.checkpoint_replays_rng(current_host()):
+            checkpoint_replay.prepare_model(model, kind, self.plan.compile and not self.plan.compile_auto)
 
     def compile_key(self, model: torch.nn.Module, batch_size: int | None) -> str:
         """What makes another run's compile of ``model`` comparable to this one's (braeburn.plan.compile_gains)."""
@@ -53,6 +68,17 @@ class CompileMixin:
         compiled = self._compile(model, forward, decision)
         self._models = [compiled if m is model else m for m in self._models]
         return compiled
+
+    def uncompile_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Train ``model`` eagerly again after :meth:`compile_model` (the Trainer, where compiled steps measured
+        slower); returns the model to call from now on."""
+        forward = compile_policy.prepared_forward(self.unwrap_model(model))
+        if forward is not None and not forward.stats.over_wrapper:
+            forward.disable_compile()
+            return model
+        eager = getattr(model, "_orig_mod", model)  # torch.compile's OptimizedModule over a DDP/FSDP wrapper
+        self._models = [eager if m is model else m for m in self._models]
+        return eager
 
     def _compile(self, model: torch.nn.Module, forward, decision) -> torch.nn.Module:
         compile_policy.pin_traced_attributes(self.unwrap_model(model))

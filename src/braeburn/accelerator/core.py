@@ -11,28 +11,29 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import functools
 import os
-import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from . import checkpoint_replay, probe
 from ..plan import compile_policy
 from ..checkpoints import manifest, output_lock
-from . import probe
 from .compile import CompileMixin, mostly_convolutions
 from ..data.loader import BatchTracker, DeviceDataLoader, apply_to_tensors, cast_float64_model, truncate_padding
 from ..devices.host import current_host
 from ..distributed import checkpoint as dist_ckpt
 from ..distributed import fsdp
 from ..distributed import process_group as pg
-from ..plan.envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, env_default, env_device
+from ..plan.envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, env_default, env_device, env_device_reason
 from ..devices.fallback import FallbackRecorder, early_env_advice, early_env_conflicts
 from ..plan.rules import OptionError, Plan, PlanError, RunOptions, make_plan
 from ..plan.precision import PrecisionPolicy, make_policy
 from .prepared_optim import USUALLY_PER_EPOCH, AcceleratedOptimizer, AcceleratedScheduler
 from ..checkpoints import state as state_io
+from ..warn import warn
 
 _said_once: set[str] = set()
 
@@ -43,7 +44,7 @@ def say_once(message: str, *, as_warning: bool = False) -> None:
         return
     _said_once.add(message)
     if as_warning:
-        warnings.warn(message, UserWarning, stacklevel=3)
+        warn(message, stacklevel=3)
     else:
         print(message, flush=True)
 
@@ -106,6 +107,9 @@ class Accelerator(CompileMixin):
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps
         self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
+        replays = kind.checkpoint_replays_rng(current_host())  # else braeburn replays it (checkpoint_replay.py)
+        self._checkpoint_patch = None if replays else checkpoint_replay.CheckpointPatch(kind)
+        self._recompute_guard = _NO_CONTEXT if replays else checkpoint_replay.RecomputeGuard(kind)
         self._locked: dict[str, None] = {}  # state folders save_state() holds the lock of, oldest first
         self._announce()
 
@@ -114,6 +118,7 @@ class Accelerator(CompileMixin):
                    mps_fallback, world_size) -> Plan:
         options = RunOptions(
             accelerator=accelerator, devices=devices, cpu=cpu, env_device=env_device(),
+            env_device_reason=env_device_reason(),
             mixed_precision=env_default(MIXED_PRECISION_VAR, mixed_precision), num_processes=world_size,
             strategy=env_default(STRATEGY_VAR, strategy),
             compile=env_default(COMPILE_VAR, compile) if isinstance(compile, str) else compile,
@@ -140,7 +145,7 @@ class Accelerator(CompileMixin):
         plan = self.plan
         if self.is_main_process:
             say_once(f"braeburn: training on {self.device} ({plan.device_reason}); precision "
-                      f"{plan.precision}: {plan.precision_reason}")
+                     f"{plan.precision}: {plan.precision_reason}")
         advice = early_env_advice(plan.env, current_host(), os.environ)
         if advice:
             say_once(f"braeburn: {advice}", as_warning=True)
@@ -203,14 +208,16 @@ class Accelerator(CompileMixin):
         return self.plan.strategy == "fsdp" and self.num_processes > 1
 
     def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        if not self.plan.device.supports_float64:
-            cast_float64_model(model, self.device)
+        if self.plan.device.float64_cast_reason():
+            cast_float64_model(model, self.plan.device.float64_cast_reason())
         model = model.to(self.device)
         if self.plan.device.channels_last_helps and mostly_convolutions(model):
             # cuDNN's NHWC kernels on tensor cores: the same math, a faster layout for convolutions
             model = model.to(memory_format=torch.channels_last)
+        self._replay_checkpointing(model)
         forward = compile_policy.install_forward(
             model, self._policy.autocast if self._policy.dtype is not None else None, self.plan.device.synchronize)
+        forward.around = self._checkpoint_patch
         if self.shards_model:  # in place: the module stays the user's, its parameters become shards
             model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype)
         elif self.num_processes > 1:
@@ -231,7 +238,7 @@ class Accelerator(CompileMixin):
         prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
                                     num_processes=self.num_processes, process_index=self.process_index,
                                     seed=self._data_seed, tracker=self._tracker, host=current_host(),
-                                    float64_to_float32=not self.plan.device.supports_float64)
+                                    float64_to_float32=self.plan.device.float64_cast_reason())
         self._dataloaders.append(prepared)
         return prepared
 
@@ -246,32 +253,47 @@ class Accelerator(CompileMixin):
                                         steps_per_call=1 if once_per_step else self.num_processes)
         name = type(scheduler).__name__
         if prepared.steps_per_call > 1 and self.step_scheduler_with_optimizer and name in USUALLY_PER_EPOCH \
-                and self.is_main_process:  # braeburn cannot know whether step() is called per batch or per epoch
-            say_once(f"braeburn: the prepared {name} moves {prepared.steps_per_call} steps per step() call on "
-                      f"{self.num_processes} processes, as Accelerate's; if you call step() once per epoch, pass "
-                      "Accelerator(step_scheduler_with_optimizer=False)", as_warning=True)
+                and self.is_main_process:  # is step() called per batch or per epoch? its first call tells
+            prepared.on_first_step = functools.partial(self._say_if_stepped_per_epoch, prepared, name)
         self._schedulers.append(prepared)
         return prepared
+
+    def _say_if_stepped_per_epoch(self, prepared: AcceleratedScheduler, name: str) -> None:
+        """At a usually-per-epoch scheduler's first step(): called inside an epoch of a prepared DataLoader, it is
+        stepped per batch, as Accelerate's stepping expects; called between epochs (or with no prepared
+        DataLoader to tell by), it may be stepped once per epoch, and then moves num_processes epochs a call."""
+        if any(loader.batches_yielded > 0 for loader in self._dataloaders):
+            return
+        say_once(f"braeburn: the prepared {name} moves {prepared.steps_per_call} steps per step() call on "
+                 f"{self.num_processes} processes, as Accelerate's; step() was first called outside an epoch of a "
+                 "prepared DataLoader: if you call it once per epoch, pass "
+                 "Accelerator(step_scheduler_with_optimizer=False)", as_warning=True)
 
     # -- the training step --------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()``, divided by gradient_accumulation_steps and scaled when fp16 needs it."""
         if self.gradient_accumulation_steps > 1:
             loss = loss / self.gradient_accumulation_steps
-        self._policy.backward(loss, **kwargs)
+        with self._recompute_guard:  # where checkpoint does not replay the device's random state: none went astray
+            self._policy.backward(loss, **kwargs)
         probe.after_backward(self, loss)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Autocast to the resolved precision (a no-op for float32)."""
         return self._policy.autocast()
 
-    def set_precision(self, precision: str, reason: str) -> PrecisionPolicy:
+    def set_precision(self, precision: str, reason: str, policy: PrecisionPolicy | None = None) -> PrecisionPolicy:
         """Train in ``precision`` ("no", "bf16", "fp16") from now on: the policy (a fresh grad scaler where the
         device needs one), the prepared models' autocast and the plan change together. The Trainer calls it
-        when ``mixed_precision="auto"`` measures (braeburn.plan.precision_trial); returns the new policy."""
+        when ``mixed_precision="auto"`` measures (braeburn.plan.precision_trial); returns the new policy.
+        ``policy``: one this method returned earlier for ``precision``, installed again (its grad scaler kept)."""
         kind, host = self.plan.device, current_host()
         scaler = precision != "no" and kind.precision_support(precision, host).needs_grad_scaler
-        self._policy = make_policy(precision, scaler, self.device, kind.fused_optimizers_honour_grad_scaler(host))
+        if policy is not None and policy.name != precision:
+            raise ValueError(f"set_precision({precision!r}) was given a policy for {policy.name!r}: pass the policy "
+                             f"that set_precision({precision!r}) returned, or none for a fresh one")
+        self._policy = policy or make_policy(precision, scaler, self.device,
+                                             kind.fused_optimizers_honour_grad_scaler(host))
         self.precision = precision
         self.plan = dataclasses.replace(self.plan, precision=precision, grad_scaler=scaler, precision_reason=reason,
                                         precision_candidates=())

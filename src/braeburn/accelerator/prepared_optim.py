@@ -4,6 +4,7 @@ boundary, through the grad scaler when there is one, and only when the optimizer
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -90,8 +91,12 @@ class AcceleratedScheduler:
         self.scheduler, self.accelerator, self.step_with_optimizer = scheduler, accelerator, step_with_optimizer
         self.steps_per_call = steps_per_call
         self._first_step = True
+        self.on_first_step: Callable[[], None] | None = None  # the Accelerator's look at how step() is used
 
     def step(self, *args, **kwargs) -> None:
+        if self.on_first_step is not None:
+            check, self.on_first_step = self.on_first_step, None
+            check()
         if not self.step_with_optimizer:
             self._step_once(*args, **kwargs)
             return
@@ -121,6 +126,6 @@ class AcceleratedScheduler:
         return self.scheduler.get_last_lr()
 
     def __getattr__(self, name: str):
-        if name in ("scheduler", "accelerator", "step_with_optimizer", "steps_per_call"):
+        if name in ("scheduler", "accelerator", "step_with_optimizer", "steps_per_call", "on_first_step"):
             raise AttributeError(name)
         return getattr(self.scheduler, name)

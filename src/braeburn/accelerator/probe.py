@@ -277,8 +277,11 @@ class _Recorder:
             self.watch.stop()
         number = len(self.record["steps"]) + 1
         losses, self.step_losses = self.step_losses, []
+        # The step's loss is the sum of what was backpropagated since the last step: with accumulation each
+        # micro-batch's loss arrives divided by the steps (Accelerate's and Transformers' convention), so the sum
+        # is the loss the script computed (their mean), the loss whose gradient this step applies.
         entry: dict[str, Any] = {"step": number, "time_s": elapsed, "losses": [_json_number(x) for x in losses],
-                                 "loss": _json_number(sum(losses) / len(losses)) if losses else None}
+                                 "loss": _json_number(sum(losses)) if losses else None}
         params = self._named_parameters(optimizer, accelerator) if self.side != "bench" else {}
         grads = {name: p.grad.detach().float().cpu() for name, p in params.items()}
         entry["parameters"] = len(grads)

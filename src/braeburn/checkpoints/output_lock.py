@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import no_follow
+from ..plan.option_spelling import given, option
 
 try:  # POSIX
     import fcntl
@@ -156,10 +157,10 @@ def _unsupported(directory: Path, error: OSError) -> OutputLockUnsupportedError:
             f"output_dir={str(directory)!r} cannot be locked: this platform has no file locks (neither fcntl nor "
             "msvcrt), so braeburn cannot make sure that only one run writes there. Run on Linux, macOS or Windows.")
     return OutputLockUnsupportedError(
-        f"output_dir={str(directory)!r} is on a file system where file locks do not work ({error.strerror or error}; "
-        "common on some network file systems), so braeburn cannot make sure that only one run writes there: two "
-        "runs would mix their checkpoints silently. Use an --output_dir on a local disk, or a network file system "
-        "mounted with working locks (NFS with lockd, for example).")
+        f"{given('output_dir', str(directory))} is on a file system where file locks do not work "
+        f"({error.strerror or error}; common on some network file systems), so braeburn cannot make sure that only "
+        f"one run writes there: two runs would mix their checkpoints silently. Use {option('output_dir')} on a local "
+        "disk, or a network file system mounted with working locks (NFS with lockd, for example).")
 
 
 def _lock_file(directory: Path, state_folder: bool) -> Path:
@@ -214,7 +215,7 @@ def _take(directory: Path, lock_file: Path, state_folder: bool) -> tuple[int, bo
         except no_follow.PlantedLinkError:
             raise
         except OSError as error:  # a read-only parent, a folder of someone else's, a full disk
-            fix = "Pass save_state() a folder" if state_folder else "Pass an --output_dir"
+            fix = "Pass save_state() a folder" if state_folder else f"Pass {option('output_dir')}"
             raise type(error)(f"{where} cannot be written: {error.strerror or error} ({lock_file}). {fix} in a "
                               "folder you can write to.") from None
         try:
@@ -242,9 +243,9 @@ def _refusal(directory: Path, lock_file: Path, state_folder: bool, error: OSErro
             "processes saving one state folder would mix their files. Pass another folder to save_state(), or wait "
             "for that process to end (a process that died leaves no lock behind).")
     return OutputDirBusyError(
-        f"output_dir={str(directory)!r} is in use by another run ({holder}). Two runs writing one folder would "
-        "mix their checkpoints and logs. Pass another --output_dir, or wait for that run to end (a run that died "
-        "leaves no lock behind).")
+        f"{given('output_dir', str(directory))} is in use by another run ({holder}). Two runs writing one folder "
+        f"would mix their checkpoints and logs. Pass another {option('output_dir')}, or wait for that run to end (a "
+        "run that died leaves no lock behind).")
 
 
 def acquire(directory: str | os.PathLike, purpose: str = "training", *, state_folder: bool = False) -> Path:

@@ -15,7 +15,6 @@ import json
 import os
 import pickle
 import random
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -25,6 +24,7 @@ import torch
 from . import no_follow, safetensors_file
 from ..devices.base import DeviceKind
 from .host_copy import host_copy
+from ..warn import warn
 
 
 # -- random number generators -------------------------------------------------------------------
@@ -107,7 +107,7 @@ def enable_full_determinism(kinds: list[DeviceKind] | None = None) -> str | None
     message = (f"full_determinism: {', '.join(late)} was set after the GPU had run work in this process; a "
                "library that already ran keeps its earlier setting, so results may still differ between runs. "
                f"Export {' '.join(late)} before starting Python, or create the Trainer before any GPU work.")
-    warnings.warn(message, stacklevel=3)
+    warn(message, stacklevel=3)
     return message
 
 

@@ -169,23 +169,25 @@ def resolve_precision(built, kind: DeviceKind, host, asked: str, batch_size: int
     from ..plan.precision_trial import Snapshot, decide, run_trials
 
     model, optimizer, batch = _one_batch(built, kind, batch_size)
-    snapshot = Snapshot(model, optimizer, lambda: state_io.rng_state(kind), lambda s: state_io.set_rng_state(s, kind))
+    snapshot = Snapshot(model, optimizer, state_io.rng_state(kind), lambda s: state_io.set_rng_state(s, kind))
+    policies: dict = {}
 
     def start(precision: str):
-        policy, _ = _policy(kind, host, precision)
+        policy = policies.get(precision) or _policy(kind, host, precision)[0]  # one grad scaler per precision
+        policies[precision] = policy
 
         def step():
             with policy.autocast():
                 loss = built.loss(model, batch)
             policy.backward(loss)
-            policy.step(optimizer)
+            applied = policy.step(optimizer)
             optimizer.zero_grad(set_to_none=True)
-            return loss.detach()
+            return loss.detach(), applied
         return step
 
-    decision = decide(run_trials(("no", *plan.precision_candidates), start, snapshot, kind.synchronize,
-                                 kind.is_out_of_memory, kind.empty_cache))
-    del model, optimizer, batch, snapshot
+    decision = decide(*run_trials(("no", *plan.precision_candidates), start, snapshot, kind.synchronize,
+                                  kind.is_out_of_memory, kind.empty_cache))
+    del model, optimizer, batch, snapshot, policies
     gc.collect()
     kind.empty_cache()
     return decision.precision, {"precision_table": decision.table, "precision_reason": decision.reason}

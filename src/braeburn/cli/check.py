@@ -330,13 +330,17 @@ def _precision(report: dict) -> str:
     return "float32" if report["precision"] == "no" else report["precision"]
 
 
+def _side_labels(report: dict, reference: str) -> tuple[str, str]:
+    """How the two runs are named in the table and the timing line, distinct even when both are the CPU."""
+    return f"{report['device']} ({_precision(report)})", f"{reference} (float32, reference)"
+
+
 def _steps_table(report: dict, reference: str):
     from rich.table import Table
 
-    device = report["device"]
-    table = Table(title=f"Per step: {device} ({_precision(report)}) against {reference} (float32)",
-                  title_justify="left")
-    for column in ("step", f"loss {device}", f"loss {reference}", "loss rel. err", "grad max rel. err",
+    checked, against = _side_labels(report, reference)
+    table = Table(title=f"Per step: {checked} against {against}", title_justify="left")
+    for column in ("step", f"loss {checked}", "loss reference", "loss rel. err", "grad max rel. err",
                    "grad global rel. err", "worst parameter", ""):
         table.add_column(column, justify="right" if column.startswith(("loss", "grad", "step")) else "left")
     for row in report["steps"]:
@@ -351,8 +355,9 @@ def _steps_table(report: dict, reference: str):
 
 def _timing_line(report: dict, reference: str) -> str:
     times, speedup, device = report["step_seconds"], report["speedup"], report["device"]
-    line = f"step time: {device} {_fmt(times['accelerator'] and times['accelerator'] * 1e3, '.2f')} ms, " \
-           f"{reference} {_fmt(times['reference'] and times['reference'] * 1e3, '.2f')} ms"
+    checked, against = _side_labels(report, reference)
+    line = f"step time: {checked} {_fmt(times['accelerator'] and times['accelerator'] * 1e3, '.2f')} ms, " \
+           f"{against} {_fmt(times['reference'] and times['reference'] * 1e3, '.2f')} ms"
     if speedup is None:
         return line
     if device == reference and report["precision"] == "no":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,7 +26,7 @@ from typing import Any
 from .._early import put_option
 from ..devices.host import HostFacts, current_host
 from ..devices.registry import GPU_ALIAS, accelerator_kinds
-from ..plan.envvars import COMPILE_VAR, DEVICE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR
+from ..plan.envvars import COMPILE_VAR, DEVICE_REASON_VAR, DEVICE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR
 from .launch_config import (ConfigError, LaunchSettings, ResolvedSettings, SettingProblem, Source,
                              add_settings_arguments, flag_values, resolve_settings)
 from ..plan.rules import OptionError, Plan, PlanError, RunOptions, make_plan
@@ -60,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
     resolved = resolve_multi_gpu(resolve_settings(launch_flags(args), os.environ, args.config_file), current_host())
     plan = plan_launch(resolved, current_host())
     settings = resolved.settings
-    env = child_environment(plan, settings, os.environ)
+    for line in ignored_option_lines(plan, resolved):
+        print(f"braeburn launch: {line}", file=sys.stderr, flush=True)
+    env = child_environment(plan, settings, os.environ, device_reason=launch_device_reason(resolved, os.environ))
     problems = plan.device.env_problems(env, current_host().system)  # the pair the child's torch will read
     if problems:
         raise ConfigError([], problems)
@@ -70,21 +73,29 @@ def run(args: argparse.Namespace) -> int:
         port = settings.main_process_port or (MULTI_NODE_DEFAULT_PORT if settings.num_machines > 1 else free_port())
         if settings.machine_rank == 0 and not args.dry_run:
             check_port_free(settings.main_process_ip or LOCALHOST, port)
-    quiet_dir = None
-    if uses_elastic_launch(settings) and not args.every_process_prints and settings.num_processes > settings.num_machines:
-        quiet_dir = "<a new folder>" if args.dry_run else tempfile.mkdtemp(prefix="braeburn-launch-")
+    log_dir = None
+    if uses_elastic_launch(settings):  # ours, so that torchrun makes no torchelastic_* folder it never removes
+        log_dir = "<a new folder>" if args.dry_run else tempfile.mkdtemp(prefix="braeburn-launch-")
+    quiet = log_dir is not None and not args.every_process_prints and settings.num_processes > settings.num_machines
     command = build_command(settings, plan, args.script, args.script_args, module=args.module, port=port,
-                            quiet_output_dir=quiet_dir)
-    if quiet_dir and not args.dry_run:
-        print(f"braeburn launch: {settings.num_processes} processes; the standard output of all but the first on "
-              f"each machine goes to {quiet_dir} (--every-process-prints shows it here)", file=sys.stderr, flush=True)
+                            quiet_output_dir=log_dir if quiet else None, log_dir=log_dir)
     if args.dry_run:
         added = {k: v for k, v in env.items() if os.environ.get(k) != v}
         print(" ".join(command))
         for name, value in sorted(added.items()):
             print(f"  {name}={value}")
         return 0
-    return run_child(command, env, own_session=uses_elastic_launch(settings))
+    if quiet:
+        env.update(quiet_output_environment(log_dir))
+        print(f"braeburn launch: {settings.num_processes} processes; the standard output of all but the first on "
+              f"each machine goes to {log_dir} (--every-process-prints shows it here)", file=sys.stderr, flush=True)
+    code = 1
+    try:
+        code = run_child(command, env, own_session=uses_elastic_launch(settings))
+    finally:
+        if log_dir is not None:
+            end_log_folder(log_dir, code)
+    return code
 
 
 def launch_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -185,6 +196,42 @@ def plan_launch(resolved: ResolvedSettings, host: HostFacts, env: Mapping[str, s
     return plan
 
 
+def _given(name: str, value: Any, source: Source) -> str:
+    """A setting as the user gave it: the flag, the variable or the file's key."""
+    if source.kind == "flag":
+        if isinstance(value, bool):
+            return source.detail if value else "--no-" + source.detail[2:]
+        return f"{source.detail} {value}"
+    if source.kind == "environment":
+        return f"{source.detail}={value}"
+    return f"{name} = {value} in {source.detail}" if source.kind == "file" else f"{name}={value}"
+
+
+def ignored_option_lines(plan: Plan, resolved: ResolvedSettings) -> list[str]:
+    """One line for each setting given that does nothing on the device this job trains on (the plan asks
+    every device kind which settings its environment uses)."""
+    return [f"{_given(name, getattr(resolved.settings, name), resolved.sources.get(name, Source('default', '')))} "
+            f"applies only to {hardware} and has no effect here, where this job trains on {plan.device.name}"
+            for name, hardware in plan.ignored_options]
+
+
+def launch_device_reason(resolved: ResolvedSettings, env: Mapping[str, str]) -> str | None:
+    """Why the child's device is the launcher's choice, in the words of what the user asked (--cpu, or nothing:
+    auto), for the child to say instead of the BRAEBURN_DEVICE the launcher set; None where the user's own
+    BRAEBURN_DEVICE decided, which then names itself."""
+    for name in ("cpu", "multi_gpu"):
+        source = resolved.sources.get(name, Source("default", ""))
+        if not getattr(resolved.settings, name) or source.kind == "default":
+            continue
+        if source.kind == "environment":
+            return None if name == "cpu" else f"{source.detail} set for braeburn launch"
+        return f"{source.detail} passed to braeburn launch" if source.kind == "flag" else \
+            f"{name} = true in {source.detail}, read by braeburn launch"
+    if _device_request(resolved, env) is not None:
+        return None
+    return "auto: braeburn launch chose the best usable device here"
+
+
 def _check_gpu_ids(settings: LaunchSettings, plan: Plan, host: HostFacts) -> list[OptionError]:
     if settings.gpu_ids == "all":
         return []
@@ -211,16 +258,21 @@ OUTER_JOB_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP
                   "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE")
 
 
-def child_environment(plan: Plan, settings: LaunchSettings, parent: Mapping[str, str]) -> dict[str, str]:
+def child_environment(plan: Plan, settings: LaunchSettings, parent: Mapping[str, str],
+                      device_reason: str | None = None) -> dict[str, str]:
     """The parent's environment without an outer job's world (OUTER_JOB_VARS), plus the plan's pre-torch
     variables where the user set none (braeburn's own import default gives way: --no-mps-fallback wins over
-    the fallback `import braeburn` turned on), plus the launcher's choices for Accelerator/Trainer, plus the
-    visible devices with --gpu-ids. The world of the job started is set by torch.distributed.run (several
-    processes), or is a single process (none of those variables)."""
+    the fallback `import braeburn` turned on), plus the launcher's choices for Accelerator/Trainer (with
+    ``device_reason``, why the device: see :func:`launch_device_reason`), plus the visible devices with
+    --gpu-ids. The world of the job started is set by torch.distributed.run (several processes), or is a
+    single process (none of those variables)."""
     env = {name: value for name, value in parent.items() if name not in OUTER_JOB_VARS}
     for name, value in plan.env.items():
         put_option(env, name, value)  # over braeburn's import default; a value the user exported wins
     env[DEVICE_VAR] = plan.device.name
+    env.pop(DEVICE_REASON_VAR, None)  # an outer launch's reason is not this one's
+    if device_reason:
+        env[DEVICE_REASON_VAR] = f"{plan.device.name}: {device_reason}"
     # What the user asked, not what "auto" resolved to here: the child resolves "auto" to the same
     # plan, keeps the per-model rules of "auto" (CNNs stay eager), and says "auto" in its messages.
     env[MIXED_PRECISION_VAR] = str(settings.mixed_precision)
@@ -288,23 +340,66 @@ def uses_elastic_launch(settings: LaunchSettings) -> bool:
 
 
 def build_command(settings: LaunchSettings, plan: Plan, target: str, target_args: list[str], *, module: bool,
-                  port: int, quiet_output_dir: str | None = None) -> list[str]:
+                  port: int, quiet_output_dir: str | None = None, log_dir: str | None = None) -> list[str]:
     """The child's command. ``quiet_output_dir``: the standard output of every local rank but 0 goes to files
-    there (torchrun's --redirects), so that the job speaks once per machine; standard error is left alone."""
+    there (torchrun's --redirects), so that the job speaks once per machine; standard error is left alone.
+    Each process then starts in braeburn.cli.rank_output, which keeps a rank whose file cannot be written
+    (a full disk) alive. ``log_dir``: torchrun's folder for its error files (else it makes one in the temp
+    folder, and never removes it); ``quiet_output_dir`` is used for both."""
     run_target = (["-m"] if module else []) + [target, *target_args]
     if not uses_elastic_launch(settings):
         return [sys.executable, *run_target]
     address = settings.main_process_ip or LOCALHOST  # one machine: nothing outside it need reach us
     per_node = settings.num_processes // settings.num_machines
-    quiet = ["--log-dir", quiet_output_dir, "--redirects", ",".join(f"{rank}:1" for rank in range(1, per_node))] \
-        if quiet_output_dir and per_node > 1 else []
+    log_dir = quiet_output_dir or log_dir
+    logs = ["--log-dir", log_dir] if log_dir else []
+    if quiet_output_dir and per_node > 1:
+        logs += ["--redirects", ",".join(f"{rank}:1" for rank in range(1, per_node))]
+        # `-mmodule` in one word: torchrun names a failed job after the first word not starting with "-",
+        # which is then the user's script, as without the wrapper
+        run_target = ["--no-python", sys.executable, "-u", "-mbraeburn.cli.rank_output", *run_target]
     return [sys.executable, "-m", "braeburn.cli.job_agent",  # torch.distributed.run, ended with the launcher
             "--nnodes", str(settings.num_machines),
             "--nproc-per-node", str(per_node),
             "--node-rank", str(settings.machine_rank),
             "--rdzv-backend", "static", "--master-addr", address, "--master-port", str(port),
-            "--max-restarts", str(settings.max_restarts), *quiet,
+            "--max-restarts", str(settings.max_restarts), *logs,
             *run_target]
+
+
+SAY_ONCE_FILE = ".say-once"
+
+
+def quiet_output_environment(folder: str) -> dict[str, str]:
+    """What braeburn.cli.rank_output reads in each process: the folder, and a file whose deletion elects the
+    one rank that says a full disk (the deletion needs no free space, and exactly one rank succeeds)."""
+    from .rank_output import OUTPUT_DIR_VAR, SAY_ONCE_VAR
+
+    env = {OUTPUT_DIR_VAR: folder}
+    token = os.path.join(folder, SAY_ONCE_FILE)
+    try:
+        with open(token, "x"):
+            pass
+        env[SAY_ONCE_VAR] = token
+    except OSError:
+        pass  # no file: every rank that cannot write says so itself
+    return env
+
+
+def end_log_folder(folder: str, code: int) -> None:
+    """Remove the job's log folder when the job ended well, or when it holds nothing to read; else keep it,
+    and say where."""
+    try:
+        Path(folder, SAY_ONCE_FILE).unlink(missing_ok=True)
+        written = [path for path in Path(folder).rglob("*") if path.is_file() and path.stat().st_size > 0]
+    except OSError:  # unreadable: keep it, and say so below (the job's own exit status stands either way)
+        written = [Path(folder)]
+    if code == 0 or not written:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    print(f"braeburn launch: the job ended with exit status {code}; its processes' standard output and torchrun's "
+          f"error files are kept in {folder} ({len(written)} file(s); remove the folder when done)",
+          file=sys.stderr, flush=True)
 
 
 # -- running it -------------------------------------------------------------------------------------

@@ -286,7 +286,7 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], list[SettingProblem]]:
 def _read_accelerate_config(path: Path) -> tuple[dict[str, Any], list[SettingProblem]]:
     import yaml
 
-    from ..compat.accelerate.config_file import read_accelerate_file, settings_from_accelerate
+    from ..compat.accelerate.config_file import VALUE_NOT_SHOWN, read_accelerate_file, settings_from_accelerate
 
     try:
         table = read_accelerate_file(path)
@@ -300,7 +300,8 @@ def _read_accelerate_config(path: Path) -> tuple[dict[str, Any], list[SettingPro
                                    f"({excerpt(reason)})", "write it again with `accelerate config`, or give "
                                    "braeburn's TOML file (`braeburn config`)")]
     raw, refusals = settings_from_accelerate(table)
-    problems = [SettingProblem(str(path), key, value, why, fix) for key, value, why, fix in refusals]
+    problems = [SettingProblem(str(path), key, _NO_VALUE if value is VALUE_NOT_SHOWN else value, why, fix)
+                for key, value, why, fix in refusals]
     if raw.pop("_num_processes_from_command_line", False):
         problems.append(SettingProblem(str(path), "num_processes", -1, "-1 means the count is given on the "
                                        "command line (as in Accelerate)", "pass --num-processes N", overridable=True))
@@ -317,7 +318,8 @@ def _values_from_table(path: Path, raw: Mapping[str, Any]) -> tuple[dict[str, An
                 continue  # counted below: a did-you-mean for each of thousands of keys takes seconds
             close = difflib.get_close_matches(key, SETTING_NAMES, n=1)
             fix = f"did you mean {close[0]!r}? Known keys: " if close else "remove it; known keys: "
-            problems.append(SettingProblem(str(path), key, value, "unknown key", fix + ", ".join(SETTING_NAMES)))
+            problems.append(SettingProblem(str(path), key, _NO_VALUE, "unknown key (its value is not shown: it may "
+                                           "hold a secret)", fix + ", ".join(SETTING_NAMES)))
             continue
         try:
             values[key] = _FIELDS[key].metadata["parse"](value, False)

@@ -1,2 +1,5 @@
-"""What braeburn does for each peer's users, one folder per peer: ``accelerate``, ``transformers``, ``lightning``.
-Each translates the peer's names, arguments, callbacks and files onto braeburn's own concepts."""
+"""Adapters that translate a peer library's names and files onto braeburn's own concepts.
+
+``accelerate_options``: Accelerate's ``Accelerator(...)`` arguments (kwargs handlers, DataLoaderConfiguration).
+``accelerate_config``: an ``accelerate config`` YAML file, read as `braeburn launch` settings.
+"""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
 
 from ..devices.host import HostFacts
+from ..warn import warn
 
 
 # -- walking nested batches --------------------------------------------------------------------
@@ -79,10 +79,11 @@ def _float64_names(data: Any, name: str = "batch") -> list[str]:
     return []
 
 
-def cast_float64_model(model: torch.nn.Module, device: torch.device) -> None:
+def cast_float64_model(model: torch.nn.Module, reason: str) -> None:
     """Cast ``model``'s float64 parameters and buffers to float32 in place (the same Parameter objects, so an
-    optimizer made before keeps them), for a device without float64, where ``model.to(device)`` would fail with
-    "Cannot convert a MPS Tensor to float64 dtype"; one line names them."""
+    optimizer made before keeps them); one line names them and gives ``reason`` (the device kind's
+    ``float64_cast_reason``: on a device without float64, ``model.to(device)`` would fail with "Cannot convert a
+    MPS Tensor to float64 dtype", and every kind casts, so that a script runs the same on each)."""
     tensors = [*model.named_parameters(), *model.named_buffers()]
     names = [name for name, tensor in tensors if tensor.dtype == torch.float64]
     if not names:
@@ -93,24 +94,22 @@ def cast_float64_model(model: torch.nn.Module, device: torch.device) -> None:
             if tensor.grad is not None:
                 tensor.grad = tensor.grad.float()
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    warnings.warn(f"braeburn: the model's {shown} {'is' if len(names) == 1 else 'are'} float64, which {device.type} "
-                  "does not support: cast to float32 before moving the model (call model.float() before prepare() "
-                  "to make this explicit)", UserWarning, stacklevel=4)
+    warn(f"braeburn: the model's {shown} {'is' if len(names) == 1 else 'are'} float64; {reason}: cast to float32 "
+         "before moving the model (call model.float() before prepare() to make this explicit)", stacklevel=4)
 
 
-def cast_float64(batch: Any, device: torch.device, announced: set[str]) -> Any:
-    """``batch`` with float64 tensors cast to float32, on the CPU before the copy, for a device without
-    float64; the first time a name is cast, one line says so (``announced`` remembers the names)."""
+def cast_float64(batch: Any, announced: set[str], reason: str) -> Any:
+    """``batch`` with float64 tensors cast to float32, on the CPU before the copy (see :func:`cast_float64_model`
+    for ``reason``); the first time a name is cast, one line says so (``announced`` remembers the names)."""
     names = _float64_names(batch)
     if not names:
         return batch
     new = [name for name in names if name not in announced]
     if new:
         announced.update(new)
-        warnings.warn(f"braeburn: {', '.join(new)} {'is' if len(new) == 1 else 'are'} float64, which {device.type} "
-                      "does not support: casting to float32 on the way to the device (build the dataset with "
-                      "float32, e.g. torch.tensor(x, dtype=torch.float32), to skip the cast)", UserWarning,
-                      stacklevel=3)
+        warn(f"braeburn: {', '.join(new)} {'is' if len(new) == 1 else 'are'} float64; {reason}: casting to float32 "
+             "on the way to the device (build the dataset with float32, e.g. torch.tensor(x, dtype=torch.float32), "
+             "to skip the cast)", stacklevel=3)
     return apply_to_tensors(lambda t: t.float() if t.dtype == torch.float64 else t, batch)
 
 
@@ -214,11 +213,11 @@ def _warn_spawn_workers(loader: DataLoader, host: HostFacts | None) -> None:
     if _warned_spawn or loader.num_workers == 0 or loader.persistent_workers or not spawns:
         return
     _warned_spawn = True
-    warnings.warn(
+    warn(
         f"DataLoader(num_workers={loader.num_workers}) starts its workers by spawn on this system, at every "
         "epoch: each worker re-imports your script and unpickles the dataset, which can take seconds. Pass "
         "persistent_workers=True to pay that once, or num_workers=0 for data already in memory "
-        "(and keep the training code under `if __name__ == '__main__':`).", UserWarning, stacklevel=4)
+        "(and keep the training code under `if __name__ == '__main__':`).", stacklevel=4)
 
 
 class DeviceDataLoader:
@@ -227,9 +226,9 @@ class DeviceDataLoader:
     def __init__(self, loader: DataLoader, device: torch.device, *, pin_memory: bool = False,
                  num_processes: int = 1, process_index: int = 0, seed: int = 0,
                  tracker: BatchTracker | None = None, host: HostFacts | None = None,
-                 float64_to_float32: bool = False):
+                 float64_to_float32: str | None = None):
         self.original, self.device = loader, device
-        self.float64_to_float32 = float64_to_float32  # the device has no float64 (see cast_float64)
+        self.float64_to_float32 = float64_to_float32  # why float64 becomes float32 here; None: kept (cast_float64)
         self._cast_names: set[str] = set()
         self.non_blocking = pin_memory  # async copies only from pinned memory
         self.tracker = tracker if tracker is not None else BatchTracker()
@@ -281,7 +280,7 @@ class DeviceDataLoader:
             self.tracker.end_of_dataloader = last
             self.tracker.remainder = self._remainder() if last else -1
             if self.float64_to_float32:
-                batch = cast_float64(batch, self.device, self._cast_names)
+                batch = cast_float64(batch, self._cast_names, self.float64_to_float32)
             yield move_to_device(batch, self.device, non_blocking=self.non_blocking)
         self.epoch, self.batches_yielded = self.epoch + 1, 0
 

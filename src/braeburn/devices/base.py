@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -45,6 +45,15 @@ class CompileSupport:
 
     refusal: str = ""
     warning: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """:meth:`DeviceKind.memory_stats` read at a logging step, with the distinct batch shapes seen by then."""
+
+    step: int
+    stats: Mapping[str, int]
+    shapes: int
 
 
 class DeviceKind(ABC):
@@ -99,6 +108,14 @@ class DeviceKind(ABC):
     def auto_float32_reason(self, host: HostFacts) -> str:
         """Why ``mixed_precision="auto"`` keeps float32 when :meth:`auto_precision_order` offers nothing usable."""
         return f"since {self.name} has no mixed precision worth using here"
+
+    def float64_cast_reason(self) -> str | None:
+        """Why float64 models and batches become float32 on the way to this kind (one line says so, the first time),
+        or None where they stay float64. Every kind casts: a script then runs the same on every device, whether
+        it was written where float64 cannot run (the cast is needed there) or where it can (it does not break on
+        the other)."""
+        return "braeburn trains in float32 on every device, so that a script runs the same on each (some have no " \
+               "float64)"
 
     def env_before_torch(self, *, fallback: bool = True, high_watermark: float | None = None,
                          low_watermark: float | None = None) -> dict[str, str]:
@@ -176,9 +193,9 @@ class DeviceKind(ABC):
     def reset_peak_memory(self) -> None:
         """Start a new peak-memory window."""
 
-    def memory_drift(self, stats: dict[str, int]) -> str | None:
-        """Why the memory the driver holds has drifted far beyond the live tensors (from :meth:`memory_stats`),
-        and what to do; None when it has not, or the kind cannot tell."""
+    def memory_drift(self, readings: Sequence[MemoryReading]) -> str | None:
+        """What in the memory readings of a run so far (oldest first) points at a problem, and what to do; None
+        when nothing does, or the kind cannot tell."""
         return None
 
     def memory_beyond_comfort(self) -> str | None:

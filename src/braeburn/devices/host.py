@@ -11,7 +11,7 @@ import dataclasses
 import os
 import platform
 import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .. import _early
@@ -60,24 +60,43 @@ def _sysctl(name: str) -> str:
     return out.stdout.strip()
 
 
+def _sw_vers() -> str:
+    """``sw_vers -productVersion``: the version the system states. SYSTEM_VERSION_COMPAT=0 keeps the compatibility
+    answer (10.16) away, should the user's environment ask for it."""
+    try:
+        out = subprocess.run(["sw_vers", "-productVersion"], capture_output=True, text=True, timeout=5,
+                             env={**os.environ, "SYSTEM_VERSION_COMPAT": "0"})
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()
+
+
+def _compatibility_answer(version: tuple[int, ...]) -> bool:
+    """What macOS tells a program built against an older SDK instead of its version: "10.16" from macOS 11 on
+    (SYSTEM_VERSION_COMPAT) and "16.0" on macOS 26 (no macOS 16 was released: 15 was followed by 26)."""
+    return version[:2] == (10, 16) or version[:1] == (16,)
+
+
+def macos_version() -> tuple[int, ...]:
+    """This Mac's version as the system states it: ``platform.mac_ver()`` (SystemVersion.plist), or ``sw_vers``
+    where that answer is empty or the compatibility one a Python built against an older SDK gets; () when neither
+    says. torch's ``is_macos_or_newer`` is no source: it knows a few versions, warns on every other and answers
+    False for it."""
+    reported = parse_version(platform.mac_ver()[0])
+    if reported and not _compatibility_answer(reported):
+        return reported
+    stated = parse_version(_sw_vers())
+    return stated if stated and not _compatibility_answer(stated) else ()  # unknown: no rule reads a wrong one
+
+
 def _mac_facts(machine: str) -> dict:
     translated = _sysctl("sysctl.proc_translated") == "1"
     arm_kernel = "ARM64" in platform.uname().version
     return {
-        "macos_version": parse_version(platform.mac_ver()[0]),
+        "macos_version": macos_version(),
         "rosetta": translated or (machine == "x86_64" and arm_kernel),
         "apple_silicon": arm_kernel or translated or machine == "arm64",
     }
-
-
-def macos_version_from_torch(at_least: Callable[[int, int], bool], reported: tuple[int, ...]) -> tuple[int, ...]:
-    """The macOS version by torch's own check (``torch.backends.mps.is_macos_or_newer``, NSProcessInfo), which the
-    SDK a Python was built with cannot skew: ``platform.mac_ver()`` says "10.16" under SYSTEM_VERSION_COMPAT and
-    "16.0" on macOS 26 in such a Python. ``reported`` is kept when torch's check answers nothing."""
-    major = next((m for m in range(40, 10, -1) if at_least(m, 0)), None)  # macOS 11 to 15, then 26 and on
-    if major is None:
-        return reported
-    return (major, max(n for n in range(0, 20) if n == 0 or at_least(major, n)))
 
 
 def _cuda_facts(torch) -> dict:
@@ -111,8 +130,6 @@ def gather_host_facts() -> HostFacts:
     facts: dict = {"system": system, "machine": machine}
     if system == "Darwin":
         facts.update(_mac_facts(machine))
-    if system == "Darwin" and torch.backends.mps.is_built():
-        facts["macos_version"] = macos_version_from_torch(torch.backends.mps.is_macos_or_newer, facts["macos_version"])
     facts.update(_cuda_facts(torch))
     facts.update(
         python_version=platform.python_version(),

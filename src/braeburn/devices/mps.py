@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .base import Availability, CompileSupport, DeviceKind, PrecisionSupport
+from ..plan.option_spelling import option
+from .base import Availability, CompileSupport, DeviceKind, MemoryReading, PrecisionSupport
 from .versions import version_text
 
 if TYPE_CHECKING:
@@ -35,13 +36,21 @@ LAST_X86_64_MAC_TORCH = "2.2.2"
 # #150121); wrong results were reported up to 2.12 (#170360, #191976, LayerNorm fixed in 2.13).
 MIN_TORCH_COMPILE = (2, 8)
 TRUSTED_TORCH_COMPILE = (2, 13)
+# Compiled training on MPS measured 4.5-9x slower than eager with torch 2.13 (pytorch#192551, a small conv net:
+# Inductor's layout optimisation); no later release is known to have changed that.
+SLOWER_COMPILED = ("torch.compile on MPS trained 4.5-9x slower than eager on torch 2.13 (pytorch#192551, a small conv "
+                   "net; TORCHINDUCTOR_LAYOUT_OPTIMIZATION=0 is the known workaround): compiling as asked; the Trainer "
+                   "times compiled steps against eager ones and trains eagerly again if they are slower, and "
+                   "compile=False keeps eager from the start")
 # libtorch parses PYTORCH_ENABLE_MPS_FALLBACK with std::stoi while it loads (MPSFallback.mm): a value
 # that does not start with a whole number ("true", "yes") throws there and aborts `import torch`.
 _STOI_PARSES = re.compile(r"\s*[+-]?\d")
-# torch.mps.driver_allocated_memory() grows with every new input shape (the MPS graph cache keeps graphs and
-# their buffers per shape, pytorch#132596): one report held 72 GB against 6.7 GB of tensors, then ran 12x slower.
-# Drift is warned when the driver holds more than DRIFT_RATIO x the tensors and DRIFT_BYTES more than them.
-DRIFT_RATIO = 2.0
+# torch.mps.driver_allocated_memory() includes Metal's cached pools: a healthy fixed-shape run can hold several
+# times its live tensors (one report: 11.3 GB against 1.5 GB), so the ratio says nothing. It also grows with
+# each new input shape (the MPS graph cache keeps graphs and buffers per shape, pytorch#132596). Drift is the
+# driver's memory beyond the tensors rising at each of the last DRIFT_READINGS - 1 logging intervals, by more
+# than DRIFT_BYTES in all, while no new batch shape appeared.
+DRIFT_READINGS = 4
 DRIFT_BYTES = 2**30
 
 
@@ -86,7 +95,7 @@ def _cannot_allocate(host: HostFacts) -> Availability:
                         f"({host.mps_allocation_error}). A Mac in a virtual machine (the macOS runners of CI "
                         "services) behaves so: Metal is visible but has no GPU memory to give, so every MPS "
                         "allocation fails, whatever the model or batch size",
-                        "run on a Mac with direct access to its GPU, or pass --cpu (accelerator='cpu')",
+                        f"run on a Mac with direct access to its GPU, or pass {option('cpu')}",
                         skipped_with_warning=True)
 
 
@@ -99,7 +108,7 @@ def _not_available_reason(host: HostFacts) -> Availability:
                             f"{LAST_X86_64_MAC_TORCH}, so `pip install torch>=2.6` in this Python fails with "
                             "'Could not find a version that satisfies the requirement'",
                             "install an arm64 Python (python.org's universal2 installer, or an arm64 "
-                            "conda/Homebrew) and reinstall torch in it, or pass --cpu", fixable=True)
+                            f"conda/Homebrew) and reinstall torch in it, or pass {option('cpu')}", fixable=True)
     if not host.apple_silicon:
         return Availability(False, f"this Mac has an Intel CPU ({host.machine}); MPS training needs Apple "
                             f"silicon, and torch {LAST_X86_64_MAC_TORCH} was the last release for Intel Macs")
@@ -244,6 +253,9 @@ class MpsDevice(DeviceKind):
                 "and was measured slower than float32 on newer chips too. Pass mixed_precision='bf16' (macOS 14+) "
                 "or 'fp16' to try one, and compare the step times")
 
+    def float64_cast_reason(self) -> str | None:
+        return f"{self.name} has no float64"
+
     def env_before_torch(self, *, fallback: bool = True, high_watermark: float | None = None,
                          low_watermark: float | None = None) -> dict[str, str]:
         env = {FALLBACK_VAR: "1" if fallback else "0"}
@@ -270,7 +282,7 @@ class MpsDevice(DeviceKind):
             return CompileSupport(warning=f"torch.compile on MPS with torch {tv} can give wrong results "
                                   "(pytorch#170360, #191976, fixed in 2.13); run `braeburn check script.py` to "
                                   "compare a few steps with the CPU, or upgrade to torch 2.13 or newer")
-        return CompileSupport()
+        return CompileSupport(warning=SLOWER_COMPILED)
 
     def checkpoint_replays_rng(self, host: HostFacts) -> bool:
         # torch/utils/checkpoint.py stashes a device's RNG state only when its module has `_initialized`
@@ -351,17 +363,18 @@ class MpsDevice(DeviceKind):
                 stats["limit_bytes"] = int(ratio * recommended)
         return stats
 
-    def memory_drift(self, stats: dict[str, int]) -> str | None:
-        allocated, driver = stats.get("allocated_bytes"), stats.get("driver_bytes")
-        if allocated is None or driver is None:
-            return None
-        if driver <= DRIFT_RATIO * allocated or driver - allocated <= DRIFT_BYTES:
-            return None
-        return (f"the MPS driver holds {driver / 2**30:.1f} GiB against {allocated / 2**30:.1f} GiB of live tensors "
-                f"(more than {DRIFT_RATIO:g}x and {DRIFT_BYTES / 2**30:g} GiB beyond them): each new input shape "
-                "keeps its own MPS graph and buffers (pytorch#132596), and past the recommended working set macOS "
-                "pages and steps slow down many times over. Keep batch shapes few: leave pad_to_buckets on (text), "
-                "pad or crop images to one size, drop_last=True; torch.mps.empty_cache() gives cached buffers back")
+    def memory_drift(self, readings: Sequence[MemoryReading]) -> str | None:
+        growth = _growth_at_fixed_shapes(readings)
+        if growth is not None:
+            first, last = growth
+            grown, stats = _beyond_tensors(last) - _beyond_tensors(first), last.stats
+            return (f"the MPS driver's memory beyond live tensors grew at each of the last {DRIFT_READINGS - 1} logs "
+                    f"(steps {first.step}-{last.step}), by {grown / 2**30:.1f} GiB, to {_gib(stats['driver_bytes'])} "
+                    f"against {_gib(stats['allocated_bytes'])} of tensors, while no new batch shape appeared: memory "
+                    "is kept per step, and past the recommended working set macOS pages and steps slow down many "
+                    "times over. torch.mps.empty_cache() gives cached buffers back; if the growth survives it, look "
+                    "for tensors or graphs kept from each step")
+        return _beyond_working_set(readings)
 
     def memory_beyond_comfort(self) -> str | None:
         # Past the recommended working set (~75% of RAM) macOS starts to page, although torch's limit
@@ -376,6 +389,43 @@ class MpsDevice(DeviceKind):
             return None
         return (f"the step held {held / 2**30:.1f} GiB of MPS memory, above the recommended working set "
                 f"({recommended / 2**30:.1f} GiB), so macOS would page")
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB"
+
+
+def _beyond_tensors(reading: MemoryReading) -> int:
+    return reading.stats["driver_bytes"] - reading.stats["allocated_bytes"]
+
+
+def _growth_at_fixed_shapes(readings: Sequence[MemoryReading]) -> tuple[MemoryReading, MemoryReading] | None:
+    """(first, last) of the last DRIFT_READINGS readings when they show drift; None otherwise."""
+    recent = list(readings)[-DRIFT_READINGS:]
+    if len(recent) < DRIFT_READINGS or any(not {"driver_bytes", "allocated_bytes"} <= set(r.stats) for r in recent):
+        return None
+    if len({r.shapes for r in recent}) > 1:  # a new shape keeps its own graph and buffers: growth is expected
+        return None
+    beyond = [_beyond_tensors(r) for r in recent]
+    if all(b > a for a, b in zip(beyond, beyond[1:])) and beyond[-1] - beyond[0] > DRIFT_BYTES:
+        return recent[0], recent[-1]
+    return None
+
+
+def _beyond_working_set(readings: Sequence[MemoryReading]) -> str | None:
+    """The driver holds more than the recommended working set: macOS pages, whatever the shapes."""
+    if not readings:
+        return None
+    last = list(readings)[-1]
+    held, recommended = last.stats.get("driver_bytes"), last.stats.get("recommended_bytes")
+    if held is None or not recommended or held <= recommended:
+        return None
+    shapes = (f"; {last.shapes} distinct batch shapes so far, and each keeps its own MPS graph and buffers "
+              "(pytorch#132596): keep them few (leave pad_to_buckets on for text, pad or crop images to one size, "
+              "drop_last=True)" if last.shapes > 1 else "")
+    return (f"the MPS driver holds {_gib(held)}, above the recommended working set ({_gib(recommended)}), so macOS "
+            f"pages and steps slow down many times over{shapes}. A smaller batch, or torch.mps.empty_cache() "
+            "between phases, brings it back under")
 
 
 def high_watermark_in_effect(environ: Mapping[str, str]) -> float:

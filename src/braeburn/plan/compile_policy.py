@@ -21,6 +21,7 @@ Two pieces:
 from __future__ import annotations
 
 import functools
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -46,14 +47,16 @@ class CompileDecision:
 
 def decide(*, requested: bool | str, device_compiles: bool, device_reason: str, convolutional: bool,
            num_processes: int, remaining_steps: int | None = None, eager_step_seconds: float | None = None,
-           shapes_vary: bool = False, estimate: CompileEstimate | None = None) -> CompileDecision:
+           shapes_vary: bool = False, estimate: CompileEstimate | None = None,
+           requested_reason: str = "") -> CompileDecision:
     """Whether to compile this run's model, and why. ``requested``: True, False or "auto"; ``estimate``: the
-    expected gain and compile cost (:func:`braeburn.plan.compile_gains.estimate`; a default when None)."""
+    expected gain and compile cost (:func:`braeburn.plan.compile_gains.estimate`; a default when None);
+    ``requested_reason``: why compile is True or False (the plan's: "as asked", or a default a caller chose)."""
     dynamic = True if shapes_vary else None
     if requested is True:
-        return CompileDecision(True, "compile=true, as asked", dynamic)
+        return CompileDecision(True, requested_reason or "compile=true, as asked", dynamic)
     if requested is False:
-        return CompileDecision(False, "compile=false, as asked")
+        return CompileDecision(False, requested_reason or "compile=false, as asked")
     if not device_compiles:
         return CompileDecision(False, f"auto: {device_reason}")
     if convolutional:
@@ -73,6 +76,18 @@ def decide(*, requested: bool | str, device_compiles: bool, device_reason: str, 
         return CompileDecision(False, f"auto: {numbers}, short of the {expected.payback:g}x margin: staying eager "
                                       "(--compile true forces it)")
     return CompileDecision(True, f"auto: {numbers}, at least {expected.payback:g}x: compiling", dynamic)
+
+
+SLOWER_MARGIN = 0.10
+
+
+def measurably_slower(eager: list[float], compiled: list[float]) -> bool:
+    """Whether compiled steps (seconds each) are slower than eager ones beyond the noise: the median compiled step
+    more than SLOWER_MARGIN over the median eager one, and even the fastest compiled step over that median."""
+    if not eager or not compiled:
+        return False
+    typical = statistics.median(eager)
+    return statistics.median(compiled) > typical * (1 + SLOWER_MARGIN) and min(compiled) > typical
 
 
 # -- what would break the graph ------------------------------------------------------------------
@@ -187,6 +202,7 @@ class PreparedForward:
         self.autocast = autocast
         self.synchronize = synchronize
         self.compiled: Callable | None = None
+        self.around: Any = None  # a reusable context entered around each eager call (the device's, if it has one)
         self.float_outputs = True  # the Trainer turns this off around training forwards whose loss the model computes
         self.stats = CompileStats()
         functools.update_wrapper(self, self.original)
@@ -194,6 +210,10 @@ class PreparedForward:
     def enable_compile(self, decision: CompileDecision, backend: str = "inductor", mode: str | None = None) -> None:
         self.stats.compiled, self.stats.reason, self.stats.dynamic = True, decision.reason, decision.dynamic
         self.compiled = torch.compile(self.original, backend=backend, mode=mode, dynamic=decision.dynamic)
+
+    def disable_compile(self) -> None:
+        """Every call eager from now on (the stats keep what compiling did)."""
+        self.compiled = None
 
     def _use_compiled(self, args: tuple, kwargs: dict) -> bool:
         if self.compiled is None or not torch.is_grad_enabled() or not self.module_training():
@@ -205,10 +225,10 @@ class PreparedForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.compiled is None:
-            return self._run(self.original, args, kwargs)
+            return self._eager(args, kwargs)
         if not self._use_compiled(args, kwargs):
             self.stats.eager_calls += 1
-            return self._run(self.original, args, kwargs)
+            return self._eager(args, kwargs)
         self.stats.compiled_calls += 1
         if self.stats.compiled_calls == 1:
             return self._first_compiled_call(args, kwargs)
@@ -231,6 +251,12 @@ class PreparedForward:
         if graphs != self.stats.graphs:  # a break shows up only with a new graph: nothing to read on other steps
             self.stats.graph_breaks = sorted(_graph_break_reasons() - self.stats._breaks_before)
         self.stats.graphs = graphs
+
+    def _eager(self, args: tuple, kwargs: dict) -> Any:
+        if self.around is None:
+            return self._run(self.original, args, kwargs)
+        with self.around:
+            return self._run(self.original, args, kwargs)
 
     def _run(self, function: Callable, args: tuple, kwargs: dict) -> Any:
         if self.autocast is None:
@@ -257,4 +283,4 @@ def install_forward(module: torch.nn.Module, autocast: Callable[[], Any] | None,
 
 
 __all__ = ["CompileDecision", "CompileStats", "DEFAULT_ESTIMATE", "MIN_EAGER_SECONDS", "PreparedForward", "decide",
-           "install_forward", "prepared_forward"]
+           "install_forward", "measurably_slower", "prepared_forward"]

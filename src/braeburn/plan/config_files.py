@@ -151,6 +151,18 @@ def load_toml(text: str) -> dict[str, Any]:
     return data
 
 
+def load_json(text: str) -> Any:
+    """The JSON document, within the depth and size limits (json raises its own syntax errors)."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except RecursionError:  # thousands of nested brackets: json's own recursion limit
+        raise ConfigFileError(_too_deep()) from None
+    check_depth(data)
+    return data
+
+
 def check_depth(data: Any) -> None:
     """Refuse data (already built, without shared parts) nested deeper than :data:`MAX_DEPTH`, or holding
     more than :data:`MAX_VALUES` values."""
@@ -175,4 +187,4 @@ def _too_deep() -> str:
 
 
 __all__ = ["ConfigFileError", "EXCERPT_CHARS", "MAX_BYTES", "MAX_DEPTH", "MAX_VALUES", "check_depth", "excerpt",
-           "load_toml", "load_yaml", "read_text"]
+           "load_json", "load_toml", "load_yaml", "read_text"]

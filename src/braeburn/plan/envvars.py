@@ -17,6 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 DEVICE_VAR = "BRAEBURN_DEVICE"  # cpu | cuda | mps | gpu | auto: overrides the device everywhere
+# Set by `braeburn launch` beside BRAEBURN_DEVICE: "<device>: <what the user asked of the launcher>", so the child
+# names the user's request (--cpu, auto), not a variable the user never set, as the reason for its device.
+DEVICE_REASON_VAR = "BRAEBURN_DEVICE_REASON"
 MIXED_PRECISION_VAR = "BRAEBURN_MIXED_PRECISION"  # auto | no | fp16 | bf16
 STRATEGY_VAR = "BRAEBURN_STRATEGY"  # auto | ddp | fsdp
 COMPILE_VAR = "BRAEBURN_COMPILE"  # auto | true | false
@@ -30,6 +33,8 @@ MAX_STEPS_VAR = "BRAEBURN_MAX_STEPS"  # a quick run: every Trainer stops after N
 
 BRAEBURN_VARIABLES: tuple[tuple[str, str, bool], ...] = (
     (DEVICE_VAR, "overrides the device choice everywhere (cpu, cuda, mps, gpu, auto)", False),
+    (DEVICE_REASON_VAR, "set by braeburn launch beside BRAEBURN_DEVICE: why that device, in the words of what the "
+                        "launcher was asked (--cpu, auto)", False),
     (MIXED_PRECISION_VAR, "mixed precision when the script does not set one (auto, no, fp16, bf16)", False),
     (STRATEGY_VAR, "distributed strategy when the script does not set one (auto, ddp, fsdp)", False),
     (COMPILE_VAR, "torch.compile when the script does not set it (auto, true, false)", False),
@@ -45,6 +50,16 @@ def _get(name: str, env: Mapping[str, str] | None) -> str | None:
 
 def env_device(env: Mapping[str, str] | None = None) -> str | None:
     return _get(DEVICE_VAR, env)
+
+
+def env_device_reason(env: Mapping[str, str] | None = None) -> str | None:
+    """Why BRAEBURN_DEVICE holds its value, when the launcher set it (its DEVICE_REASON_VAR names the same device);
+    None when the user set BRAEBURN_DEVICE (or changed it after the launcher)."""
+    device, _, reason = (_get(DEVICE_REASON_VAR, env) or "").partition(": ")
+    value = env_device(env)
+    if value is None or device.strip().lower() != value.lower():
+        return None
+    return reason.strip() or None
 
 
 def max_steps_cap(env: Mapping[str, str] | None = None) -> int | None:

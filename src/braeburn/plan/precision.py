@@ -66,7 +66,8 @@ class ScaledFp16Policy(AutocastPolicy):
     ``GradScaler.step`` does not skip an overflow step itself for a fused optimizer
     (``_step_supports_amp_scaling``): it hands the optimizer ``grad_scale`` and ``found_inf`` and trusts
     the fused kernel to skip. Where the device kind says its fused kernels ignore them
-    (``fused_honours_scaler=False``), this policy unscales, looks for inf/NaN itself and skips the step.
+    (``fused_honours_scaler=False``), this policy unscales, lets ``update()`` read the scaler's own ``found_inf``
+    and skips the step when the scale went down.
     """
 
     def __init__(self, device: torch.device, fused_honours_scaler: bool = True):
@@ -93,17 +94,18 @@ class ScaledFp16Policy(AutocastPolicy):
 
     def _step_skipping_overflow(self, optimizer: torch.optim.Optimizer, closure=None) -> bool:
         try:
-            self.scaler.unscale_(optimizer)  # the fused kernel then gets true gradients and no scale
+            self.scaler.unscale_(optimizer)  # the fused kernel then gets true gradients; found_inf is recorded
         except RuntimeError as error:  # already unscaled (gradient clipping) since the last update
             if "unscale_() has already been called" not in str(error):
                 raise
-        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        # One host-device sync, as get_scale() costs on the other path.
-        finite = not grads or bool(torch.stack([torch.isfinite(g).all() for g in grads]).all())
-        if finite:
-            self.scaler.step(optimizer, closure) if closure is not None else self.scaler.step(optimizer)
-        self.scaler.update()  # lowers the scale after an overflow, from the inf check unscale_ recorded
-        self._scale = None  # read again by the other path if it is ever taken
+        # update() reads the found_inf that unscale_ recorded and lowers the scale exactly when it found inf/NaN,
+        # so the scale read back (one sync, as on the other path) says whether to step: no sweep of the gradients.
+        before = self._scale if self._scale is not None else self.scaler.get_scale()  # the last update's scale
+        self.scaler.update()
+        self._scale = self.scaler.get_scale()
+        finite = self._scale >= before
+        if finite:  # the gradients are unscaled: a plain step, with no grad_scale or found_inf to hand over
+            optimizer.step(closure) if closure is not None else optimizer.step()
         return finite
 
     def state_dict(self) -> dict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config_files import excerpt
+from .option_spelling import advice, given, option
 from ..devices.base import PRECISIONS, DeviceKind
 from ..devices.host import HostFacts
 from ..devices.registry import ACCELERATOR_CHOICES, GPU_ALIAS, KINDS, accelerator_kinds, fallback_kind, get_kind
@@ -25,6 +25,9 @@ class RunOptions:
     devices: int | str = "auto"
     cpu: bool = False
     env_device: str | None = None  # the value of BRAEBURN_DEVICE, read by the caller
+    # Why BRAEBURN_DEVICE holds its value when a launcher set it (what the user asked of the launcher), read by
+    # the caller; None when the user set BRAEBURN_DEVICE, which is then the reason.
+    env_device_reason: str | None = None
     mixed_precision: str = "auto"
     num_processes: int = 1  # the world size
     strategy: str = "auto"
@@ -43,7 +46,7 @@ class OptionError:
     def __str__(self) -> str:
         if not self.option:  # a problem of the environment, not of one option: the message names it
             return self.message
-        return f"{self.option}={excerpt(self.value)}: {self.message}"  # a huge value is shown cut short
+        return f"{given(self.option, self.value)}: {self.message}"  # a huge value is shown cut short
 
 
 class PlanError(ValueError):
@@ -72,6 +75,9 @@ class Plan:
     compile_auto: bool = False  # compile was left at "auto": the Accelerator may still skip it per model
     env: dict[str, str] = field(default_factory=dict)  # to set before torch loads
     notes: tuple[str, ...] = ()  # warnings the user should see (the Accelerator prints them once)
+    # Options given that do nothing on the chosen device: (option, the hardware where it applies), for the
+    # launcher to say so in one line each.
+    ignored_options: tuple[tuple[str, str], ...] = ()
     # mixed_precision="auto" where the device kind has no rule: float32 until the Trainer measures these
     # against it on the user's own model (braeburn.plan.precision_trial); () when the precision is decided.
     precision_candidates: tuple[str, ...] = ()
@@ -84,6 +90,13 @@ def _requested_accelerator(options: RunOptions) -> tuple[str, str, object]:
     if options.env_device:
         return options.env_device.strip().lower(), "BRAEBURN_DEVICE", options.env_device
     return str(options.accelerator).lower(), "accelerator", options.accelerator
+
+
+def _request_words(options: RunOptions, option: str, value: object) -> str:
+    """The request as the user made it: a launcher's reason stands in for the BRAEBURN_DEVICE it set."""
+    if option == "BRAEBURN_DEVICE" and options.env_device_reason:
+        return options.env_device_reason
+    return f"{option}={value!r}"
 
 
 def _choose_device(options: RunOptions, host: HostFacts, errors: list[OptionError],
@@ -103,7 +116,7 @@ def _choose_device(options: RunOptions, host: HostFacts, errors: list[OptionErro
     candidates = accelerator_kinds() if request == GPU_ALIAS else (get_kind(request),)
     for kind in candidates:
         if kind.availability(host).usable:
-            return kind, f"{option}={value!r} ({kind.describe(host)})"
+            return kind, f"{_request_words(options, option, value)} ({kind.describe(host)})"
     errors.append(OptionError(option, value, _refusal(candidates, host)))
     return fallback_kind(), "fallback after a refused request"
 
@@ -114,7 +127,7 @@ def _refusal(candidates: tuple[DeviceKind, ...], host: HostFacts) -> str:
         availability = kind.availability(host)
         fix = f" Fix: {availability.fix}." if availability.fix else ""
         parts.append(f"{kind.name.upper()} is not available: {availability.reason}.{fix}")
-    return " ".join(parts) + " Or pass --cpu (accelerator='cpu') to train on the CPU."
+    return " ".join(parts) + f" Or pass {option('cpu')} to train on the CPU."
 
 
 def _check_devices(options: RunOptions, kind: DeviceKind, host: HostFacts, errors: list[OptionError]) -> int:
@@ -139,10 +152,11 @@ def _check_processes(options: RunOptions, kind: DeviceKind, host: HostFacts, err
         errors.append(OptionError("strategy", options.strategy, f"choose one of {', '.join(STRATEGIES)}"))
     wants_distributed = world > 1 or options.strategy in ("ddp", "fsdp")
     if wants_distributed and kind.process_group_backend is None:
-        option, value = ("num_processes", world) if world > 1 else ("strategy", options.strategy)
-        errors.append(OptionError(option, value, f"distributed training cannot run on {kind.name}: no "
+        name, value = ("num_processes", world) if world > 1 else ("strategy", options.strategy)
+        errors.append(OptionError(name, value, f"distributed training cannot run on {kind.name}: no "
                                   f"process-group backend (gloo, nccl) handles {kind.name} tensors. Run one "
-                                  f"{kind.name} process, or pass --cpu to run {world} CPU processes with gloo"))
+                                  f"{kind.name} process, or pass {option('cpu')} to run {world} CPU processes "
+                                  "with gloo"))
     if world == 1:
         return options.strategy if options.strategy in ("ddp", "fsdp") else "single"
     return options.strategy if options.strategy in ("ddp", "fsdp") else "ddp"
@@ -163,8 +177,9 @@ def _auto_precision(kind: DeviceKind, host: HostFacts) -> tuple[str, bool, str, 
     candidates = tuple(dtype for dtype in kind.auto_precision_candidates(host) if _usable(kind, dtype, host))
     if candidates:
         return "no", False, (f"auto: float32 until measured ({kind.auto_float32_reason(host)}); the Trainer times "
-                             f"float32, {' and '.join(candidates)} on your model at the start of training and keeps "
-                             "the fastest whose loss matches float32's"), candidates
+                             f"float32, {' and '.join(candidates)} on your model at the start of a run long enough to "
+                             "earn the trial back, and keeps a mixed precision only where it wins beyond the timing "
+                             "spread with a matching loss"), candidates
     return "no", False, f"auto: float32, {kind.auto_float32_reason(host)}", ()
 
 
@@ -182,7 +197,8 @@ def _choose_precision(options: RunOptions, kind: DeviceKind, host: HostFacts,
     support = kind.precision_support(asked, host)
     if not support.supported or (support.needs_grad_scaler and not support.grad_scaler_supported):
         errors.append(OptionError("mixed_precision", asked, f"{support.reason}. Upgrade, or pass "
-                                  "--mixed_precision no (float32) or auto"))
+                                  f"{option('mixed_precision', 'no')} (float32)"
+                                  + advice(" or {}", "mixed_precision", "auto")))
         return "no", False, "refused", ()
     scaler = " with a grad scaler" if support.needs_grad_scaler else ""
     return asked, support.needs_grad_scaler, f"{asked}{scaler}, as asked", ()
@@ -226,6 +242,22 @@ def _mps_env(options: RunOptions, kind: DeviceKind, errors: list[OptionError]) -
     return kind.env_before_torch(fallback=options.mps_fallback, high_watermark=high, low_watermark=low)
 
 
+def _ignored_options(options: RunOptions, kind: DeviceKind) -> tuple[tuple[str, str], ...]:
+    """The pre-torch options given (a fallback turned off, a watermark ratio) that the chosen kind's environment
+    does not use, each with the hardware of the kinds that do."""
+    given = {"fallback": ("mps_fallback", False if options.mps_fallback is False else None),
+             "high_watermark": ("mps_high_watermark_ratio", options.mps_high_watermark_ratio),
+             "low_watermark": ("mps_low_watermark_ratio", options.mps_low_watermark_ratio)}
+    ignored = []
+    for parameter, (option, value) in given.items():
+        if value is None or kind.env_before_torch(**{parameter: value}) != kind.env_before_torch():
+            continue
+        users = [f"{each.hardware} ({each.name})" for each in KINDS
+                 if each.env_before_torch(**{parameter: value}) != each.env_before_torch()]
+        ignored.append((option, " and ".join(users)))
+    return tuple(ignored)
+
+
 def make_plan(options: RunOptions, host: HostFacts) -> Plan:
     """Resolve ``options`` against ``host``; raise :class:`PlanError` listing every problem."""
     errors: list[OptionError] = []
@@ -242,4 +274,5 @@ def make_plan(options: RunOptions, host: HostFacts) -> Plan:
                 strategy=strategy, backend=kind.process_group_backend if strategy != "single" else None,
                 precision=precision, grad_scaler=scaler, precision_reason=precision_reason,
                 compile=use_compile, compile_reason=compile_reason, env=env, notes=tuple(notes),
-                compile_auto=str(options.compile).lower() == "auto", precision_candidates=candidates)
+                compile_auto=str(options.compile).lower() == "auto", precision_candidates=candidates,
+                ignored_options=_ignored_options(options, kind))

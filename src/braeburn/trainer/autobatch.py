@@ -84,8 +84,8 @@ def _find_train_batch_size(trainer: Any) -> int:
     def try_step(batch_size: int) -> None:
         samples = [dataset[i] for i in range(min(batch_size, len(dataset)))]
         batch = collate(samples)
-        if not kind.supports_float64:
-            batch = cast_float64(batch, acc.device, announced)
+        if kind.float64_cast_reason():
+            batch = cast_float64(batch, announced, kind.float64_cast_reason())
         batch = move_to_device(batch, acc.device)
         model.train()
         trainer.forward_loss(model, batch).backward()

@@ -22,6 +22,7 @@ from typing import Any
 from ..checkpoints import manifest as manifest_io
 from ..checkpoints.manifest import MANIFEST
 from ..checkpoints.no_follow import create_new, remove_tree
+from ..plan.option_spelling import given, option
 from ..checkpoints.state import fsync_dir as _fsync_dir
 from ..checkpoints.state import staging_dir
 from .state import STATE_FILE, TrainerState, TrainerStateError
@@ -138,8 +139,8 @@ class SaveLog:
         return CheckpointError(
             f"Training ended at step {step}, but its checkpoint could not be written ({self.attempted - self.written} "
             f"of {self.attempted} saves failed), so {older}. The last error: {self.last_error} The trained model is "
-            "still in memory: in Python, trainer.save_model(<another folder>) writes it. Free disk space (or raise "
-            "the file-size limit) and resume with --resume_from_checkpoint, or train again.")
+            f"still in memory: in Python, {option('save_model')} writes it. Free disk space (or raise "
+            f"the file-size limit) and resume with {option('resume_from_checkpoint')}, or train again.")
 
 
 class CheckpointManager:
@@ -223,8 +224,9 @@ class CheckpointManager:
         if problem is None:
             return
         previous = self.previous_good(folder) if folder.resolve().parent == self.output_dir else None
-        offer = (f"The previous good checkpoint is {previous}: resume from it with --resume_from_checkpoint "
-                 f"{previous}." if previous else "No earlier good checkpoint was found in this output_dir.")
+        offer = (f"The previous good checkpoint is {previous}: resume from it with "
+                 f"{option('resume_from_checkpoint', previous)}." if previous
+                 else f"No earlier good checkpoint was found in {self.output_dir}.")
         raise CheckpointCorruptError(f"Checkpoint {folder} cannot be used: {problem}. {offer}", folder, previous)
 
     def resolve(self, request: str) -> tuple[Path, list[str]]:
@@ -237,8 +239,9 @@ class CheckpointManager:
             found = self.checkpoints()
             warnings, newest = [], found[-1] if found else None
             if newest is None:
-                raise CheckpointError(f"resume_from_checkpoint='latest' but {self.output_dir} holds no complete "
-                                      "checkpoint-N folder. Train without --resume_from_checkpoint to start afresh.")
+                raise CheckpointError(f"{given('resume_from_checkpoint', 'latest')} but {self.output_dir} holds no "
+                                      f"complete checkpoint-N folder. Train without "
+                                      f"{option('resume_from_checkpoint')} to start afresh.")
             self._refuse_several_runs(found)
             try:
                 self.verify(newest)
@@ -249,9 +252,10 @@ class CheckpointManager:
                 newest = error.previous_good
             misnamed = _misnamed(newest)
             if misnamed:  # "latest" is chosen by the names: a wrong name may hide the newest checkpoint
-                raise CheckpointError(f"resume_from_checkpoint='latest' chose {misnamed}, and 'latest' is chosen "
-                                      "by the folder names, so it may not be the newest checkpoint. Rename the folder "
-                                      "to the step it holds, or pass the folder you mean to --resume_from_checkpoint.")
+                raise CheckpointError(f"{given('resume_from_checkpoint', 'latest')} chose {misnamed}, and the "
+                                      "latest checkpoint is chosen by the folder names, so it may not be the newest "
+                                      "checkpoint. Rename the folder to the step it holds, or pass the folder you mean "
+                                      f"to {option('resume_from_checkpoint')}.")
             return newest, warnings
         folder = Path(request).expanduser().resolve()
         if not folder.is_dir():
@@ -270,8 +274,9 @@ class CheckpointManager:
         keeps = " The model keeps its final weights; the last checkpoint holds them."
         if not (CHECKPOINT_RE.match(folder.name) and folder.parent.resolve() == self.output_dir):
             raise CheckpointError(f"load_best_model_at_end: the best checkpoint recorded is {recorded}, which is not a "
-                                  f"checkpoint-N folder of this run's output_dir {self.output_dir} (it came from a "
-                                  "resumed trainer_state.json of another folder), so braeburn does not load it."
+                                  f"checkpoint-N folder of this run's output_dir {self.output_dir} (it was recorded in "
+                                  "another folder: a resume from there, or a run folder copied or moved without "
+                                  "that checkpoint), so braeburn does not load it."
                                   + keeps + " Load that checkpoint yourself if you trust it.")
         if not folder.is_dir() or folder.is_symlink():
             raise CheckpointError(f"load_best_model_at_end: the best checkpoint {folder} is missing (deleted after it "
@@ -282,6 +287,34 @@ class CheckpointManager:
             raise CheckpointError(f"load_best_model_at_end: {error}{keeps}") from None
         return folder
 
+    def follow_a_moved_run(self, state: TrainerState) -> str | None:
+        """A run folder copied (``cp -a``) or moved, then resumed: its trainer_state.json names checkpoints in
+        their old place. Where this output_dir holds the checkpoint of the same name and of the same run (its
+        run id), point ``best_checkpoint`` and ``last_checkpoint`` at it, so that rotation keeps the best and
+        load_best_model_at_end finds it. Return a line saying so for the best one; None when it did not move."""
+        note = None
+        for field in ("best_checkpoint", "last_checkpoint"):
+            recorded = getattr(state, field)
+            here = self._same_checkpoint_here(recorded, state.run_id)
+            if here is None:
+                continue
+            setattr(state, field, str(here))
+            if field == "best_checkpoint":
+                note = (f"the best checkpoint recorded, {recorded}, is in the folder this run was copied or moved "
+                        f"from; {here}, the same checkpoint of the same run, is used instead")
+        return note
+
+    def _same_checkpoint_here(self, recorded: str | None, run_id: str | None) -> Path | None:
+        if not recorded or run_id is None:
+            return None
+        old = Path(recorded)
+        here = self.output_dir / old.name
+        if not CHECKPOINT_RE.match(old.name) or old.parent.resolve() == self.output_dir:
+            return None
+        if here.is_symlink() or not here.is_dir() or run_of(here) != run_id:
+            return None
+        return here
+
     def _refuse_several_runs(self, found: list[Path]) -> None:
         """'latest' cannot choose between the checkpoints of two runs (a folder reused with
         --overwrite_output_dir): their seeds, learning rates and data may differ, and the highest step may
@@ -290,10 +323,11 @@ class CheckpointManager:
         if len(newest) < 2:
             return
         listed = "; ".join(f"run {run or '(not recorded)'}: {folder.name}" for run, folder in newest.items())
-        raise CheckpointError(f"resume_from_checkpoint='latest' but {self.output_dir} holds the checkpoints of "
-                              f"{len(newest)} different runs (newest of each: {listed}), so 'latest' could resume "
-                              "the wrong one. Pass the checkpoint to continue: --resume_from_checkpoint "
-                              f"{self.output_dir}/checkpoint-N, or delete the other run's checkpoints.")
+        raise CheckpointError(f"{given('resume_from_checkpoint', 'latest')} but {self.output_dir} holds the "
+                              f"checkpoints of {len(newest)} different runs (newest of each: {listed}), so the "
+                              "latest checkpoint could be the wrong run's. Pass the checkpoint to continue: "
+                              f"{option('resume_from_checkpoint', f'{self.output_dir}/checkpoint-N')}, or delete the "
+                              "other run's checkpoints.")
 
     def begin_run(self, state: TrainerState) -> str | None:
         """Give ``state`` a run id unless it resumed one, and say what this run will leave alone: the

@@ -50,6 +50,7 @@ def replay_rng_context_fn(kind: DeviceKind) -> Callable[[], tuple[Any, Any]]:
         recorded = _RecordState(kind)
         return recorded, _ReplayState(kind, recorded)
 
+    context_fn.replays_rng = True  # type: ignore[attr-defined]  (braeburn.accelerator.checkpoint_replay does not wrap it again)
     return context_fn
 
 
@@ -79,10 +80,25 @@ def checkpointing_kwargs(given: dict | None, kind: DeviceKind, host: HostFacts) 
     return kwargs
 
 
-def prepare_model_options(model: Any, config: Any, kind: DeviceKind, host: HostFacts) -> None:
-    """gradient_checkpointing (with the random-state replay ``kind`` needs) and tf32, applied before training."""
+def refuse_compile_with_replay(model: Any, gradient_checkpointing: bool, kind: DeviceKind, host: HostFacts,
+                               compile_asked: bool) -> None:
+    """ValueError (why, and the fix) for compile=True with checkpointing that braeburn must replay on ``kind``."""
+    from ..accelerator.checkpoint_replay import checkpointed_layers, compile_conflict
+
+    if not compile_asked or kind.checkpoint_replays_rng(host):
+        return
+    if gradient_checkpointing:
+        raise ValueError(compile_conflict(kind, "gradient_checkpointing=True"))
+    if checkpointed_layers(model):
+        raise ValueError(compile_conflict(kind, f"turned on on {type(model).__name__}'s own layers"))
+
+
+def prepare_model_options(model: Any, config: Any, kind: DeviceKind, host: HostFacts, compile_asked: bool = False) -> None:
+    """gradient_checkpointing (with the random-state replay ``kind`` needs; ``compile_asked``: compile=True, refused
+    where that replay is needed) and tf32, applied before training."""
     import torch
 
+    refuse_compile_with_replay(model, config.gradient_checkpointing, kind, host, compile_asked)
     if config.gradient_checkpointing:
         enable = getattr(model, "gradient_checkpointing_enable", None)
         if enable is None:

@@ -2,22 +2,26 @@
 
 ``compile="auto"`` cannot know before training whether compiling pays: that depends on how long
 an eager step takes on this device and how many steps are left. So the Trainer runs eagerly,
-times steps ``WARMUP_STEPS+1 .. WARMUP_STEPS+MEASURE_STEPS`` (one device sync at each end), and
+times steps ``WARMUP_STEPS+1 .. WARMUP_STEPS+MEASURE_STEPS`` (a device sync after each), and
 asks :func:`braeburn.plan.compile_policy.decide`. ``compile=true`` compiles after as many steps (fewer
 in a short run), once the batch shapes have been seen (varying lengths compile with dynamic shapes, so a
 new length is no recompilation), timing the eager steps as well where the run is long enough. After
 compiling it times as many compiled steps, so the summary can say whether compiling paid off in this
 run, and keeps what it measured for the next run of the same model on this machine
-(:mod:`braeburn.plan.compile_gains`).
+(:mod:`braeburn.plan.compile_gains`). Where the compiled steps measure slower than the eager ones
+(:func:`braeburn.plan.compile_policy.measurably_slower`), on any device, the rest of the run trains eagerly and
+one line says so.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
 from ..plan import compile_gains
-from ..plan.compile_policy import CompileDecision
+from ..plan.compile_policy import CompileDecision, measurably_slower
+from ..distributed import process_group as pg
 
 WARMUP_STEPS = 3  # allocator growth, kernel plans, cuDNN autotuning: not representative
 MEASURE_STEPS = 10
@@ -46,6 +50,10 @@ class CompileWindow:
         self.eager_step_seconds: float | None = None
         self.compiled_step_seconds: float | None = None
         self.compiled_steps_timed = 0
+        self._last = 0.0
+        self._eager_times: list[float] = []  # each timed step's wall time
+        self._compiled_times: list[float] = []
+        self.back_to_eager_at: int | None = None  # the step from which compiled steps, slower, were dropped
 
     def begin(self, model: Any, step: int, max_steps: int, batch_size: int | None = None) -> None:
         stats = self.acc.compile_stats(model)
@@ -70,10 +78,13 @@ class CompileWindow:
     def after_step(self, step: int, model: Any, shapes: set) -> Any:
         """Called after each optimizer step while :attr:`pending`; returns the model to train from now on."""
         if step == self._clock_at:
-            self._started = self._now()
+            self._started = self._last = self._now()
+        elif 0 <= self._clock_at < step < self._decide_at:
+            self._sample(self._eager_times)
         elif step == self._decide_at:
             if self._clock_at >= 0:
-                self.eager_step_seconds = (self._now() - self._started) / (step - self._clock_at)
+                self._sample(self._eager_times)
+                self.eager_step_seconds = (self._last - self._started) / (step - self._clock_at)
             decision = self.acc.compile_decision(model, remaining_steps=self._remaining(step),
                                                  eager_step_seconds=self.eager_step_seconds,
                                                  shapes_vary=_lengths_vary(shapes), batch_size=self._batch_size)
@@ -83,13 +94,36 @@ class CompileWindow:
         elif step == self._compiled_at - 1:
             self._time_first_compiled_step(model)
         elif step == self._compiled_at:
-            self._started = self._now()
+            self._started = self._last = self._now()
+        elif step < self._compiled_at + MEASURE_STEPS:
+            self._sample(self._compiled_times)
         elif step == self._compiled_at + MEASURE_STEPS:
-            self.compiled_step_seconds = (self._now() - self._started) / MEASURE_STEPS
+            self._sample(self._compiled_times)
+            self.compiled_step_seconds = (self._last - self._started) / MEASURE_STEPS
             self.compiled_steps_timed = MEASURE_STEPS
             self.pending = False
             self._remember(model)
+            model = self._eager_if_slower(model, step)
         return model
+
+    def _sample(self, times: list[float]) -> None:
+        """One step's wall time (a device sync: only on the measured steps)."""
+        now = self._now()
+        times.append(now - self._last)
+        self._last = now
+
+    def _eager_if_slower(self, model: Any, step: int) -> Any:
+        """Back to the eager forward when the compiled steps measured slower than the eager ones (every rank agrees)."""
+        slower = measurably_slower(self._eager_times, self._compiled_times)
+        if not pg.all_ok(slower, self.acc.device):
+            return model
+        eager, compiled = statistics.median(self._eager_times), statistics.median(self._compiled_times)
+        self.back_to_eager_at = step
+        self.acc.print(f"braeburn: compile off again at step {step}: compiled steps took {compiled * 1000:.1f} ms "
+                       f"against {eager * 1000:.1f} ms eager (medians of {len(self._compiled_times)} and "
+                       f"{len(self._eager_times)} steps), so the rest of the run trains eagerly (compile=False "
+                       "skips compiling)")
+        return self.acc.uncompile_model(model)
 
     def _key(self, model: Any) -> str:
         return self.acc.compile_key(model, self._batch_size)
@@ -160,7 +194,9 @@ class CompileWindow:
                        "recompilations not counted")
         else:
             counted = f"{stats.recompiles if stats.recompiles is not None else '?'} recompilation(s)"
-        text = (f"on ({decision.reason}); first compiled step {stats.compile_seconds:.1f} s{self._cache_words()}, "
+        back = (f"; back to eager at step {self.back_to_eager_at}: the compiled steps were slower"
+                if self.back_to_eager_at is not None else "")
+        text = (f"on ({decision.reason}){back}; first compiled step {stats.compile_seconds:.1f} s{self._cache_words()}, "
                 f"{graphs} graph(s), {counted}, {stats.eager_calls} eager call(s) after compiling (short batches, "
                 "evaluation)")
         return text + self._payoff(stats)
@@ -194,5 +230,6 @@ class CompileWindow:
         compiled = stats.as_dict() if stats is not None else {}
         compiled.update(compiled=bool(self.decision and self.decision.compile),
                         reason=self.decision.reason if self.decision else "undecided",
-                        eager_step_seconds=self.eager_step_seconds, compiled_step_seconds=self.compiled_step_seconds)
+                        eager_step_seconds=self.eager_step_seconds, compiled_step_seconds=self.compiled_step_seconds,
+                        back_to_eager_at_step=self.back_to_eager_at)
         return {"batch_shapes": shapes, "compile": compiled}

@@ -8,12 +8,14 @@ training batch only: dtypes are host metadata (free), the label range costs one 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
 
 IGNORE_INDEX = -100  # what cross_entropy (and Transformers' losses) skip
+NO_CONTEXT = contextlib.nullcontext()  # reusable: the batches after the first pay no check
 
 
 def check_datasets(train_dataset: Any, eval_dataset: Any, eval_strategy: str) -> None:
@@ -69,4 +71,32 @@ def check_labels(outputs: Any, labels: Any) -> None:
                          f"dataset, or build the model with num_classes (num_labels) = {high + 1} or more.")
 
 
-__all__ = ["check_batch_inputs", "check_datasets", "check_labels"]
+def _whole_numbers(labels: Any) -> tuple[float, float] | None:
+    """(lowest, highest) when ``labels`` is a float tensor of whole numbers >= 0: class indices kept as floats."""
+    if not isinstance(labels, torch.Tensor) or not labels.is_floating_point() or labels.numel() == 0:
+        return None
+    if not bool(torch.equal(labels, labels.round())) or float(labels.min()) < 0:  # syncs, only after a failure
+        return None
+    return float(labels.min()), float(labels.max())
+
+
+@contextlib.contextmanager
+def float_labels_explained(labels: Any) -> Iterator[None]:
+    """Around the first training batch's forward and loss: when the loss refuses its target (torch's error names
+    the target) and the labels are floats holding whole numbers (class indices as numpy or pandas often give
+    them, float64 cast to float32 on every device), one error with the fix, the same on every device."""
+    try:
+        yield
+    except (RuntimeError, ValueError) as error:
+        found = _whole_numbers(labels) if "target" in str(error).lower() else None
+        if found is None:
+            raise
+        torch_said = str(error).strip().splitlines()[0]
+        raise TypeError(f"The training batch's labels are {_describe(labels)} holding whole numbers ({found[0]:g} "
+                        f"to {found[1]:g}), and the loss refused them as its target (torch: {torch_said}). Class "
+                        "labels must be integers: build them with dtype=torch.long (torch.tensor(y, dtype=torch.long), "
+                        "or y.astype('int64') in numpy). A loss that wants float targets (BCE, MSE) needs a model "
+                        "output of the labels' shape.") from None
+
+
+__all__ = ["NO_CONTEXT", "check_batch_inputs", "check_datasets", "check_labels", "float_labels_explained"]

@@ -7,9 +7,11 @@ callbacks and config.
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import torch
 
+from ..devices.base import MemoryReading
 from ..plan.compile_policy import outputs_are_overwritten
 from .checkpoint import SaveLog
 from .summary import non_finite_message
@@ -33,6 +35,7 @@ class LogWindowMixin:
         self._step_lr: float | None = None
         self._skipped = 0
         self._drift_warned = False  # the MPS driver-memory drift is warned once per train()
+        self._memory_readings: deque[MemoryReading] = deque(maxlen=64)  # the drift rules read the last few
         self._loss_total = (0.0, 0)
         self._save_log = SaveLog()
 
@@ -92,7 +95,8 @@ class LogWindowMixin:
         self._record(dict(logs))
 
     def _warn_memory_drift(self, memory: dict[str, int]) -> None:
-        drift = None if self._drift_warned else self.accelerator.plan.device.memory_drift(memory)
+        self._memory_readings.append(MemoryReading(self.state.global_step, memory, len(self._shapes)))
+        drift = None if self._drift_warned else self.accelerator.plan.device.memory_drift(self._memory_readings)
         if drift:
             self._drift_warned = True
             self.accelerator.print(f"braeburn: warning at step {self.state.global_step}: {drift}")

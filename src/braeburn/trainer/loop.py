@@ -43,7 +43,7 @@ from .evaluation import EvaluationMixin
 from .log_window import LogWindowMixin, NonFiniteLossError
 from .saving import SavingMixin
 from ..errors import note_once
-from .input_checks import check_batch_inputs, check_datasets, check_labels
+from .input_checks import NO_CONTEXT, check_batch_inputs, check_datasets, check_labels, float_labels_explained
 from .metrics_log import MetricsLogCallback
 from .optim import default_optimizer, default_scheduler
 from .options_callback import OptionsCallback
@@ -94,7 +94,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self.processing_class = processing_class
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.accelerator = accelerator or self._make_accelerator()
-        prepare_model_options(model, self.config, self.accelerator.plan.device, current_host())
+        plan = self.accelerator.plan  # compile=True, asked: refused with checkpointing that needs a replay
+        prepare_model_options(model, self.config, plan.device, current_host(), plan.compile and not plan.compile_auto)
         self.accelerator.defer_compile = True  # compiled (or not) once the first steps are measured
         self.model = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
@@ -279,15 +280,16 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         if not self._inputs_checked:
             check_batch_inputs(kwargs)
         forward = self._outputs_as_computed(model)
-        try:
-            outputs = model(*args, **kwargs)  # a prepared model autocasts inside its forward
-        finally:
-            if forward is not None:
-                forward.float_outputs = True
-        if not self._inputs_checked:
-            check_labels(outputs, labels)  # one sync, on the first batch only
-            self._inputs_checked = True
-        loss = compute_loss(outputs, labels, self.loss_fn)
+        with float_labels_explained(labels) if not self._inputs_checked else NO_CONTEXT:
+            try:
+                outputs = model(*args, **kwargs)  # a prepared model autocasts inside its forward
+            finally:
+                if forward is not None:
+                    forward.float_outputs = True
+            if not self._inputs_checked:
+                check_labels(outputs, labels)  # one sync, on the first batch only
+            loss = compute_loss(outputs, labels, self.loss_fn)
+        self._inputs_checked = True
         return loss.float() if forward is not None and loss.dtype in (torch.float16, torch.bfloat16) else loss
 
     def _outputs_as_computed(self, model: torch.nn.Module) -> PreparedForward | None:
@@ -481,7 +483,9 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         for warning in warnings:  # what changed since the checkpoint, and what braeburn does about it
             self.accelerator.print(f"braeburn: warning: {warning}")
         self.state = saved
-        self.accelerator.print(f"braeburn: resumed from {folder} at step {saved.global_step} (epoch {saved.epoch})")
+        moved = self.checkpoints.follow_a_moved_run(saved)  # a run folder copied or moved: its recorded paths
+        self.accelerator.print(f"braeburn: resumed from {folder} at step {saved.global_step} (epoch {saved.epoch})"
+                               + (f"; {moved}" if moved else ""))
 
     # -- the end ---------------------------------------------------------------------------------
     def _last_eval_metrics(self) -> dict[str, float]:

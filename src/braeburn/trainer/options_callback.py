@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .callbacks import Callback
+from .checkpoint import CheckpointError
 from .state import TrainerState
 
 if TYPE_CHECKING:
@@ -46,7 +47,10 @@ class OptionsCallback(Callback):
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
         try:
             if trainer.config.load_best_model_at_end and state.best_checkpoint:
-                _load_best(trainer, Path(state.best_checkpoint))
+                try:
+                    _load_best(trainer, Path(state.best_checkpoint))
+                except CheckpointError as error:  # as Transformers: a run that trained to the end does not fail
+                    trainer.accelerator.print(f"braeburn: warning: {error}")  # for it; the final weights are kept
         finally:
             for tracker in self.trackers:
                 tracker.finish()

@@ -14,6 +14,8 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING
 
+from torch.utils.data import DataLoader
+
 from .callbacks import Callback
 from .state import TrainerState
 
@@ -27,8 +29,7 @@ HEARTBEAT_SECONDS = 30.0  # without a terminal, a line at least this often even 
 def run_banner(trainer: "Trainer", state: TrainerState) -> str:
     """What the run is about to do, in one line (the Transformers Trainer's "***** Running training *****")."""
     config, processes = trainer.config, trainer.accelerator.num_processes
-    dataset = trainer.train_dataset
-    examples = f"{len(dataset)} examples" if hasattr(dataset, "__len__") else "an iterable dataset"
+    examples = examples_phrase(trainer.train_dataset)
     per_step = config.per_device_train_batch_size * processes * config.gradient_accumulation_steps
     epochs = f"{state.num_epochs} epoch{'s' if state.num_epochs != 1 else ''}"
     resumed = f", from step {state.global_step}" if state.global_step else ""
@@ -36,6 +37,25 @@ def run_banner(trainer: "Trainer", state: TrainerState) -> str:
             f"{per_step} samples a step ({config.per_device_train_batch_size} per device x {processes} "
             f"process{'es' if processes != 1 else ''} x {config.gradient_accumulation_steps} accumulated); "
             f"a log line every {config.logging_steps} steps; output in {trainer.output_dir}")
+
+
+def examples_phrase(data: object) -> str:
+    """How many examples a run trains on: a dataset's length, or, for a DataLoader (the Lightning path passes the
+    user's own), its sampler's or dataset's length, not its number of batches."""
+    if isinstance(data, DataLoader):
+        examples = _length(data.sampler) or _length(data.dataset)
+        if examples is None and _length(data) is not None:
+            return f"{len(data)} batches"
+    else:
+        examples = _length(data)
+    return f"{examples} examples" if examples is not None else "an iterable dataset"
+
+
+def _length(sized: object) -> int | None:
+    try:
+        return len(sized)  # type: ignore[arg-type]
+    except TypeError:  # no __len__, or an iterable dataset's DataLoader
+        return None
 
 
 def memory_line(stats: dict[str, int]) -> str:

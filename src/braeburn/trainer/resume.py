@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..plan.option_spelling import advice, option
 from .checkpoint import CheckpointError
 from .state import TrainerState
 
@@ -71,14 +72,15 @@ def reconcile(saved: TrainerState, run: TrainerState, loader: Any, optimizer: An
         _rescale_learning_rate(optimizer, scheduler, run.learning_rate / saved.learning_rate)
         notes.append(f"learning_rate {saved.learning_rate:g} -> {run.learning_rate:g}: the checkpoint's optimizer "
                      f"and schedule were restored with {saved.learning_rate:g}; braeburn scales them to "
-                     f"{run.learning_rate:g} and continues the schedule from step {saved.global_step}. Resume with "
-                     f"--learning_rate {saved.learning_rate:g} to keep the checkpoint's rate.")
+                     f"{run.learning_rate:g} and continues the schedule from step {saved.global_step}."
+                     + advice(" Resume with {} to keep the checkpoint's rate.", "learning_rate",
+                              f"{saved.learning_rate:g}"))
     if saved.global_step > run.max_steps:
         raise ResumeError(
-            f"{max_steps_option} gives max_steps={run.max_steps}, below the step of the checkpoint {folder} "
-            f"({saved.global_step}{_in_new_units(old, new)}): resuming would train nothing and end at step "
-            f"{saved.global_step}, not {run.max_steps}. Pass --max_steps above {saved.global_step} (the total, "
-            "counting the steps done), or resume from an earlier checkpoint.")
+            f"{option(max_steps_option.removeprefix('--'))} gives max_steps={run.max_steps}, below the step of the "
+            f"checkpoint {folder} ({saved.global_step}{_in_new_units(old, new)}): resuming would train nothing and "
+            f"end at step {saved.global_step}, not {run.max_steps}. Pass {option('max_steps')} above "
+            f"{saved.global_step} (the total, counting the steps done), or resume from an earlier checkpoint.")
     for name in ("max_steps", "steps_per_epoch", "num_epochs", "per_device_train_batch_size", "num_processes",
                  "gradient_accumulation_steps", "learning_rate"):
         setattr(saved, name, getattr(run, name))  # the plan of this run from here on

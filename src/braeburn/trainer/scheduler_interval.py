@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..plan.option_spelling import advice, option
 from ..accelerator.prepared_optim import USUALLY_PER_EPOCH
 
 _INTERVALS = ("step", "epoch")
@@ -84,8 +85,10 @@ class SchedulerSteps:
             return
         if self.monitor not in metrics:
             raise KeyError(f"the ReduceLROnPlateau scheduler monitors {self.monitor!r}, which the evaluation did not "
-                           f"return (it returned {sorted(metrics)}): set --metric_for_best_model (or the scheduler "
-                           "dict's 'monitor') to one of them, or return it from compute_metrics")
+                           f"return (it returned {sorted(metrics)}): set "
+                           + advice("{} (or ", "metric_for_best_model") + "the scheduler dict's 'monitor'"
+                           + advice(")", "metric_for_best_model")
+                           + f" to one of them, or return it from {option('compute_metrics')}")
         self.prepared.scheduler.step(metrics[self.monitor])
 
 

@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
+from ..plan.option_spelling import advice
 from .callbacks import Callback
 
 if TYPE_CHECKING:
@@ -173,11 +174,12 @@ def _hint(got: list[Breakdown]) -> str:
     others wait inside the next collective: that waiting is the late host's, not the network's."""
     if got[0].on_device and max(p.idle for p in got) >= IDLE_HINT:
         return ("\n             the host is the limit (a process whose GPU waits for its host holds the others "
-                "in the collectives): a larger per-device batch, --compile true (fewer kernel launches) or "
-                "--dataloader_num_workers would keep the GPU busy")
+                "in the collectives): a larger per-device batch, "
+                + advice("{} (fewer kernel launches), ", "compile", "true")
+                + advice("or {} ", "dataloader_num_workers") + "would keep the GPU busy")
     if min(p.comm_waiting for p in got) >= COMM_HINT:
         return ("\n             communication is the limit: a larger per-device batch or "
-                "--gradient_accumulation_steps sends the gradients less often per sample")
+                + advice("{} ", "gradient_accumulation_steps") + "sends the gradients less often per sample")
     return ""
 
 

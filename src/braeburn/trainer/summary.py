@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..plan.option_spelling import advice, option
 from .progress import memory_line
 
 if TYPE_CHECKING:
@@ -15,12 +16,12 @@ def non_finite_message(trainer: "Trainer", step: int, value: float) -> str:
     """The NaN/inf stop's message: where the run stopped, the last good checkpoint of THIS run, and the fixes."""
     trainer._saver.wait()  # a checkpoint still being written is the last good one
     last = trainer.checkpoints.latest(trainer.state.run_id) if trainer.is_main_process else None  # never another run's
-    where = (f"Resume from the last good checkpoint ({last}) with --resume_from_checkpoint {last}"
+    where = (f"Resume from the last good checkpoint ({last}) with {option('resume_from_checkpoint', last)}"
              if last else "No checkpoint was saved before it, so train again")
     return (f"The training loss became {value} at step {step} (epoch {trainer.state.epoch:.2f}); training stopped, "
-            f"and the weights after that step cannot be trusted. {where} after lowering --learning_rate, "
-            f"setting --max_grad_norm 1.0, or trying --mixed_precision no. To skip such steps instead, pass "
-            f"--nan_policy skip.")
+            f"and the weights after that step cannot be trusted. {where} after lowering {option('learning_rate')}, "
+            f"setting {option('max_grad_norm', 1.0)}, or trying {option('mixed_precision', 'no')}."
+            + advice(" To skip such steps instead, pass {}.", "nan_policy", "skip"))
 
 def _ending(trainer: "Trainer") -> str:
     """Why a run that nothing stopped ended: its max_steps, or its epochs (max_steps is derived from them)."""

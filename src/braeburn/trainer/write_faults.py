@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from ..plan.option_spelling import given, option
+
 
 class WriteWarnings:
     """Says once per file that a write to it failed, and what happens instead."""
@@ -48,8 +50,9 @@ def prepare_output_dir(folder: Path) -> None:
         blocked = next((p for p in (folder, *folder.parents) if p.exists()), folder)
         where = "it" if blocked == folder else f"its parent {str(blocked)!r}"
         reason = error.strerror or str(error)
-        raise OutputDirError(f"output_dir={str(folder)!r} cannot be written: {where} refuses it ({reason}). Pass "
-                             "an --output_dir in a folder you can write to, or make that folder writable.") from None
+        raise OutputDirError(f"{given('output_dir', str(folder))} cannot be written: {where} refuses it ({reason}). "
+                             f"Pass {option('output_dir')} in a folder you can write to, or make that folder "
+                             "writable.") from None
 
 
 __all__ = ["OutputDirError", "WriteWarnings", "prepare_output_dir"]

@@ -1,21 +1,25 @@
 """An ``accelerate config`` file (YAML or JSON, Accelerate 1.15's keys), read as `braeburn launch` settings.
 
 Each key is mapped onto braeburn's setting of the same meaning, accepted where its value changes nothing
-on a launch (``main_training_function``, ``same_network``, TPU keys left empty), or refused with its value,
-why braeburn cannot honour it, and the fix. Every refusal is reported at once, with those of the flags and the
+on a launch (``main_training_function``, ``same_network``, TPU keys left empty), or refused with why braeburn
+cannot honour it, and the fix. Every refusal is reported at once, with those of the flags and the
 environment. A key left out means what it means to Accelerate: no mixed precision, no torch.compile.
+
+The value of an unknown key, or of a key that must stay empty (``tpu_env``, ``deepspeed_config``...), is never
+shown: such a value may hold a token. YAML 1.1 reads an unquoted ``NO`` as false; ``distributed_type: NO``
+then means one process, as it does to ``accelerate launch``.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
-from ...plan.config_files import ConfigFileError, load_yaml, read_text
+from ...plan.config_files import ConfigFileError, load_json, load_yaml, read_text
 
 ACCELERATE_SUFFIXES = (".yaml", ".yml", ".json")  # braeburn's own file is TOML
+VALUE_NOT_SHOWN = object()  # a refusal's value, left out of the message (it may hold a secret)
 
 # Accelerate 1.15's distributed_type -> braeburn settings (None: braeburn cannot run it)
 _DISTRIBUTED = {"NO": {}, "MULTI_CPU": {"cpu": True, "strategy": "ddp"}, "MULTI_GPU": {"multi_gpu": True},
@@ -55,7 +59,7 @@ def is_accelerate_file(path: Path) -> bool:
 def read_accelerate_file(path: Path) -> Mapping[str, Any]:
     """The file's table (YAML, or JSON by its suffix); ConfigFileError or the parser's error when unreadable."""
     text = read_text(path)
-    data = json.loads(text) if path.suffix.lower() == ".json" else load_yaml(text)
+    data = load_json(text) if path.suffix.lower() == ".json" else load_yaml(text)
     if not isinstance(data, Mapping):
         raise ConfigFileError(f"holds {type(data).__name__}, not a table of key: value lines")
     return data
@@ -77,7 +81,12 @@ def _compute_environment(value: Any, out: dict[str, Any]) -> Refusal | None:
 
 
 def _distributed_type(value: Any, out: dict[str, Any]) -> Refusal | None:
-    settings = _DISTRIBUTED.get(str(value).upper())
+    if value is None or value is False:  # an unquoted NO (YAML 1.1: false) runs one process under Accelerate too
+        value = "NO"
+    if value is True:
+        return ("YAML reads an unquoted yes, on or true as true, which names no distributed_type",
+                _DISTRIBUTED_FIX + ", in quotes")
+    settings = _DISTRIBUTED.get(value.upper()) if isinstance(value, str) else None
     if settings is None:
         return f"braeburn cannot run {value}", _DISTRIBUTED_FIX
     out.update(settings)
@@ -115,7 +124,8 @@ def _rdzv_backend(value: Any, out: dict[str, Any]) -> Refusal | None:
 
 def _dynamo_config(value: Any, out: dict[str, Any]) -> Refusal | None:
     table = value if isinstance(value, Mapping) else {} if value is None else {"dynamo_backend": value}
-    backend = str(table.get("dynamo_backend", "NO")).upper()
+    backend = table.get("dynamo_backend", "NO")
+    backend = "NO" if backend is None or backend is False else str(backend).upper()  # an unquoted NO: false
     others = {k: v for k, v in table.items() if k != "dynamo_backend" and _DYNAMO_DEFAULTS.get(k, object()) != v}
     if backend not in ("NO", "INDUCTOR") or others:
         return ("braeburn compiles with torch.compile's inductor backend and its default options only",
@@ -147,12 +157,13 @@ def settings_from_accelerate(table: Mapping[str, Any]) -> tuple[dict[str, Any], 
         elif key in _EMPTY:
             refusal = None if _is_empty(value) else (_EMPTY[key], f"remove {key}, or write {_EMPTY_SPELLING[key]}")
         elif key not in _ACCEPTED and key != "fp16":
-            refusal = ("is not a key of Accelerate 1.15's config file",
+            refusal = ("is not a key of Accelerate 1.15's config file (its value is not shown)",
                        "remove it; braeburn reads the keys `accelerate config` writes")
         if refusal is not None:
-            refusals.append((key, value, *refusal))
+            shown = key in _READERS or key in _SAME  # a setting's value; never an unknown key's or a table's
+            refusals.append((key, value if shown else VALUE_NOT_SHOWN, *refusal))
     return out, refusals
 
 
-__all__ = ["ACCELERATE_SUFFIXES", "KNOWN_KEYS", "is_accelerate_file", "read_accelerate_file",
+__all__ = ["ACCELERATE_SUFFIXES", "KNOWN_KEYS", "VALUE_NOT_SHOWN", "is_accelerate_file", "read_accelerate_file",
            "settings_from_accelerate"]

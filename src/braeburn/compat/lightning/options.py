@@ -8,6 +8,7 @@ each and what to do instead: a silent difference (a clip value dropped, a precis
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ...trainer.config import TrainingConfig
@@ -34,6 +35,7 @@ class LightningOptions:
     config: TrainingConfig
     callbacks: list[Any] = field(default_factory=list)
     checkpoints: bool = True
+    root: str = "."  # default_root_dir (Trainer sets the working folder when none is given); runs go in lightning_logs/
 
 
 def lightning_options(kwargs: dict[str, Any], launched: int | None = None) -> tuple[LightningOptions | None, list[str]]:
@@ -44,8 +46,9 @@ def lightning_options(kwargs: dict[str, Any], launched: int | None = None) -> tu
     precision = given.pop("precision", "32-true")
     if precision not in PRECISIONS:
         errors.append(f"precision={precision!r}: braeburn trains in float32 with mixed float16 or bfloat16 autocast "
-                      "only; pass precision='32-true', '16-mixed' or 'bf16-mixed' (a model in half or double "
-                      "precision throughout: .to(dtype) the module yourself)")
+                      "only; pass precision='32-true', '16-mixed' or 'bf16-mixed' (a model in half precision "
+                      "throughout: .to(dtype) the module yourself; a float64 one is trained in float32 on every "
+                      "device)")
     devices = given.get("devices", "auto")
     if isinstance(devices, (list, tuple)):
         errors.append(f"devices={devices!r}: a list of device indices is not supported; pass devices=N (a count) "
@@ -56,6 +59,7 @@ def lightning_options(kwargs: dict[str, Any], launched: int | None = None) -> tu
     clip = given.get("gradient_clip_val")
     if clip is not None and clip < 0:
         errors.append(f"gradient_clip_val={clip!r} must be >= 0 (0 or None: no clipping)")
+    errors += _count_errors(given)
     if errors:
         return None, errors
     return _options(given, PRECISIONS[precision]), []
@@ -68,12 +72,36 @@ def _processes(devices: Any, launched: int | None) -> tuple[str | None, Any]:
         return None, devices
     if launched is None:
         return (f"devices={devices}: Lightning starts {devices} processes itself; braeburn's are started by its "
-                f"launcher: run `braeburn launch --num-processes {devices} script.py` (add --cpu for processes on "
-                f"the CPU), keeping devices={devices}"), devices
+                f"launcher: run `braeburn launch --num-processes {devices} script.py` (or `braeburn launch --cpu "
+                f"--num-processes {devices} script.py` for processes on the CPU), keeping devices={devices}"), devices
     if launched != devices:
-        return (f"devices={devices}, but the launcher started {launched} processes on this machine: pass "
-                f"--num-processes {devices} to braeburn launch, or devices={launched}"), devices
+        return (f"devices={devices}, but the launcher started {launched} processes on this machine: start the "
+                f"script with `braeburn launch --num-processes {devices} script.py`, or pass devices={launched}"), \
+            devices
     return None, "auto"  # each launched process takes its own device
+
+
+# The counts, checked here in Lightning's terms (braeburn's own config would name its own fields), and what each takes.
+_COUNTS = {"max_epochs": "-1 (no limit) or a whole number of epochs >= 1",
+           "max_steps": "-1 (no limit, the default) or a whole number of steps >= 1",
+           "accumulate_grad_batches": "a whole number of batches >= 1 (1: no accumulation)",
+           "log_every_n_steps": "a whole number of steps >= 1 (the default is 50)"}
+_NO_LIMIT = ("max_epochs", "max_steps")  # where -1 means "no limit"
+_AT_ZERO = {"max_epochs": "; Lightning stops before the first epoch, and braeburn trains nothing: leave fit() out",
+            "max_steps": "; Lightning stops before the first step, and braeburn trains nothing: leave fit() out",
+            "log_every_n_steps": "; Lightning's 0 turns its logger off, while braeburn always writes metrics.jsonl"}
+
+
+def _count_errors(given: dict[str, Any]) -> list[str]:
+    errors = []
+    for name, takes in _COUNTS.items():
+        value = given.get(name)
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if value is None or (whole and (value >= 1 or (value == -1 and name in _NO_LIMIT))):
+            continue
+        why = _AT_ZERO.get(name, "") if whole and value == 0 else ""
+        errors.append(f"{name}={value!r}: must be {takes}{why}")
+    return errors
 
 
 def _unsupported(given: dict[str, Any]) -> list[str]:
@@ -99,8 +127,9 @@ def _options(given: dict[str, Any], mixed_precision: str) -> LightningOptions:
     max_steps = given.get("max_steps", -1)
     max_epochs = given.get("max_epochs")
     epochs = max_epochs if max_epochs is not None and max_epochs >= 0 else (1e6 if max_steps > 0 else 1000)
+    root = str(given.get("default_root_dir") or ".")
     config = TrainingConfig(
-        output_dir=str(given.get("default_root_dir") or "lightning_logs"), overwrite_output_dir=True,
+        output_dir=str(Path(root) / "lightning_logs"),  # each fit() writes in a new version_<N> of it
         accelerator=str(given.get("accelerator", "auto")), devices=given.get("devices", "auto"),
         mixed_precision=mixed_precision, num_train_epochs=float(epochs), max_steps=max_steps if max_steps else -1,
         max_grad_norm=float(given.get("gradient_clip_val") or 0.0),
@@ -109,7 +138,7 @@ def _options(given: dict[str, Any], mixed_precision: str) -> LightningOptions:
         disable_tqdm=not given.get("enable_progress_bar", True), compile="false", pad_to_buckets=False,
         save_in_background=False, save_total_limit=1,
         save_strategy="epoch" if given.get("enable_checkpointing", True) else "no")
-    return LightningOptions(config, list(given.get("callbacks") or []), given.get("enable_checkpointing", True))
+    return LightningOptions(config, list(given.get("callbacks") or []), given.get("enable_checkpointing", True), root)
 
 
 __all__ = ["LightningOptions", "PRECISIONS", "lightning_options"]

@@ -12,22 +12,41 @@ docs/migrating.md, "Lightning".
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+import traceback
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
-from ...errors import note_once
+from ...distributed import elastic
+from ...distributed import process_group as pg
+from ...errors import debug_requested, is_user_error, note_once
+from ...plan.option_spelling import spelled
 from ...trainer.callbacks import Callback
 from ...trainer.config import ConfigError, TrainingConfig
 from ...trainer.loop import Trainer as BraeburnTrainer
 from ...trainer.outputs import EvalLoopOutput
+from ...trainer.scheduler_interval import is_plateau
+from ...trainer.write_faults import OutputDirError
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
 from .module import HOOKS, StepLogger, split_optimizers, step_loss, unsupported_hooks
 from .options import lightning_options
+from .runs import (CheckpointPathError, checkpoint_to_resume, claim_run_folder, logs_folder,
+                             restarted_run_folder)
+from .spelling import LightningSpelling
+
+
+_PACKAGE = Path(__file__).resolve().parents[1]  # braeburn's own code: src/braeburn
+
+
+# Nobody asks for compile=false here: it is this path's default, and the summary says so.
+NO_COMPILE_REASON = ("compile=false, braeburn.lightning's default: Lightning's Trainer does not compile a module "
+                     "by itself")
 
 
 class LightningArgumentError(ValueError):
@@ -47,12 +66,15 @@ class Trainer:
         if errors:
             raise LightningArgumentError(errors)
         self.options = options
+        # Lightning's default_root_dir: the working folder when not given (so log_dir is a full path, as there)
+        options.root = os.path.normpath(os.path.expanduser(kwargs.get("default_root_dir") or os.getcwd()))
         self.callbacks = options.callbacks
         self.max_epochs, self.max_steps = kwargs.get("max_epochs"), kwargs.get("max_steps", -1)
         self.current_epoch = 0
         self.estimated_stepping_batches: int | float = math.inf
         self.logger = StepLogger()
         self._run: _LightningRun | None = None
+        self._run_folder: Path | None = None
 
     # -- what a module reads from self.trainer -------------------------------------------------------
     @property
@@ -78,6 +100,15 @@ class Trainer:
         return self._run.accelerator.device
 
     @property
+    def default_root_dir(self) -> str:
+        return self.options.root
+
+    @property
+    def log_dir(self) -> str | None:
+        """The folder of the last fit() (``<default_root_dir>/lightning_logs/version_<N>``), as Lightning's."""
+        return str(self._run_folder) if self._run_folder is not None else None
+
+    @property
     def braeburn_trainer(self) -> BraeburnTrainer | None:
         """The braeburn Trainer of the last fit/validate: its state.log_history holds every logged value."""
         return self._run
@@ -85,17 +116,29 @@ class Trainer:
     # -- the run -----------------------------------------------------------------------------------
     def fit(self, model: torch.nn.Module, train_dataloaders: Any = None, val_dataloaders: Any = None,
             datamodule: Any = None, ckpt_path: str | None = None) -> None:
-        """Train ``model`` (Lightning's hooks, at Lightning's moments); ``ckpt_path`` resumes a braeburn checkpoint
-        folder ("last": the latest one in default_root_dir)."""
+        """Train ``model`` (Lightning's hooks, at Lightning's moments) into a new
+        ``<default_root_dir>/lightning_logs/version_<N>``; ``ckpt_path`` resumes a braeburn checkpoint folder
+        ("last": the latest of the newest version_<N> that holds one; lightning_runs.py)."""
         train_loader, val_loader = _loaders(model, datamodule, "fit", train_dataloaders, val_dataloaders)
         if train_loader is None:
             raise ValueError("fit() needs training data: pass train_dataloaders=, a datamodule with "
                              "train_dataloader(), or define train_dataloader() on the module")
-        with _bound(model, self):
-            self._call("on_fit_start", model)
-            self._run = self._build(model, train_loader, val_loader)
-            self._run.train(resume_from_checkpoint="latest" if ckpt_path == "last" else ckpt_path)
-            self._call("on_fit_end", model)
+        with _bound(model, self), spelled(LightningSpelling(self.options.root, ckpt_path)):
+            _one_error(self._fit, model, train_loader, val_loader, ckpt_path)
+
+    def _fit(self, model: torch.nn.Module, train_loader: Any, val_loader: Any, ckpt_path: Any) -> None:
+        try:
+            resume, warnings = checkpoint_to_resume(ckpt_path, self.options.root)
+        except CheckpointPathError as error:
+            raise LightningArgumentError([str(error)]) from None
+        if val_loader is not None and _has_no_batches(val_loader):
+            val_loader = None  # Lightning skips a validation loader without batches
+        self._call("on_fit_start", model)
+        self._run = self._build(model, train_loader, val_loader, new_run=True)
+        for warning in warnings:
+            self._run.accelerator.print(f"braeburn: warning: {warning}")
+        self._run.train(resume_from_checkpoint=resume)
+        self._call("on_fit_end", model)
 
     def validate(self, model: torch.nn.Module, dataloaders: Any = None, ckpt_path: str | None = None,
                  verbose: bool = True, datamodule: Any = None) -> list[dict]:
@@ -107,19 +150,22 @@ class Trainer:
         if val_loader is None:
             raise ValueError("validate() needs data: pass dataloaders=, a datamodule with val_dataloader(), or "
                              "define val_dataloader() on the module")
-        with _bound(model, self):
-            self._run = self._build(model, None, val_loader)
-            metrics = self._run.evaluate()
+        with _bound(model, self), spelled(LightningSpelling(self.options.root)):
+            self._run = _one_error(self._build, model, None, val_loader)
+            metrics = _one_error(self._run.evaluate)
         logged = {name[len("eval_"):]: value for name, value in metrics.items() if name.startswith("eval_")
                   and name[len("eval_"):] in self.logger.callback_metrics}
         if verbose:
             self._run.accelerator.print("validate: " + ", ".join(f"{k} {v:.6g}" for k, v in logged.items()))
         return [logged]
 
-    def _build(self, model: torch.nn.Module, train_loader: Any, val_loader: Any) -> _LightningRun:
-        """braeburn's Trainer for this fit (or validate: no optimizer then, as Lightning calls none)."""
+    def _build(self, model: torch.nn.Module, train_loader: Any, val_loader: Any,
+               new_run: bool = False) -> _LightningRun:
+        """braeburn's Trainer for this fit (``new_run``: in a new run folder) or validate (no optimizer then, as
+        Lightning calls none; nothing is written)."""
         # the user seeds; ACCELERATE_* variables act as on braeburn.Trainer's run (the accumulation is the config's)
         accelerator = Accelerator(**accumulation_as_plugin({**self.options.config.accelerator_options(), "seed": None}))
+        accelerator.plan = dataclasses.replace(accelerator.plan, compile_reason=NO_COMPILE_REASON)
         self.logger.reduce_mean = lambda value: accelerator.reduce(value, "mean")
         if accelerator.plan.precision == "fp16" and accelerator.device.type == "cpu" and accelerator.is_main_process:
             note_once("precision='16-mixed' on the CPU: braeburn autocasts to float16, as asked; Lightning switches "
@@ -128,6 +174,10 @@ class Trainer:
         optimizer, scheduler = None, None
         if train_loader is not None:
             optimizer, scheduler = split_optimizers(model.configure_optimizers())  # reads estimated_stepping_batches
+            _check_plateau(scheduler, val_loader)
+        if new_run:  # last: a refusal above leaves no empty run folder behind
+            self._run_folder = _run_folder(logs_folder(self.options.root), accelerator)
+            config.output_dir = str(self._run_folder)
         if scheduler is not None and not isinstance(scheduler, Mapping):
             scheduler = {"scheduler": scheduler, "interval": "epoch"}  # Lightning steps a bare one per epoch
         return _LightningRun(self, model, config=config, train_dataset=train_loader, eval_dataset=val_loader,
@@ -161,6 +211,60 @@ class Trainer:
         method = getattr(model, hook, None)
         if callable(method):
             method(*args)
+
+
+def _one_error(work: Any, *args: Any) -> Any:
+    """``work(*args)``; braeburn's own refusal (an error it raised on purpose, whose message says the fix) comes out
+    as that one error, without the frames of braeburn's Trainer it was raised in (BRAEBURN_DEBUG=1 keeps them).
+    An error raised in the module's code (or in braeburn called from it), in torch, or a bug keeps its traceback."""
+    try:
+        return work(*args)
+    except Exception as error:
+        if debug_requested([]) or not (is_user_error(error) and _raised_by_braeburn_alone(error)):
+            raise
+        raise error.with_traceback(None) from None
+
+
+def _raised_by_braeburn_alone(error: BaseException) -> bool:
+    """Every frame between the caller and the raise is braeburn's: no module code, no torch on the way."""
+    frames = traceback.extract_tb(error.__traceback__)[1:]  # [0]: _one_error itself
+    return bool(frames) and all(Path(frame.filename).resolve().is_relative_to(_PACKAGE) for frame in frames)
+
+
+def _run_folder(logs: Path, accelerator: Accelerator) -> Path:
+    """The new run's folder: the next version_<N> of ``logs``, created by the main process and told to the others
+    (a worker that braeburn launch --max-restarts restarted takes the first attempt's, to resume it)."""
+    number, problem = -1, None
+    if accelerator.is_main_process:
+        try:
+            folder = (restarted_run_folder(logs) if elastic.is_restarted() else None) or claim_run_folder(logs)
+            number = int(folder.name.removeprefix("version_"))
+        except OSError as error:
+            problem = error
+    number = pg.broadcast_int(number)
+    if number < 0:
+        reason = f"({problem.strerror or problem})" if problem is not None else "(the main process could not)"
+        raise OutputDirError(f"Trainer(default_root_dir={str(logs.parent)!r}): braeburn cannot create this run's "
+                             f"folder in {logs} {reason}. Pass a default_root_dir you can write to, or make that "
+                             "folder writable.")
+    return logs / f"version_{number}"
+
+
+def _has_no_batches(loader: Any) -> bool:
+    try:
+        return len(loader) == 0
+    except TypeError:  # an iterable without a length: it is tried
+        return False
+
+
+def _check_plateau(scheduler: Any, val_loader: Any) -> None:
+    inner = scheduler.get("scheduler") if isinstance(scheduler, Mapping) else scheduler
+    if is_plateau(inner) and val_loader is None:
+        raise LightningArgumentError([
+            "configure_optimizers() returned a ReduceLROnPlateau, which braeburn steps after each validation, on "
+            "the value its 'monitor' names (logged with self.log in validation_step); fit() has no validation "
+            "data, so its learning rate would never change. Pass val_dataloaders= to fit() (or define "
+            "val_dataloader()), or return another scheduler"])
 
 
 class _StepForward(torch.nn.Module):
