@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from braeburn.plan.envvars import MAX_STEPS_VAR, max_steps_cap
-from braeburn.trainer import Trainer, TrainingConfig
+from braeburn import Trainer, TrainingConfig
 
 BATCH = 16
 clock = time.perf_counter  # --clock cpu: time.process_time, steadier on a machine shared with other jobs
