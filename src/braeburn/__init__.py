@@ -12,13 +12,13 @@ __version__ = "0.1.0"
 # looked at the environment. Accelerate's and Transformers' names are here so that a script switches by
 # its import (docs/migrating.md).
 _WHERE = {
-    "Accelerator": ".accelerator",
-    "DistributedType": ".accelerate_compat", "GradientAccumulationPlugin": ".accelerate_compat",
-    "ProjectConfiguration": ".accelerate_compat", "find_executable_batch_size": ".accelerate_compat",
-    "skip_first_batches": ".accelerate_compat",
-    "DataLoaderConfiguration": ".compat.accelerate_options",
-    "DistributedDataParallelKwargs": ".compat.accelerate_options",
-    "GeneralTracker": ".trackers",
+    "Accelerator": ".accelerator.core",
+    "DistributedType": ".compat.accelerate.api", "GradientAccumulationPlugin": ".compat.accelerate.api",
+    "ProjectConfiguration": ".compat.accelerate.api", "find_executable_batch_size": ".compat.accelerate.api",
+    "skip_first_batches": ".compat.accelerate.api",
+    "DataLoaderConfiguration": ".compat.accelerate.options",
+    "DistributedDataParallelKwargs": ".compat.accelerate.options",
+    "GeneralTracker": ".accelerator.trackers",
     "Trainer": ".trainer", "TrainingConfig": ".trainer", "TrainingArguments": ".trainer",
     "EarlyStoppingCallback": ".trainer", "EvalPrediction": ".trainer", "HfArgumentParser": ".trainer",
     "TrainerCallback": ".trainer", "TrainerControl": ".trainer", "TrainerState": ".trainer",
@@ -33,3 +33,65 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(_WHERE[name], __name__), name)
     raise AttributeError(f"module 'braeburn' has no attribute {name!r}")
+
+
+# Where modules lived before the package was laid out by concern (docs/architecture.md). A script that imports an
+# old path gets the same module object under its old name, so monkeypatching and isinstance checks still agree.
+_MOVED = {
+    "braeburn.precision": "braeburn.plan.precision", "braeburn.precision_trial": "braeburn.plan.precision_trial",
+    "braeburn.compile_policy": "braeburn.plan.compile_policy", "braeburn.compile_gains": "braeburn.plan.compile_gains",
+    "braeburn.envvars": "braeburn.plan.envvars", "braeburn.config_files": "braeburn.plan.config_files",
+    "braeburn.fallback": "braeburn.devices.fallback",
+    "braeburn.collate": "braeburn.data.collate", "braeburn.batch_size": "braeburn.data.batch_size",
+    "braeburn.state": "braeburn.checkpoints.state", "braeburn.manifest": "braeburn.checkpoints.manifest",
+    "braeburn.safetensors_file": "braeburn.checkpoints.safetensors_file",
+    "braeburn.host_copy": "braeburn.checkpoints.host_copy", "braeburn.no_follow": "braeburn.checkpoints.no_follow",
+    "braeburn.output_lock": "braeburn.checkpoints.output_lock",
+    "braeburn.accelerator_compile": "braeburn.accelerator.compile",
+    "braeburn.prepared_optim": "braeburn.accelerator.prepared_optim", "braeburn.trackers": "braeburn.accelerator.trackers",
+    "braeburn.probe": "braeburn.accelerator.probe",
+    "braeburn.launch_config": "braeburn.cli.launch_config", "braeburn.workloads": "braeburn.cli.workloads",
+    "braeburn.report": "braeburn.cli.report",
+    "braeburn.accelerate_compat": "braeburn.compat.accelerate.api",
+    "braeburn.compat.accelerate_options": "braeburn.compat.accelerate.options",
+    "braeburn.compat.accelerate_config": "braeburn.compat.accelerate.config_file",
+    "braeburn.compat.lightning_module": "braeburn.compat.lightning.module",
+    "braeburn.compat.lightning_options": "braeburn.compat.lightning.options",
+    "braeburn.trainer.hf_compat": "braeburn.compat.transformers.trainer_api",
+    "braeburn.trainer.hf_args": "braeburn.compat.transformers.arguments",
+    "braeburn.trainer.hf_callbacks": "braeburn.compat.transformers.callbacks",
+    "braeburn.trainer.hf_overrides": "braeburn.compat.transformers.overrides",
+    "braeburn.hf_io": "braeburn.compat.transformers.files",
+}
+
+
+class _MovedModules:
+    """A meta-path finder: an old module path imports the module at its new path (the same object)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name not in _MOVED:
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_loader(name, _MovedModules)
+
+    @staticmethod
+    def create_module(spec):
+        import importlib
+
+        return importlib.import_module(_MOVED[spec.name])
+
+    @staticmethod
+    def exec_module(module):
+        pass
+
+
+def _install_moved_modules() -> None:
+    import sys
+
+    if not any(finder is _MovedModules for finder in sys.meta_path):
+        sys.meta_path.append(_MovedModules)
+
+
+_install_moved_modules()

@@ -11,12 +11,13 @@ _WHERE = {
     "Callback": "callbacks", "CallbackList": "callbacks",
     "CheckpointCorruptError": "checkpoint", "CheckpointError": "checkpoint", "CheckpointManager": "checkpoint",
     "ConfigError": "config", "TrainingConfig": "config", "TrainingArguments": "config", "parse_config": "config",
-    "HfArgumentParser": "hf_compat", "TrainerCallback": "hf_callbacks", "TrainerControl": "hf_callbacks",
+    "HfArgumentParser": "..compat.transformers.trainer_api", "TrainerCallback": "..compat.transformers.callbacks",
+    "TrainerControl": "..compat.transformers.callbacks",
     "EarlyStoppingCallback": "early_stopping", "MetricsLogCallback": "metrics_log", "PlotCallback": "plots",
     "ProgressCallback": "progress", "SignalCallback": "signals", "TrainingInterrupted": "signals",
     "TrainerState": "state",
     "EvalPrediction": "loop", "NonFiniteLossError": "loop", "PredictionOutput": "loop", "Trainer": "loop",
-    "TrainOutput": "loop", "EvalLoopOutput": "hf_overrides",
+    "TrainOutput": "loop", "EvalLoopOutput": "..compat.transformers.overrides",
 }
 
 __all__ = sorted(_WHERE)
@@ -25,4 +26,5 @@ __all__ = sorted(_WHERE)
 def __getattr__(name: str):
     if name not in _WHERE:
         raise AttributeError(f"module 'braeburn.trainer' has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    where = _WHERE[name]
+    return getattr(importlib.import_module(where if where.startswith(".") else f".{where}", __name__), name)
