@@ -312,7 +312,7 @@ def tied_names(state: dict[str, Any]) -> dict[str, str]:
     return aliases
 
 
-def _without_aliases(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def without_shared_memory(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Each tensor once (safetensors holds no two names for one memory), as Transformers writes tied weights: the
     later names are left out, and loading ties them back (:func:`load_model_state`). A tensor overlapping another
     without being the same view is written as a copy: the resumed model shares its memory again, since loading
@@ -345,7 +345,7 @@ def save_model_state(state: dict[str, Any], directory: Path, index: int) -> None
         save_file(state, directory, model_pickle(index))
         return
     metadata = {"format": "pt"}  # what from_pretrained checks for
-    _write(directory, model_file(index), _without_aliases(state),
+    _write(directory, model_file(index), without_shared_memory(state),
            lambda kept, path: safetensors_file.write(kept, path, metadata))
 
 
@@ -386,4 +386,5 @@ def _recorded_aliases(path: Path, text: str, tensors: dict[str, torch.Tensor]) -
 
 __all__ = ["rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
            "staging_dir", "old_dir", "readable_dir", "fsync_dir", "save_file", "load_file",
-           "model_file", "model_pickle", "save_model_state", "load_model_state", "tied_names"]
+           "model_file", "model_pickle", "save_model_state", "load_model_state", "tied_names",
+           "without_shared_memory"]
