@@ -190,3 +190,27 @@ def test_host_copy_keeps_the_container_types():
     assert type(copied["p"]) is pair and copied["p"].number == 2 and torch.equal(copied["p"].tensor, torch.zeros(2))
     assert type(copied["d"]) is collections.defaultdict and copied["d"].default_factory is list
     assert type(copied["o"]) is collections.OrderedDict and type(copied["t"]) is tuple and nbytes == 8 + 4 + 4 + 4
+
+
+def test_save_weights_writes_tied_weights_once_and_a_view_into_a_weight_as_a_copy(tmp_path):
+    """Accelerator.save_model and Trainer.save_model of a plain module: the package refuses shared memory."""
+    from braeburn.hf_io import save_weights
+
+    weight = torch.randn(10, 4)
+    state = {"embed.weight": weight, "out.weight": weight, "table": weight[2:5], "out.bias": torch.zeros(10)}
+    written = save_weights(state, tmp_path)
+    stored = safetensors_torch.load_file(written[0])
+    assert sorted(stored) == ["embed.weight", "out.bias", "table"]  # the tied name once, as Transformers writes it
+    assert torch.equal(stored["table"], weight[2:5]) and torch.equal(stored["embed.weight"], weight)
+
+
+def test_two_saves_of_one_state_are_the_same_bytes(tmp_path):
+    """The package orders metadata entries at random: braeburn writes one entry, so a checksum is reproducible."""
+    weight = torch.randn(6, 4)
+    state = {"weight": weight, "tied": weight, "bias": torch.zeros(6)}
+    for folder in ("a", "b", "c"):
+        (tmp_path / folder).mkdir()
+        state_io.save_model_state(state, tmp_path / folder, 0)
+    assert len({(tmp_path / f / "model.safetensors").read_bytes() for f in ("a", "b", "c")}) == 1
+    loaded = state_io.load_model_state(tmp_path / "a", 0, state)  # the tied name comes back from the model's ties
+    assert loaded.keys() == state.keys() and torch.equal(loaded["tied"], weight)
