@@ -33,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("one_thread", "no_launcher_env")
 WRITTEN = ["config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
            "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "chat_template.jinja",
            "training_args.bin", "eval_results.json", "trainer_state.json", "all_results.json", "README.md"]
-STAGING = ".checkpoint-4.tmp"  # the staging folder of the checkpoint the run writes
+STAGING = [".checkpoint-4.tmp", "..checkpoint-4.tmp.partial"]  # the staging folders of the checkpoint it writes
 
 
 def listing(folder: Path) -> dict[str, str]:
@@ -52,9 +52,10 @@ def plant_links(out: Path, outside: Path) -> dict[str, Path]:
         no_follow.remove_file(out / name)
         (out / name).symlink_to(target)
         links[name] = target
-    (outside / "folder").mkdir(exist_ok=True)
-    (outside / "folder" / "keep.txt").write_text("kept\n")
-    (out / STAGING).symlink_to(outside / "folder", target_is_directory=True)
+    for i, name in enumerate(STAGING):
+        (outside / f"folder{i}").mkdir(exist_ok=True)
+        (outside / f"folder{i}" / "keep.txt").write_text("kept\n")
+        (out / name).symlink_to(outside / f"folder{i}", target_is_directory=True)
     return links
 
 
