@@ -67,11 +67,18 @@ def write(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]
     try:
         _save_file(packed, str(path), metadata=metadata)
     except SafetensorError as error:
-        match = _OS_ERROR.search(str(error))
-        if match is None:
+        code = _errno(error)
+        if code is None:
             raise
-        code = int(match.group(1) or match.group(2))
-        raise OSError(code, os.strerror(code)) from None
+        raise OSError(code, os.strerror(code)) from None  # (as a Python write says it: no file name)
+
+
+def _errno(error: BaseException) -> int | None:
+    """The errno of an I/O error of the package (its Rust side writes it into the message)."""
+    if getattr(error, "errno", None) is not None:
+        return error.errno
+    match = _OS_ERROR.search(str(error))
+    return int(match.group(1) or match.group(2)) if match else None
 
 
 def _refuse(path: Path, reason: str) -> MalformedFileError:
@@ -126,7 +133,9 @@ def read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     except MalformedFileError:
         raise
     except OSError as error:
-        raise OSError(error.errno, f"cannot read {path}: {error.strerror or error}") from None
+        code = _errno(error)
+        raise (OSError(code, os.strerror(code), str(path)) if code is not None
+               else OSError(f"cannot read {path}: {error}")) from None
     except (SafetensorError, ValueError, KeyError, TypeError, OverflowError, RecursionError, MemoryError,
             RuntimeError) as error:
         raise _refuse(path, _reason(error)) from None
