@@ -522,7 +522,8 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
                              "process, but this run shards the model with strategy='fsdp'. Resume it with "
                              "strategy='ddp' (or one process), or start the FSDP run afresh.")
         for i, model in enumerate(self._models):
-            self.unwrap_model(model).load_state_dict(state_io.load_model_state(input_dir, i))
+            module = self.unwrap_model(model)
+            module.load_state_dict(state_io.load_model_state(input_dir, i, module.state_dict()))
         for i, optimizer in enumerate(self._optimizers):
             optimizer.load_state_dict(state_io.load_file(input_dir, f"optimizer_{i}.pt"))
 

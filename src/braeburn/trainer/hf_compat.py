@@ -22,7 +22,7 @@ from typing import Any, Callable, NamedTuple
 
 from ..devices.base import DeviceKind
 from ..devices.host import HostFacts
-from ..no_follow import create_new, write_atomic
+from ..no_follow import write_atomic
 from ..plan import OptionError
 
 LABEL_KEYS = ("labels", "label", "label_ids")
@@ -454,19 +454,9 @@ class HfTrainerMixin:
         state = acc.get_state_dict(model) if acc.shards_model else None
         if not acc.is_main_process:
             return
-        folder.mkdir(parents=True, exist_ok=True)
-        if callable(getattr(model, "save_pretrained", None)):
-            model.save_pretrained(str(folder), state_dict=state, safe_serialization=True)
-        else:
-            from ..hf_io import save_weights
+        from ..hf_io import save_pretrained_files
 
-            save_weights(state if state is not None else model.state_dict(), folder)
-        if self.processing_class is not None and callable(getattr(self.processing_class, "save_pretrained", None)):
-            self.processing_class.save_pretrained(str(folder))
-        import torch
-
-        with create_new(folder / "training_args.bin") as handle:
-            torch.save(self.config, handle)
+        save_pretrained_files(folder, model, state, self.processing_class, self.config)  # (a link is replaced)
 
     def save_state(self) -> None:
         """trainer_state.json in output_dir (the log history, best metric and step), from the main process."""
