@@ -15,7 +15,6 @@ import os
 import pickle
 import random
 import tempfile
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
