@@ -120,9 +120,9 @@ def _save(folder: Path, entries: Mapping[str, str]) -> None:
     text = json.dumps({"format": 1, "written_by": "braeburn",
                        "about": "the entries of this folder that braeburn wrote: the only ones it moves or replaces",
                        "entries": dict(sorted(entries.items()))}, indent=1)
-    temporary = folder / f".{MARKER}.{os.getpid()}.tmp"
+    handle, temporary = no_follow.create_temporary(folder / MARKER)
     try:
-        with no_follow.create_new(temporary) as handle:
+        with handle:
             handle.write(text.encode("utf-8"))
             handle.flush()
             os.fsync(handle.fileno())  # on disk before the rename that makes it the record
@@ -264,18 +264,17 @@ def claim(folder: str | os.PathLike, entries: Mapping[str, str], need: str | Non
 
 
 def forget(folder: str | os.PathLike, names: Iterable[str]) -> None:
-    """Drop ``names`` from ``folder``'s record (braeburn removed or moved them)."""
-    folder = Path(folder)
+    """Drop ``names`` from ``folder``'s record (braeburn removed or moved them). Never fails: a record that
+    keeps a name no longer there (the disk was full) vouches for nothing, and :func:`prune` drops it later."""
+    folder, names = Path(folder), set(names)
     with _LOCK:
         try:
             current = _load(folder)
-        except MarkerError:
-            return
-        if current is None:
-            return
-        kept = {name: kind for name, kind in current.items() if name not in set(names)}
-        if kept != current:
-            _save(folder, kept)
+            kept = {name: kind for name, kind in (current or {}).items() if name not in names}
+            if current is not None and kept != current:
+                _save(folder, kept)
+        except OSError:
+            pass
 
 
 def prune(folder: str | os.PathLike) -> None:

@@ -100,8 +100,8 @@ def _misnamed(folder: Path) -> str | None:
 
 
 def _save_names(target: Path) -> dict[str, str]:
-    """The entries of output_dir that a save of ``target`` (``checkpoint-N``) makes: the checkpoint, and the
-    staging folders around it (ours, and the Accelerator's beside it), which exist only during the save."""
+    """The entries of output_dir that a save of ``target`` (``checkpoint-N``) makes: the checkpoint first, then
+    the staging folders around it (ours, and the Accelerator's beside it), which exist only during the save."""
     staging = target.parent / f".{target.name}.tmp"
     names = [target.name, staging.name, f".{target.name}.tmp.old", staging_dir(staging).name, old_dir(staging).name]
     return {name: ownership.FOLDER for name in names}
@@ -382,21 +382,21 @@ class CheckpointManager:
                         handle.write(data)
                 write_manifest(staging, state.global_step)
                 self._publish(staging, target)
+                ownership.forget(self.output_dir, list(_save_names(target))[1:])  # the staging names: gone now
         except Exception as error:
             state.last_checkpoint = previous  # this one was never written
             if claimed:
                 shutil.rmtree(staging, ignore_errors=True)
                 shutil.rmtree(staging_dir(staging), ignore_errors=True)  # the Accelerator's own staging beside it
+                ownership.prune(self.output_dir)
             latest = self.latest(state.run_id)  # this run's (or any, for a state without a run)
             kept = f"the previous checkpoint {latest} is intact" if latest else "no earlier checkpoint exists"
             fix = ("" if isinstance(error, ownership.ForeignFileError) else
                    f" Free disk space or fix the permissions of {self.output_dir}.")
             raise CheckpointError(f"Saving {target} failed: {type(error).__name__}: {error}. Nothing was "
                                   f"replaced ({kept}); training state in memory is unchanged.{fix}") from error
-        finally:
+        finally:  # (a kill or KeyboardInterrupt leaves the staging names recorded: clean_staging removes them)
             _barrier(accelerator)  # no rank goes on (or resumes) before the checkpoint is in place
-            if main and claimed:
-                ownership.forget(self.output_dir, [n for n in _save_names(target) if n != target.name])
         return target
 
     def _publish(self, staging: Path, target: Path) -> None:

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .. import ownership
+from ..output_lock import LOCK_FILE
 from ..hf_io import pretrained_config_files, processing_files
 from . import earlier_run
-from .checkpoint import CHECKPOINT_RE, CheckpointManager
+from .checkpoint import CHECKPOINT_RE, STAGING_RE, CheckpointManager
 from .metrics_log import METRICS_FILE
 from .plots import PLOT_FILE
 from .write_faults import prepare_output_dir
@@ -52,15 +53,20 @@ def run_names(trainer: "Trainer") -> dict[str, str]:
 
 
 def checked_names(trainer: "Trainer") -> dict[str, str]:
-    """Every name of output_dir that this run writes, or that its save_model() writes, with what is written."""
+    """Every name of output_dir that this run writes, or that its save_model() writes, with what is written there,
+    in the order a refusal names them."""
     out = trainer.output_dir
     final = [*FINAL_MODEL, *pretrained_config_files(trainer.model), *processing_files(trainer.processing_class)]
-    names = {ownership.MARKER: "braeburn keeps its record of the files it wrote there"}
-    names.update({name.split("/")[0]: "trainer.save_model() writes the final model there" for name in final})
-    if out.is_dir():
-        names.update({p.name: "this run saves checkpoint-<step> folders, and a save of that step replaces the folder "
-                      "of that name" for p in out.iterdir() if CHECKPOINT_RE.match(p.name)})
-    return {**names, **run_names(trainer)}
+    names = {ownership.MARKER: "braeburn keeps its record of the files it wrote there", **run_names(trainer)}
+    for entry in out.iterdir() if out.is_dir() else ():
+        if CHECKPOINT_RE.match(entry.name):
+            names[entry.name] = "this run saves checkpoint-<step> folders, and a save of that step replaces it"
+        elif STAGING_RE.match(entry.name):
+            names[entry.name] = "a checkpoint save of that step writes its files there before renaming them"
+    for name in final:  # (after the others: a name the run writes itself is named for that)
+        names.setdefault(name.split("/")[0], "trainer.save_model() writes the final model there (into output_dir, "
+                         "unless given another folder)")
+    return names
 
 
 def ready(trainer: "Trainer", set_aside: bool, say: Callable[[str], None]) -> None:
@@ -71,7 +77,7 @@ def ready(trainer: "Trainer", set_aside: bool, say: Callable[[str], None]) -> No
     needs = checked_names(trainer)
     clashes = ownership.foreign(out, needs)
     if clashes:
-        name = next(iter(sorted(clashes, key=lambda n: n != ownership.MARKER)))
+        name = next(iter(clashes))  # the record first, then what train() writes, then the final model's names
         raise ownership.refusal(out / name, clashes[name], needs[name])
     trainer.checkpoints.clean_staging()  # what a killed save of braeburn's left (its record names it)
     ownership.prune(out)
@@ -79,8 +85,8 @@ def ready(trainer: "Trainer", set_aside: bool, say: Callable[[str], None]) -> No
         entries = ownership.movable(out)
         if entries:
             target = earlier_run.set_aside(out, entries)
-            earlier = set(ownership.set_aside_folders(out))
-            left = sum(1 for p in out.iterdir() if not p.name.startswith(".") and p.name not in earlier)
+            braeburns = {*ownership.set_aside_folders(out), ownership.MARKER, LOCK_FILE}
+            left = sum(1 for p in out.iterdir() if p.name not in braeburns)
             say(earlier_run.note(out, target, list(entries), CheckpointManager(target).latest(), left))
     ownership.claim(out, {name: ownership.FOLDER if name not in (METRICS_FILE, PLOT_FILE) else ownership.FILE
                           for name in run_names(trainer)})
