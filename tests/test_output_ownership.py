@@ -270,3 +270,46 @@ def test_a_resume_on_a_data_set_of_another_size_says_so_in_one_line(tmp_path, ca
                                                    "the checkpoint: ")
     assert says in lines[0] and "Resume with the same train_dataset to continue exactly" in lines[0]
     assert resumed.state.global_step == 4 and resumed.state.train_samples == samples
+
+
+# -- the Accelerator's save_state -----------------------------------------------------------------------
+def test_save_state_replaces_only_a_state_it_saved_or_an_empty_folder(tmp_path):
+    """save_state(folder) replaces the folder whole: a folder of the user's there (or a state with a file of the
+    user's added) is refused in one line, never deleted."""
+    from braeburn.accelerator import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    accelerator.prepare(torch.nn.Linear(2, 2))
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("x,y\n")
+    before = listing(tmp_path)
+    with pytest.raises(ownership.ForeignFileError) as error:
+        accelerator.save_state(data)
+    assert "\n" not in str(error.value) and str(data) in str(error.value) and "save_state() replaces" in str(error.value)
+    assert listing(tmp_path) == before
+    (tmp_path / "empty").mkdir()
+    accelerator.save_state(tmp_path / "empty")  # an empty folder holds nothing to lose
+    accelerator.save_state(tmp_path / "empty")  # and a state braeburn saved is replaced by the next save
+    (tmp_path / "empty" / "notes.txt").write_text("the user's")
+    with pytest.raises(ownership.ForeignFileError, match="no record of braeburn's"):
+        accelerator.save_state(tmp_path / "empty")
+    assert (tmp_path / "empty" / "notes.txt").read_text() == "the user's"
+    accelerator.end_training()
+
+
+def test_automatic_checkpoint_rotation_deletes_only_states_braeburn_saved(tmp_path):
+    from braeburn import ProjectConfiguration
+    from braeburn.accelerator import Accelerator
+
+    users = tmp_path / "checkpoints" / "checkpoint_1"  # the user's, numbered below braeburn's
+    users.mkdir(parents=True)
+    (users / "notes.txt").write_text("the user's")
+    accelerator = Accelerator(cpu=True, project_config=ProjectConfiguration(
+        project_dir=str(tmp_path), automatic_checkpoint_naming=True, total_limit=1, iteration=5))
+    accelerator.prepare(torch.nn.Linear(2, 2))
+    accelerator.save_state()
+    accelerator.save_state()
+    accelerator.end_training()
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["checkpoint_1", "checkpoint_6"]
+    assert (users / "notes.txt").read_text() == "the user's"

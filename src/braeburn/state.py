@@ -160,6 +160,22 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def check_replaceable(output_dir: str | os.PathLike) -> None:
+    """:func:`publish` replaces ``output_dir`` whole: refuse (one line, before anything is written) unless it is
+    missing, an empty folder, or a state braeburn saved (its manifest vouches for every file in it)."""
+    from . import ownership
+
+    target = Path(output_dir)
+    if not (target.exists() or target.is_symlink()) or (target.is_dir() and not target.is_symlink()
+                                                        and not any(target.iterdir())):
+        return
+    why = ownership.why_not(target.parent, target.name)
+    if why is None and target.is_dir():
+        return
+    raise ownership.refusal(target, why or "it is a file", "save_state() replaces that folder whole with the new "
+                            "state", fix=f"Pass save_state() another folder, or move {target.name} away")
+
+
 def publish(output_dir: str | os.PathLike) -> Path:
     """Move the staged directory into place, replacing an older one; a complete state is always visible.
 
@@ -347,6 +363,6 @@ def load_model_state(directory: str | os.PathLike, index: int) -> dict[str, Any]
     return {**tensors, **{alias: tensors[name] for alias, name in aliases.items()}}
 
 
-__all__ = ["rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
+__all__ = ["check_replaceable", "rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
            "staging_dir", "old_dir", "readable_dir", "fsync_dir", "save_file", "load_file",
            "model_file", "model_pickle", "save_model_state", "load_model_state"]
