@@ -313,3 +313,22 @@ def test_automatic_checkpoint_rotation_deletes_only_states_braeburn_saved(tmp_pa
     accelerator.end_training()
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["checkpoint_1", "checkpoint_6"]
     assert (users / "notes.txt").read_text() == "the user's"
+
+
+def test_save_model_replaces_its_own_files_and_refuses_a_folder_of_foreign_ones(tmp_path):
+    trained = trainer(tmp_path / "run", save_strategy="no")
+    trained.train()
+    final = tmp_path / "final"
+    trained.save_model(str(final))
+    trained.save_model(str(final))  # braeburn's own files: replaced
+    assert set(ownership.recorded(final)) == {"model.safetensors", "training_args.bin"}
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "training_args.bin").write_bytes(b"the user's")
+    before = listing(other)
+    with pytest.raises(ownership.ForeignFileError) as error:
+        trained.save_model(str(other))
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(f"{other / 'training_args.bin'} is not braeburn's")
+    assert f"Pass save_model() another folder, or move it out of {other}." in message
+    assert listing(other) == before  # nothing written, not even braeburn's record

@@ -244,11 +244,12 @@ def set_aside_folders(folder: str | os.PathLike) -> list[str]:
 
 
 # -- changing the record ----------------------------------------------------------------------------
-def claim(folder: str | os.PathLike, entries: Mapping[str, str], need: str | None = None) -> None:
+def claim(folder: str | os.PathLike, entries: Mapping[str, str], need: str | None = None,
+          fix: str | None = None) -> None:
     """Record ``entries`` (name -> kind) of ``folder`` as braeburn's, before they are created.
 
     Raises :class:`ForeignFileError` naming the first name held by an entry braeburn did not write
-    (``need`` says what braeburn would write there); nothing is recorded then.
+    (``need`` says what braeburn would write there, ``fix`` what to do); nothing is recorded then.
     """
     folder = Path(folder)
     with _LOCK:
@@ -258,7 +259,7 @@ def claim(folder: str | os.PathLike, entries: Mapping[str, str], need: str | Non
                 raise ValueError(f"claim({name!r}, {kind!r}): a plain name and one of {KINDS}")
             why = why_not(folder, name, current)
             if why is not None:
-                raise refusal(folder / name, why, need or f"braeburn would write {name} there")
+                raise refusal(folder / name, why, need or f"braeburn would write {name} there", fix)
         if any(current.get(name) != kind for name, kind in entries.items()):
             _save(folder, {**current, **entries})
 
@@ -298,24 +299,26 @@ def may_write(folder: str | os.PathLike, name: str, what: str) -> bool:
 
 
 @contextlib.contextmanager
-def staged(folder: str | os.PathLike, need: str) -> Iterator[Path]:
+def staged(folder: str | os.PathLike, need: str, fix: str | None = None) -> Iterator[Path]:
     """A fresh staging folder inside ``folder`` to write into; on success its entries replace braeburn's own
     of the same names (:func:`publish`), and a foreign entry at any name refuses them all. Removed after."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    staging = folder / STAGING
-    claim(folder, {STAGING: FOLDER}, "braeburn writes into it before moving the files into place")
+    staging, had_record = folder / STAGING, os.path.lexists(folder / MARKER)
+    claim(folder, {STAGING: FOLDER}, "braeburn writes into it before moving the files into place", fix)
     no_follow.remove_tree(staging)  # (left by a killed write: braeburn's, its record says)
     staging.mkdir()
     try:
         yield staging
-        publish(staging, folder, need)
+        publish(staging, folder, need, fix)
     finally:
         no_follow.remove_tree(staging)
         forget(folder, [STAGING])
+        if not had_record and not recorded(folder):  # refused: the folder is left as it was
+            no_follow.remove_file(folder / MARKER)
 
 
-def publish(staging: str | os.PathLike, folder: str | os.PathLike, need: str) -> list[str]:
+def publish(staging: str | os.PathLike, folder: str | os.PathLike, need: str, fix: str | None = None) -> list[str]:
     """Move each entry of ``staging`` into ``folder`` (a rename: no link is followed), replacing only
     braeburn's own entries there; the names moved. A foreign entry at any name refuses the whole move
     (:class:`ForeignFileError`) before anything is moved. ``staging`` is left empty."""
@@ -324,7 +327,7 @@ def publish(staging: str | os.PathLike, folder: str | os.PathLike, need: str) ->
     kinds = {name: FOLDER if (staging / name).is_dir() and not (staging / name).is_symlink() else FILE
              for name in names}
     with _LOCK:
-        claim(folder, kinds, need)
+        claim(folder, kinds, need, fix)
         for name in names:
             if kinds[name] == FOLDER and (folder / name).is_dir():
                 no_follow.remove_tree(folder / name)  # braeburn's own (claim proved it)

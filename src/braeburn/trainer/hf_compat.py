@@ -455,8 +455,8 @@ class HfTrainerMixin:
             return
         import torch
 
-        # Written aside, then moved into place: only over braeburn's own files (ownership.py), never over others.
-        with ownership.staged(folder, "trainer.save_model() writes the final model under that name") as staging:
+        with ownership.staged(folder, "save_model() writes the final model under that name",
+                              f"Pass save_model() another folder, or move it out of {folder}") as staging:
             if callable(getattr(model, "save_pretrained", None)):
                 model.save_pretrained(str(staging), state_dict=state, safe_serialization=True)
             else:
