@@ -31,7 +31,12 @@ The API, for every writer in braeburn's folders (the Trainer, save_model, the Li
 
 The record is replaced whole at each change (a temporary file renamed over it, fsynced), under a lock
 shared by the threads of the process (a background checkpoint save, the plot); the output folder's
-lock (:mod:`braeburn.output_lock`) keeps other processes out.
+lock (:mod:`braeburn.output_lock`) keeps other processes out. Only the main process writes it.
+
+What the record does not prove: that a recorded file still holds what braeburn wrote. A file of the
+user's put at a recorded name, after braeburn's was deleted, passes for braeburn's (it is set aside with
+the run, never deleted: rotation deletes checkpoints only, which carry their run's id). Contents are not
+hashed: ``metrics.jsonl`` grows at every log, and a hash kept up to date would cost a write per log line.
 """
 
 from __future__ import annotations

@@ -385,9 +385,10 @@ class CheckpointManager:
                 ownership.forget(self.output_dir, list(_save_names(target))[1:])  # the staging names: gone now
         except Exception as error:
             state.last_checkpoint = previous  # this one was never written
-            if claimed:
+            if claimed:  # (on every rank, as before; only rank 0 keeps the record)
                 shutil.rmtree(staging, ignore_errors=True)
                 shutil.rmtree(staging_dir(staging), ignore_errors=True)  # the Accelerator's own staging beside it
+            if main and claimed:
                 ownership.prune(self.output_dir)
             latest = self.latest(state.run_id)  # this run's (or any, for a state without a run)
             kept = f"the previous checkpoint {latest} is intact" if latest else "no earlier checkpoint exists"

@@ -91,7 +91,7 @@ def samples_in(dataset: Any) -> int:
     """``len(dataset)``, or 0 when it has no length (a stream)."""
     try:
         return len(dataset)
-    except TypeError:
+    except (TypeError, NotImplementedError):
         return 0
 
 
