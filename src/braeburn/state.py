@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 import torch
 
-from . import no_follow, safetensors_file
+from . import no_follow, ownership, safetensors_file
 from .devices.base import DeviceKind
 from .host_copy import host_copy
 
@@ -163,8 +163,6 @@ def fsync_dir(folder: Path) -> None:
 def check_replaceable(output_dir: str | os.PathLike) -> None:
     """:func:`publish` replaces ``output_dir`` whole: refuse (one line, before anything is written) unless it is
     missing, an empty folder, or a state braeburn saved (its manifest vouches for every file in it)."""
-    from . import ownership
-
     target = Path(output_dir)
     if not (target.exists() or target.is_symlink()) or (target.is_dir() and not target.is_symlink()
                                                         and not any(target.iterdir())):
