@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import no_follow, safetensors_file
+from . import no_follow, ownership, safetensors_file
 from .state import without_shared_memory
 
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
@@ -73,25 +73,26 @@ def save_weights(state: dict[str, Any], save_directory: str | os.PathLike, max_s
 
 
 def save_pretrained_files(folder: str | os.PathLike, model: Any, state: dict[str, Any] | None,
-                          processing_class: Any, training_args: Any) -> list[Path]:
+                          processing_class: Any, training_args: Any) -> list[str]:
     """What Transformers' ``Trainer.save_model`` writes into ``folder``: ``save_pretrained`` for a model that has it
     (config.json, model.safetensors), else the weights; the processing class's files; ``training_args.bin``.
 
     Transformers' writers open each name as it is, following a link planted there into a file outside the run.
-    So they write into a new private folder inside ``folder``, and each file is then renamed over its name: a link
-    there is replaced (the link, not what it points to). Returns the files written."""
+    So they write into a fresh staging folder inside ``folder``, whose entries then replace braeburn's own of the
+    same names by a rename (:func:`braeburn.ownership.staged`); an entry braeburn did not write there (a link, a
+    user's file) refuses them all, before anything is moved. Returns the names written."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    with no_follow.private_folder(folder) as private:
+    with ownership.staged(folder, "save_model() writes the final model under that name",
+                          f"Pass save_model() another folder, or move it out of {folder}") as staging:
         if callable(getattr(model, "save_pretrained", None)):
-            model.save_pretrained(str(private), state_dict=state, safe_serialization=True)
+            model.save_pretrained(str(staging), state_dict=state, safe_serialization=True)
         else:
-            save_weights(state if state is not None else model.state_dict(), private)
+            save_weights(state if state is not None else model.state_dict(), staging)
         if processing_class is not None and callable(getattr(processing_class, "save_pretrained", None)):
-            processing_class.save_pretrained(str(private))
-        with no_follow.create_new(private / "training_args.bin") as handle:
+            processing_class.save_pretrained(str(staging))
+        with no_follow.create_new(staging / "training_args.bin") as handle:
             torch.save(training_args, handle)
-        return no_follow.publish_files(private, folder)
+        return sorted(p.name for p in staging.iterdir())
 
 
 def pretrained_config_files(model: Any) -> dict[str, bytes]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -78,13 +79,26 @@ def create_new(path: str | os.PathLike) -> IO[bytes]:
     return os.fdopen(open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb")
 
 
+def create_temporary(path: str | os.PathLike) -> tuple[IO[bytes], Path]:
+    """A new file beside ``path`` for writing bytes, under a fresh hidden name (``.<name>.<pid>.<random>.tmp``):
+    never a name that exists, so nothing there (a file, a planted link) is touched. The file and its path."""
+    path = Path(path)
+    for _ in range(100):
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.fdopen(open_fd(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb"), temporary
+        except (FileExistsError, PlantedLinkError):
+            continue
+    raise FileExistsError(errno.EEXIST, f"no free temporary name beside {path} in 100 tries")
+
+
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
     """``path`` replaced by ``data`` (text is UTF-8): a temporary file renamed over it, so a reader sees
     the old file or the new one, and a link at ``path`` is replaced, never written through."""
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    handle, temporary = create_temporary(path)
     try:
-        with create_new(temporary) as handle:
+        with handle:
             handle.write(data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(temporary, path)
     except BaseException:
@@ -153,5 +167,5 @@ def _real_folders(top: Path, relative: Path) -> None:
             folder.mkdir()
 
 
-__all__ = ["PlantedLinkError", "create_new", "open_append", "open_fd", "open_update", "private_folder",
+__all__ = ["PlantedLinkError", "create_new", "create_temporary", "open_append", "open_fd", "open_update", "private_folder",
            "publish_files", "remove_file", "remove_tree", "write_atomic"]

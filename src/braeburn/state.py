@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import no_follow, safetensors_file
+from . import no_follow, ownership, safetensors_file
 from .devices.base import DeviceKind
 from .host_copy import host_copy
 from .warn import warn
@@ -158,6 +158,20 @@ def fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def check_replaceable(output_dir: str | os.PathLike) -> None:
+    """:func:`publish` replaces ``output_dir`` whole: refuse (one line, before anything is written) unless it is
+    missing, an empty folder, or a state braeburn saved (its manifest vouches for every file in it)."""
+    target = Path(output_dir)
+    if not (target.exists() or target.is_symlink()) or (target.is_dir() and not target.is_symlink()
+                                                        and not any(target.iterdir())):
+        return
+    why = ownership.why_not(target.parent, target.name)
+    if why is None and target.is_dir():
+        return
+    raise ownership.refusal(target, why or "it is a file", "save_state() replaces that folder whole with the new "
+                            "state", fix=f"Pass save_state() another folder, or move {target.name} away")
 
 
 def publish(output_dir: str | os.PathLike) -> Path:
@@ -384,7 +398,7 @@ def _recorded_aliases(path: Path, text: str, tensors: dict[str, torch.Tensor]) -
                                  "delete this checkpoint, or resume from another one.")
     return aliases
 
-__all__ = ["rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
+__all__ = ["check_replaceable", "rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
            "staging_dir", "old_dir", "readable_dir", "fsync_dir", "save_file", "load_file",
            "model_file", "model_pickle", "save_model_state", "load_model_state", "tied_names",
            "without_shared_memory"]

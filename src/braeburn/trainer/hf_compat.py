@@ -456,13 +456,13 @@ class HfTrainerMixin:
             return
         from ..hf_io import save_pretrained_files
 
-        save_pretrained_files(folder, model, state, self.processing_class, self.config)  # (a link is replaced)
+        save_pretrained_files(folder, model, state, self.processing_class, self.config)  # only over braeburn's own
 
     def save_state(self) -> None:
         """trainer_state.json in output_dir (the log history, best metric and step), from the main process."""
-        if self.accelerator.is_main_process:
-            Path(self.config.output_dir).mkdir(parents=True, exist_ok=True)
-            self.state.save(Path(self.config.output_dir))
+        folder = Path(self.config.output_dir)
+        if self.accelerator.is_main_process and ownership.may_write(folder, "trainer_state.json", "save_state()"):
+            self.state.save(folder)
 
     def metrics_format(self, metrics: dict[str, float]) -> dict[str, Any]:
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}
@@ -481,9 +481,9 @@ class HfTrainerMixin:
         if not self.accelerator.is_main_process:
             return
         folder = Path(self.config.output_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(folder / f"{split}_results.json", json.dumps(metrics, indent=4, sort_keys=True))
-        if combined:
+        if ownership.may_write(folder, f"{split}_results.json", "save_metrics()"):
+            write_atomic(folder / f"{split}_results.json", json.dumps(metrics, indent=4, sort_keys=True))
+        if combined and ownership.may_write(folder, "all_results.json", "save_metrics()"):
             path = folder / "all_results.json"
             merged = {} if path.is_symlink() or not path.exists() else json.loads(path.read_text(encoding="utf-8"))
             merged.update(metrics)
@@ -500,7 +500,8 @@ class HfTrainerMixin:
         if not self.accelerator.is_main_process:
             return
         folder = Path(self.config.output_dir)
-        folder.mkdir(parents=True, exist_ok=True)
+        if not ownership.may_write(folder, "README.md", "create_model_card()"):
+            return
         lines = [f"# {kwargs.get('model_name') or folder.name}", "", "Trained with braeburn.", ""]
         for key in ("finetuned_from", "tasks", "dataset", "language", "license", "tags"):
             if kwargs.get(key):
