@@ -4,8 +4,9 @@ a tokenizer's ``save_pretrained``, the examples' own result files.
 Links are planted, as in a shared scratch folder or a folder made by linking a base model's files, at every name the
 documented text-example command writes; each points to a file outside the run. The example then runs in small (a
 1-layer BERT built from a config, with a vocabulary of the training words: no download) with
-``--overwrite_output_dir``, and again on resume. Every file outside keeps its bytes (a listing with hashes before
-and after), and the run's own files are real files again.
+``--overwrite_output_dir``, and again on resume: a link is not braeburn's, so each run is refused in one line before
+anything is written, and every file outside keeps its bytes (a listing with hashes before and after). A link planted
+while a run goes on refuses save_model()'s move of the files Transformers' writers wrote into a staging folder.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from braeburn import no_follow
+from braeburn.ownership import ForeignFileError
 from braeburn.trainer.metrics_log import METRICS_FILE
 from tests.test_examples import write_glue_mrpc
 
@@ -66,32 +68,57 @@ def run_example(data: Path, out: Path, *extra: str) -> dict:
                                      "--save_steps", "2", "--output_dir", str(out), *extra])
 
 
-def assert_harmless(out: Path, outside: Path, before: dict[str, str]) -> None:
+def assert_refused(error: pytest.ExceptionInfo, out: Path, outside: Path, before: dict[str, str]) -> None:
+    """One line naming a planted name as not braeburn's; nothing outside changed, nothing written through a link."""
+    message = str(error.value)
+    assert "\n" not in message and "is not braeburn's" in message and "symbolic link" in message
     assert listing(outside) == before  # nothing outside the run changed, nor was added
-    for name in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "training_args.bin",
-                 "eval_results.json"]:
-        assert (out / name).is_file() and not (out / name).is_symlink(), name  # written: a file of the run
-    assert not list(out.glob(".braeburn-write-*"))  # the private folder Transformers' writers wrote into is gone
+    assert not list(out.glob(".braeburn-write-*")) and not (out / ".braeburn-staging").exists()
 
 
-def test_the_text_example_with_overwrite_output_dir_writes_through_no_planted_link(tmp_path, capsys):
+def test_the_text_example_with_overwrite_output_dir_is_refused_before_writing_through_a_planted_link(tmp_path):
+    """A link at a name the run writes is not braeburn's: --overwrite_output_dir trains over braeburn's own files
+    only, so the run is refused before anything is written (Transformers' writers would follow the link)."""
     data, out, outside = write_glue_mrpc(tmp_path / "MRPC"), tmp_path / "out", tmp_path / "outside"
     out.mkdir()
     plant_links(out, outside)
     before = listing(outside)
-    run_example(data, out, "--overwrite_output_dir", "--max_steps", "4")
-    assert_harmless(out, outside, before)
-    assert f"cannot write {out / METRICS_FILE}" in capsys.readouterr().err  # the log refuses its link, and goes on
+    with pytest.raises(ForeignFileError) as error:
+        run_example(data, out, "--overwrite_output_dir", "--max_steps", "4")
+    assert_refused(error, out, outside, before)
 
 
-def test_the_text_example_on_resume_writes_through_no_planted_link(tmp_path):
+def test_the_text_example_on_resume_is_refused_when_its_files_were_replaced_by_links(tmp_path):
     data, out, outside = write_glue_mrpc(tmp_path / "MRPC"), tmp_path / "out", tmp_path / "outside"
     run_example(data, out, "--max_steps", "2")
     plant_links(out, outside)
     before = listing(outside)
-    run_example(data, out, "--max_steps", "4", "--resume_from_checkpoint", "latest")
-    assert_harmless(out, outside, before)
-    assert (out / "checkpoint-4" / "model.safetensors").is_file()
+    with pytest.raises(ForeignFileError) as error:
+        run_example(data, out, "--max_steps", "4", "--resume_from_checkpoint", "latest")
+    assert_refused(error, out, outside, before)
+
+
+def test_save_model_never_writes_through_a_link_planted_after_the_run_began(tmp_path):
+    """Transformers' writers follow links: save_model() has them write into a staging folder, and a link planted at
+    one of its names meanwhile refuses the move, before any file is moved. Nothing outside changes."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from braeburn import Trainer, TrainingConfig
+
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    model = BertForSequenceClassification(BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1,
+                                                     num_attention_heads=2, intermediate_size=16))
+    trainer = Trainer(model, TrainingConfig(output_dir=str(out), use_cpu=True, report_to=[]))
+    trainer.save_model()  # braeburn's own files now
+    outside.mkdir()
+    (outside / "config.json.precious").write_text("someone's config\n")
+    no_follow.remove_file(out / "config.json")
+    (out / "config.json").symlink_to(outside / "config.json.precious")
+    before = listing(outside)
+    with pytest.raises(ForeignFileError):
+        trainer.save_model()
+    assert listing(outside) == before
+    assert (out / "config.json").is_symlink()  # left as the user made it: braeburn replaces only its own
 
 
 def test_published_files_replace_links_on_their_way(tmp_path):
