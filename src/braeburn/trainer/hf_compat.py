@@ -22,6 +22,7 @@ from typing import Any, Callable, NamedTuple
 
 from ..devices.base import DeviceKind
 from ..devices.host import HostFacts
+from .. import ownership
 from ..no_follow import write_atomic
 from ..plan import OptionError
 
