@@ -164,13 +164,11 @@ def main(argv: list[str] | None = None) -> dict:
                                       len(names))
 
     trainer = Trainer(model, config, train_dataset=train_dataset, eval_dataset=eval_dataset, collate_fn=collate,
-                      compute_metrics=compute_metrics)
+                      compute_metrics=compute_metrics, processing_class=tokenizer)
     if config.do_train:
         trainer.train()
-        if trainer.is_main_process:  # a Transformers directory: --model_name_or_path reads it back
-            with transformers_quiet(quiet):
-                model.save_pretrained(output_dir)
-                tokenizer.save_pretrained(output_dir)
+        with transformers_quiet(quiet):  # a Transformers directory: --model_name_or_path reads it back
+            trainer.save_model()  # (a link planted at one of its names is replaced, never written through)
     metrics = {}
     if config.do_eval:
         metrics = trainer.evaluate()

@@ -28,6 +28,11 @@ class UnsafeFileError(Exception):
     """A file that would run code when loaded (a pickle of arbitrary objects); it was not loaded."""
 
 
+class MalformedFileError(UnsafeFileError):
+    """A file that is not what its format says (a truncated, altered or hostile safetensors file): the message
+    names the file and what is wrong with it; nothing was loaded from it."""
+
+
 def debug_requested(argv: list[str] | None = None) -> bool:
     """``--debug`` among the arguments, or BRAEBURN_DEBUG set to a true value."""
     args = sys.argv[1:] if argv is None else argv
@@ -87,4 +92,4 @@ def run_main(fn: Callable[[list[str]], Any], argv: list[str] | None = None) -> A
         raise SystemExit(exit_status(error)) from None
 
 
-__all__ = ["UnsafeFileError", "debug_requested", "exit_status", "is_user_error", "run_main"]
+__all__ = ["MalformedFileError", "UnsafeFileError", "debug_requested", "exit_status", "is_user_error", "run_main"]
