@@ -163,8 +163,9 @@ def main(argv: list[str] | None = None) -> dict:
         return classification_metrics(prediction.label_ids.tolist(), prediction.predictions.argmax(-1).tolist(),
                                       len(names))
 
+    # processing_class: every checkpoint holds the tokenizer's files too, so AutoTokenizer loads it from there
     trainer = Trainer(model, config, train_dataset=train_dataset, eval_dataset=eval_dataset, collate_fn=collate,
-                      compute_metrics=compute_metrics)
+                      compute_metrics=compute_metrics, processing_class=tokenizer)
     if config.do_train:
         trainer.train()
         if trainer.is_main_process:  # a Transformers directory: --model_name_or_path reads it back

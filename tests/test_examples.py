@@ -153,6 +153,26 @@ def test_mrpc_tsvs_train_evaluate_and_save_a_reloadable_model(tmp_path):
     assert again["eval_accuracy"] == pytest.approx(saved["eval_accuracy"])
 
 
+def test_a_text_example_checkpoint_holds_the_tokenizer_that_autotokenizer_loads(tmp_path):
+    """docs/trainer.md: a checkpoint holds the tokenizer's files. Before, the example's checkpoints had none, and
+    AutoTokenizer.from_pretrained(checkpoint) silently gave a 5-token tokenizer."""
+    from _text import read_glue_tsv, word_tokenizer
+    from transformers import AutoTokenizer
+
+    data, out = write_glue_mrpc(tmp_path / "MRPC"), tmp_path / "out"
+    text_classification.main(["--task_name", "mrpc", "--data_dir", str(data), "--max_seq_length", "32", "--cpu",
+                              "--do_train", "--max_steps", "1", "--hidden_size", "32", "--num_hidden_layers", "1",
+                              "--output_dir", str(out)])
+    train = read_glue_tsv(data / "train.tsv", "mrpc")
+    made = word_tokenizer(train.first + train.second, tmp_path / "vocab", 20000)  # as the example builds it
+    loaded = AutoTokenizer.from_pretrained(str(out / "checkpoint-1"), local_files_only=True)
+    assert len(made) > 20 and loaded.get_vocab() == made.get_vocab()
+    pair = (train.first[0], train.second[0])
+    assert loaded(*pair)["input_ids"] == made(*pair)["input_ids"]
+    assert (loaded.pad_token, loaded.unk_token, loaded.model_max_length) == (made.pad_token, made.unk_token,
+                                                                             made.model_max_length)
+
+
 def test_json_lines_files_with_string_labels(tmp_path):
     for name, seed in (("train.jsonl", 3), ("dev.jsonl", 4)):
         rows = [{"sentence1": a, "sentence2": b, "label": "same" if label == "1" else "different"}
