@@ -421,10 +421,13 @@ def test_the_mps_lane_runs_with_one_command_and_writes_its_report(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    out = tmp_path / "report.md"
-    done = subprocess.run([sys.executable, str(root / "benchmarks" / "mps_lane.py"), "--out", str(out)],
+    left_before = (root / "mps-lane-report.md").exists()
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "mps_lane.py")], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "outputs" / "mps-lane-report.md"  # the default: under the folder it ran from, never the repo root
+    assert f"report written to {out}" in done.stdout
+    assert (root / "mps-lane-report.md").exists() == left_before
     report = out.read_text()
     assert report.startswith("## braeburn MPS lane\n") and "torch " in report and "chip: " in report
     assert "- MPS: not usable (MPS needs macOS on Apple silicon; this is Linux)" in report
