@@ -187,8 +187,70 @@ def test_json_lines_files_with_string_labels(tmp_path):
 
 
 def test_text_example_without_data_says_what_to_pass(tmp_path):
-    with pytest.raises(SystemExit, match="--task_name mrpc --data_dir DIR"):
-        text_classification.main(["--task_name", "mrpc", "--output_dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="no data: pass --task_name mrpc"):
+        text_classification.main(["--output_dir", str(tmp_path)])
+
+
+def _one_line_exit(argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        text_classification.main(argv)
+    message = str(stopped.value.code)
+    assert "\n" not in message and "../shared" not in message, message
+    return message
+
+
+def test_a_missing_data_dir_is_called_missing_and_says_where_to_get_mrpc(tmp_path):
+    """A user's clone has no ../shared: the folder is named as missing (not empty), with where MRPC comes from."""
+    message = _one_line_exit(["--task_name", "mrpc", "--data_dir", str(tmp_path / "MRPC"), "--output_dir",
+                              str(tmp_path / "out")])
+    assert f"--data_dir '{tmp_path / 'MRPC'}' does not exist" in message
+    assert "GLUE's MRPC train.tsv and dev.tsv" in message and "download_glue_data.py --tasks MRPC" in message
+    assert "leave --data_dir out to download MRPC as run_glue.py does (pip install datasets)" in message
+    (tmp_path / "MRPC").mkdir()
+    (tmp_path / "MRPC" / "train.tsv").write_text("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\ta\tb\n")
+    message = _one_line_exit(["--task_name", "mrpc", "--data_dir", str(tmp_path / "MRPC"), "--output_dir",
+                              str(tmp_path / "out")])
+    assert f"--data_dir '{tmp_path / 'MRPC'}' has no dev.tsv: put GLUE's MRPC" in message
+
+
+class _FakeDatasets:
+    """The `datasets` package as run_glue.py calls it, offline: load_dataset("nyu-mll/glue", "mrpc") gives the hub's
+    columns (sentence1, sentence2, integer labels) for its train and validation splits."""
+
+    def __init__(self, error: Exception | None = None):
+        self.calls, self.error = [], error
+
+    def load_dataset(self, *args):
+        self.calls.append(args)
+        if self.error is not None:
+            raise self.error
+        split = lambda rows: {"sentence1": [a for _, a, _ in rows], "sentence2": [b for _, _, b in rows],  # noqa: E731
+                              "label": [int(label) for label, _, _ in rows], "idx": list(range(len(rows)))}
+        return {"train": split(_pairs(24, 5)), "validation": split(_pairs(8, 6)), "test": split(_pairs(4, 7))}
+
+
+def test_mrpc_without_data_dir_is_downloaded_as_run_glue_does(tmp_path, monkeypatch):
+    fake = _FakeDatasets()
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    metrics = text_classification.main(["--task_name", "mrpc", "--cpu", "--max_steps", "1", "--hidden_size", "32",
+                                        "--num_hidden_layers", "1", "--max_seq_length", "32", "--save_strategy", "no",
+                                        "--output_dir", str(tmp_path / "out")])
+    assert fake.calls == [("nyu-mll/glue", "mrpc")]
+    assert results(tmp_path / "out")["eval_samples"] == 8 and 0.0 <= metrics["eval_accuracy"] <= 1.0
+    train, validation = text_classification.read_splits(text_classification.DataTrainingArguments(task_name="mrpc"))
+    assert (train.first[1], train.second[1], train.labels[:2]) == (_pairs(24, 5)[1][1], _pairs(24, 5)[1][2], ["0", "1"])
+    assert len(validation) == 8
+
+
+def test_mrpc_download_without_datasets_or_network_says_in_one_line_where_to_put_the_data(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # not installed: importing it raises ImportError
+    message = _one_line_exit(["--task_name", "mrpc", "--output_dir", str(tmp_path)])
+    assert "the `datasets` package, which is not installed: pip install datasets" in message
+    assert "put GLUE's MRPC train.tsv and dev.tsv in a folder and pass --data_dir FOLDER" in message
+    monkeypatch.setitem(sys.modules, "datasets", _FakeDatasets(ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub\nmore")))
+    message = _one_line_exit(["--task_name", "mrpc", "--output_dir", str(tmp_path)])
+    assert "MRPC could not be loaded from the Hugging Face hub (nyu-mll/glue: ConnectionError: Couldn't reach" in message
+    assert "pass --data_dir FOLDER" in message
 
 
 def test_text_example_with_a_missing_file_is_one_line_not_a_traceback(tmp_path):
