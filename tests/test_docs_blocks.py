@@ -8,7 +8,6 @@ A drifted doc fails here, and a deliberately broken snippet shows that it does.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -303,30 +302,16 @@ def test_max_steps_variable_stops_a_trainer_run_early(cpu_only, monkeypatch, tmp
 # -- the README's Trainer snippet learns what the README says -------------------------------------
 
 
-@contextlib.contextmanager
-def one_torch_thread():
-    """torch on one thread while a small model trains: on 2 cores shared with other jobs, two threads that spin
-    waiting for each other made a step of the snippet 20x slower (228 ms against 11 ms); one thread only slows
-    in proportion to the load."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _readme_block(containing: str) -> Block:
     (block,) = [b for b in BLOCKS[ROOT / "README.md"] if b.lang == "python" and containing in b.text]
     return block
 
 
-def test_readme_trainer_snippet_reaches_the_accuracy_it_states_and_draws_real_curves(cpu_only, monkeypatch,
-                                                                                      tmp_path):
+def test_readme_trainer_snippet_reaches_the_accuracy_it_states_and_draws_real_curves(cpu_only, one_thread,
+                                                                                      monkeypatch, tmp_path):
     """The snippet run to the end (no BRAEBURN_MAX_STEPS) on the CPU: the accuracy its comment names, and a curves
-    PNG drawn from several logged points, not one."""
+    PNG drawn from several logged points, not one. (One torch thread: on 2 cores shared with other jobs, two
+    threads that spin waiting for each other made its steps 20x slower.)"""
     import runpy
 
     block = _readme_block("trainer.train()")
@@ -336,8 +321,7 @@ def test_readme_trainer_snippet_reaches_the_accuracy_it_states_and_draws_real_cu
     monkeypatch.delenv("BRAEBURN_MAX_STEPS", raising=False)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "snippet.py").write_text(block.text)
-    with one_torch_thread():
-        accuracy = runpy.run_path(str(tmp_path / "snippet.py"))["metrics"]["eval_accuracy"]
+    accuracy = runpy.run_path(str(tmp_path / "snippet.py"))["metrics"]["eval_accuracy"]
     assert accuracy >= at_least
     assert abs(accuracy - measured) <= 2 / 128, f"{accuracy} on this CPU, the README says {measured}"  # 2 of 128
     records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import random
+import re
 import subprocess
 import time
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from PIL import Image
 
 from tests.conftest import BRAEBURN_ROOT
@@ -44,9 +47,29 @@ def test_digits_few_steps_write_metrics_and_confusion_matrix(tmp_path):
     assert is_png(tmp_path / "confusion_matrix.png")
 
 
-def test_digits_train_to_95_percent_in_two_epochs(tmp_path, capsys):
-    metrics = image_classification.main(["--cpu", "--num_train_epochs", "2", "--output_dir", str(tmp_path)])
-    assert metrics["accuracy"] >= 0.95, metrics
+def documented_digits_run() -> tuple[float, float, int]:
+    """docs/examples.md's measured row for the bare digits command, (test accuracy, idle seconds in all), and the
+    factor of that time the page says a test keeps the run within."""
+    page = (EXAMPLES.parent / "docs" / "examples.md").read_text(encoding="utf-8")
+    row = next(line for line in page.splitlines() if line.startswith("| `python examples/image_classification.py`"))
+    return (float(re.search(r"test accuracy (0\.\d+)", row).group(1)),
+            float(re.search(r"(\d+(?:\.\d+)?) s in all", row).group(1)),
+            int(re.search(r"a run within (\d+)x its time in all", page).group(1)))
+
+
+def test_the_bare_digits_command_gives_the_documented_accuracy_within_the_documented_time(tmp_path, capsys,
+                                                                                          one_thread):
+    """The bare command (10 epochs) on the CPU, in this process on one torch thread (other jobs on the cores slow
+    one thread in proportion; two threads that spin waiting for each other went 80x slower): docs/examples.md's
+    accuracy exactly where it was measured (x86-64, torch 2.13), within two images elsewhere (other float
+    kernels), and its time within the factor the page states."""
+    accuracy, idle_seconds, factor = documented_digits_run()
+    started = time.perf_counter()
+    metrics = image_classification.main(["--cpu", "--output_dir", str(tmp_path)])
+    elapsed = time.perf_counter() - started
+    where_measured = platform.machine() in ("x86_64", "AMD64") and torch.__version__.startswith("2.13")
+    assert abs(metrics["accuracy"] - accuracy) <= (1e-4 if where_measured else 2 / 359 + 1e-4), (metrics, accuracy)
+    assert elapsed <= factor * idle_seconds, f"{elapsed:.1f} s; the page says {idle_seconds} s idle, at most {factor}x"
     printed = capsys.readouterr().out
     assert "precision" in printed and "recall" in printed  # the per-class report
     assert results(tmp_path)["eval_samples"] == 359  # 20% of each digit class held out
