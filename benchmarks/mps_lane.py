@@ -90,14 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(DEFAULT_REPORT),
                         help=f"where to write the report (Markdown; default {DEFAULT_REPORT}, from the current folder)")
     args = parser.parse_args(argv)
-    target = Path(args.out).resolve()  # before the chdir below: a relative --out is relative to where it was run
+    args.out = Path(args.out).resolve()  # before the chdir below: a relative --out is relative to where it was run
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     results = Results()
     os.chdir(ROOT)
     code = int(pytest.main(["tests/test_mps_lane.py", "-q", "-rs", "-p", "no:cacheprovider"], plugins=[results]))
     text = report(results, code)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
-    print(f"\n{text}\nreport written to {target}")
+    Path(args.out).write_text(text)
+    print(f"\n{text}\nreport written to {Path(args.out).resolve()}")
     return code
 
 
