@@ -327,14 +327,14 @@ def verdict(result: dict) -> str:
 def run_workloads(args, host) -> dict:
     kinds = choose_devices(args.devices, host)
     names = choose_workloads(args.workload)
-    args.size, why = resolve_size(args.size, kinds)
-    if why:
-        _say(why)
     from ..workloads import get_workload
 
     skipped = {n: get_workload(n).missing_dependency() for n in names if get_workload(n).missing_dependency()}
     if skipped and args.workload != "all":
         raise ImportError(next(iter(skipped.values())))
+    args.size, why = resolve_size(args.size, kinds)
+    if why:
+        _say(why)
     _say(f"{len(names) - len(skipped)} workload(s) on {', '.join(k.name for k in kinds)}; measuring each device's "
          "matmul peak and bandwidth first...")
     peaks = {kind.name: device_peaks(kind, host, args.size, args.mixed_precision) for kind in kinds}
