@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from braeburn.plan.rules import compile_gains
+from braeburn.plan import compile_gains
 from braeburn.plan.compile_gains import FAMILY_GAINS, FamilyGain, estimate, read_records, remember
 from braeburn.plan.compile_policy import decide
 from braeburn.devices.cpu import CpuDevice

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from braeburn.plan.rules import compile_gains
+from braeburn.plan import compile_gains
 from braeburn.plan.compile_policy import MIN_EAGER_SECONDS, decide
 from braeburn.devices.cpu import CpuDevice
 from braeburn.trainer import TrainingConfig

@@ -218,7 +218,8 @@ def test_fp16_overflow_skip_on_a_mac_reads_the_scalers_found_inf_not_every_gradi
 
 # -- compile=True on MPS says why in one line; compiled steps that measure slower go back to eager, on any device ---
 def test_compile_true_on_a_mac_warns_in_one_line_with_the_measured_reason(fake_mac, monkeypatch):
-    from braeburn import Accelerator, accelerator as accelerator_module
+    from braeburn import Accelerator
+    from braeburn.accelerator import core as accelerator_module
     from braeburn.plan.rules import RunOptions, make_plan
     from tests.conftest import APPLE_M
 

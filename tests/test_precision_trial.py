@@ -14,7 +14,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import Dataset, TensorDataset
 
-from braeburn.plan.rules import precision_trial
+from braeburn.plan import precision_trial
 from braeburn.plan.rules import RunOptions, make_plan
 from braeburn.plan.precision_trial import (MEASURE_STEPS, MIN_GAIN, ROUNDS, Trial, Window, clearly_faster, decide,
                                       measure_reason, min_run_steps, run_trials, stop_after_first_round, trial_steps)

@@ -42,7 +42,7 @@ from .runs import (CheckpointPathError, checkpoint_to_resume, claim_run_folder, 
 from .spelling import LightningSpelling
 
 
-_PACKAGE = Path(__file__).resolve().parents[1]  # braeburn's own code: src/braeburn
+_PACKAGE = Path(__file__).resolve().parents[2]  # braeburn's own code: src/braeburn
 
 
 # Nobody asks for compile=false here: it is this path's default, and the summary says so.
