@@ -1,6 +1,6 @@
 """The MPS lane on a Mac: check every claim braeburn makes about Apple silicon, and write a report to paste.
 
-    python benchmarks/mps_lane.py                     # from the repository root; report in mps-lane-report.md
+    python benchmarks/mps_lane.py                     # report in outputs/mps-lane-report.md
     python benchmarks/mps_lane.py --out report.md
 
 Runs tests/test_mps_lane.py (each test carries requires("mps"); where MPS is not usable, every one is skipped
@@ -21,6 +21,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# Under the folder the command is run from, like the examples' outputs/ (from the repository root, .gitignore covers
+# it): never an untracked file beside README.md.
+DEFAULT_REPORT = Path("outputs") / "mps-lane-report.md"
 sys.path.insert(0, str(ROOT / "src"))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
 
@@ -128,8 +131,11 @@ def report(results: Results, code: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="mps-lane-report.md", help="where to write the report (Markdown)")
+    parser.add_argument("--out", default=str(DEFAULT_REPORT),
+                        help=f"where to write the report (Markdown; default {DEFAULT_REPORT}, from the current folder)")
     args = parser.parse_args(argv)
+    args.out = Path(args.out).resolve()  # before the chdir below: a relative --out is relative to where it was run
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     results = Results()
     os.chdir(ROOT)
     code = int(pytest.main(["tests/test_mps_lane.py", "-q", "-rs", "-p", "no:cacheprovider"], plugins=[results]))

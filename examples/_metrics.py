@@ -6,11 +6,14 @@ with its file-only Agg canvas so the examples run on machines without a display.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from braeburn.checkpoints.no_follow import write_atomic
 
 
 def classification_metrics(labels: Sequence[int], predictions: Sequence[int], num_classes: int) -> dict[str, float]:
@@ -70,12 +73,12 @@ def save_confusion_matrix_png(matrix: np.ndarray, class_names: Sequence[str], pa
         for column in range(matrix.shape[1]):
             color = "white" if matrix[row, column] > threshold else "black"
             axes.text(column, row, str(matrix[row, column]), ha="center", va="center", color=color, fontsize=8)
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=120)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    return path
+    return write_atomic(path, image.getvalue())  # (a link planted at its name is replaced, never written through)
 
 
 def write_json(values: dict, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return path
+    return write_atomic(path, json.dumps(values, indent=2, sort_keys=True) + "\n")

@@ -24,6 +24,13 @@ GLUE_TASKS: dict[str, tuple[str, str | None, str, tuple[str, ...]]] = {
     "rte": ("sentence1", "sentence2", "label", ("entailment", "not_entailment")),
     "wnli": ("sentence1", "sentence2", "label", ("0", "1")),
 }
+# Where run_glue.py gets a task without local files: load_dataset("nyu-mll/glue", task) from the Hugging Face hub,
+# whose columns are these (first text, second text or None); its integer labels index GLUE_TASKS' label names.
+GLUE_HUB_DATASET = "nyu-mll/glue"
+GLUE_HUB_COLUMNS: dict[str, tuple[str, str | None]] = {
+    "mrpc": ("sentence1", "sentence2"), "sst2": ("sentence", None), "qqp": ("question1", "question2"),
+    "qnli": ("question", "sentence"), "rte": ("sentence1", "sentence2"), "wnli": ("sentence1", "sentence2"),
+}
 # CSV / JSON-lines columns, as run_glue.py looks for them.
 TEXT_COLUMN_PAIRS = (("sentence1", "sentence2"), ("question1", "question2"), ("question", "sentence"))
 SINGLE_TEXT_COLUMNS = ("sentence", "text")
@@ -67,10 +74,7 @@ def _existing(path: Path, given_as: str) -> Path:
 
 def read_glue_tsv(path: str | Path, task_name: str) -> TextExamples:
     """A GLUE task's TSV; a UTF-8 byte-order mark (MRPC's dev.tsv has one) is dropped, quotes are kept as text."""
-    task_name = task_name.lower()
-    if task_name not in GLUE_TASKS:
-        raise ValueError(f"--task_name {task_name!r} is not one this example reads; known: "
-                         f"{', '.join(GLUE_TASKS)}. For other data pass --train_file/--validation_file (CSV or JSON lines).")
+    task_name = _known_task(task_name)
     first, second, label, _ = GLUE_TASKS[task_name]
     path = _existing(Path(path), f"--data_dir's {Path(path).name} (--task_name {task_name}):")
     # utf-8-sig strips the BOM; otherwise the header's first name reads '\ufeffQuality' and no column matches.
@@ -81,6 +85,65 @@ def read_glue_tsv(path: str | Path, task_name: str) -> TextExamples:
         raise ValueError(f"{path} holds a header but no examples: it cannot be trained or evaluated on.")
     return TextExamples(_column(rows, first, path), None if second is None else _column(rows, second, path),
                         _column(rows, label, path))
+
+
+def _known_task(task_name: str) -> str:
+    task_name = task_name.lower()
+    if task_name not in GLUE_TASKS:
+        raise ValueError(f"--task_name {task_name!r} is not one this example reads; known: "
+                         f"{', '.join(GLUE_TASKS)}. For other data pass --train_file/--validation_file (CSV or JSON lines).")
+    return task_name
+
+
+def _local_copy(task_name: str) -> str:
+    return (f"put GLUE's {task_name.upper()} train.tsv and dev.tsv in a folder and pass --data_dir FOLDER (GLUE's "
+            f"download_glue_data.py --tasks {task_name.upper()} writes them)")
+
+
+def _where_to_get(task_name: str) -> str:
+    return (f"{_local_copy(task_name)}, or, online, leave --data_dir out to download {task_name.upper()} as "
+            "run_glue.py does (pip install datasets)")
+
+
+def read_glue_folder(folder: str | Path, task_name: str) -> tuple[TextExamples, TextExamples]:
+    """(train, validation) from a GLUE task's folder: its train.tsv and dev.tsv."""
+    task_name, folder = _known_task(task_name), Path(folder)
+    if not folder.is_dir():
+        why = "is a file, not a folder" if folder.exists() else f"does not exist (working directory {Path.cwd()})"
+        raise SystemExit(f"--data_dir {str(folder)!r} {why}: {_where_to_get(task_name)}.")
+    missing = [name for name in ("train.tsv", "dev.tsv") if not (folder / name).is_file()]
+    if missing:
+        raise SystemExit(f"--data_dir {str(folder)!r} has no {' or '.join(missing)}: {_where_to_get(task_name)}.")
+    return read_glue_tsv(folder / "train.tsv", task_name), read_glue_tsv(folder / "dev.tsv", task_name)
+
+
+def glue_from_hub(task_name: str) -> tuple[TextExamples, TextExamples]:
+    """(train, validation) of a GLUE task as run_glue.py gets them without local files: the `datasets` library's
+    ``load_dataset("nyu-mll/glue", task)``, downloaded from the Hugging Face hub once, then read from its cache (also
+    with HF_HUB_OFFLINE=1). Without the library or the network: one line that says where to put the data instead."""
+    task_name = _known_task(task_name)
+    try:
+        import datasets
+    except ImportError:
+        raise SystemExit(f"--task_name {task_name} without --data_dir downloads {task_name.upper()} with the `datasets` "
+                         f"package, which is not installed: pip install datasets (it is in braeburn's mrpc extra), or "
+                         f"{_local_copy(task_name)}.") from None
+    try:
+        loaded = datasets.load_dataset(GLUE_HUB_DATASET, task_name)
+    except Exception as error:  # no network, no cache, a hub error: the data cannot be had this way
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise SystemExit(f"--task_name {task_name} without --data_dir: {task_name.upper()} could not be loaded from "
+                         f"the Hugging Face hub ({GLUE_HUB_DATASET}: {type(error).__name__}: {first_line}); "
+                         f"{_local_copy(task_name)}.") from None
+    return _hub_split(loaded["train"], task_name), _hub_split(loaded["validation"], task_name)
+
+
+def _hub_split(split, task_name: str) -> TextExamples:
+    first, second = GLUE_HUB_COLUMNS[task_name]
+    names = GLUE_TASKS[task_name][3]
+    return TextExamples([str(text) for text in split[first]],
+                        None if second is None else [str(text) for text in split[second]],
+                        [names[int(label)] for label in split["label"]])
 
 
 def read_rows(path: str | Path) -> list[dict]:

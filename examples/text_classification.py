@@ -1,11 +1,12 @@
 """Fine-tune a Transformers model on sentence(-pair) classification, on braeburn's Trainer (run_glue.py's flags).
 
     python examples/text_classification.py --model_name_or_path all-MiniLM-L6-v2 \\
-        --task_name mrpc --data_dir ../shared/data/glue/MRPC --do_train --do_eval \\
+        --task_name mrpc --do_train --do_eval \\
         --max_seq_length 128 --per_device_train_batch_size 32 --learning_rate 2e-5 \\
         --num_train_epochs 3 --output_dir /tmp/mrpc/ --overwrite_output_dir
 
-Data: GLUE TSVs (``--task_name mrpc --data_dir DIR`` reads DIR/train.tsv and DIR/dev.tsv; a UTF-8
+Data: a GLUE task, ``--task_name mrpc``, downloaded from the Hugging Face hub as run_glue.py does (the
+``datasets`` package), or read from GLUE TSVs with ``--data_dir DIR`` (DIR/train.tsv and DIR/dev.tsv; a UTF-8
 byte-order mark is fine), or ``--train_file``/``--validation_file`` in CSV or JSON lines with a
 ``label`` column and ``sentence1``/``sentence2`` (or ``sentence``/``text``) columns.
 Model: ``--model_name_or_path`` is a local Transformers-format directory (read offline), or
@@ -29,8 +30,8 @@ from torch.utils.data import Dataset
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers beside this file
 
 from _metrics import classification_metrics, write_json  # noqa: E402
-from _text import (TextExamples, label_indices, label_names, load_pretrained, read_glue_tsv, read_table,  # noqa: E402
-                   small_bert, word_tokenizer)
+from _text import (TextExamples, glue_from_hub, label_indices, label_names, load_pretrained,  # noqa: E402
+                   read_glue_folder, read_table, small_bert, word_tokenizer)
 
 from braeburn.compat.transformers.files import transformers_quiet  # noqa: E402
 from braeburn import Trainer, TrainingConfig  # noqa: E402
@@ -56,9 +57,9 @@ class DataTrainingArguments:
     """What to train and evaluate on (run_glue.py's names)."""
 
     task_name: str | None = None
-    """GLUE task whose TSVs --data_dir holds: mrpc, sst2, qqp, qnli, rte or wnli."""
+    """GLUE task: mrpc, sst2, qqp, qnli, rte or wnli; from --data_dir, else downloaded as run_glue.py does (datasets)."""
     data_dir: str | None = None
-    """Folder with the task's train.tsv and dev.tsv (GLUE format)."""
+    """Folder with the task's train.tsv and dev.tsv (GLUE format); without it the task is downloaded."""
     train_file: str | None = None
     """A .csv, .tsv or .json/.jsonl (JSON lines) file of training data; used instead of --data_dir."""
     validation_file: str | None = None
@@ -88,14 +89,14 @@ def read_splits(data: DataTrainingArguments) -> tuple[TextExamples, TextExamples
                              "vocabulary come from the first, the reported accuracy from the second.")
         return read_table(data.train_file), read_table(data.validation_file)
     if data.task_name and data.data_dir:
-        folder = Path(data.data_dir)
-        missing = [name for name in ("train.tsv", "dev.tsv") if not (folder / name).is_file()]
-        if missing:
-            raise SystemExit(f"--data_dir {data.data_dir!r} has no {' or '.join(missing)}: it must hold the GLUE "
-                             f"task's train.tsv and dev.tsv (e.g. ../shared/data/glue/MRPC).")
-        return read_glue_tsv(folder / "train.tsv", data.task_name), read_glue_tsv(folder / "dev.tsv", data.task_name)
-    raise SystemExit("no data: pass --task_name mrpc --data_dir DIR (GLUE TSVs), or --train_file and "
-                     "--validation_file (CSV or JSON lines). Nothing is downloaded, so a task name alone is not enough.")
+        return read_glue_folder(data.data_dir, data.task_name)
+    if data.task_name:
+        return glue_from_hub(data.task_name)  # as run_glue.py: downloaded with `datasets` (then from its cache)
+    if data.data_dir:
+        raise SystemExit(f"--data_dir {data.data_dir!r} needs --task_name (mrpc, sst2, qqp, qnli, rte or wnli): it "
+                         "names the columns of the folder's GLUE TSVs.")
+    raise SystemExit("no data: pass --task_name mrpc (downloaded as run_glue.py does, or read from --data_dir DIR "
+                     "holding GLUE's train.tsv and dev.tsv), or --train_file and --validation_file (CSV or JSON lines).")
 
 
 class EncodedDataset(Dataset):
@@ -163,14 +164,13 @@ def main(argv: list[str] | None = None) -> dict:
         return classification_metrics(prediction.label_ids.tolist(), prediction.predictions.argmax(-1).tolist(),
                                       len(names))
 
+    # processing_class: every checkpoint holds the tokenizer's files too, so AutoTokenizer loads it from there
     trainer = Trainer(model, config, train_dataset=train_dataset, eval_dataset=eval_dataset, collate_fn=collate,
-                      compute_metrics=compute_metrics)
+                      compute_metrics=compute_metrics, processing_class=tokenizer)
     if config.do_train:
         trainer.train()
-        if trainer.is_main_process:  # a Transformers directory: --model_name_or_path reads it back
-            with transformers_quiet(quiet):
-                model.save_pretrained(output_dir)
-                tokenizer.save_pretrained(output_dir)
+        with transformers_quiet(quiet):  # a Transformers directory: --model_name_or_path reads it back
+            trainer.save_model()  # (a link planted at one of its names is replaced, never written through)
     metrics = {}
     if config.do_eval:
         metrics = trainer.evaluate()

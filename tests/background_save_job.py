@@ -32,8 +32,7 @@ def kill_inside_background_save(step: int) -> None:
             return original(self, output_dir)
         name, file = next(iter(self.snapshot.files.items()))
         staging = background_save.state_io.prepare_staging(output_dir)
-        with open(staging / name, "wb") as handle:  # one file of the checkpoint's staging written
-            file.write(handle)
+        file.write(staging / name)  # one file of the checkpoint's staging written
         print(f"job: killed inside the background save of checkpoint-{step}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
 

@@ -10,9 +10,18 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
 
-import braeburn
+# One thread per test process, and for the processes the tests start. Two xdist workers on two cores, each with
+# torch's default of a thread per core, oversubscribe the machine; OpenMP's spinning threads then make a busy
+# machine up to 80 times slower (the digits example: 708 s against 8.9 s at load 11). A test's time must not
+# depend on what else runs beside it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402  (after OMP_NUM_THREADS: OpenMP reads it when torch loads)
+
+torch.set_num_threads(1)
+
+import braeburn  # noqa: E402
 from braeburn.devices.host import HostFacts, current_host, use_host
 from braeburn.devices.registry import get_kind
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 
-from braeburn.checkpoints import safetensors_file
 from braeburn.trainer.checkpoint import CheckpointManager
 
 JOB = Path(__file__).with_name("background_save_job.py")
@@ -29,7 +29,9 @@ def run_job(*args: str) -> subprocess.CompletedProcess:
 def load_all(folder: Path) -> dict[str, object]:
     """Every file of a checkpoint, loaded: the weights' safetensors too (the tensors and the file's metadata)."""
     loaded: dict[str, object] = {p.name: torch.load(p, weights_only=True) for p in sorted(folder.glob("*.pt"))}
-    loaded.update({p.name: safetensors_file.read(p) for p in sorted(folder.glob("*.safetensors"))})
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as file:
+            loaded[path.name] = ({name: file.get_tensor(name) for name in file.keys()}, file.metadata())
     assert "model.safetensors" in loaded
     return loaded
 

@@ -91,8 +91,66 @@ def test_timing_is_bracketed_by_the_device_kinds_synchronize():
 
     built = workloads.build("mlp", "tiny")
     row = bench.time_training(built, CountingCpu(), None, "no", 4, warmup=1, steps=3, max_seconds=30)
-    assert row["steps"] == 3 and CountingCpu.calls == 2  # before and after the timed steps, not inside
+    # after the first warm-up step (its time, for the estimate), then before and after the timed steps, not inside
+    assert row["steps"] == 3 and CountingCpu.calls == 3
     assert bench.matmul_tflops(CountingCpu(), "fp32", 64, 0.0) > 0
+
+
+def test_on_a_cpu_alone_the_default_size_is_tiny_and_says_so(capsys):
+    """The README's `braeburn bench --workload all` ran full-size BERT-base and GPT-2 on a 2-core CPU, minutes a
+    step, with no word about --size tiny. Where only the CPU is benchmarked, the default is the tiny models."""
+    code = main(["bench", "--json", "--devices", "cpu", "--workload", "mlp", "--steps", "1", "--warmup", "0"])
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert code == 0 and result["settings"]["size"] == "tiny" and result["workloads"][0]["size"] == "tiny"
+    assert "--size auto: the tiny models, since only the CPU is benchmarked here; --size full" in captured.err
+    cpu, cuda = get_kind("cpu"), get_kind("cuda")
+    assert bench.resolve_size("auto", [cuda, cpu]) == ("full", None)  # an accelerator: the real models
+    assert bench.resolve_size("full", [cpu]) == ("full", None) and bench.resolve_size("tiny", [cuda])[0] == "tiny"
+
+
+class _Clock:
+    """bench's clock in a test: time passes only when a step says so."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class _SlowStep:
+    """A workload whose every training step takes ``seconds`` on ``clock`` (a full-size model on a slow CPU)."""
+
+    def __init__(self, clock: _Clock, seconds: float):
+        self.model, self.calls = torch.nn.Linear(2, 1), 0
+        self.make_batch = lambda n: (torch.randn(n, 2),)
+
+        def loss(model, batch):
+            self.calls += 1
+            clock.now += seconds
+            return model(batch[0]).sum()
+
+        self.loss = loss
+
+
+def test_a_slow_workload_is_cut_at_max_seconds_and_says_how_long_it_takes(capsys, monkeypatch):
+    """Warm-up steps used to run in full whatever they cost (3 full BERT steps: minutes on a CPU) and nothing said
+    how long a workload would take. Now warm-up and timing each stop after --max-seconds (at least one step each),
+    and the first step's time gives an estimate, with how to shorten it."""
+    clock = _Clock()
+    monkeypatch.setattr(bench, "time", clock)
+    slow = _SlowStep(clock, 48.0)  # a full BERT-base step on a busy 2-core CPU
+    row = bench.time_training(slow, get_kind("cpu"), None, "no", 2, warmup=3, steps=10, max_seconds=30,
+                              label="bert-base (full) on cpu")
+    assert (slow.calls, row["steps"], clock.now) == (2, 1, 96.0)  # one warm-up and one timed step, not 3 + 1
+    assert ("braeburn bench: bert-base (full) on cpu: 48.0 s a step, so about 1.6 min for this one (warm-up and "
+            "timing each stop after --max-seconds 30); --size tiny, or fewer --steps, is quicker") in capsys.readouterr().err
+    tiny = _SlowStep(clock, 0.01)
+    row = bench.time_training(tiny, get_kind("cpu"), None, "no", 2, warmup=3, steps=10, max_seconds=30, label="mlp")
+    assert (tiny.calls, row["steps"]) == (13, 10) and "s a step" not in capsys.readouterr().err  # quick: no estimate
+    assert bench.expected_seconds(0.4, 30, 30, 0.5) == pytest.approx(1.6)  # 2 steps in each phase
+    assert bench.expected_seconds(0.01, 3, 10, 30) == pytest.approx(0.13)
 
 
 def test_missing_transformers_skips_under_all_and_refuses_when_named(capsys, monkeypatch):

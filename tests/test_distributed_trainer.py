@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from braeburn.checkpoints.ownership import MARKER
 from braeburn.trainer.checkpoint import CheckpointManager
 
 pytestmark = pytest.mark.slow  # ~60 s on 2 CPU cores: two single-process runs and one 2-process job
@@ -118,5 +119,5 @@ def test_checkpoints_of_a_two_process_run_are_written_once_and_complete(runs):
         manager.verify(folder)  # every file the manifest lists, with its checksum
     files = sorted(p.name for p in (out / "ddp" / "checkpoint-8").iterdir())
     assert files.count("model.safetensors") == 1 and {"rng_state_0.pt", "rng_state_1.pt"} <= set(files)
-    assert [p.name for p in (out / "ddp").iterdir() if p.name.startswith(".")] == []  # no staging, no lock left
+    assert [p.name for p in (out / "ddp").iterdir() if p.name.startswith(".")] == [MARKER]  # no staging, no lock
     assert logs["two"].count("braeburn: training ended") == 3  # rank 0 only: ddp (after the restart), 1->2, fsdp

@@ -297,3 +297,33 @@ def test_max_steps_variable_stops_a_trainer_run_early(cpu_only, monkeypatch, tmp
         with pytest.raises(ValueError, match="must be a whole number >= 1"):
             max_steps_cap({"BRAEBURN_MAX_STEPS": bad})
     assert max_steps_cap({}) is None
+
+
+# -- the README's Trainer snippet learns what the README says -------------------------------------
+
+
+def _readme_block(containing: str) -> Block:
+    (block,) = [b for b in BLOCKS[ROOT / "README.md"] if b.lang == "python" and containing in b.text]
+    return block
+
+
+def test_readme_trainer_snippet_reaches_the_accuracy_it_states_and_draws_real_curves(cpu_only, one_thread,
+                                                                                      monkeypatch, tmp_path):
+    """The snippet run to the end (no BRAEBURN_MAX_STEPS) on the CPU: the accuracy its comment names, and a curves
+    PNG drawn from several logged points, not one. (One torch thread: on 2 cores shared with other jobs, two
+    threads that spin waiting for each other made its steps 20x slower.)"""
+    import runpy
+
+    block = _readme_block("trainer.train()")
+    stated = re.search(r"eval_accuracy at least (0\.\d+) \((0\.\d+) on a 2-core", block.text)
+    assert stated, f"{block.where}: the snippet's comment no longer states the accuracy it reaches"
+    at_least, measured = float(stated.group(1)), float(stated.group(2))
+    monkeypatch.delenv("BRAEBURN_MAX_STEPS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "snippet.py").write_text(block.text)
+    accuracy = runpy.run_path(str(tmp_path / "snippet.py"))["metrics"]["eval_accuracy"]
+    assert accuracy >= at_least
+    assert abs(accuracy - measured) <= 2 / 128, f"{accuracy} on this CPU, the README says {measured}"  # 2 of 128
+    records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert sum("loss" in r for r in records) >= 8 and sum("eval_accuracy" in r for r in records) >= 3
+    assert (tmp_path / "out" / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import random
+import re
 import subprocess
 import time
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from PIL import Image
 
 from tests.conftest import BRAEBURN_ROOT
@@ -44,9 +47,29 @@ def test_digits_few_steps_write_metrics_and_confusion_matrix(tmp_path):
     assert is_png(tmp_path / "confusion_matrix.png")
 
 
-def test_digits_train_to_95_percent_in_two_epochs(tmp_path, capsys):
-    metrics = image_classification.main(["--cpu", "--num_train_epochs", "2", "--output_dir", str(tmp_path)])
-    assert metrics["accuracy"] >= 0.95, metrics
+def documented_digits_run() -> tuple[float, float, int]:
+    """docs/examples.md's measured row for the bare digits command, (test accuracy, idle seconds in all), and the
+    factor of that time the page says a test keeps the run within."""
+    page = (EXAMPLES.parent / "docs" / "examples.md").read_text(encoding="utf-8")
+    row = next(line for line in page.splitlines() if line.startswith("| `python examples/image_classification.py`"))
+    return (float(re.search(r"test accuracy (0\.\d+)", row).group(1)),
+            float(re.search(r"(\d+(?:\.\d+)?) s in all", row).group(1)),
+            int(re.search(r"a run within (\d+)x its time in all", page).group(1)))
+
+
+def test_the_bare_digits_command_gives_the_documented_accuracy_within_the_documented_time(tmp_path, capsys,
+                                                                                          one_thread):
+    """The bare command (10 epochs) on the CPU, in this process on one torch thread (other jobs on the cores slow
+    one thread in proportion; two threads that spin waiting for each other went 80x slower): docs/examples.md's
+    accuracy exactly where it was measured (x86-64, torch 2.13), within two images elsewhere (other float
+    kernels), and its time within the factor the page states."""
+    accuracy, idle_seconds, factor = documented_digits_run()
+    started = time.perf_counter()
+    metrics = image_classification.main(["--cpu", "--output_dir", str(tmp_path)])
+    elapsed = time.perf_counter() - started
+    where_measured = platform.machine() in ("x86_64", "AMD64") and torch.__version__.startswith("2.13")
+    assert abs(metrics["accuracy"] - accuracy) <= (1e-4 if where_measured else 2 / 359 + 1e-4), (metrics, accuracy)
+    assert elapsed <= factor * idle_seconds, f"{elapsed:.1f} s; the page says {idle_seconds} s idle, at most {factor}x"
     printed = capsys.readouterr().out
     assert "precision" in printed and "recall" in printed  # the per-class report
     assert results(tmp_path)["eval_samples"] == 359  # 20% of each digit class held out
@@ -153,6 +176,26 @@ def test_mrpc_tsvs_train_evaluate_and_save_a_reloadable_model(tmp_path):
     assert again["eval_accuracy"] == pytest.approx(saved["eval_accuracy"])
 
 
+def test_a_text_example_checkpoint_holds_the_tokenizer_that_autotokenizer_loads(tmp_path):
+    """docs/trainer.md: a checkpoint holds the tokenizer's files. Before, the example's checkpoints had none, and
+    AutoTokenizer.from_pretrained(checkpoint) silently gave a 5-token tokenizer."""
+    from _text import read_glue_tsv, word_tokenizer
+    from transformers import AutoTokenizer
+
+    data, out = write_glue_mrpc(tmp_path / "MRPC"), tmp_path / "out"
+    text_classification.main(["--task_name", "mrpc", "--data_dir", str(data), "--max_seq_length", "32", "--cpu",
+                              "--do_train", "--max_steps", "1", "--hidden_size", "32", "--num_hidden_layers", "1",
+                              "--output_dir", str(out)])
+    train = read_glue_tsv(data / "train.tsv", "mrpc")
+    made = word_tokenizer(train.first + train.second, tmp_path / "vocab", 20000)  # as the example builds it
+    loaded = AutoTokenizer.from_pretrained(str(out / "checkpoint-1"), local_files_only=True)
+    assert len(made) > 20 and loaded.get_vocab() == made.get_vocab()
+    pair = (train.first[0], train.second[0])
+    assert loaded(*pair)["input_ids"] == made(*pair)["input_ids"]
+    assert (loaded.pad_token, loaded.unk_token, loaded.model_max_length) == (made.pad_token, made.unk_token,
+                                                                             made.model_max_length)
+
+
 def test_json_lines_files_with_string_labels(tmp_path):
     for name, seed in (("train.jsonl", 3), ("dev.jsonl", 4)):
         rows = [{"sentence1": a, "sentence2": b, "label": "same" if label == "1" else "different"}
@@ -167,8 +210,70 @@ def test_json_lines_files_with_string_labels(tmp_path):
 
 
 def test_text_example_without_data_says_what_to_pass(tmp_path):
-    with pytest.raises(SystemExit, match="--task_name mrpc --data_dir DIR"):
-        text_classification.main(["--task_name", "mrpc", "--output_dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="no data: pass --task_name mrpc"):
+        text_classification.main(["--output_dir", str(tmp_path)])
+
+
+def _one_line_exit(argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        text_classification.main(argv)
+    message = str(stopped.value.code)
+    assert "\n" not in message and "../shared" not in message, message
+    return message
+
+
+def test_a_missing_data_dir_is_called_missing_and_says_where_to_get_mrpc(tmp_path):
+    """A user's clone has no ../shared: the folder is named as missing (not empty), with where MRPC comes from."""
+    message = _one_line_exit(["--task_name", "mrpc", "--data_dir", str(tmp_path / "MRPC"), "--output_dir",
+                              str(tmp_path / "out")])
+    assert f"--data_dir '{tmp_path / 'MRPC'}' does not exist" in message
+    assert "GLUE's MRPC train.tsv and dev.tsv" in message and "download_glue_data.py --tasks MRPC" in message
+    assert "leave --data_dir out to download MRPC as run_glue.py does (pip install datasets)" in message
+    (tmp_path / "MRPC").mkdir()
+    (tmp_path / "MRPC" / "train.tsv").write_text("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\ta\tb\n")
+    message = _one_line_exit(["--task_name", "mrpc", "--data_dir", str(tmp_path / "MRPC"), "--output_dir",
+                              str(tmp_path / "out")])
+    assert f"--data_dir '{tmp_path / 'MRPC'}' has no dev.tsv: put GLUE's MRPC" in message
+
+
+class _FakeDatasets:
+    """The `datasets` package as run_glue.py calls it, offline: load_dataset("nyu-mll/glue", "mrpc") gives the hub's
+    columns (sentence1, sentence2, integer labels) for its train and validation splits."""
+
+    def __init__(self, error: Exception | None = None):
+        self.calls, self.error = [], error
+
+    def load_dataset(self, *args):
+        self.calls.append(args)
+        if self.error is not None:
+            raise self.error
+        split = lambda rows: {"sentence1": [a for _, a, _ in rows], "sentence2": [b for _, _, b in rows],  # noqa: E731
+                              "label": [int(label) for label, _, _ in rows], "idx": list(range(len(rows)))}
+        return {"train": split(_pairs(24, 5)), "validation": split(_pairs(8, 6)), "test": split(_pairs(4, 7))}
+
+
+def test_mrpc_without_data_dir_is_downloaded_as_run_glue_does(tmp_path, monkeypatch):
+    fake = _FakeDatasets()
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    metrics = text_classification.main(["--task_name", "mrpc", "--cpu", "--max_steps", "1", "--hidden_size", "32",
+                                        "--num_hidden_layers", "1", "--max_seq_length", "32", "--save_strategy", "no",
+                                        "--output_dir", str(tmp_path / "out")])
+    assert fake.calls == [("nyu-mll/glue", "mrpc")]
+    assert results(tmp_path / "out")["eval_samples"] == 8 and 0.0 <= metrics["eval_accuracy"] <= 1.0
+    train, validation = text_classification.read_splits(text_classification.DataTrainingArguments(task_name="mrpc"))
+    assert (train.first[1], train.second[1], train.labels[:2]) == (_pairs(24, 5)[1][1], _pairs(24, 5)[1][2], ["0", "1"])
+    assert len(validation) == 8
+
+
+def test_mrpc_download_without_datasets_or_network_says_in_one_line_where_to_put_the_data(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # not installed: importing it raises ImportError
+    message = _one_line_exit(["--task_name", "mrpc", "--output_dir", str(tmp_path)])
+    assert "the `datasets` package, which is not installed: pip install datasets" in message
+    assert "put GLUE's MRPC train.tsv and dev.tsv in a folder and pass --data_dir FOLDER" in message
+    monkeypatch.setitem(sys.modules, "datasets", _FakeDatasets(ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub\nmore")))
+    message = _one_line_exit(["--task_name", "mrpc", "--output_dir", str(tmp_path)])
+    assert "MRPC could not be loaded from the Hugging Face hub (nyu-mll/glue: ConnectionError: Couldn't reach" in message
+    assert "pass --data_dir FOLDER" in message
 
 
 def test_text_example_with_a_missing_file_is_one_line_not_a_traceback(tmp_path):

@@ -378,8 +378,9 @@ def test_the_mps_lane_runs_with_one_command_and_writes_its_report(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    out = tmp_path / "report.md"
-    done = subprocess.run([sys.executable, str(root / "benchmarks" / "mps_lane.py"), "--out", str(out)],
+    left_before = (root / "mps-lane-report.md").exists()
+    out = tmp_path / "outputs" / "mps-lane-report.md"  # the default: under the folder it ran from, never the repo root
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "mps_lane.py")], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 6, done.stdout[-3000:] + done.stderr[-3000:]  # nothing could be tested here
     report = out.read_text()
@@ -394,3 +395,4 @@ def test_the_mps_lane_runs_with_one_command_and_writes_its_report(tmp_path):
                   "test_checkpointing_with_dropout_gives_the_right_gradients", "test_auto_precision_is_measured_and_shown",
                   "test_the_image_example_trains_on_mps", "test_the_text_example_trains_on_mps"):
         assert f"| {claim} | skipped | Skipped: needs 1 usable mps device(s)" in report, claim
+    assert f"report written to {out}" in done.stdout and (root / "mps-lane-report.md").exists() == left_before

@@ -98,13 +98,15 @@ def test_metrics_log_refuses_a_planted_link_and_training_goes_on(tmp_path, capsy
 
 
 def test_the_plot_replaces_planted_links_and_never_writes_through_them(tmp_path):
+    """The picture is drawn under a fresh temporary name: a link planted at the old fixed one is left alone."""
     temporary_target, final_target = victim(tmp_path, "a.txt"), victim(tmp_path, "b.txt")
     plant(tmp_path / f".{PLOT_FILE}.tmp", temporary_target)
     plant(tmp_path / PLOT_FILE, final_target)
     assert plot_history([{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5}], tmp_path / PLOT_FILE)
     assert temporary_target.read_text() == PRECIOUS and final_target.read_text() == PRECIOUS
     assert not (tmp_path / PLOT_FILE).is_symlink() and (tmp_path / PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
-    assert not (tmp_path / f".{PLOT_FILE}.tmp").exists()
+    assert os.readlink(tmp_path / f".{PLOT_FILE}.tmp") == str(temporary_target)  # not braeburn's: untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".{PLOT_FILE}.tmp", "outside", PLOT_FILE]
 
 
 def test_whole_file_writes_replace_a_planted_link(tmp_path):
@@ -126,24 +128,39 @@ def test_whole_file_writes_replace_a_planted_link(tmp_path):
 
 
 def test_a_training_run_in_a_folder_with_planted_links_harms_nothing(tmp_path, capsys):
-    targets = {name: victim(tmp_path, f"{i}.txt") for i, name in
-               enumerate([f".{PLOT_FILE}.tmp", PLOT_FILE, "all_results.json", "train_results.json", STATE_FILE,
-                          "model.safetensors", "training_args.bin", "README.md"])}
+    """Links at the names the run writes (the plot, the final model) refuse it before it starts; links at the
+    names of the summaries written on request are left as they are, each skipped with a warning. No link is
+    followed, replaced or removed: braeburn did not make them."""
+    refusing = {name: victim(tmp_path, f"r{i}.txt") for i, name in enumerate([PLOT_FILE, "model.safetensors",
+                                                                               "training_args.bin"])}
+    skipped = {name: victim(tmp_path, f"s{i}.txt") for i, name in
+               enumerate([f".{PLOT_FILE}.tmp", "all_results.json", "train_results.json", STATE_FILE, "README.md"])}
     run = tmp_path / "run"
-    for name, target in targets.items():
+    for name, target in {**refusing, **skipped}.items():
         plant(run / name, target)
     x = torch.randn(16, 4)
     config = TrainingConfig(output_dir=str(run), overwrite_output_dir=True, max_steps=4, logging_steps=1,
                             per_device_train_batch_size=4, save_strategy="no", use_cpu=True, report_to="none")
-    trainer = Trainer(torch.nn.Linear(4, 2), config, train_dataset=TensorDataset(x, (x.sum(1) > 0).long()),
-                      loss_fn=torch.nn.functional.cross_entropy)
-    metrics = trainer.train().metrics
-    trainer.save_metrics("train", metrics)
-    trainer.save_state()
-    trainer.save_model()
-    trainer.create_model_card()
-    assert all(target.read_text() == PRECIOUS for target in targets.values())
-    assert not any((run / name).is_symlink() for name in targets if not name.endswith(".tmp"))
+
+    def trainer():
+        return Trainer(torch.nn.Linear(4, 2), config, train_dataset=TensorDataset(x, (x.sum(1) > 0).long()),
+                       loss_fn=torch.nn.functional.cross_entropy)
+
+    for name in refusing:
+        with pytest.raises(OSError, match="is not braeburn's .it is a symbolic link") as error:
+            trainer().train()
+        assert str(run / name) in str(error.value) and "\n" not in str(error.value)
+        (run / name).unlink()  # the user's fix: the run then starts
+    trained = trainer()
+    metrics = trained.train().metrics
+    trained.save_metrics("train", metrics)
+    trained.save_state()
+    trained.save_model()
+    trained.create_model_card()
+    assert all(target.read_text() == PRECIOUS for target in {**refusing, **skipped}.values())
+    assert all(os.readlink(run / name) == str(target) for name, target in skipped.items())
+    assert capsys.readouterr().err.count("braeburn: warning:") == 4  # one per summary skipped
+    assert (run / PLOT_FILE).read_bytes()[:4] == b"\x89PNG" and (run / "model.safetensors").is_file()
     assert not (run / LOCK_FILE).exists()  # item 5: no lock file left behind
 
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from braeburn.accelerator.core import probe
+from braeburn.accelerator import probe
 from braeburn.plan.envvars import (CHECK_DIR_VAR, CHECK_REFERENCE_VAR, CHECK_SIDE_VAR, CHECK_STEPS_VAR, CHECK_TARGET_VAR,
                               SEED_VAR)
 

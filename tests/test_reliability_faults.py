@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from braeburn.checkpoints.output_lock import LOCK_FILE
+from braeburn.checkpoints.ownership import MARKER
 from braeburn.trainer.checkpoint import MANIFEST, CheckpointCorruptError, CheckpointManager
 
 JOB = Path(__file__).with_name("reliability_job.py")
@@ -78,7 +79,7 @@ def test_kills_full_disk_and_torn_save_then_resume_bitwise(tmp_path, reference):
             f"previous checkpoint {out / 'checkpoint-5'} is intact); training state in memory is unchanged") in stage.stdout
     # no debris: the checkpoints and the run's log (report_to="none": no TensorBoard folder, installed or not);
     # the lock file is the run's own
-    assert sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE) == ["checkpoint-15", "checkpoint-5",
+    assert sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE) == [MARKER, "checkpoint-15", "checkpoint-5",
                                                                             "metrics.jsonl"]
 
     # 2. Resume from 15 (written by the process that survived the failed save); SIGKILL half-way through

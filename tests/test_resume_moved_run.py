@@ -75,5 +75,6 @@ def test_a_checkpoint_of_another_run_under_the_same_name_is_not_taken_for_the_be
     trainer = tiny_trainer(moved, max_steps=8, **BEST)
     trainer.train(resume_from_checkpoint=str(moved / "checkpoint-4"))
     out = capsys.readouterr().out
-    assert "loaded the best model" not in out and "copied or moved" not in out
+    assert "loaded the best model" not in out and "is used instead" not in out  # neither loaded nor followed
+    assert "so braeburn does not load it" in out
     assert "braeburn: warning: load_best_model_at_end: " in out

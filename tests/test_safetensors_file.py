@@ -1,5 +1,6 @@
-"""braeburn's safetensors writer and reader (issue 31): the files are what the safetensors package reads and
-writes, and a file that is not one is refused with one line, never unpickled."""
+"""Model weights go through the safetensors package: what braeburn writes is what the package writes and reads, a
+checkpoint written by braeburn's earlier writer still loads, and a file that is not safetensors is refused with one
+line, never unpickled. (The hostile files, through a Trainer resume: tests/test_malformed_weights.py.)"""
 
 from __future__ import annotations
 
@@ -9,36 +10,61 @@ from pathlib import Path
 
 import pytest
 import torch
+import safetensors.torch as safetensors_torch
 
 from braeburn.checkpoints import safetensors_file
 from braeburn.checkpoints import state as state_io
 from braeburn.accelerator.core import Accelerator
-from braeburn.errors import UnsafeFileError
+from braeburn.errors import MalformedFileError
 
-safetensors_torch = pytest.importorskip("safetensors.torch")
+DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+          torch.int8, torch.uint8, torch.complex64]
 
 
 def every_dtype() -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
     tensors = {str(dtype).removeprefix("torch."): (torch.randn(3, 5, generator=generator) * 50).to(dtype)
-               for dtype in safetensors_file.DTYPES if dtype != torch.bool}
+               for dtype in DTYPES}
     return {**tensors, "bool": torch.rand(7, generator=generator) > 0.5, "scalar": torch.tensor(2.5),
             "empty": torch.empty(0, 4), "transposed": torch.arange(12.0).view(3, 4).t()}
 
 
-def test_the_safetensors_package_reads_what_braeburn_writes_and_back(tmp_path):
+def test_braeburn_writes_and_reads_what_the_safetensors_package_writes_and_reads(tmp_path):
     tensors = every_dtype()
-    path = tmp_path / "model.safetensors"
-    with open(path, "wb") as handle:
-        safetensors_file.write(tensors, handle, {"format": "pt", "note": "x"})
-    theirs = safetensors_torch.load_file(path)
-    assert theirs.keys() == tensors.keys()
-    assert all(theirs[k].dtype == v.dtype and torch.equal(theirs[k], v) for k, v in tensors.items())
-    safetensors_torch.save_file({k: v.contiguous() for k, v in tensors.items()}, tmp_path / "theirs.safetensors",
-                                metadata={"format": "pt"})
-    ours, metadata = safetensors_file.read(tmp_path / "theirs.safetensors")
-    assert metadata == {"format": "pt"}
-    assert all(ours[k].dtype == v.dtype and torch.equal(ours[k], v) for k, v in tensors.items())
+    assert safetensors_file.can_hold(tensors)
+    ours = tmp_path / "model.safetensors"
+    safetensors_file.write(tensors, ours, {"format": "pt"})
+    theirs = tmp_path / "theirs.safetensors"
+    safetensors_torch.save_file({k: v.contiguous() for k, v in tensors.items()}, theirs, metadata={"format": "pt"})
+    assert ours.read_bytes() == theirs.read_bytes()  # the package's own bytes
+    loaded, metadata = safetensors_file.read(theirs)
+    assert metadata == {"format": "pt"} and loaded.keys() == tensors.keys()
+    assert all(loaded[k].dtype == v.dtype and torch.equal(loaded[k], v) for k, v in tensors.items())
+
+
+def earlier_writer_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bytes:
+    """What braeburn's own writer wrote before the package did (checkpoints in the wild): tensors in the state dict's
+    order, a compact header padded with spaces to 8 bytes."""
+    header, offset, data = {"__metadata__": metadata}, 0, b""
+    for name, tensor in tensors.items():
+        raw = tensor.contiguous().view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+        header[name] = {"dtype": {torch.float32: "F32", torch.int64: "I64"}[tensor.dtype],
+                        "shape": list(tensor.shape), "data_offsets": [offset, offset + len(raw)]}
+        offset, data = offset + len(raw), data + raw
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def test_a_checkpoint_of_braeburns_earlier_writer_still_loads(tmp_path):
+    weight = torch.randn(3, 4)
+    state = {"weight": weight, "steps": torch.arange(3), "empty": torch.empty(0)}
+    (tmp_path / "model.safetensors").write_bytes(
+        earlier_writer_bytes(state, {"format": "pt", state_io.ALIASES: json.dumps({"tied": "weight"})}))
+    loaded = state_io.load_model_state(tmp_path, 0)
+    assert loaded.keys() == {"weight", "steps", "empty", "tied"}
+    assert torch.equal(loaded["weight"], weight) and torch.equal(loaded["tied"], weight)
+    assert torch.equal(loaded["steps"], torch.arange(3)) and loaded["empty"].shape == (0,)
 
 
 def header(fields: dict, data: bytes = b"") -> bytes:
@@ -47,19 +73,34 @@ def header(fields: dict, data: bytes = b"") -> bytes:
 
 
 @pytest.mark.parametrize("content, reason", [
-    (b"\x80\x04\x95", "shorter than its header length"),
-    (struct.pack("<Q", 1 << 40) + b"{}", "its header claims"),
-    (header({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 4), "does not fit its shape"),
-    (header({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, b"\0" * 8), "does not fit its shape"),
-    (header({"w": {"dtype": "OBJ", "shape": [1], "data_offsets": [0, 1]}}, b"\0"), "not a dtype, shape"),
-    (header({"__metadata__": {"a": 1}}), "not a table of strings"),
-    (b"\x02\0\0\0\0\0\0\0[]", "not a JSON object"),
+    (b"\x80\x04\x95", "header too small"),
+    (struct.pack("<Q", 1 << 40) + b"{}", "header too large"),
+    (header({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 4), "not fully covered"),
+    (header({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, b"\0" * 8), "invalid shape, data type"),
+    (header({"w": {"dtype": "OBJ", "shape": [1], "data_offsets": [0, 1]}}, b"\0"), "unknown variant `OBJ`"),
+    (header({"__metadata__": {"a": 1}}), "expected a string"),
+    (b"\x02\0\0\0\0\0\0\0[]", "invalid type: sequence"),
 ])
 def test_a_file_that_is_not_safetensors_is_refused_with_one_line(tmp_path, content, reason):
     path = tmp_path / "model.safetensors"
     path.write_bytes(content)
-    with pytest.raises(UnsafeFileError, match=f"{path} is not a safetensors file that braeburn can read .*{reason}"):
+    with pytest.raises(MalformedFileError, match=f"{path} is not a safetensors file that braeburn can read "
+                                                 rf"\(the safetensors package refuses it: .*{reason}"):
         safetensors_file.read(path)
+
+
+def test_a_write_error_of_the_package_is_an_os_error_with_its_errno(tmp_path, monkeypatch):
+    import errno
+
+    from safetensors import SafetensorError
+
+    def full_disk(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors_file, "_save_file", full_disk)
+    with pytest.raises(OSError) as error:
+        safetensors_file.write({"w": torch.zeros(2)}, tmp_path / "model.safetensors", {})
+    assert error.value.errno == errno.ENOSPC and str(error.value) == "[Errno 28] No space left on device"
 
 
 class Counter(torch.nn.Module):
@@ -120,8 +161,7 @@ def test_a_deferred_snapshot_writes_the_same_bytes_as_a_write_and_ignores_later_
     for name, file in files.items():
         later = tmp_path / "later"
         later.mkdir(exist_ok=True)
-        with open(later / name, "wb") as handle:
-            file.write(handle)
+        file.write(later / name)
         assert (later / name).read_bytes() == (tmp_path / name).read_bytes(), name
 
 
@@ -150,3 +190,27 @@ def test_host_copy_keeps_the_container_types():
     assert type(copied["p"]) is pair and copied["p"].number == 2 and torch.equal(copied["p"].tensor, torch.zeros(2))
     assert type(copied["d"]) is collections.defaultdict and copied["d"].default_factory is list
     assert type(copied["o"]) is collections.OrderedDict and type(copied["t"]) is tuple and nbytes == 8 + 4 + 4 + 4
+
+
+def test_save_weights_writes_tied_weights_once_and_a_view_into_a_weight_as_a_copy(tmp_path):
+    """Accelerator.save_model and Trainer.save_model of a plain module: the package refuses shared memory."""
+    from braeburn.compat.transformers.files import save_weights
+
+    weight = torch.randn(10, 4)
+    state = {"embed.weight": weight, "out.weight": weight, "table": weight[2:5], "out.bias": torch.zeros(10)}
+    written = save_weights(state, tmp_path)
+    stored = safetensors_torch.load_file(written[0])
+    assert sorted(stored) == ["embed.weight", "out.bias", "table"]  # the tied name once, as Transformers writes it
+    assert torch.equal(stored["table"], weight[2:5]) and torch.equal(stored["embed.weight"], weight)
+
+
+def test_two_saves_of_one_state_are_the_same_bytes(tmp_path):
+    """The package orders metadata entries at random: braeburn writes one entry, so a checksum is reproducible."""
+    weight = torch.randn(6, 4)
+    state = {"weight": weight, "tied": weight, "bias": torch.zeros(6)}
+    for folder in ("a", "b", "c"):
+        (tmp_path / folder).mkdir()
+        state_io.save_model_state(state, tmp_path / folder, 0)
+    assert len({(tmp_path / f / "model.safetensors").read_bytes() for f in ("a", "b", "c")}) == 1
+    loaded = state_io.load_model_state(tmp_path / "a", 0, state)  # the tied name comes back from the model's ties
+    assert loaded.keys() == state.keys() and torch.equal(loaded["tied"], weight)

@@ -9,6 +9,7 @@ The launcher's rendezvous address (127.0.0.1 unless several machines) is tested 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from torch.utils.data import TensorDataset
 from braeburn.accelerator.core import Accelerator
 from braeburn.errors import UnsafeFileError, is_user_error
 from braeburn.checkpoints.manifest import WHOLE, ManifestError, write_sizes
+from braeburn.checkpoints.ownership import MARKER
 from braeburn.trainer import ConfigError, Trainer, TrainingConfig, parse_config
 from braeburn.trainer.checkpoint import CheckpointCorruptError, write_manifest
 
@@ -245,19 +247,27 @@ def victim(tmp_path: Path, name: str) -> Path:
 
 
 def test_links_planted_in_output_dir_are_never_followed_to_write_or_delete(tmp_path, capsys):
-    """checkpoint-1 and the staging names of step 2 link outside; rotation (limit 1) and saving leave them be."""
+    """checkpoint-1 and the staging names of step 2 link outside: the run that would save over their names is
+    refused before it starts, naming each in turn, and the links and what they lead to are left as they were.
+    Without them it trains, and rotation (limit 1) deletes only its own checkpoints."""
     out = tmp_path / "out"
     out.mkdir()
     outside = {name: victim(tmp_path, name) for name in ("rotated", "staged", "accelerator-staged")}
     before = {name: tree(folder) for name, folder in outside.items()}
-    (out / "checkpoint-1").symlink_to(outside["rotated"], target_is_directory=True)
-    (out / ".checkpoint-2.tmp").symlink_to(outside["staged"], target_is_directory=True)
-    (out / "..checkpoint-2.tmp.partial").symlink_to(outside["accelerator-staged"], target_is_directory=True)
+    links = {"checkpoint-1": "rotated", ".checkpoint-2.tmp": "staged", "..checkpoint-2.tmp.partial": "accelerator-staged"}
+    for link, name in links.items():
+        (out / link).symlink_to(outside[name], target_is_directory=True)
+    for _ in links:
+        with pytest.raises(OSError, match="is not braeburn's .it is a symbolic link") as error:
+            small_trainer(out, max_steps=4, save_steps=1, save_total_limit=1, overwrite_output_dir=True).train()
+        (named,) = [link for link in links if (out / link).is_symlink() and f"{out / link} is not" in str(error.value)]
+        assert {name: tree(folder) for name, folder in outside.items()} == before
+        assert all(os.readlink(out / other) == str(outside[target]) for other, target in links.items()
+                   if (out / other).is_symlink())
+        (out / named).unlink()  # the user's fix
     small_trainer(out, max_steps=4, save_steps=1, save_total_limit=1, overwrite_output_dir=True).train()
     assert {name: tree(folder) for name, folder in outside.items()} == before
-    assert "Saving" not in capsys.readouterr().out  # step 2 saved: its staging names' links were removed, not followed
-    assert not (out / ".checkpoint-2.tmp").exists() and not (out / "..checkpoint-2.tmp.partial").is_symlink()
-    # The link named checkpoint-1 was moved aside (never followed) when step 1 saved over its name.
+    assert "Saving" not in capsys.readouterr().out
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4"]
 
 
@@ -269,5 +279,5 @@ def test_output_dir_that_is_a_link_is_followed_and_nothing_is_written_beside_it(
     small_trainer(link, max_steps=3, save_steps=1, save_total_limit=1).train()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["outputs", "scratch"]
     assert sorted(p.name for p in real.iterdir() if p.name.startswith("checkpoint")) == ["checkpoint-3"]
-    # no staging left, and no lock file (deleted when the run ended)
-    assert [p.name for p in real.iterdir() if p.name.startswith(".")] == []
+    # no staging left, and no lock file (deleted when the run ended): only braeburn's record of what it wrote
+    assert [p.name for p in real.iterdir() if p.name.startswith(".")] == [MARKER]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from braeburn.checkpoints.ownership import MARKER, recorded
 from braeburn.trainer.checkpoint import CheckpointCorruptError, CheckpointError, CheckpointManager
 from braeburn.trainer.state import TrainerState
 
@@ -26,6 +27,14 @@ class FileAccelerator:
         (path / "optimizer_0.pt").write_bytes(os.urandom(4096))
 
 
+class Killed(FileAccelerator):
+    """A save stopped half way (Ctrl-C): no cleanup runs, as after a kill."""
+
+    def save_state(self, folder: str) -> None:
+        Path(folder).mkdir(parents=True)
+        raise KeyboardInterrupt
+
+
 def save(manager: CheckpointManager, step: int, **kwargs) -> Path:
     return manager.save(FileAccelerator(**kwargs), TrainerState(global_step=step))
 
@@ -37,7 +46,8 @@ def test_save_writes_state_and_manifest_atomically(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "model_0.pt", "optimizer_0.pt",
                                                        "trainer_state.json"]
     assert TrainerState.load(folder).global_step == 5
-    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint-5"]  # no staging left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MARKER, "checkpoint-5"]  # no staging left behind
+    assert recorded(tmp_path) == {"checkpoint-5": "folder"}  # braeburn's record of what it wrote there
     manager.verify(folder)
 
 
@@ -46,12 +56,16 @@ def test_latest_ignores_half_written_checkpoints(tmp_path):
     save(manager, 5)
     save(manager, 10)
     # A kill during the save of step 15 leaves a staging folder, and maybe a checkpoint without manifest.
-    (tmp_path / ".checkpoint-15.tmp").mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        manager.save(Killed(), TrainerState(global_step=15))
     (tmp_path / "checkpoint-20").mkdir()
+    (tmp_path / ".checkpoint-16.tmp").mkdir()  # the same kind of name, but not braeburn's: its record does not name it
     assert manager.latest().name == "checkpoint-10"
     assert manager.resolve("latest") == (tmp_path.resolve() / "checkpoint-10", [])
+    assert (tmp_path / ".checkpoint-15.tmp").is_dir()
     manager.clean_staging()
     assert not (tmp_path / ".checkpoint-15.tmp").exists() and (tmp_path / "checkpoint-20").exists()
+    assert (tmp_path / ".checkpoint-16.tmp").is_dir()
 
 
 def test_truncated_file_is_named_and_previous_offered(tmp_path):
@@ -90,7 +104,7 @@ def test_failed_save_keeps_previous_and_says_what_happened(tmp_path):
     message = str(error.value)
     assert "Saving" in message and "checkpoint-10 failed: OSError" in message and "No space left" in message
     assert f"the previous checkpoint {good} is intact" in message
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-5"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MARKER, "checkpoint-5"]
     manager.verify(good)
 
 
@@ -123,4 +137,4 @@ def test_same_step_saved_twice_replaces(tmp_path):
     save(manager, 7)
     folder = save(manager, 7)
     manager.verify(folder)
-    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint-7"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MARKER, "checkpoint-7"]

@@ -113,7 +113,8 @@ def test_output_without_loss_names_both_fixes(tmp_path):
 
 def test_a_rerun_into_a_used_output_dir_sets_the_earlier_run_aside_and_trains(tmp_path, capsys):
     """Transformers 5 trains into a non-empty output_dir (it has no --overwrite_output_dir); braeburn does too, and
-    first moves the earlier run's files into previous-run-N/, so that nothing of it is written over."""
+    first moves the earlier run's files into previous-run-N/, so that nothing of it is written over. Only
+    braeburn's own files move: the user's file stays where it is."""
     def run():
         trainer = Trainer(mlp(), TrainingConfig(output_dir=str(tmp_path), max_steps=2, save_steps=1),
                           train_dataset=TensorDataset(torch.randn(4, 64), torch.zeros(4, dtype=torch.long)),
@@ -124,15 +125,17 @@ def test_a_rerun_into_a_used_output_dir_sets_the_earlier_run_aside_and_trains(tm
     (tmp_path / "notes.txt").write_text("the user's")
     run()
     first = {p.name: p.read_bytes() for p in (tmp_path / "checkpoint-2").rglob("*") if p.is_file()}
+    assert "held an earlier run" not in capsys.readouterr().out  # the user's file is not an earlier run
     run()
     assert "held an earlier run" in capsys.readouterr().out
-    assert (tmp_path / "previous-run-1" / "notes.txt").read_text() == "the user's"
-    assert (tmp_path / "previous-run-1" / "previous-run-2").exists() is False
-    kept = tmp_path / "previous-run-2" / "checkpoint-2"
+    assert (tmp_path / "notes.txt").read_text() == "the user's"  # not braeburn's: never moved
+    kept = tmp_path / "previous-run-1" / "checkpoint-2"
     assert {p.name: p.read_bytes() for p in kept.rglob("*") if p.is_file()} == first
     assert (tmp_path / "checkpoint-2").is_dir()  # the new run's own
+    run()  # a set-aside run is never moved again: it stays beside the next one
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("previous-run-")) == [
         "previous-run-1", "previous-run-2"]
+    assert not (tmp_path / "previous-run-2" / "previous-run-1").exists()
 
 
 def test_overwrite_output_dir_keeps_the_files_in_place(tmp_path):

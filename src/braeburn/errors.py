@@ -28,6 +28,11 @@ class UnsafeFileError(Exception):
     """A file that would run code when loaded (a pickle of arbitrary objects); it was not loaded."""
 
 
+class MalformedFileError(UnsafeFileError):
+    """A file that is not what its format says (a truncated, altered or hostile safetensors file): the message
+    names the file and what is wrong with it; nothing was loaded from it."""
+
+
 _noted: set[str] = set()
 
 
@@ -98,4 +103,5 @@ def run_main(fn: Callable[[list[str]], Any], argv: list[str] | None = None) -> A
         raise SystemExit(exit_status(error)) from None
 
 
-__all__ = ["UnsafeFileError", "debug_requested", "exit_status", "is_user_error", "note_once", "run_main"]
+__all__ = ["MalformedFileError", "UnsafeFileError", "debug_requested", "exit_status", "is_user_error", "note_once",
+           "run_main"]

@@ -433,6 +433,7 @@ class Accelerator(CompileMixin):
         """Rank 0 holds the lock of the state folder it writes (until end_training), unless a Trainer holds
         the folder it lies in. Only that folder: jobs saving to sibling folders do not exclude each other."""
         folder = os.path.abspath(output_dir)
+        state_io.check_replaceable(folder)  # a folder of the user's at that name is refused (before any write)
         if folder not in self._locked and not output_lock.held_over(folder):
             self._check_not_in_a_live_run(folder)
             output_lock.acquire(folder, purpose="save_state", state_folder=True)
@@ -528,7 +529,8 @@ class Accelerator(CompileMixin):
                              "process, but this run shards the model with strategy='fsdp'. Resume it with "
                              "strategy='ddp' (or one process), or start the FSDP run afresh.")
         for i, model in enumerate(self._models):
-            self.unwrap_model(model).load_state_dict(state_io.load_model_state(input_dir, i))
+            module = self.unwrap_model(model)
+            module.load_state_dict(state_io.load_model_state(input_dir, i, module.state_dict()))
         for i, optimizer in enumerate(self._optimizers):
             optimizer.load_state_dict(state_io.load_file(input_dir, f"optimizer_{i}.pt"))
 

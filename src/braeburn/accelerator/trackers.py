@@ -13,6 +13,7 @@ import importlib.util
 import json
 import math
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,7 @@ class TensorBoardTracker(GeneralTracker):
         from torch.utils.tensorboard import SummaryWriter
 
         self.logging_dir = os.path.join(logging_dir, run_name)
+        kwargs.setdefault("filename_suffix", f".{secrets.token_hex(4)}")  # a name no link planted before can have
         self.writer = SummaryWriter(self.logging_dir, **kwargs)
 
     @property

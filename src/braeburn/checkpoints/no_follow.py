@@ -8,16 +8,23 @@ Every writer in braeburn's folders goes through these functions instead:
   over its name, which replaces a link there (the link, not its target);
 - a file appended to or locked (the metrics log, the lock file) is opened with ``O_NOFOLLOW``: a link there
   is refused with :class:`PlantedLinkError`, which names the link and the fix;
-- a folder to be removed is unlinked when it is a link (its target is left alone).
+- a folder to be removed is unlinked when it is a link (its target is left alone);
+- a writer that is not braeburn's (Transformers' ``save_pretrained``, a tokenizer's), which follows links, writes
+  into a fresh private folder inside the output folder (:func:`private_folder`); each file it wrote is then
+  renamed over its name (:func:`publish_files`), as a file written whole is.
 
 Only the last part of a path is guarded: the output folder itself may be a link the user made.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -72,13 +79,26 @@ def create_new(path: str | os.PathLike) -> IO[bytes]:
     return os.fdopen(open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb")
 
 
+def create_temporary(path: str | os.PathLike) -> tuple[IO[bytes], Path]:
+    """A new file beside ``path`` for writing bytes, under a fresh hidden name (``.<name>.<pid>.<random>.tmp``):
+    never a name that exists, so nothing there (a file, a planted link) is touched. The file and its path."""
+    path = Path(path)
+    for _ in range(100):
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.fdopen(open_fd(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb"), temporary
+        except (FileExistsError, PlantedLinkError):
+            continue
+    raise FileExistsError(errno.EEXIST, f"no free temporary name beside {path} in 100 tries")
+
+
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
     """``path`` replaced by ``data`` (text is UTF-8): a temporary file renamed over it, so a reader sees
     the old file or the new one, and a link at ``path`` is replaced, never written through."""
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    handle, temporary = create_temporary(path)
     try:
-        with create_new(temporary) as handle:
+        with handle:
             handle.write(data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(temporary, path)
     except BaseException:
@@ -109,5 +129,43 @@ def remove_tree(path: str | os.PathLike) -> None:
         shutil.rmtree(path)
 
 
-__all__ = ["PlantedLinkError", "create_new", "open_append", "open_fd", "open_update", "remove_file", "remove_tree",
-           "write_atomic"]
+@contextlib.contextmanager
+def private_folder(parent: str | os.PathLike) -> Iterator[Path]:
+    """A new folder inside ``parent`` (a name no one could guess beforehand, readable by this user only), removed
+    with what is left in it after the block: where a writer that follows links writes, before
+    :func:`publish_files` moves its files into ``parent``."""
+    folder = Path(tempfile.mkdtemp(prefix=".braeburn-write-", dir=parent))
+    try:
+        yield folder
+    finally:
+        remove_tree(folder)
+
+
+def publish_files(source: str | os.PathLike, target: str | os.PathLike) -> list[Path]:
+    """Move every file below ``source`` to the same name below ``target`` (renames on one filesystem): a link
+    planted at a name is replaced, never written through, and so is a link standing for a sub-folder on the way.
+    Returns the files now in ``target``."""
+    source, target = Path(source), Path(target)
+    published = []
+    for folder, _, names in sorted(os.walk(source)):  # (os.walk does not follow links)
+        for name in sorted(names):
+            relative = (Path(folder) / name).relative_to(source)
+            _real_folders(target, relative.parent)
+            os.replace(source / relative, target / relative)
+            published.append(target / relative)
+    return published
+
+
+def _real_folders(top: Path, relative: Path) -> None:
+    """``top/relative`` made a real folder, each part of the way: a link there is replaced by a folder."""
+    folder = top
+    for name in relative.parts:
+        folder = folder / name
+        if folder.is_symlink():
+            os.unlink(folder)  # the link only: what it points to is not touched
+        if not folder.is_dir():
+            folder.mkdir()
+
+
+__all__ = ["PlantedLinkError", "create_new", "create_temporary", "open_append", "open_fd", "open_update", "private_folder",
+           "publish_files", "remove_file", "remove_tree", "write_atomic"]

@@ -1,111 +1,144 @@
-"""The safetensors format, written and read with torch alone: model weights that load without unpickling.
+"""Model weights as safetensors files, written and read by the maintained ``safetensors`` package.
 
-A safetensors file is an 8-byte little-endian header length, a JSON header (each tensor's dtype, shape
-and byte range, and ``__metadata__``: strings), then the tensors' bytes back to back
-(https://huggingface.co/docs/safetensors). braeburn writes it itself rather than through the
-``safetensors`` package: the core install keeps torch as its only numeric dependency (the package's
-torch writer needs numpy), the tensors stream one at a time into the file (no copy of the whole model
-in memory), and the bytes go through a Python file object, whose errors (a full disk) are OSError like
-every other checkpoint write. Files written here load with ``safetensors.torch.load_file`` and
-Transformers' ``from_pretrained`` (tested).
+The package (what Transformers uses) parses and checks every file: a header it cannot parse, a byte range that
+overlaps another tensor's or leaves the file, a shape that does not fit its bytes, an unknown dtype, a header
+claiming more than 100 MB, nesting past its recursion limit or numbers past its integer range. braeburn keeps only
+what the package does not do here:
+
+- one error for every file it refuses (:class:`MalformedFileError`), naming the file and the reason: never the
+  package's bare exception, nor a raw ``OverflowError``, ``RecursionError`` or ``MemoryError``;
+- a check that no name appears twice in the header (the package keeps the last of two entries of one name when
+  both cover the same bytes: two readers could then disagree on what the file holds);
+- the package's write errors as ``OSError`` (a full disk says ``[Errno 28] No space left on device``, as every
+  other checkpoint write does);
+- which state dicts the package can hold (:func:`can_hold`): dense tensors of a dtype the installed version writes.
+
+Atomic publishing, the manifest and the background write stay braeburn's (``state.py``, ``manifest.py``,
+``trainer/background_save.py``). ``save_file`` streams each tensor from its own memory into the file (no copy of
+the whole model as bytes); tensors on a device are copied to the host first, by the package.
 """
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import json
 import os
+import re
 import struct
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save as _save_bytes
+from safetensors.torch import save_file as _save_file
 
-from ..errors import UnsafeFileError
+from . import no_follow
+from ..errors import MalformedFileError
 
-DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-          torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
-          torch.bool: "BOOL", torch.complex64: "C64"}
-DTYPES.update({getattr(torch, name): code for name, code in (
-    ("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2"), ("uint16", "U16"), ("uint32", "U32"),
-    ("uint64", "U64")) if hasattr(torch, name)})
-_BY_CODE = {code: dtype for dtype, code in DTYPES.items()}
-MAX_HEADER = 100 << 20  # the limit the safetensors package itself reads
+_OS_ERROR = re.compile(r"os error (\d+)|code: (\d+)")  # how the package's Rust side spells an errno
+
+
+@functools.lru_cache(maxsize=None)
+def _package_writes(dtype: torch.dtype) -> bool:
+    """Whether the installed safetensors package writes tensors of ``dtype`` (versions add dtypes)."""
+    try:
+        _save_bytes({"probe": torch.empty(0, dtype=dtype)})
+    except (KeyError, ValueError, TypeError, RuntimeError, SafetensorError):  # (torch cannot even make some)
+        return False
+    return True
 
 
 def can_hold(state: dict[str, Any]) -> bool:
-    """Whether every value is a dense tensor of a dtype the format names (a little-endian host writes them)."""
+    """Whether every value is a dense tensor of a dtype the package writes (on a little-endian host)."""
     return sys.byteorder == "little" and all(
         isinstance(value, torch.Tensor) and value.layout == torch.strided and not value.is_quantized
-        and value.dtype in DTYPES for value in state.values())
+        and _package_writes(value.dtype) for value in state.values())
 
 
-def write(tensors: dict[str, torch.Tensor], handle: BinaryIO, metadata: dict[str, str]) -> None:
-    """``tensors`` (sharing no memory: the caller drops aliases) into ``handle``, one tensor at a time."""
-    header: dict[str, Any] = {"__metadata__": metadata}
-    offset = 0
-    for name, tensor in tensors.items():
-        size = tensor.numel() * tensor.element_size()
-        header[name] = {"dtype": DTYPES[tensor.dtype], "shape": list(tensor.shape),
-                        "data_offsets": [offset, offset + size]}
-        offset += size
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-len(text) % 8)  # the tensors' bytes start 8-aligned, as the safetensors package writes them
-    handle.write(struct.pack("<Q", len(text)) + text)
-    for tensor in tensors.values():
-        host = tensor.detach().to("cpu").contiguous()  # a device tensor: one copy to the host, this tensor only
-        if host.numel():  # the tensor's own memory, not a copy of it as bytes
-            handle.write((ctypes.c_char * (host.numel() * host.element_size())).from_address(host.data_ptr()))
+def write(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
+    """``tensors`` (sharing no memory: the caller drops aliases) as the safetensors file ``path``.
+
+    ``path`` is made afresh first (a link or file there is removed: the link, never its target); the package
+    then writes it whole. Its I/O errors come out as ``OSError`` with their errno."""
+    no_follow.create_new(path).close()
+    packed = {name: tensor.detach().contiguous() for name, tensor in tensors.items()}  # a copy only where not dense
+    try:
+        _save_file(packed, str(path), metadata=metadata)
+    except SafetensorError as error:
+        code = _errno(error)
+        if code is None:
+            raise
+        raise OSError(code, os.strerror(code)) from None  # (as a Python write says it: no file name)
 
 
-def _refuse(path: Path, reason: str) -> UnsafeFileError:
-    return UnsafeFileError(f"{path} is not a safetensors file that braeburn can read ({reason}), so nothing was "
-                           "loaded from it. A file written by save_state() always is: delete this checkpoint, or "
-                           "resume from another one.")
+def _errno(error: BaseException) -> int | None:
+    """The errno of an I/O error of the package (its Rust side writes it into the message)."""
+    if getattr(error, "errno", None) is not None:
+        return error.errno
+    match = _OS_ERROR.search(str(error))
+    return int(match.group(1) or match.group(2)) if match else None
+
+
+def _refuse(path: Path, reason: str) -> MalformedFileError:
+    return MalformedFileError(f"{path} is not a safetensors file that braeburn can read ({reason}), so nothing was "
+                              "loaded from it. A file written by save_state() always is: delete this checkpoint, or "
+                              "resume from another one.")
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, SafetensorError):
+        return f"the safetensors package refuses it: {str(error).removeprefix('Error while deserializing header: ')}"
+    return f"{type(error).__name__} while reading it: {error}"
+
+
+class DuplicateName(ValueError):
+    """A JSON object that gives one name twice (``json.loads`` alone keeps the last)."""
+
+
+def unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for ``json.loads``: the object, or :class:`DuplicateName` naming a name given twice."""
+    seen: set[str] = set()
+    for name, _ in pairs:
+        if name in seen:
+            raise DuplicateName(name)
+        seen.add(name)
+    return dict(pairs)
+
+
+def _duplicate_name(path: Path) -> str | None:
+    """A name given twice in the header (of any table in it), or None. Called once the package has accepted the
+    header: its length is within the file and 100 MB, its nesting within the package's recursion limit."""
+    with open(path, "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        text = handle.read(length)
+    try:
+        json.loads(text, object_pairs_hook=unique_names)
+    except DuplicateName as twice:
+        return str(twice)
+    return None
 
 
 def read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """The tensors and metadata of the safetensors file ``path``; :class:`UnsafeFileError` when it is not one."""
-    with open(path, "rb") as handle:  # read once, into the buffer the tensors then view (no second copy)
-        data = bytearray(os.fstat(handle.fileno()).st_size)
-        if handle.readinto(data) != len(data):
-            raise _refuse(path, "it changed while being read")
-    if len(data) < 8:
-        raise _refuse(path, f"{len(data)} bytes, shorter than its header length")
-    (length,) = struct.unpack("<Q", data[:8])
-    if length > min(MAX_HEADER, len(data) - 8):
-        raise _refuse(path, f"its header claims {length:,} bytes")
+    """The tensors and metadata of the safetensors file ``path``; :class:`MalformedFileError` (naming the file and
+    what is wrong with it) when it is not one, whatever is wrong."""
     try:
-        header = json.loads(data[8:8 + length].decode("utf-8"))
-    except ValueError as error:
-        raise _refuse(path, f"its header is not JSON: {error}") from None
-    if not isinstance(header, dict):
-        raise _refuse(path, "its header is not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise _refuse(path, "its __metadata__ is not a table of strings")
-    start, tensors = 8 + length, {}
-    for name, entry in header.items():
-        tensors[name] = _tensor(path, data, start, name, entry)
-    return tensors, metadata
+        with safe_open(str(path), framework="pt", device="cpu") as file:
+            metadata, names = file.metadata() or {}, list(file.keys())
+            twice = _duplicate_name(path)
+            if twice is not None:
+                raise _refuse(path, f"its header names {twice!r} twice: which of the two is meant is not clear")
+            return {name: file.get_tensor(name) for name in names}, metadata
+    except MalformedFileError:
+        raise
+    except OSError as error:
+        code = _errno(error)
+        raise (OSError(code, os.strerror(code), str(path)) if code is not None
+               else OSError(f"cannot read {path}: {error}")) from None
+    except (SafetensorError, ValueError, KeyError, TypeError, OverflowError, RecursionError, MemoryError,
+            RuntimeError) as error:
+        raise _refuse(path, _reason(error)) from None
 
 
-def _tensor(path: Path, data: bytearray, start: int, name: str, entry: Any) -> torch.Tensor:
-    try:
-        dtype, shape, (begin, end) = _BY_CODE[entry["dtype"]], [int(n) for n in entry["shape"]], entry["data_offsets"]
-    except (KeyError, TypeError, ValueError):
-        raise _refuse(path, f"the entry of {name!r} is not a dtype, shape and byte range braeburn knows") from None
-    count = 1
-    for n in shape:
-        count *= n
-    element = torch.empty((), dtype=dtype).element_size()
-    if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end <= len(data) - start
-            and min(shape, default=0) >= 0 and end - begin == count * element):
-        raise _refuse(path, f"the byte range of {name!r} does not fit its shape or the file")
-    if count == 0:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(data, dtype=dtype, count=count, offset=start + begin).reshape(shape)
-
-
-__all__ = ["DTYPES", "can_hold", "read", "write"]
+__all__ = ["DuplicateName", "can_hold", "read", "unique_names", "write"]

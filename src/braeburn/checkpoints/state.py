@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import io
 import json
 import os
 import pickle
 import random
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
-from . import no_follow, safetensors_file
+from . import no_follow, ownership, safetensors_file
 from ..devices.base import DeviceKind
 from .host_copy import host_copy
 from ..warn import warn
@@ -160,6 +160,20 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def check_replaceable(output_dir: str | os.PathLike) -> None:
+    """:func:`publish` replaces ``output_dir`` whole: refuse (one line, before anything is written) unless it is
+    missing, an empty folder, or a state braeburn saved (its manifest vouches for every file in it)."""
+    target = Path(output_dir)
+    if not (target.exists() or target.is_symlink()) or (target.is_dir() and not target.is_symlink()
+                                                        and not any(target.iterdir())):
+        return
+    why = ownership.why_not(target.parent, target.name)
+    if why is None and target.is_dir():
+        return
+    raise ownership.refusal(target, why or "it is a file", "save_state() replaces that folder whole with the new "
+                            "state", fix=f"Pass save_state() another folder, or move {target.name} away")
+
+
 def publish(output_dir: str | os.PathLike) -> Path:
     """Move the staged directory into place, replacing an older one; a complete state is always visible.
 
@@ -200,8 +214,9 @@ _captured: dict[str, bytes] | None = None
 
 @contextlib.contextmanager
 def capture_writes() -> Iterator[dict[str, bytes]]:
-    """While active, :func:`save_file` serialises into the yielded dict (name -> bytes) instead of writing:
-    a snapshot of the state at this moment, to be written later (trainer/background_save.py)."""
+    """While active, :func:`save_file` and :func:`save_model_state` keep the bytes they would write in the yielded
+    dict (name -> bytes) instead of writing them: a snapshot of the state at this moment. The bytes are those
+    written by the same code (into a temporary folder, then read back)."""
     global _captured
     previous, _captured = _captured, {}
     try:
@@ -211,9 +226,10 @@ def capture_writes() -> Iterator[dict[str, bytes]]:
 
 
 class DeferredWrite(NamedTuple):
-    """A file of a snapshot taken by :func:`defer_writes`: how to write it, and the host memory it holds."""
+    """A file of a snapshot taken by :func:`defer_writes`: how to write it (given the new file's path), and the
+    host memory it holds."""
 
-    write: Callable[[BinaryIO], None]
+    write: Callable[[Path], None]
     nbytes: int
 
 
@@ -234,24 +250,28 @@ def defer_writes() -> Iterator[dict[str, DeferredWrite]]:
         _deferred = previous
 
 
-def _write(directory: Path, name: str, obj: Any, write: Callable[[Any, BinaryIO], None]) -> None:
-    """``write(obj, handle)`` into ``directory/name``; under :func:`defer_writes` a host copy of ``obj`` is kept to
-    be written later, under :func:`capture_writes` the bytes are kept instead of written."""
+def _write(directory: Path, name: str, obj: Any, write: Callable[[Any, Path], None]) -> None:
+    """``write(obj, path)`` makes the file ``directory/name``; under :func:`defer_writes` a host copy of ``obj`` is
+    kept to be written later, under :func:`capture_writes` the bytes are kept instead of written."""
     if _deferred is not None:
         copied, nbytes = host_copy(obj)
-        _deferred[name] = DeferredWrite(lambda handle: write(copied, handle), nbytes)
+        _deferred[name] = DeferredWrite(lambda path: write(copied, path), nbytes)
         return
     if _captured is not None:
-        buffer = io.BytesIO()
-        write(obj, buffer)  # copies device tensors to the host now: the snapshot is of this moment
-        _captured[name] = buffer.getvalue()
+        with tempfile.TemporaryDirectory(prefix="braeburn-capture-") as folder:
+            write(obj, Path(folder) / name)  # copies device tensors to the host now: the snapshot is of this moment
+            _captured[name] = (Path(folder) / name).read_bytes()
         return
-    with no_follow.create_new(Path(directory) / name) as handle:  # a full disk then raises OSError with its errno, not a torch enforce
-        write(obj, handle)
+    write(obj, Path(directory) / name)
+
+
+def _torch_save(obj: Any, path: Path) -> None:
+    with no_follow.create_new(path) as handle:  # a full disk then raises OSError with its errno, not a torch enforce
+        torch.save(obj, handle)
 
 
 def save_file(obj: Any, directory: Path, name: str) -> None:
-    _write(directory, name, obj, torch.save)
+    _write(directory, name, obj, _torch_save)
 
 
 def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu") -> Any:
@@ -274,7 +294,7 @@ def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu"
 
 
 # -- model weights --------------------------------------------------------------------------------
-ALIASES = "braeburn_aliases"  # safetensors metadata: {name dropped: name kept} for tensors that share memory
+ALIASES = "braeburn_aliases"  # metadata of files written before the package wrote them: {name dropped: name kept}
 
 
 def model_file(index: int) -> str:
@@ -288,27 +308,41 @@ def model_pickle(index: int) -> str:
     return f"model_{index}.pt"
 
 
-def _without_aliases(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Each tensor once (safetensors holds no two names for one memory: tied weights), and the names dropped.
-
-    The first name of a tied pair is kept (a Transformers model's input embedding, before its output layer;
-    ``from_pretrained`` ties the other back). A tensor overlapping another without being the same view is
-    written as a copy: the resumed model shares its memory again, since loading copies into it.
-    """
-    kept: dict[str, torch.Tensor] = {}
+def tied_names(state: dict[str, Any]) -> dict[str, str]:
+    """{name: the first name of the same tensor} for each later name of a tensor held twice (tied weights: the
+    same memory, offset, shape, strides and dtype). The first name is kept: a Transformers model's input
+    embedding, before its output layer, as ``from_pretrained`` expects."""
     aliases: dict[str, str] = {}
     first: dict[tuple, str] = {}
     for name, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor) or not tensor.numel():
+            continue
         view = (*_storage_of(tensor), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()),
                 tensor.dtype)
-        if tensor.numel() and view in first:
+        if view in first:
             aliases[name] = first[view]
         else:
-            first.setdefault(view, name)
-            kept[name] = tensor
+            first[view] = name
+    return aliases
+
+
+def without_shared_memory(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each tensor once (safetensors holds no two names for one memory), as Transformers writes tied weights: the
+    later names are left out, and loading ties them back (:func:`load_model_state`). A tensor overlapping another
+    without being the same view is written as a copy: the resumed model shares its memory again, since loading
+    copies into it."""
+    dropped = tied_names(state)
+    kept = {name: tensor for name, tensor in state.items() if name not in dropped}
     users = collections.Counter(_storage_of(t) for t in kept.values() if t.numel())
-    return {n: t.clone(memory_format=torch.contiguous_format) if t.numel() and users[_storage_of(t)] > 1 else t
-            for n, t in kept.items()}, aliases
+    return {n: _own_memory(t, users[_storage_of(t)]) for n, t in kept.items()}
+
+
+def _own_memory(tensor: torch.Tensor, users: int) -> torch.Tensor:
+    """``tensor``, or a copy of it where its memory is another kept tensor's too (the package refuses shared
+    memory); an empty one is made afresh (a view of no elements still points into its storage)."""
+    if not tensor.numel():
+        return tensor.new_empty(tensor.shape)
+    return tensor.clone(memory_format=torch.contiguous_format) if users > 1 else tensor
 
 
 def _storage_of(tensor: torch.Tensor) -> tuple:
@@ -317,36 +351,54 @@ def _storage_of(tensor: torch.Tensor) -> tuple:
 
 def save_model_state(state: dict[str, Any], directory: Path, index: int) -> None:
     """A model's state dict as ``model.safetensors`` (``model_<i>.safetensors``); the torch.save file only
-    when safetensors cannot hold it."""
+    when safetensors cannot hold it.
+
+    The metadata is ``{"format": "pt"}`` alone, as Transformers writes it: the package orders metadata entries
+    at random, so a second entry would make two saves of one state differ in their bytes (and checksums)."""
     if not safetensors_file.can_hold(state):
         save_file(state, directory, model_pickle(index))
         return
-    tensors, aliases = _without_aliases(state)
-    metadata = {"format": "pt", ALIASES: json.dumps(aliases)}  # "pt": what from_pretrained checks for
-    _write(directory, model_file(index), tensors, lambda kept, handle: safetensors_file.write(kept, handle, metadata))
+    metadata = {"format": "pt"}  # what from_pretrained checks for
+    _write(directory, model_file(index), without_shared_memory(state),
+           lambda kept, path: safetensors_file.write(kept, path, metadata))
 
 
-def load_model_state(directory: str | os.PathLike, index: int) -> dict[str, Any]:
-    """What :func:`save_model_state` wrote, or the ``model_<i>.pt`` of a checkpoint written before it."""
+def load_model_state(directory: str | os.PathLike, index: int,
+                     model_state: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What :func:`save_model_state` wrote, or the ``model_<i>.pt`` of a checkpoint written before it. The tied
+    names the file leaves out are filled in from ``model_state`` (the state dict of the model it is loaded into:
+    its own ties), or from the metadata of a file written before braeburn used the package."""
     path = Path(directory) / model_file(index)
     if not path.exists() and (Path(directory) / model_pickle(index)).exists():
         return load_file(directory, model_pickle(index))
     if not path.exists():
         return load_file(directory, model_file(index))  # (its error: the file is missing)
     tensors, metadata = safetensors_file.read(path)
-    try:
-        aliases = json.loads(metadata.get(ALIASES, "{}"))
-    except ValueError:
-        aliases = None
-    if not isinstance(aliases, dict) or not all(isinstance(k, str) and v in tensors for k, v in aliases.items()):
-        from ..errors import UnsafeFileError
-
-        raise UnsafeFileError(f"{path} names tied weights ({ALIASES} in its metadata) that it does not hold, so it "
-                              "was not loaded. A file written by save_state() never does: delete this checkpoint, or "
-                              "resume from another one.")
+    if ALIASES in metadata:
+        aliases = _recorded_aliases(path, metadata[ALIASES], tensors)
+    else:
+        aliases = {alias: name for alias, name in tied_names(model_state or {}).items()
+                   if alias not in tensors and name in tensors}
     return {**tensors, **{alias: tensors[name] for alias, name in aliases.items()}}
 
 
-__all__ = ["rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
+def _recorded_aliases(path: Path, text: str, tensors: dict[str, torch.Tensor]) -> dict[str, str]:
+    """The tied names an earlier braeburn recorded in the file's metadata; MalformedFileError unless each maps a
+    name the file does not hold to one it holds, once."""
+    from ..errors import MalformedFileError
+
+    try:
+        aliases = json.loads(text, object_pairs_hook=safetensors_file.unique_names)
+    except (ValueError, RecursionError):
+        aliases = None
+    if not (isinstance(aliases, dict) and all(isinstance(name, str) and name in tensors and alias not in tensors
+                                              for alias, name in aliases.items())):
+        raise MalformedFileError(f"{path} names tied weights ({ALIASES} in its metadata) that it does not hold, or "
+                                 "names one twice, so it was not loaded. A file written by save_state() never does: "
+                                 "delete this checkpoint, or resume from another one.")
+    return aliases
+
+__all__ = ["check_replaceable", "rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
            "staging_dir", "old_dir", "readable_dir", "fsync_dir", "save_file", "load_file",
-           "model_file", "model_pickle", "save_model_state", "load_model_state"]
+           "model_file", "model_pickle", "save_model_state", "load_model_state", "tied_names",
+           "without_shared_memory"]

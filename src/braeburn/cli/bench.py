@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import statistics
 import sys
 import time
@@ -26,7 +27,9 @@ DTYPE_OF = {"no": "fp32", "bf16": "bf16", "fp16": "fp16"}
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", default="all", help="mlp, cnn, bert-base, gpt2-small, a comma list, or all")
-    parser.add_argument("--size", default="full", choices=("tiny", "full"), help="full models, or tiny ones (CI)")
+    parser.add_argument("--size", default="auto", choices=("auto", "tiny", "full"),
+                        help="full models, or tiny ones (CI); auto (default): full where an accelerator is benchmarked, "
+                             "tiny where only the CPU is (full BERT-base and GPT-2 steps take minutes there)")
     parser.add_argument("--steps", type=int, default=10, help="timed training steps per device (default 10)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     parser.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int, default=None,
@@ -37,7 +40,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="autocast dtype for the workloads (default float32); auto: what the Trainer would "
                              "choose, measured per workload where the device has no rule (MPS), with the table")
     parser.add_argument("--max-seconds", type=float, default=30.0,
-                        help="stop timing a workload on a device after this long (at least one step; default 30)")
+                        help="stop warming up, and then timing, a workload on a device after this long each (at least "
+                             "one step each; default 30)")
     parser.add_argument("--plot", metavar="PNG", help="save a bar chart of samples/s (needs matplotlib)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("script", nargs="?", help="time this training script's steps instead (through the Accelerator)")
@@ -65,6 +69,18 @@ def choose_devices(text: str | None, host) -> list[DeviceKind]:
                              f"Or leave {name} out of --devices")
         kinds.append(get_kind(name))
     return kinds
+
+
+def resolve_size(asked: str, kinds: list[DeviceKind]) -> tuple[str, str | None]:
+    """The workloads' size, and a line saying why when ``auto`` chose it: full models where an accelerator is
+    benchmarked; the tiny ones where only the CPU is, where one full BERT-base or GPT-2 step can take a minute."""
+    if asked != "auto":
+        return asked, None
+    if any(kind.is_accelerator for kind in kinds):
+        return "full", None
+    return "tiny", ("--size auto: the tiny models, since only the CPU is benchmarked here; --size full times the "
+                    "real ones (BERT-base, GPT-2 small: up to a few minutes a workload on a CPU, each phase cut at "
+                    "--max-seconds)")
 
 
 def choose_workloads(text: str) -> list[str]:
@@ -193,8 +209,36 @@ def resolve_precision(built, kind: DeviceKind, host, asked: str, batch_size: int
     return decision.precision, {"precision_table": decision.table, "precision_reason": decision.reason}
 
 
+def expected_seconds(step_seconds: float, warmup: int, steps: int, max_seconds: float) -> float:
+    """How long a workload's warm-up and timed steps take on a device, from its first step's time: each phase
+    stops once ``max_seconds`` have passed, after at least one step."""
+    within = max(1, math.ceil(max_seconds / step_seconds)) if step_seconds > 0 else steps + warmup
+    return step_seconds * (min(warmup, within) + min(steps, within))
+
+
+def _warm_up(step, kind: DeviceKind, warmup: int, steps: int, max_seconds: float, label: str) -> None:
+    """Up to ``warmup`` untimed steps, stopped after ``max_seconds`` (at least one). After the first, a slow workload
+    says how long it will take here and how to shorten it."""
+    started = time.perf_counter()
+    for done in range(warmup):
+        if done and time.perf_counter() - started >= max_seconds:
+            break
+        step()
+        if done == 0:
+            kind.synchronize()  # the first step's time, for the estimate (an untimed step: the sync costs nothing)
+            first = time.perf_counter() - started
+            total = expected_seconds(first, warmup, steps, max_seconds)
+            if total >= 10:
+                _say(f"{label}: {first:.1f} s a step, so about {_duration(total)} for this one (warm-up and timing "
+                     f"each stop after --max-seconds {max_seconds:g}); --size tiny, or fewer --steps, is quicker")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
 def time_training(built, kind: DeviceKind, host, precision: str, batch_size: int, warmup: int, steps: int,
-                  max_seconds: float) -> dict:
+                  max_seconds: float, label: str = "") -> dict:
     """samples/s of full training steps (forward, backward, AdamW step) on one synthetic batch."""
     model, optimizer, batch = _one_batch(built, kind, batch_size)
     policy, used = _policy(kind, host, precision)
@@ -206,8 +250,7 @@ def time_training(built, kind: DeviceKind, host, precision: str, batch_size: int
         policy.step(optimizer)
         optimizer.zero_grad(set_to_none=True)
 
-    for _ in range(warmup):
-        step()
+    _warm_up(step, kind, warmup, steps, max_seconds, label or kind.name)
     kind.synchronize()
     done, start = 0, time.perf_counter()
     while done < steps:
@@ -245,7 +288,8 @@ def bench_workload(name: str, args, kinds: list[DeviceKind], host, peaks: dict) 
         _say(f"{name} ({args.size}, batch {batch_size}) on {kind.name}: {args.warmup} warm-up + up to "
              f"{args.steps} timed steps...")
         precision, measured = resolve_precision(built, kind, host, args.mixed_precision, batch_size)
-        row = {**time_training(built, kind, host, precision, batch_size, args.warmup, args.steps, args.max_seconds),
+        row = {**time_training(built, kind, host, precision, batch_size, args.warmup, args.steps, args.max_seconds,
+                               label=f"{name} ({args.size}) on {kind.name}"),
                **measured}
         _say(f"{name} on {kind.name}: {row['samples_per_s']:.1f} samples/s")
         _add_mfu(row, flops, peaks[kind.name])
@@ -290,6 +334,9 @@ def run_workloads(args, host) -> dict:
     skipped = {n: get_workload(n).missing_dependency() for n in names if get_workload(n).missing_dependency()}
     if skipped and args.workload != "all":
         raise ImportError(next(iter(skipped.values())))
+    args.size, why = resolve_size(args.size, kinds)
+    if why:
+        _say(why)
     _say(f"{len(names) - len(skipped)} workload(s) on {', '.join(k.name for k in kinds)}; measuring each device's "
          "matmul peak and bandwidth first...")
     peaks = {kind.name: device_peaks(kind, host, args.size, args.mixed_precision) for kind in kinds}

@@ -249,12 +249,12 @@ def _ignored_options(options: RunOptions, kind: DeviceKind) -> tuple[tuple[str, 
              "high_watermark": ("mps_high_watermark_ratio", options.mps_high_watermark_ratio),
              "low_watermark": ("mps_low_watermark_ratio", options.mps_low_watermark_ratio)}
     ignored = []
-    for parameter, (option, value) in given.items():
+    for parameter, (name, value) in given.items():
         if value is None or kind.env_before_torch(**{parameter: value}) != kind.env_before_torch():
             continue
         users = [f"{each.hardware} ({each.name})" for each in KINDS
                  if each.env_before_torch(**{parameter: value}) != each.env_before_torch()]
-        ignored.append((option, " and ".join(users)))
+        ignored.append((name, " and ".join(users)))
     return tuple(ignored)
 
 

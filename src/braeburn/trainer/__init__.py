@@ -24,4 +24,5 @@ __all__ = sorted(_WHERE)
 def __getattr__(name: str):
     if name not in _WHERE:
         raise AttributeError(f"module 'braeburn.trainer' has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    where = _WHERE[name]
+    return getattr(importlib.import_module(where if where.startswith(".") else f".{where}", __name__), name)

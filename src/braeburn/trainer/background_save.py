@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..checkpoints import state as state_io
-from ..checkpoints.no_follow import create_new
 from .checkpoint import CheckpointManager
 from .state import TrainerState
 
@@ -55,8 +54,7 @@ class _Replay:
     def save_state(self, output_dir: str) -> None:
         staging = state_io.prepare_staging(output_dir)
         for name, file in self.snapshot.files.items():
-            with create_new(staging / name) as handle:
-                file.write(handle)  # torch.save (its CRC-32) and the writes run here, off the training thread
+            file.write(staging / name)  # torch.save (its CRC-32), safetensors and the writes run here, off the loop
         self.snapshot.finish(output_dir)
 
     def wait_for_everyone(self) -> None:

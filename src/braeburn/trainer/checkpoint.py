@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoints import manifest as manifest_io
+from ..checkpoints import ownership
 from ..checkpoints.manifest import MANIFEST
 from ..checkpoints.no_follow import create_new, remove_tree
 from ..plan.option_spelling import given, option
 from ..checkpoints.state import fsync_dir as _fsync_dir
-from ..checkpoints.state import staging_dir
+from ..checkpoints.state import old_dir, staging_dir
 from .state import STATE_FILE, TrainerState, TrainerStateError
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -99,10 +100,25 @@ def _misnamed(folder: Path) -> str | None:
     return f"{folder} holds step {held} (its trainer_state.json), but its name says step {named}"
 
 
+def _save_names(target: Path) -> dict[str, str]:
+    """The entries of output_dir that a save of ``target`` (``checkpoint-N``) makes: the checkpoint first, then
+    the staging folders around it (ours, and the Accelerator's beside it), which exist only during the save."""
+    staging = target.parent / f".{target.name}.tmp"
+    names = [target.name, staging.name, f".{target.name}.tmp.old", staging_dir(staging).name, old_dir(staging).name]
+    return {name: ownership.FOLDER for name in names}
+
+
 def _barrier(accelerator: Any) -> None:
     wait = getattr(accelerator, "wait_for_everyone", None)  # anything with save_state will do in one process
     if wait is not None:
         wait()
+
+
+def _set_aside_note(newest: Path, earlier: Path) -> str:
+    return (f"'latest' resumes {newest} (step {step_of(newest)}), the newest checkpoint of the run in {newest.parent}; "
+            f"an earlier run that went further, to step {step_of(earlier)}, was set aside in {earlier.parent.name}/ "
+            f"when this one started afresh there. To continue that run instead: "
+            f"{option('resume_from_checkpoint', str(earlier))}")
 
 
 class SaveLog:
@@ -238,11 +254,16 @@ class CheckpointManager:
         if request == "latest":
             found = self.checkpoints()
             warnings, newest = [], found[-1] if found else None
+            earlier = self.set_aside_newest()
             if newest is None:
+                offer = (f" The earlier run set aside in {earlier.parent.name}/ has {earlier.name}: resume it with "
+                         f"{option('resume_from_checkpoint', str(earlier))}, or" if earlier else "")
                 raise CheckpointError(f"{given('resume_from_checkpoint', 'latest')} but {self.output_dir} holds no "
-                                      f"complete checkpoint-N folder. Train without "
+                                      f"complete checkpoint-N folder.{offer} Train without "
                                       f"{option('resume_from_checkpoint')} to start afresh.")
             self._refuse_several_runs(found)
+            if earlier is not None and step_of(earlier) > step_of(newest):
+                warnings.append(_set_aside_note(newest, earlier))
             try:
                 self.verify(newest)
             except CheckpointCorruptError as error:
@@ -315,6 +336,13 @@ class CheckpointManager:
             return None
         return here
 
+    def set_aside_newest(self) -> Path | None:
+        """The newest complete checkpoint of the earlier runs braeburn set aside in output_dir (its record names
+        them: ``previous-run-N``), the highest step first; None when they hold none."""
+        folders = ownership.set_aside_folders(self.output_dir)
+        found = [CheckpointManager(self.output_dir / name).latest() for name in folders]
+        return max((p for p in found if p is not None), key=step_of, default=None)
+
     def _refuse_several_runs(self, found: list[Path]) -> None:
         """'latest' cannot choose between the checkpoints of two runs (a folder reused with
         --overwrite_output_dir): their seeds, learning rates and data may differ, and the highest step may
@@ -346,15 +374,20 @@ class CheckpointManager:
 
     # -- writing ---------------------------------------------------------------------------------
     def clean_staging(self) -> None:
-        """Remove half-written checkpoints left by a crash (only our own hidden staging folders)."""
+        """Remove half-written checkpoints left by a crash: only the staging folders that braeburn's record
+        (:mod:`braeburn.checkpoints.ownership`) names, never a folder that merely has such a name."""
         if not self.output_dir.is_dir():
             return
+        out, removed = self.output_dir, []
         for kept in self._replaced():  # the good copy of a checkpoint whose replacement was killed: restore it
-            os.replace(kept, self.output_dir / REPLACED_RE.match(kept.name).group(1))
-            _fsync_dir(self.output_dir)
-        for path in self.output_dir.iterdir():
-            if STAGING_RE.match(path.name) and path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
+            if ownership.owns(out, kept.name):
+                os.replace(kept, out / REPLACED_RE.match(kept.name).group(1))
+                _fsync_dir(out)
+        for name in ownership.recorded(out):
+            if STAGING_RE.match(name) and ownership.owns(out, name):
+                shutil.rmtree(out / name, ignore_errors=True)
+                removed.append(name)
+        ownership.forget(out, removed)
 
     def save(self, accelerator: Any, state: TrainerState, files: dict[str, bytes] | None = None) -> Path:
         """Write ``checkpoint-<global_step>`` atomically; on failure nothing changes on disk.
@@ -366,10 +399,12 @@ class CheckpointManager:
         target = self.output_dir / f"checkpoint-{state.global_step}"
         staging = self.output_dir / f".checkpoint-{state.global_step}.tmp"
         main = getattr(accelerator, "is_main_process", True)
-        previous = state.last_checkpoint
+        previous, claimed = state.last_checkpoint, not main
         try:
             if main:
                 self.output_dir.mkdir(parents=True, exist_ok=True)
+                ownership.claim(self.output_dir, _save_names(target), f"braeburn writes {target.name} there")
+                claimed = True  # every name below is braeburn's now: removing or replacing it harms nothing else
                 remove_tree(staging)  # (a link there: the link only)
             accelerator.save_state(str(staging))
             state.last_checkpoint = str(target)
@@ -381,16 +416,21 @@ class CheckpointManager:
                         handle.write(data)
                 write_manifest(staging, state.global_step)
                 self._publish(staging, target)
+                ownership.forget(self.output_dir, list(_save_names(target))[1:])  # the staging names: gone now
         except Exception as error:
             state.last_checkpoint = previous  # this one was never written
-            shutil.rmtree(staging, ignore_errors=True)
-            shutil.rmtree(staging_dir(staging), ignore_errors=True)  # the Accelerator's own staging beside it
+            if claimed:  # (on every rank, as before; only rank 0 keeps the record)
+                shutil.rmtree(staging, ignore_errors=True)
+                shutil.rmtree(staging_dir(staging), ignore_errors=True)  # the Accelerator's own staging beside it
+            if main and claimed:
+                ownership.prune(self.output_dir)
             latest = self.latest(state.run_id)  # this run's (or any, for a state without a run)
             kept = f"the previous checkpoint {latest} is intact" if latest else "no earlier checkpoint exists"
+            fix = ("" if isinstance(error, ownership.ForeignFileError) else
+                   f" Free disk space or fix the permissions of {self.output_dir}.")
             raise CheckpointError(f"Saving {target} failed: {type(error).__name__}: {error}. Nothing was "
-                                  f"replaced ({kept}); training state in memory is unchanged. Free disk space "
-                                  f"or fix the permissions of {self.output_dir}.") from error
-        finally:
+                                  f"replaced ({kept}); training state in memory is unchanged.{fix}") from error
+        finally:  # (a kill or KeyboardInterrupt leaves the staging names recorded: clean_staging removes them)
             _barrier(accelerator)  # no rank goes on (or resumes) before the checkpoint is in place
         return target
 
@@ -422,11 +462,13 @@ class CheckpointManager:
         for folder in found:
             if excess <= 0:
                 break
-            if folder.resolve() in protected or not self._own(folder):
+            if folder.resolve() in protected or not self._own(folder) or not ownership.owns(self.output_dir,
+                                                                                             folder.name):
                 continue
             shutil.rmtree(folder)
             deleted.append(folder)
             excess -= 1
+        ownership.forget(self.output_dir, [folder.name for folder in deleted])
         return deleted
 
     # -- loading ---------------------------------------------------------------------------------

@@ -68,7 +68,8 @@ class TrainingConfig:
     output_dir: str = "outputs"
     """Folder for checkpoints, metrics and plots. braeburn writes and deletes nothing outside it."""
     overwrite_output_dir: bool = False
-    """Train in a non-empty output_dir over the files there (without it, they are first moved to previous-run-N/)."""
+    """Train over braeburn's own files of an earlier run in output_dir, in place (without it, they are first moved to
+    previous-run-N/); never over a file braeburn did not write."""
     do_train: bool = False
     """For scripts: run training."""
     do_eval: bool = False

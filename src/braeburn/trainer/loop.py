@@ -28,7 +28,7 @@ from ..plan.rules import PlanError
 from ..checkpoints.state import enable_full_determinism
 from .autobatch import AutoBatchMixin
 from .background_save import BackgroundSaver
-from . import earlier_run
+from . import output_dir_check
 from .compile_window import CompileWindow
 from .phase_clock import EVALUATION, PhaseClock
 from .precision_window import choose_precision
@@ -51,12 +51,12 @@ from .outputs import EvalPrediction, PredictionOutput, TrainOutput
 from .scheduler_interval import SchedulerSteps, is_plateau, per_step_note, split_scheduler
 from .plots import PlotCallback
 from .progress import ProgressCallback
-from .resume import reconcile
+from .resume import reconcile, samples_in
 from .summary import run_summary
 from .signals import SignalCallback, TrainingInterrupted
 from .state import TrainerState
 from .step_breakdown import StepBreakdownCallback
-from .write_faults import prepare_output_dir
+from .write_faults import OutputDirError
 
 
 class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
@@ -181,8 +181,6 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         train_loader = self._setup_training()
         if resume:
             self._resume(resume, train_loader)
-        if self.is_main_process:
-            self.checkpoints.clean_staging()
         other_runs = self.checkpoints.begin_run(self.state)  # the id that rotation and the NaN message go by
         if other_runs:
             self.accelerator.print(f"braeburn: warning: {other_runs}")
@@ -267,6 +265,12 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self.accelerator.backward(loss)
         self._keep_loss(loss)
 
+    @property
+    def _has_own_training_step(self) -> bool:
+        """Whether a subclass runs the micro-batch itself (the precision trial cannot time it apart from the run).
+        A hook: never here; a peer's Trainer says when a subclass overrode its training step."""
+        return False
+
     def forward_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         """The training loss of one batch (the forward, without the backward), as the loop computes it; the
         batch-size search and the precision trial call it too."""
@@ -346,12 +350,14 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         if out.exists() and not out.is_dir():
             raise FileExistsError(f"output_dir={str(out)!r} is a file, not a folder. Pass a folder to --output_dir.")
         self._lock_output_dir()  # a run that holds it is named first, whatever the folder holds
-        entries = earlier_run.earlier_entries(out, ignore={output_lock.LOCK_FILE})
-        if entries and not (self.config.overwrite_output_dir or resume) and self.is_main_process:
-            target = earlier_run.set_aside(out, entries)
-            self.accelerator.print(earlier_run.note(out, target, entries))
-        if self.is_main_process:
-            prepare_output_dir(out)  # a read-only parent or disk: one clear error now, not a traceback later
+        refusal: OSError | None = None
+        if self.is_main_process:  # writes over nothing braeburn did not write; sets an earlier run aside
+            try:
+                output_dir_check.ready(self, not (self.config.overwrite_output_dir or resume), self.accelerator.print)
+            except OSError as error:
+                refusal = error
+        if not pg.all_ok(refusal is None, self.accelerator.device):
+            raise refusal or OutputDirError(f"output_dir={str(out)!r} was refused by rank 0 (its error says why)")
 
     def _lock_output_dir(self) -> None:
         """Rank 0 holds output_dir's lock for the run (one writer); every rank learns if it was refused."""
@@ -432,7 +438,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                                   per_device_train_batch_size=config.per_device_train_batch_size,
                                   num_processes=acc.num_processes,
                                   gradient_accumulation_steps=config.gradient_accumulation_steps,
-                                  learning_rate=config.learning_rate if rate_from_config else None)
+                                  learning_rate=config.learning_rate if rate_from_config else None,
+                                  train_samples=samples_in(self.train_dataset))
         self._samples_per_batch = config.per_device_train_batch_size * acc.num_processes
         self._parameters = [p for p in model.parameters() if p.requires_grad]  # walked once, not every step
         self._compile_window = CompileWindow(acc)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ..checkpoints.no_follow import open_append, open_update
+from ..checkpoints.no_follow import PlantedLinkError, open_append, open_update
 from .callbacks import Callback
 from .state import TrainerState
 from .write_faults import WriteWarnings
@@ -58,6 +59,8 @@ class MetricsLogCallback(Callback):
         if self.tensorboard:
             folder = Path(self.tensorboard_dir or Path(trainer.output_dir) / "tensorboard")
             try:
+                if self.tensorboard_dir is None and folder.is_symlink():  # the run's folder: events would go elsewhere
+                    raise PlantedLinkError(folder)
                 self._writer = _tensorboard_writer(folder)
             except OSError as error:
                 self._warnings.failed(folder, error, "TensorBoard logging is off for this run")
@@ -159,7 +162,8 @@ def _tensorboard_writer(folder: Path):
             print("braeburn: TensorBoard logging is off (the tensorboard package is not installed; "
                   "pip install tensorboard to turn it on). Metrics still go to metrics.jsonl.")
         return None
-    return SummaryWriter(log_dir=str(folder))
+    # An event file's name is the time, host and pid: a random end makes it one that no link planted before can have.
+    return SummaryWriter(log_dir=str(folder), filename_suffix=f".{secrets.token_hex(4)}")
 
 
 def _drop_torn_last_line(path: Path) -> None:

@@ -88,7 +88,7 @@ def _load_best(trainer: "Trainer", folder: Path) -> None:
         acc.print(f"braeburn: warning: load_best_model_at_end: {folder} holds sharded (FSDP) weights; the model "
                   "keeps its final weights. Load the best one with --resume_from_checkpoint.")
         return
-    model.load_state_dict(state_io.load_model_state(folder, 0))
+    model.load_state_dict(state_io.load_model_state(folder, 0, model.state_dict()))
     acc.print(f"braeburn: loaded the best model from {folder} ({trainer.config.metric_for_best_model} = "
               f"{trainer.state.best_metric:.6g})")
 

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoints.no_follow import create_new, remove_file
+from ..checkpoints.no_follow import create_temporary, remove_file
 from .callbacks import Callback
 from .state import TrainerState
 from .write_faults import WriteWarnings
@@ -60,9 +60,9 @@ def plot_history(history: list[dict[str, Any]], path: Path) -> Path | None:
         ax.set_xlabel("step")
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
-    temporary = path.with_name(f".{path.name}.tmp")
+    handle, temporary = create_temporary(path)  # a fresh name: nothing that is there is touched
     try:
-        with create_new(temporary) as handle:  # a fresh file: a link planted at that name is removed, not followed
+        with handle:
             figure.savefig(handle, format="png", dpi=100)
         os.replace(temporary, path)  # (replaces a link at ``path`` itself, never its target)
     except BaseException:

@@ -36,7 +36,7 @@ def choose_precision(trainer: "Trainer", loader: Any) -> dict[str, Any] | None:
     if not candidates:
         return None
     why_not = measure_reason(state.max_steps - state.global_step, acc.num_processes,
-                             bool(trainer._overrides.training_step), len(candidates))
+                             trainer._has_own_training_step, len(candidates))
     if why_not is None and not _readable(loader):
         why_not = "the training set is an iterable dataset, whose first batch cannot be read without using it up"
     if why_not is None:

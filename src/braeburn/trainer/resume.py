@@ -68,6 +68,8 @@ def reconcile(saved: TrainerState, run: TrainerState, loader: Any, optimizer: An
     old, new = layout_of(saved), layout_of(run)
     if old is not None and new is not None and old != new:
         notes.append(_convert_steps(saved, run, old, new, loader, scheduler))
+    if saved.train_samples and run.train_samples and saved.train_samples != run.train_samples:
+        notes.append(_other_data(saved.train_samples, run, loader))
     if saved.learning_rate is not None and run.learning_rate is not None and saved.learning_rate != run.learning_rate:
         _rescale_learning_rate(optimizer, scheduler, run.learning_rate / saved.learning_rate)
         notes.append(f"learning_rate {saved.learning_rate:g} -> {run.learning_rate:g}: the checkpoint's optimizer "
@@ -82,9 +84,30 @@ def reconcile(saved: TrainerState, run: TrainerState, loader: Any, optimizer: An
             f"end at step {saved.global_step}, not {run.max_steps}. Pass {option('max_steps')} above "
             f"{saved.global_step} (the total, counting the steps done), or resume from an earlier checkpoint.")
     for name in ("max_steps", "steps_per_epoch", "num_epochs", "per_device_train_batch_size", "num_processes",
-                 "gradient_accumulation_steps", "learning_rate"):
+                 "gradient_accumulation_steps", "learning_rate", "train_samples"):
         setattr(saved, name, getattr(run, name))  # the plan of this run from here on
     return notes
+
+
+def samples_in(dataset: Any) -> int:
+    """``len(dataset)``, or 0 when it has no length (a stream)."""
+    try:
+        return len(dataset)
+    except (TypeError, NotImplementedError):
+        return 0
+
+
+def _other_data(before: int, run: TrainerState, loader: Any) -> str:
+    """What a resume on a train_dataset of another size does: the epoch and batch it goes on from."""
+    epoch, done, batches = loader.epoch, loader.batches_yielded, len(loader)
+    where = (f"the checkpoint had trained {done} batches of epoch {epoch}, and the epoch now has {batches}: epoch "
+             f"{epoch} ends there, and training goes on with epoch {epoch + 1}" if done >= batches else
+             f"training goes on from batch {done} of the {batches} that epoch {epoch} now has, in the order of "
+             f"{run.train_samples} samples, so the rest of this epoch is not exactly the samples the checkpoint had "
+             "not yet trained on")
+    return (f"train_dataset {before} -> {run.train_samples} samples since the checkpoint: {where}; an epoch is now "
+            f"{run.steps_per_epoch} steps, and the run ends at step {run.max_steps}. Resume with the same "
+            "train_dataset to continue exactly where the checkpoint stopped.")
 
 
 def _in_new_units(old: BatchLayout | None, new: BatchLayout | None) -> str:

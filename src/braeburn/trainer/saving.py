@@ -61,6 +61,12 @@ class SavingMixin:
         ``from_pretrained``."""
         return {}
 
+    def _final_model_names(self) -> list[str]:
+        """The names a save of the final model writes into output_dir, which the run checks are free or braeburn's
+        before it starts: none here (braeburn's own Trainer has no save_model()). A hook: the Transformers
+        Trainer's save_model() writes model.safetensors, training_args.bin, config.json, the tokenizer's files."""
+        return []
+
     def _snapshot_for_background(self, files: dict[str, bytes]) -> Snapshot | None:
         acc = self.accelerator
         if not self.config.save_in_background or acc.num_processes > 1 or acc.plan.strategy == "fsdp":

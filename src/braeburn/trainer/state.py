@@ -29,6 +29,7 @@ class TrainerState:
     num_processes: int = 0
     gradient_accumulation_steps: int = 0
     learning_rate: float | None = None
+    train_samples: int = 0  # len(train_dataset) (0: not known): a resume on another number of samples says so
     best_metric: float | None = None
     best_checkpoint: str | None = None
     last_checkpoint: str | None = None
@@ -86,7 +87,7 @@ class TrainerStateError(ValueError):
 
 
 _COUNTS = ("global_step", "max_steps", "steps_per_epoch", "num_epochs", "samples_seen",
-           "per_device_train_batch_size", "num_processes", "gradient_accumulation_steps")
+           "per_device_train_batch_size", "num_processes", "gradient_accumulation_steps", "train_samples")
 _PATHS = ("best_checkpoint", "last_checkpoint", "run_id")  # strings or null
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from ..plan.option_spelling import given, option
@@ -41,11 +42,11 @@ def prepare_output_dir(folder: Path) -> None:
     read-only file system or a missing permission is said before any step, not as a traceback, nor as a
     run that trains for hours and saves nothing.
     """
-    probe = folder / f".braeburn-write-probe-{os.getpid()}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe.touch()
-        probe.unlink()
+        handle, probe = tempfile.mkstemp(prefix=".braeburn-write-probe-", dir=folder)  # a new name: never a file there
+        os.close(handle)
+        os.unlink(probe)
     except OSError as error:
         blocked = next((p for p in (folder, *folder.parents) if p.exists()), folder)
         where = "it" if blocked == folder else f"its parent {str(blocked)!r}"

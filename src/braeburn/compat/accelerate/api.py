@@ -371,7 +371,10 @@ class AccelerateCompat:
         if config.total_limit is not None and self.is_main_process:
             import shutil
 
-            found = sorted((p for p in folder.glob("checkpoint_*") if p.name.split("_")[-1].isdigit()),
+            from ...checkpoints import ownership
+
+            found = sorted((p for p in folder.glob("checkpoint_*") if p.name.split("_")[-1].isdigit()
+                            and ownership.owns(folder, p.name)),  # its manifest says braeburn saved it
                            key=lambda p: int(p.name.split("_")[-1]))
             for old in found[:max(0, len(found) - config.total_limit)]:
                 shutil.rmtree(old)

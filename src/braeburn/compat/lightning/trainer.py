@@ -41,7 +41,7 @@ from .runs import (CheckpointPathError, checkpoint_to_resume, claim_run_folder, 
 from .spelling import LightningSpelling
 
 
-_PACKAGE = Path(__file__).resolve().parents[1]  # braeburn's own code: src/braeburn
+_PACKAGE = Path(__file__).resolve().parents[2]  # braeburn's own code: src/braeburn
 
 
 # Nobody asks for compile=false here: it is this path's default, and the summary says so.
@@ -291,6 +291,10 @@ class _LightningRun(BraeburnTrainer):
         return dataset if isinstance(dataset, DataLoader) else super()._loader(dataset, batch_size, shuffle)
 
     def _batch_loss(self, model: Any, batch: Any) -> torch.Tensor:
+        return self.compute_loss(model, batch)
+
+    def compute_loss(self, model: Any, batch: Any) -> torch.Tensor:
+        """The loss the module's training_step returns (called through the wrapped forward, as the model)."""
         loss = step_loss(model(batch, self.batch_idx, "training_step"), "training_step")
         self.batch_idx += 1
         if loss is None:

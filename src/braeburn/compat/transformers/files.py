@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from ...checkpoints import no_follow
+from ...checkpoints import no_follow, ownership, safetensors_file
+from ...checkpoints.state import without_shared_memory
 
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
@@ -45,19 +46,6 @@ def _shards(state: dict[str, torch.Tensor], limit: int) -> list[dict[str, torch.
     return shards
 
 
-def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """safetensors refuses tensors that share memory (tied weights): keep the first name of each storage."""
-    seen: set[tuple[int, int]] = set()
-    out = {}
-    for name, tensor in state.items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset()) if tensor.numel() else (id(tensor), 0)
-        if key in seen:
-            continue
-        seen.add(key)
-        out[name] = tensor.detach().cpu().contiguous()
-    return out
-
-
 def save_weights(state: dict[str, Any], save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
                  safe_serialization: bool = True) -> list[Path]:
     """Write ``state`` into ``save_directory``; returns the files written."""
@@ -65,17 +53,15 @@ def save_weights(state: dict[str, Any], save_directory: str | os.PathLike, max_s
     if folder.is_file():
         raise ValueError(f"save_directory={str(folder)!r} is a file; pass a folder")
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = _unshared({k: v for k, v in state.items() if isinstance(v, torch.Tensor)})
+    # safetensors holds no two names for one memory: tied names written once (from_pretrained ties them back)
+    tensors = without_shared_memory({k: v for k, v in state.items() if isinstance(v, torch.Tensor)})
     shards = _shards(tensors, parse_size(max_shard_size))
     stem, ext = ("model", "safetensors") if safe_serialization else ("pytorch_model", "bin")
     names = ([f"{stem}.{ext}"] if len(shards) == 1
              else [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.{ext}" for i in range(len(shards))])
     for name, shard in zip(names, shards):
-        if safe_serialization:
-            from safetensors.torch import save_file
-
-            no_follow.remove_file(folder / name)  # a link planted at that name: the link goes, its target stays
-            save_file(shard, str(folder / name), metadata={"format": "pt"})
+        if safe_serialization:  # (a link planted at that name: the link goes, its target stays)
+            safetensors_file.write(shard, folder / name, {"format": "pt"})
         else:
             with no_follow.create_new(folder / name) as handle:
                 torch.save(shard, handle)
@@ -84,6 +70,37 @@ def save_weights(state: dict[str, Any], save_directory: str | os.PathLike, max_s
                  "weight_map": {k: name for name, shard in zip(names, shards) for k in shard}}
         no_follow.write_atomic(folder / f"{stem}.{ext}.index.json", json.dumps(index, indent=2))
     return [folder / name for name in names]
+
+
+FINAL_MODEL = ("model.safetensors", "training_args.bin")  # what save_model() writes for any model
+
+
+def final_model_names(model: Any, processing_class: Any) -> list[str]:
+    """The names :func:`save_pretrained_files` writes for ``model`` and ``processing_class`` (before writing)."""
+    return [*FINAL_MODEL, *pretrained_config_files(model), *processing_files(processing_class)]
+
+
+def save_pretrained_files(folder: str | os.PathLike, model: Any, state: dict[str, Any] | None,
+                          processing_class: Any, training_args: Any) -> list[str]:
+    """What Transformers' ``Trainer.save_model`` writes into ``folder``: ``save_pretrained`` for a model that has it
+    (config.json, model.safetensors), else the weights; the processing class's files; ``training_args.bin``.
+
+    Transformers' writers open each name as it is, following a link planted there into a file outside the run.
+    So they write into a fresh staging folder inside ``folder``, whose entries then replace braeburn's own of the
+    same names by a rename (:func:`braeburn.checkpoints.ownership.staged`); an entry braeburn did not write there (a link, a
+    user's file) refuses them all, before anything is moved. Returns the names written."""
+    folder = Path(folder)
+    with ownership.staged(folder, "save_model() writes the final model under that name",
+                          f"Pass save_model() another folder, or move it out of {folder}") as staging:
+        if callable(getattr(model, "save_pretrained", None)):
+            model.save_pretrained(str(staging), state_dict=state, safe_serialization=True)
+        else:
+            save_weights(state if state is not None else model.state_dict(), staging)
+        if processing_class is not None and callable(getattr(processing_class, "save_pretrained", None)):
+            processing_class.save_pretrained(str(staging))
+        with no_follow.create_new(staging / "training_args.bin") as handle:
+            torch.save(training_args, handle)
+        return sorted(p.name for p in staging.iterdir())
 
 
 def pretrained_config_files(model: Any) -> dict[str, bytes]:

@@ -66,6 +66,10 @@ class HfOverridableMixin:
         else:
             super()._micro_batch(model, batch)
 
+    @property
+    def _has_own_training_step(self) -> bool:
+        return self._overrides.training_step
+
     def _overridden_training_step(self, model: torch.nn.Module, batch: Any) -> None:
         """Transformers' training_step returns the loss divided by the accumulation steps; the window keeps
         per-batch losses, as braeburn's own path does."""

@@ -20,7 +20,7 @@ from ...trainer.outputs import EvalPrediction, PredictionOutput, TrainOutput
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
 from .arguments import TrainingArguments
 from .callbacks import adapt_callback
-from .files import pretrained_config_files, processing_files
+from .files import final_model_names, pretrained_config_files, processing_files
 from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
 
@@ -79,6 +79,9 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
             return {}
         model = self.accelerator.unwrap_model(self._prepared_model)
         return {**processing_files(self.processing_class), **pretrained_config_files(model)}
+
+    def _final_model_names(self) -> list[str]:
+        return final_model_names(self.model, self.processing_class)
 
     # -- Transformers' signatures ------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None, **kwargs: Any) -> TrainOutput:

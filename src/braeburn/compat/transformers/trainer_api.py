@@ -17,7 +17,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from ...checkpoints.no_follow import create_new, write_atomic
+from ...checkpoints import ownership
+from ...checkpoints.no_follow import write_atomic
 from ...plan.rules import OptionError
 from ...trainer.batches import can_return_loss, find_label_names, labels_by_name, output_predictions
 from ...trainer.collators import make_collate
@@ -116,25 +117,15 @@ class HfTrainerMixin:
         state = acc.get_state_dict(model) if acc.shards_model else None
         if not acc.is_main_process:
             return
-        folder.mkdir(parents=True, exist_ok=True)
-        if callable(getattr(model, "save_pretrained", None)):
-            model.save_pretrained(str(folder), state_dict=state, safe_serialization=True)
-        else:
-            from .files import save_weights
+        from .files import save_pretrained_files
 
-            save_weights(state if state is not None else model.state_dict(), folder)
-        if self.processing_class is not None and callable(getattr(self.processing_class, "save_pretrained", None)):
-            self.processing_class.save_pretrained(str(folder))
-        import torch
-
-        with create_new(folder / "training_args.bin") as handle:
-            torch.save(self.config, handle)
+        save_pretrained_files(folder, model, state, self.processing_class, self.config)  # only over braeburn's own
 
     def save_state(self) -> None:
         """trainer_state.json in output_dir (the log history, best metric and step), from the main process."""
-        if self.accelerator.is_main_process:
-            Path(self.config.output_dir).mkdir(parents=True, exist_ok=True)
-            self.state.save(Path(self.config.output_dir))
+        folder = Path(self.config.output_dir)
+        if self.accelerator.is_main_process and ownership.may_write(folder, "trainer_state.json", "save_state()"):
+            self.state.save(folder)
 
     def metrics_format(self, metrics: dict[str, float]) -> dict[str, Any]:
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}
@@ -153,9 +144,9 @@ class HfTrainerMixin:
         if not self.accelerator.is_main_process:
             return
         folder = Path(self.config.output_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(folder / f"{split}_results.json", json.dumps(metrics, indent=4, sort_keys=True))
-        if combined:
+        if ownership.may_write(folder, f"{split}_results.json", "save_metrics()"):
+            write_atomic(folder / f"{split}_results.json", json.dumps(metrics, indent=4, sort_keys=True))
+        if combined and ownership.may_write(folder, "all_results.json", "save_metrics()"):
             path = folder / "all_results.json"
             merged = {} if path.is_symlink() or not path.exists() else json.loads(path.read_text(encoding="utf-8"))
             merged.update(metrics)
@@ -166,7 +157,8 @@ class HfTrainerMixin:
         if not self.accelerator.is_main_process:
             return
         folder = Path(self.config.output_dir)
-        folder.mkdir(parents=True, exist_ok=True)
+        if not ownership.may_write(folder, "README.md", "create_model_card()"):
+            return
         lines = [f"# {kwargs.get('model_name') or folder.name}", "", "Trained with braeburn.", ""]
         for key in ("finetuned_from", "tasks", "dataset", "language", "license", "tags"):
             if kwargs.get(key):

@@ -1,0 +1,346 @@
+"""What braeburn wrote in a folder: a record it keeps there, and the only proof it moves or replaces by.
+
+braeburn moves, replaces or deletes an entry of a folder only when it can prove that it wrote it. The
+proof is never a name (``checkpoint-3``, ``metrics.jsonl`` and ``.checkpoint-3.tmp`` are names anybody can
+give a file); it is one of:
+
+- the folder's record, ``.braeburn-files.json``: the top-level names braeburn created there, each with its
+  kind (``file``, ``folder``, or ``previous-run``: an earlier run set aside). A name is recorded *before*
+  the entry is created, and only when the name is free or braeburn's already, so a record never claims a
+  file that was there first. The record holds relative names only, so it stays true when the folder is
+  copied (``cp -a``) or moved;
+- a checkpoint's own ``manifest.json`` (written last by every save) vouching for every file of its folder,
+  with their sizes: the checkpoints of a folder written before the record existed, or copied without it.
+
+An entry is braeburn's (:func:`owns`) when one of these vouches for it *and* it is still of the kind
+recorded, is not a symbolic link, and is not a mount point. ``.git`` never is, whatever a record says.
+
+The API, for every writer in braeburn's folders (the Trainer, save_model, the Lightning path):
+
+- :func:`claim` ``(folder, {name: kind})`` before creating an entry: records it, or raises
+  :class:`ForeignFileError` (one line: the entry, why it is not braeburn's, the fix) when something
+  braeburn did not write holds the name. Nothing is recorded then.
+- :func:`forget` ``(folder, names)`` after braeburn removed or moved entries.
+- :func:`owns`, :func:`foreign` ``(folder, names)``: which names braeburn may replace, which it must not.
+- :func:`movable` ``(folder)``: the entries an earlier run left that braeburn may set aside (never a
+  dot-file, never a set-aside folder); :func:`set_aside_folders` ``(folder)``: the earlier runs set aside.
+- :func:`publish` ``(staging, folder, need)``: move every entry of a staging folder into ``folder``, replacing
+  only braeburn's own entries; a foreign one at any of the names refuses the whole move before any of it.
+  :func:`staged` ``(folder, need)`` is the same as a ``with`` block: write into the folder it yields.
+- :func:`may_write` ``(folder, name, what)``: claim a name for a file written whole, or warn and skip it.
+
+The record is replaced whole at each change (a temporary file renamed over it, fsynced), under a lock
+shared by the threads of the process (a background checkpoint save, the plot); the output folder's
+lock (:mod:`braeburn.checkpoints.output_lock`) keeps other processes out. Only the main process writes it.
+
+What the record does not prove: that a recorded file still holds what braeburn wrote. A file of the
+user's put at a recorded name, after braeburn's was deleted, passes for braeburn's (it is set aside with
+the run, never deleted: rotation deletes checkpoints only, which carry their run's id). Contents are not
+hashed: ``metrics.jsonl`` grows at every log, and a hash kept up to date would cost a write per log line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import stat
+import sys
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+from . import manifest as manifest_io
+from . import no_follow
+
+MARKER = ".braeburn-files.json"
+STAGING = ".braeburn-staging.tmp"  # where :func:`staged` writes before the files move into place
+FILE, FOLDER, SET_ASIDE = "file", "folder", "previous-run"
+KINDS = (FILE, FOLDER, SET_ASIDE)
+NEVER = frozenset({".git", ".", ".."})  # never braeburn's, whatever a record says
+MAX_BYTES = 4 << 20
+_LOCK = threading.RLock()
+
+
+class ForeignFileError(FileExistsError):
+    """An entry that braeburn did not write stands where it would write; nothing was changed."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+class MarkerError(ForeignFileError):
+    """The folder's record is not one braeburn wrote (a link, a folder, or not braeburn's JSON)."""
+
+
+def refusal(path: Path, why: str, need: str, fix: str | None = None, cls: type = ForeignFileError) -> Exception:
+    """One line: ``path`` is not braeburn's (``why``), braeburn needs its name (``need``), and the fix."""
+    fix = fix or f"Pass another --output_dir, or move {path.name} out of {path.parent}"
+    error = cls(errno.EEXIST, f"{path} is not braeburn's ({why}), and {need}. braeburn never moves or replaces a "
+                              f"file it did not write. {fix}.")
+    error.why = why
+    return error
+
+
+# -- the record ------------------------------------------------------------------------------------
+def _valid_name(name: object) -> bool:
+    return (isinstance(name, str) and bool(name) and name not in NEVER and "/" not in name and "\\" not in name
+            and "\x00" not in name)
+
+
+def _load(folder: Path) -> dict[str, str] | None:
+    """The record's entries; None when there is none; :class:`MarkerError` when it is not braeburn's."""
+    path = folder / MARKER
+    try:
+        fd = no_follow.open_fd(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as error:  # a link (PlantedLinkError), a folder, no permission
+        raise refusal(path, f"it cannot be read as braeburn's record: {error.strerror or error}",
+                      "braeburn keeps its record of the files it wrote there", cls=MarkerError) from None
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MAX_BYTES + 1)
+    try:
+        record = json.loads(data.decode("utf-8")) if len(data) <= MAX_BYTES else None
+    except (UnicodeDecodeError, ValueError):
+        record = None
+    entries = record.get("entries") if isinstance(record, dict) and record.get("written_by") == "braeburn" else None
+    if not isinstance(entries, dict) or not all(_valid_name(n) and k in KINDS for n, k in entries.items()):
+        raise refusal(path, "it is not a record that braeburn wrote", "braeburn keeps its record of the files it "
+                      "wrote there", cls=MarkerError)
+    return dict(entries)
+
+
+def recorded(folder: str | os.PathLike) -> dict[str, str]:
+    """The names ``folder``'s record vouches for, with their kinds (empty without a readable record)."""
+    try:
+        return _load(Path(folder)) or {}
+    except MarkerError:
+        return {}
+
+
+def _save(folder: Path, entries: Mapping[str, str]) -> None:
+    text = json.dumps({"format": 1, "written_by": "braeburn",
+                       "about": "the entries of this folder that braeburn wrote: the only ones it moves or replaces",
+                       "entries": dict(sorted(entries.items()))}, indent=1)
+    handle, temporary = no_follow.create_temporary(folder / MARKER)
+    try:
+        with handle:
+            handle.write(text.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())  # on disk before the rename that makes it the record
+        os.replace(temporary, folder / MARKER)
+    except BaseException:
+        no_follow.remove_file(temporary)
+        raise
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# -- what is braeburn's ---------------------------------------------------------------------------
+def _on_disk(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _mount_points(folder: Path) -> set[str]:
+    """Names of ``folder`` that are mount points (Linux's mount table; elsewhere the device check suffices)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return set()
+    real, names = os.path.realpath(folder), set()
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # (\040: a space)
+            if os.path.dirname(point) == real:
+                names.add(os.path.basename(point))
+    return names
+
+
+def why_not(folder: str | os.PathLike, name: str, entries: Mapping[str, str] | None = None) -> str | None:
+    """None when the entry ``name`` of ``folder`` is braeburn's (or absent); else why it is not."""
+    folder = Path(folder)
+    found = _on_disk(folder / name)
+    if found is None:
+        return None
+    if not _valid_name(name):
+        return "braeburn never writes there"
+    if name == MARKER:
+        try:
+            _load(folder)
+        except MarkerError as error:
+            return error.why
+        return None
+    if stat.S_ISLNK(found.st_mode):
+        return "it is a symbolic link, and braeburn never makes one"
+    if found.st_dev != os.stat(folder).st_dev or name in _mount_points(folder):
+        return "it is a mount point"
+    kind = (recorded(folder) if entries is None else entries).get(name)
+    is_folder = stat.S_ISDIR(found.st_mode)
+    if kind is not None and (kind == FILE) == stat.S_ISREG(found.st_mode) and (kind != FILE) == is_folder:
+        return None
+    if is_folder and _manifest_vouches(folder / name):
+        return None
+    if kind is not None:
+        return f"braeburn recorded a {kind} of that name, and a {'folder' if is_folder else 'file'} is there now"
+    return f"no record of braeburn's ({MARKER}) names it"
+
+
+def _manifest_vouches(path: Path) -> bool:
+    """A checkpoint's manifest.json that lists every file of ``path`` with its size."""
+    try:
+        data = manifest_io.read(path)
+    except manifest_io.ManifestError:
+        return False
+    return data is not None and manifest_io.problem(path, data) is None
+
+
+def owns(folder: str | os.PathLike, name: str) -> bool:
+    """Whether ``folder/name`` exists and braeburn can prove that it wrote it."""
+    return _on_disk(Path(folder) / name) is not None and why_not(folder, name) is None
+
+
+def foreign(folder: str | os.PathLike, names: Iterable[str]) -> dict[str, str]:
+    """The ``names`` that exist in ``folder`` and are not braeburn's, each with why not."""
+    entries = recorded(folder)
+    reasons = {name: why_not(folder, name, entries) for name in names}
+    return {name: why for name, why in reasons.items() if why is not None}
+
+
+def movable(folder: str | os.PathLike) -> dict[str, str]:
+    """What braeburn may set aside in ``folder``: its own entries (recorded or vouched for by a checkpoint
+    manifest), with their kinds; never a dot-file, never an earlier run already set aside."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return {}
+    entries = recorded(folder)
+    candidates = dict(entries)
+    for path in folder.iterdir():
+        if path.name not in candidates and path.is_dir() and not path.is_symlink():
+            candidates[path.name] = FOLDER  # proven below by its manifest, or left alone
+    return {name: kind for name, kind in sorted(candidates.items())
+            if not name.startswith(".") and kind != SET_ASIDE and _on_disk(folder / name) is not None
+            and why_not(folder, name, entries) is None}
+
+
+def set_aside_folders(folder: str | os.PathLike) -> list[str]:
+    """The earlier runs that braeburn set aside in ``folder`` (recorded as such, still there), oldest first."""
+    entries = recorded(folder)
+    names = [n for n, kind in entries.items() if kind == SET_ASIDE and owns(folder, n)]
+    return sorted(names, key=lambda n: (len(n), n))
+
+
+# -- changing the record ----------------------------------------------------------------------------
+def claim(folder: str | os.PathLike, entries: Mapping[str, str], need: str | None = None,
+          fix: str | None = None) -> None:
+    """Record ``entries`` (name -> kind) of ``folder`` as braeburn's, before they are created.
+
+    Raises :class:`ForeignFileError` naming the first name held by an entry braeburn did not write
+    (``need`` says what braeburn would write there, ``fix`` what to do); nothing is recorded then.
+    """
+    folder = Path(folder)
+    with _LOCK:
+        current = _load(folder) or {}
+        for name, kind in entries.items():
+            if kind not in KINDS or not _valid_name(name):
+                raise ValueError(f"claim({name!r}, {kind!r}): a plain name and one of {KINDS}")
+            why = why_not(folder, name, current)
+            if why is not None:
+                raise refusal(folder / name, why, need or f"braeburn would write {name} there", fix)
+        if any(current.get(name) != kind for name, kind in entries.items()):
+            _save(folder, {**current, **entries})
+
+
+def forget(folder: str | os.PathLike, names: Iterable[str]) -> None:
+    """Drop ``names`` from ``folder``'s record (braeburn removed or moved them). Never fails: a record that
+    keeps a name no longer there (the disk was full) vouches for nothing, and :func:`prune` drops it later."""
+    folder, names = Path(folder), set(names)
+    with _LOCK:
+        try:
+            current = _load(folder)
+            kept = {name: kind for name, kind in (current or {}).items() if name not in names}
+            if current is not None and kept != current:
+                _save(folder, kept)
+        except OSError:
+            pass
+
+
+def prune(folder: str | os.PathLike) -> None:
+    """Drop the recorded names that no longer exist (a run's start, under the output folder's lock)."""
+    folder = Path(folder)
+    forget(folder, [name for name in recorded(folder) if _on_disk(folder / name) is None])
+
+
+# -- writing ---------------------------------------------------------------------------------------
+def may_write(folder: str | os.PathLike, name: str, what: str) -> bool:
+    """Claim ``folder/name`` for a file written whole (``what`` says which), or say on stderr why braeburn
+    leaves it alone and return False: the write is skipped, nothing else fails."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        claim(folder, {name: FILE}, f"{what} would write it")
+    except ForeignFileError as error:
+        print(f"braeburn: warning: {error} {what} was not written; the rest goes on.", file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def staged(folder: str | os.PathLike, need: str, fix: str | None = None) -> Iterator[Path]:
+    """A fresh staging folder inside ``folder`` to write into; on success its entries replace braeburn's own
+    of the same names (:func:`publish`), and a foreign entry at any name refuses them all. Removed after."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    staging, had_record = folder / STAGING, os.path.lexists(folder / MARKER)
+    claim(folder, {STAGING: FOLDER}, "braeburn writes into it before moving the files into place", fix)
+    no_follow.remove_tree(staging)  # (left by a killed write: braeburn's, its record says)
+    staging.mkdir()
+    try:
+        yield staging
+        publish(staging, folder, need, fix)
+    finally:
+        no_follow.remove_tree(staging)
+        forget(folder, [STAGING])
+        if not had_record and not recorded(folder):  # refused: the folder is left as it was
+            no_follow.remove_file(folder / MARKER)
+
+
+def publish(staging: str | os.PathLike, folder: str | os.PathLike, need: str, fix: str | None = None) -> list[str]:
+    """Move each entry of ``staging`` into ``folder`` (a rename: no link is followed), replacing only
+    braeburn's own entries there; the names moved. A foreign entry at any name refuses the whole move
+    (:class:`ForeignFileError`) before anything is moved. ``staging`` is left empty."""
+    staging, folder = Path(staging), Path(folder)
+    names = sorted(p.name for p in staging.iterdir())
+    kinds = {name: FOLDER if (staging / name).is_dir() and not (staging / name).is_symlink() else FILE
+             for name in names}
+    with _LOCK:
+        claim(folder, kinds, need, fix)
+        for name in names:
+            if kinds[name] == FOLDER and (folder / name).is_dir():
+                no_follow.remove_tree(folder / name)  # braeburn's own (claim proved it)
+            os.replace(staging / name, folder / name)
+        _fsync_dir(folder)
+    return names
+
+
+__all__ = ["FILE", "FOLDER", "ForeignFileError", "KINDS", "MARKER", "MarkerError", "SET_ASIDE", "STAGING", "claim",
+           "foreign", "forget", "may_write", "movable", "owns", "prune", "publish", "recorded", "refusal",
+           "set_aside_folders", "staged", "why_not"]
