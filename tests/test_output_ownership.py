@@ -21,7 +21,7 @@ from torch.utils.data import TensorDataset
 
 from braeburn.checkpoints import ownership
 from braeburn.checkpoints.output_lock import LOCK_FILE
-from braeburn.trainer import Trainer, TrainingConfig
+from braeburn import Trainer, TrainingConfig
 from braeburn.trainer.checkpoint import CheckpointError
 
 pytestmark = pytest.mark.usefixtures("cpu_only")
@@ -300,7 +300,7 @@ def test_save_state_replaces_only_a_state_it_saved_or_an_empty_folder(tmp_path):
 
 def test_automatic_checkpoint_rotation_deletes_only_states_braeburn_saved(tmp_path):
     from braeburn import ProjectConfiguration
-    from braeburn.accelerator.core import Accelerator
+    from braeburn import Accelerator
 
     users = tmp_path / "checkpoints" / "checkpoint_1"  # the user's, numbered below braeburn's
     users.mkdir(parents=True)

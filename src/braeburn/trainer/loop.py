@@ -71,8 +71,9 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     def __init__(self, model: torch.nn.Module | None = None, config: TrainingConfig | None = None, *,
                  train_dataset: Dataset | None = None, eval_dataset: Dataset | None = None,
                  collate_fn: Callable | None = None, processing_class: Any = None,
-                 loss_fn: Callable[[Any, Any], torch.Tensor] | None = None, optimizer: torch.optim.Optimizer | None = None,
-                 lr_scheduler: Any = None, compute_metrics: Callable[[EvalPrediction], dict] | None = None,
+                 loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+                 optimizer: torch.optim.Optimizer | None = None, lr_scheduler: Any = None,
+                 compute_metrics: Callable[[EvalPrediction], dict] | None = None,
                  preprocess_logits_for_metrics: Callable | None = None, callbacks: list[Any] | None = None,
                  accelerator: Accelerator | None = None):
         self.config = config or TrainingConfig()

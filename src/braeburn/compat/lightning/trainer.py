@@ -5,8 +5,8 @@ drives any nn.Module with ``training_step`` and ``configure_optimizers`` (a real
 duck-typed one; Lightning is never imported). It maps onto braeburn's own Trainer: the module is wrapped in one
 small nn.Module whose forward is ``training_step`` (so DDP and autocast wrap it as they wrap any model), the loss
 goes through the Trainer's ``_batch_loss`` hook, validation through ``_evaluation_step`` and ``_evaluation_output``,
-and the scheduler through the Trainer's Lightning scheduler dicts (scheduler_interval.py). Device, precision, DDP, accumulation,
-clipping, metrics.jsonl, progress and checkpoints are the Trainer's. What is and is not covered:
+and the scheduler through the Trainer's Lightning scheduler dicts (scheduler_interval.py). Device, precision, DDP,
+accumulation, clipping, metrics.jsonl, progress and checkpoints are the Trainer's. What is and is not covered:
 docs/migrating.md, "Lightning".
 """
 
