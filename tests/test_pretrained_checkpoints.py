@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from braeburn.trainer import Trainer, TrainingConfig
+from braeburn import Trainer, TrainingConfig
 from braeburn.trainer.checkpoint import CheckpointManager, write_manifest
 from tests.conformance import _tiny as tiny
 
