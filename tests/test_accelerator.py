@@ -194,7 +194,7 @@ def test_identity_and_print(capsys):
 
 
 def test_precision_choice_is_announced_once(capsys):
-    from braeburn.accelerator.core import core as module
+    from braeburn.accelerator import core as module
 
     module._said_once.clear()
     Accelerator(mixed_precision="bf16")
@@ -204,7 +204,7 @@ def test_precision_choice_is_announced_once(capsys):
 
 
 def test_mps_env_advice_when_torch_loaded_first(fake_host, monkeypatch):
-    from braeburn.accelerator.core import core as module
+    from braeburn.accelerator import core as module
 
     module._said_once.clear()
     monkeypatch.delenv(FALLBACK_VAR, raising=False)
@@ -287,7 +287,7 @@ def _two_process_loop(per_epoch: bool) -> list:
     """A loop as on two processes (the prepared scheduler moves 2 steps per step() call); the warnings it gave."""
     import warnings
 
-    from braeburn.accelerator.core import core as module
+    from braeburn.accelerator import core as module
 
     module._said_once.clear()
     acc = Accelerator(cpu=True)

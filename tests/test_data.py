@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from braeburn.data.loader import loader as data_module
+from braeburn.data import loader as data_module
 from braeburn.data.loader import DeviceDataLoader, ShardSampler, move_to_device, truncate_padding
 from tests.conftest import APPLE_M, LINUX_CPU
 
