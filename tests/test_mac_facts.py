@@ -216,6 +216,65 @@ def test_fp16_overflow_skip_on_a_mac_reads_the_scalers_found_inf_not_every_gradi
     accelerator.end_training()
 
 
+def _always_overflowing_step(policy, weight, optimizer) -> bool:
+    with policy.autocast():
+        loss = weight.sqrt().sum()  # d sqrt(w)/dw at w = 0 is inf: every step's gradients overflow, at any scale
+    policy.backward(loss)
+    applied = policy.step(optimizer)
+    optimizer.zero_grad(set_to_none=True)
+    return applied
+
+
+@pytest.mark.parametrize("fused_honours_scaler", [True, False], ids=["kernel-skips", "kernel-ignores-found-inf"])
+def test_fp16_whose_every_step_overflows_applies_none_and_stops_when_the_scale_reaches_0(fused_honours_scaler):
+    # The scale halves on each overflow, from 65536 down to 0 after about 165 steps; at 0, update() leaves it at
+    # 0 * 0.5 == 0, which once read as "not lowered, so applied": the kernel-ignores path then stepped the fused
+    # AdamW with NaN gradients (weights NaN), and both paths reported the step applied.
+    from braeburn.precision import Fp16OverflowError, ScaledFp16Policy
+
+    weight = torch.nn.Parameter(torch.zeros(4))
+    # CPU's fused AdamW honours found_inf; IgnoresFoundInfAdamW ignores it, as MPS's fused kernel does
+    optimizer = (torch.optim.AdamW if fused_honours_scaler else IgnoresFoundInfAdamW)([weight], lr=0.1, fused=True)
+    policy = ScaledFp16Policy(torch.device("cpu"), fused_honours_scaler=fused_honours_scaler)
+    applied = []
+    with pytest.raises(Fp16OverflowError, match=r"scale is 0\.0, with which no step can be applied.*overflow "
+                                                r"float16 on every step\. Train with mixed_precision='bf16'.*'no'"):
+        for _ in range(400):
+            applied.append(_always_overflowing_step(policy, weight, optimizer))
+    assert 150 < len(applied) < 200 and not any(applied)
+    assert torch.equal(weight.detach(), torch.zeros(4))  # never stepped, never NaN
+    with pytest.raises(Fp16OverflowError):  # and the next step is refused before the optimizer sees anything
+        _always_overflowing_step(policy, weight, optimizer)
+    assert torch.equal(weight.detach(), torch.zeros(4))
+
+
+def test_fp16_on_a_mac_never_advances_the_schedule_on_an_overflow_step_and_stops_at_scale_0(fake_mac):
+    from braeburn import Accelerator
+    from braeburn.precision import Fp16OverflowError
+
+    accelerator = Accelerator(mixed_precision="fp16")
+    weight = torch.nn.Parameter(torch.zeros(4))
+    model = torch.nn.Module()
+    model.weight = weight
+    optimizer = IgnoresFoundInfAdamW(model.parameters(), lr=0.1, fused=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    skipped = []
+    with pytest.raises(Fp16OverflowError, match="mixed_precision='bf16'"):
+        for _ in range(400):
+            with accelerator.autocast():
+                loss = model.weight.sqrt().sum()
+            accelerator.backward(loss)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            skipped.append(accelerator.optimizer_step_was_skipped)
+    assert len(skipped) > 150 and all(skipped)
+    assert scheduler.scheduler.last_epoch == 0  # the schedule never moved on a skipped step
+    assert torch.equal(model.weight.detach(), torch.zeros(4))  # was NaN from the step at scale 0
+    accelerator.end_training()
+
+
 # -- compile=True on MPS says why in one line; compiled steps that measure slower go back to eager, on any device ---
 def test_compile_true_on_a_mac_warns_in_one_line_with_the_measured_reason(fake_mac, monkeypatch):
     from braeburn import Accelerator, accelerator as accelerator_module
