@@ -132,7 +132,8 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
         replays = kind.checkpoint_replays_rng(current_host())  # else braeburn replays it (checkpoint_replay.py)
         self._checkpoint_patch = None if replays else checkpoint_replay.CheckpointPatch(kind)
-        self._recompute_guard = _NO_CONTEXT if replays else checkpoint_replay.RecomputeGuard(kind)
+        self._recompute_guard = _NO_CONTEXT if replays else checkpoint_replay.RecomputeGuard(kind,
+                                                                                           self._checkpoint_patch)
         self._locked: dict[str, None] = {}  # state folders save_state() holds the lock of, oldest first
         self._init_accelerate_compat(**accelerate.tracking)
         self._announce()
@@ -242,6 +243,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         forward = compile_policy.install_forward(
             model, self._policy.autocast if self._policy.dtype is not None else None, self.plan.device.synchronize)
         forward.around = self._checkpoint_patch
+        forward.around_compiled = self._checkpoint_patch and self._checkpoint_patch.compiled_forward
         if self.shards_model:  # in place: the module stays the user's, its parameters become shards
             model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype)
         elif self.num_processes > 1:
