@@ -145,8 +145,10 @@ class _ReplayingCheckpointFunction:
     def __init__(self, original: Any, patch: "CheckpointPatch"):
         self.original, self.patch = original, patch
 
-    def apply(self, function: Callable, *args: Any) -> Any:
-        return self.original.apply(self.patch.replaying_function(function), *args)
+    def apply(self, function: Callable, preserve_rng_state: bool, *args: Any) -> Any:
+        if preserve_rng_state:  # preserve_rng_state=False: the caller asked for no replay
+            function = self.patch.replaying_function(function)
+        return self.original.apply(function, preserve_rng_state, *args)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.original, name)
@@ -158,8 +160,10 @@ def _replaying_generator(original: Callable, patch: "CheckpointPatch") -> Callab
     function it is given only to recompute, so that one replays the state recorded now."""
 
     def generator(function: Callable, *args: Any, **kwargs: Any) -> Any:
+        preserve = args[0] if args else kwargs.get("preserve_rng_state", True)
         context_fn = args[1] if len(args) > 1 else kwargs.get("context_fn")
-        if not getattr(context_fn, "replays_rng", False):  # the Trainer's own context_fn replays already
+        # preserve_rng_state=False: the caller asked for no replay; the Trainer's own context_fn replays already
+        if preserve and not getattr(context_fn, "replays_rng", False):
             function = patch.replaying_function(function, record_now=True)
         return original(function, *args, **kwargs)
 
