@@ -100,6 +100,26 @@ def test_when_a_run_is_measured(steps, processes, custom, words):
     assert (reason is None) if words is None else words in reason, reason
 
 
+@pytest.mark.parametrize("steps, accumulation, words", [
+    (500, 8, None),  # 4000 batches: what the trial's 54 batches are weighed against (500 once)
+    (100, 8, "a run of 100 optimizer steps (800 batches with gradient_accumulation_steps=8) is too short to earn "
+             "back the trial: its 54 steps train nothing, and the smallest gain it may choose (5%) repays them only "
+             "over 1080+ batches"),
+    (135, 8, None), (1079, 1, "a run of 1079 steps is too short")])
+def test_with_gradient_accumulation_the_gate_counts_batches_on_both_sides(steps, accumulation, words):
+    reason = measure_reason(steps, 1, False, candidates=2, accumulation=accumulation)
+    assert (reason is None) if words is None else words in reason, reason
+
+
+def test_with_gradient_accumulation_the_first_round_weighs_every_batch_still_to_train():
+    rows = [timed(name, ms) for name, ms in zip(("no", "bf16", "fp16"), (10.0, 9.8, 9.9))]
+    assert "0.3 s over the remaining 1500 steps" in stop_after_first_round(rows, 1.0 * MS, 1500)
+    # 1500 optimizer steps of 8 batches: 2.4 s saved, more than the 0.4 s the other rounds cost
+    assert stop_after_first_round(rows, 1.0 * MS, 1500, accumulation=8) is None
+    assert ("0.1 s over the remaining 150 optimizer steps (600 batches with gradient_accumulation_steps=4), not "
+            "more than") in stop_after_first_round(rows, 20.0 * MS, 150, accumulation=4)
+
+
 @pytest.mark.parametrize("first_round, restore_ms, remaining, words", [
     ((10.0, 12.0, 11.0), 0.0, 10**6, "the best, fp16, was -10% faster"),     # float32 fastest: stop
     ((10.0, 9.8, 9.9), 1.0, 1500, "the best, bf16, was 2% faster: 0.3 s over the remaining 1500 steps, not more "
@@ -263,7 +283,7 @@ def masking_collate(items):
 
 
 def _train(tmp_path, name: str, precision: str, clock: FakeClock, ms: dict[str, float], steps: int = 120,
-           dataset: Dataset | None = None, **options):
+           dataset: Dataset | None = None, model_class: type = None, config_options: dict | None = None, **options):
     from braeburn import Trainer, TrainingConfig
 
     if dataset is None:
@@ -271,8 +291,8 @@ def _train(tmp_path, name: str, precision: str, clock: FakeClock, ms: dict[str, 
         dataset = TensorDataset(torch.randn(64, 8, generator=generator), torch.randn(64, 1, generator=generator))
     config = TrainingConfig(output_dir=str(tmp_path / name), max_steps=steps, per_device_train_batch_size=8,
                             mixed_precision=precision, logging_steps=50, save_strategy="no", seed=7,
-                            learning_rate=1e-2, disable_tqdm=True)
-    model = ClockedNet(clock, ms)
+                            learning_rate=1e-2, disable_tqdm=True, **(config_options or {}))
+    model = (model_class or ClockedNet)(clock, ms)
     trainer = Trainer(model, config, train_dataset=dataset, loss_fn=torch.nn.functional.mse_loss, **options)
     trainer.train()
     return trainer, [p.detach().clone() for p in model.parameters()]
@@ -327,6 +347,18 @@ def test_a_run_too_short_to_earn_the_trial_back_is_not_measured(fake_mac, one_th
     assert seen == [] and trainer.accelerator.precision == "no"
     assert ("auto: float32, not measured: a run of 500 steps is too short to earn back the trial: its 54 steps train "
             "nothing") in capsys.readouterr().out
+
+
+def test_a_run_with_gradient_accumulation_is_measured_and_left_as_asked_outright(fake_mac, one_thread, clock,
+                                                                                  tmp_path):
+    # 20 optimizer steps of 8 batches: 160 batches, past the fixture's gate of 100. Counting optimizer steps against
+    # the trial's batches, `auto` never measured a run with accumulation (and said it was too short).
+    ms, accumulate = {"no": 10.0, "bf16": 6.0, "fp16": 8.0}, {"gradient_accumulation_steps": 8}
+    trainer, weights = _train(tmp_path, "auto", "auto", clock, ms, steps=20, config_options=accumulate)
+    assert trainer._precision_record["measured"], trainer._precision_record["reason"]
+    assert trainer.accelerator.precision == "bf16" and trainer.state.global_step == 20
+    _, expected = _train(tmp_path, "asked", "bf16", clock, ms, steps=20, config_options=accumulate)
+    assert all(torch.equal(got, want) for got, want in zip(weights, expected))
 
 
 def test_a_first_round_that_shows_no_saving_ends_the_trial(fake_mac, one_thread, clock, tmp_path):

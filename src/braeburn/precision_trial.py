@@ -96,36 +96,51 @@ class PrecisionDecision:
 
 # -- the rule -----------------------------------------------------------------------------------------------------
 def trial_steps(candidates: int) -> int:
-    """The steps a whole trial trains (warm-ups included, grad-scaler calibration not): none of them trains the run."""
+    """The steps a whole trial trains (warm-ups included, grad-scaler calibration not), one batch each: none of them
+    trains the run."""
     precisions = candidates + 1
     return precisions * (WARMUP_STEPS + MEASURE_STEPS) + (ROUNDS - 1) * precisions * MEASURE_STEPS
 
 
 def min_run_steps(candidates: int) -> int:
-    """The fewest remaining steps over which a ``MIN_GAIN`` win earns the whole trial back."""
+    """The fewest remaining batches over which a ``MIN_GAIN`` win earns the whole trial back."""
     return math.ceil(trial_steps(candidates) / MIN_GAIN)
 
 
-def measure_reason(remaining_steps: int, processes: int, custom_step: bool, candidates: int) -> str | None:
-    """Why the run is not measured (float32 stays), or None when it is."""
+def _run_length(remaining_steps: int, accumulation: int) -> str:
+    if accumulation == 1:
+        return f"{remaining_steps} steps"
+    return (f"{remaining_steps} optimizer steps ({remaining_steps * accumulation} batches with "
+            f"gradient_accumulation_steps={accumulation})")
+
+
+def measure_reason(remaining_steps: int, processes: int, custom_step: bool, candidates: int,
+                   accumulation: int = 1) -> str | None:
+    """Why the run is not measured (float32 stays), or None when it is.
+
+    Counted in batches on both sides: a trial step trains one batch, and each of the run's ``remaining_steps``
+    optimizer steps trains ``accumulation`` (gradient_accumulation_steps) of them."""
     if processes > 1:
         return "several processes would each measure and might disagree"
     if custom_step:
         return "a subclass's training_step cannot be timed apart from the run"
     needed = min_run_steps(candidates)
-    if remaining_steps < needed:
-        return (f"a run of {remaining_steps} steps is too short to earn back the trial: its {trial_steps(candidates)} "
-                f"steps train nothing, and the smallest gain it may choose ({MIN_GAIN:.0%}) repays them only over "
-                f"{needed}+ steps. Pass mixed_precision='bf16' or 'fp16' to use one without measuring")
+    if remaining_steps * accumulation < needed:
+        return (f"a run of {_run_length(remaining_steps, accumulation)} is too short to earn back the trial: its "
+                f"{trial_steps(candidates)} steps train nothing, and the smallest gain it may choose ({MIN_GAIN:.0%}) "
+                f"repays them only over {needed}+ {'steps' if accumulation == 1 else 'batches'}. Pass "
+                "mixed_precision='bf16' or 'fp16' to use one without measuring")
     return None
 
 
-def stop_after_first_round(trials: Sequence[Trial], restore_seconds: float, remaining_steps: int) -> str | None:
+def stop_after_first_round(trials: Sequence[Trial], restore_seconds: float, remaining_steps: int,
+                           accumulation: int = 1) -> str | None:
     """After the first round: why the trial stops there (float32 stays), or None to go on.
 
-    Goes on only where the best gain the first round shows, over the run's remaining steps, is worth more seconds
-    than the ``ROUNDS - 1`` rounds still to come cost (each: ``MEASURE_STEPS`` steps of every precision still in the
-    trial, at its measured step time, plus one restore of the state per window)."""
+    Goes on only where the best gain the first round shows, over the run's remaining batches (``remaining_steps``
+    optimizer steps of ``accumulation`` batches each; a trial step trains one), is worth more seconds than the
+    ``ROUNDS - 1`` rounds still to come cost (each: ``MEASURE_STEPS`` steps of every precision still in the trial,
+    at its measured step time, plus one restore of the state per window)."""
     float32 = _find(trials, "no")
     if float32 is None or not float32.step_times:
         return "float32's first round gave no timing"
@@ -136,11 +151,11 @@ def stop_after_first_round(trials: Sequence[Trial], restore_seconds: float, rema
     best = min(alive, key=lambda t: t.step_times[0])
     gain = 1 - best.step_times[0] / reference
     rounds_cost = (ROUNDS - 1) * sum(MEASURE_STEPS * t.step_times[0] + restore_seconds for t in (float32, *alive))
-    saving = gain * reference * remaining_steps
+    saving = gain * reference * remaining_steps * accumulation
     if saving <= rounds_cost:
         return (f"after one round the best, {_NAMES[best.precision]}, was {gain:.0%} faster: {max(saving, 0):.1f} s "
-                f"over the remaining {remaining_steps} steps, not more than the {rounds_cost:.1f} s the other "
-                f"{ROUNDS - 1} rounds would cost")
+                f"over the remaining {_run_length(remaining_steps, accumulation)}, not more than the "
+                f"{rounds_cost:.1f} s the other {ROUNDS - 1} rounds would cost")
     return None
 
 
@@ -293,14 +308,15 @@ class _Measured:
 def run_trials(precisions: Sequence[str], start: Callable[[str], Callable[[], tuple[Any, bool]]], snapshot: Snapshot,
                synchronize: Callable[[], None], is_out_of_memory: Callable[[BaseException], bool],
                release_memory: Callable[[], None], remaining_steps: int | None = None,
-               clock: Callable[[], float] | None = None) -> tuple[list[Trial], str | None]:
+               clock: Callable[[], float] | None = None, accumulation: int = 1) -> tuple[list[Trial], str | None]:
     """Time every precision in ``ROUNDS`` interleaved rounds of one window each, every window from the snapshot.
 
     ``start(precision)`` switches the run to that precision (keeping its grad scaler from window to window) and
     returns a function that trains one step and returns its loss (a device tensor: read once per window, after the
     timing) and whether the optimizer update was applied. ``precisions`` starts with float32 ("no"); an error in it
     is raised (training would meet it too), unless it is out-of-memory, which ends the trial. ``remaining_steps``:
-    the run's steps, for the gate after the first round (None: every round runs, as ``braeburn bench`` measures).
+    the run's optimizer steps, of ``accumulation`` batches each, for the gate after the first round (None: every
+    round runs, as ``braeburn bench`` measures).
     Returns the trials in ``precisions``' order and why the trial stopped after its first round (or None)."""
     clock = clock or time.perf_counter
     measured = {precision: _Measured() for precision in precisions}
@@ -317,7 +333,7 @@ def run_trials(precisions: Sequence[str], start: Callable[[str], Callable[[], tu
                 break  # float32 ran out of memory: the run will meet that too, nothing to compare with
             if round_index == 0 and remaining_steps is not None:
                 first = [measured[precision].trial(precision) for precision in precisions]
-                stopped = stop_after_first_round(first, statistics.median(restores), remaining_steps)
+                stopped = stop_after_first_round(first, statistics.median(restores), remaining_steps, accumulation)
                 if stopped:
                     break
     finally:

@@ -36,7 +36,8 @@ def choose_precision(trainer: "Trainer", loader: Any) -> dict[str, Any] | None:
     if not candidates:
         return None
     why_not = measure_reason(state.max_steps - state.global_step, acc.num_processes,
-                             bool(trainer._overrides.training_step), len(candidates))
+                             bool(trainer._overrides.training_step), len(candidates),
+                             trainer.config.gradient_accumulation_steps)
     if why_not is None and not _readable(loader):
         why_not = "the training set is an iterable dataset, whose first batch cannot be read without using it up"
     if why_not is None:
@@ -69,7 +70,8 @@ def _measure(trainer: "Trainer", loader: Any, precisions: tuple[str, ...]) -> tu
             return f"copying the weights to host memory failed ({str(error).strip().splitlines()[0][:160]})"
         model.train()
         return run_trials(precisions, _starter(trainer, batch), snapshot, kind.synchronize, kind.is_out_of_memory,
-                          kind.empty_cache, trainer.state.max_steps - trainer.state.global_step)
+                          kind.empty_cache, trainer.state.max_steps - trainer.state.global_step,
+                          accumulation=trainer.config.gradient_accumulation_steps)
     finally:
         trainer._shapes, trainer._inputs_checked = shapes, checked
         state_io.set_rng_state(rng, kind)
