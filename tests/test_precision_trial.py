@@ -315,6 +315,35 @@ def test_the_trial_leaves_the_run_bitwise_as_the_precision_asked_outright(fake_m
         assert torch.equal(got, want)
 
 
+class BufferedNet(ClockedNet):
+    """Keeps state outside its state dict in non-persistent buffers that each training forward advances: a running
+    mean of its inputs (updated in place) and a step count (replaced by a new tensor)."""
+
+    def __init__(self, clock: FakeClock, ms: dict[str, float]):
+        super().__init__(clock, ms)
+        self.register_buffer("input_mean", torch.zeros(1, 8), persistent=False)
+        self.register_buffer("forwards", torch.zeros((), dtype=torch.long), persistent=False)
+
+    def forward(self, x):
+        if self.training:
+            self.input_mean.mul_(0.9).add_(0.1 * x.detach().mean(0, keepdim=True))
+            self.forwards = self.forwards + 1
+        warmup = torch.clamp(self.forwards.float() / 300, max=1.0)
+        return super().forward(x - self.input_mean) * (0.5 + 0.5 * warmup)
+
+
+def test_the_trial_leaves_no_trace_in_buffers_outside_the_state_dict(fake_mac, one_thread, clock, tmp_path):
+    # The trial's 54 forwards moved the non-persistent buffers, which the snapshot (state_dict only) did not restore.
+    ms = {"no": 10.0, "bf16": 6.0, "fp16": 8.0}
+    trainer, weights = _train(tmp_path, "auto", "auto", clock, ms, model_class=BufferedNet)
+    assert trainer._precision_record["measured"] and trainer.accelerator.precision == "bf16"
+    asked, expected = _train(tmp_path, "asked", "bf16", clock, ms, model_class=BufferedNet)
+    auto, asked = (run.accelerator.unwrap_model(run.model) for run in (trainer, asked))
+    assert int(auto.forwards) == int(asked.forwards) == 120
+    assert torch.equal(auto.input_mean, asked.input_mean)
+    assert all(torch.equal(got, want) for got, want in zip(weights, expected))
+
+
 def test_skipped_fp16_steps_are_not_timed(fake_mac, one_thread, clock, monkeypatch, tmp_path, capsys):
     # Targets of 1000: a fresh fp16 grad scaler (65536) overflows on its first steps and skips the update, which
     # here is what costs (20 ms of optimizer against 1 ms of forward). An fp16 step that applies it costs as much

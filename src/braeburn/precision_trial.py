@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from .host_copy import host_copy
 
 WARMUP_STEPS = 2  # a precision's first window builds its kernels or graphs (MPS compiles a graph per dtype)
@@ -263,25 +265,33 @@ def _cell(trial: Trial) -> str:
 
 # -- the measurement --------------------------------------------------------------------------------------------
 class Snapshot:
-    """Weights and buffers, optimizer state, gradients and the random state, put back by :meth:`restore`.
+    """Everything of the model and its training that a step changes, put back by :meth:`restore`: the state dict
+    (weights, persistent buffers), the buffers outside it (``register_buffer(..., persistent=False)``: running
+    statistics, caches, counters kept as tensors), the optimizer state, gradients, train/eval mode and the random
+    state. Not restored: plain Python attributes that a forward changes (``self.calls += 1``, a schedule kept in a
+    float), which no API of torch lists; a model that keeps such state sees the trial's steps in it (``trial_steps``
+    forwards), where a tensor buffer would not.
 
     The copies live in host memory: the trial needs no device memory beyond what a training step in each precision
-    needs (one copy of the weights in host memory, and of the optimizer state where one exists). Parameters are
-    restored in place (``load_state_dict`` copies), so the optimizer keeps the same tensors; the optimizer state the
-    trial built is dropped before the saved one comes back, so the device never holds both.
+    needs (one copy of the weights in host memory, and of the optimizer state where one exists). Parameters and
+    buffers are restored in place (copies), so the optimizer and the model keep the same tensors; the optimizer
+    state the trial built is dropped before the saved one comes back, so the device never holds both.
 
     ``rng``: the random state to put back, taken before anything of the trial ran (its batch included)."""
 
     def __init__(self, model: Any, optimizer: Any, rng: Any, set_rng_state: Callable[[Any], None]):
         self.model, self.optimizer, self.rng, self._set_rng = model, optimizer, rng, set_rng_state
         self.weights, weight_bytes = host_copy(model.state_dict())
+        self.buffers, buffer_bytes = host_copy(_buffers_outside_state_dict(model, self.weights))
         self.optimizer_state, state_bytes = host_copy(optimizer.state_dict())
         self.grads, grad_bytes = host_copy([parameter.grad for parameter in model.parameters()])
         self.training = model.training
-        self.host_bytes = weight_bytes + state_bytes + grad_bytes
+        self.host_bytes = weight_bytes + buffer_bytes + state_bytes + grad_bytes
 
     def restore(self) -> None:
         self.model.load_state_dict(self.weights)
+        for name, saved in self.buffers.items():
+            _put_buffer(self.model, name, saved)
         self.optimizer.state.clear()
         saved = self.optimizer_state
         # load_state_dict keeps a tensor it is given when it is already on the right device: hand it a copy then.
@@ -290,6 +300,24 @@ class Snapshot:
             parameter.grad = None if grad is None else grad.to(parameter.device, copy=True)
         self.model.train(self.training)
         self._set_rng(self.rng)
+
+
+def _buffers_outside_state_dict(model: Any, state: dict) -> dict[str, Any]:
+    """The module's buffers that its state dict leaves out (non-persistent ones), by name."""
+    return {name: buffer for name, buffer in model.named_buffers() if name not in state}
+
+
+def _put_buffer(model: Any, name: str, saved: Any) -> None:
+    """The buffer ``name`` back to ``saved``: copied in place (the tensor the module holds stays), or set anew where a
+    forward replaced it with one of another shape or dtype."""
+    owner_name, _, leaf = name.rpartition(".")
+    owner = model.get_submodule(owner_name)
+    current = getattr(owner, leaf, None)
+    if isinstance(current, torch.Tensor) and current.shape == saved.shape and current.dtype == saved.dtype:
+        current.copy_(saved)
+    else:
+        setattr(owner, leaf, saved.to(current.device if isinstance(current, torch.Tensor) else saved.device,
+                                      copy=True))
 
 
 class _Measured:
@@ -362,8 +390,6 @@ def _measure_window(precision: str, first: bool, start: Callable, snapshot: Snap
 
 def _time_window(step: Callable[[], tuple[Any, bool]], first: bool, synchronize: Callable[[], None],
                  clock: Callable[[], float]) -> tuple[Window, list[float]]:
-    import torch
-
     losses, applied = [], True
     for _ in range(WARMUP_STEPS if first else 0):
         loss, applied = step()

@@ -9,7 +9,8 @@ the numbers.
 The trial leaves no trace in the run: the random state is taken before the trial's batch is read (a dataset or
 collator that draws random numbers draws them again for the run), the batch is read from the dataset itself (the
 run's loader, its order and its position are untouched), and the state is copied to host memory, so the device
-holds nothing a training step does not. Its cached memory is given back afterwards.
+holds nothing a training step does not. Its cached memory is given back afterwards. What is put back, and what is not
+(plain Python attributes a forward changes): :class:`braeburn.precision_trial.Snapshot`.
 """
 
 from __future__ import annotations
