@@ -439,6 +439,54 @@ def test_a_candidate_that_fails_is_passed_over(fake_mac, one_thread, clock, monk
     assert "bf16 failed (MPS does not support linear with BFloat16 on this macOS)" in out
 
 
+class HalfRefusingNet(ClockedNet):
+    """A custom layer that refuses the autocast dtypes in ``refused`` with a Python error, not a RuntimeError."""
+
+    refused: dict = {}
+
+    def forward(self, x):
+        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else torch.float32
+        if dtype in self.refused:
+            raise self.refused[dtype]
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("refused, chosen, words", [
+    ({torch.bfloat16: AssertionError("expected float32 or float16 inputs")}, "fp16",
+     "bf16 failed (AssertionError: expected float32 or float16 inputs)"),
+    ({torch.bfloat16: TypeError("this custom layer has no half-precision path"),
+      torch.float16: TypeError("this custom layer has no half-precision path")}, "no",
+     "fp16 failed (TypeError: this custom layer has no half-precision path)")])
+def test_a_candidate_failing_with_any_error_is_passed_over(fake_mac, one_thread, clock, monkeypatch, tmp_path, capsys,
+                                                           refused, chosen, words):
+    # A TypeError or AssertionError under autocast crashed `auto` (only RuntimeError and ValueError were caught).
+    monkeypatch.setattr(HalfRefusingNet, "refused", refused)
+    trainer, weights = _train(tmp_path, "auto", "auto", clock, {"no": 10.0, "bf16": 1.0, "fp16": 7.0},
+                              model_class=HalfRefusingNet)
+    out = capsys.readouterr().out
+    assert trainer.accelerator.precision == chosen and trainer.state.global_step == 120
+    assert words in out
+    _, expected = _train(tmp_path, "asked", chosen, clock, {"no": 10.0, "bf16": 1.0, "fp16": 7.0},
+                         model_class=HalfRefusingNet)
+    assert all(torch.equal(got, want) for got, want in zip(weights, expected))
+
+
+def test_an_error_in_float32_or_an_interrupt_is_not_swallowed():
+    def start(failing: BaseException):
+        def begin(precision):
+            def step():
+                raise failing
+            return step
+        return begin
+
+    snapshot = types.SimpleNamespace(restore=lambda: None)
+    with pytest.raises(TypeError):  # float32 is what the run trains in: it would meet the error too
+        run_trials(("no", "bf16"), start(TypeError("bad input")), snapshot, lambda: None, lambda e: False,
+                   lambda: None)
+    with pytest.raises(KeyboardInterrupt):
+        run_trials(("bf16", "no"), start(KeyboardInterrupt()), snapshot, lambda: None, lambda e: False, lambda: None)
+
+
 def test_a_resumed_run_keeps_the_precision_it_measured(fake_mac, one_thread, clock, tmp_path, capsys):
     import shutil
 

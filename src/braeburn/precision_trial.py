@@ -378,14 +378,23 @@ def _measure_window(precision: str, first: bool, start: Callable, snapshot: Snap
     restores.append(clock() - began)
     try:
         window, losses = _time_window(start(precision), first, synchronize, clock)
-    except (RuntimeError, ValueError) as error:  # an op without a bf16 kernel, out of memory, ...
+    except Exception as error:  # an op without a bf16 kernel, out of memory, a custom layer's TypeError, ...
+        # (not BaseException: Ctrl-C and SystemExit still end the run)
         if precision == "no" and not is_out_of_memory(error):
-            raise
+            raise  # float32 is what the run trains in when nothing wins: it would meet this error too
         release_memory()
-        into.error = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
+        into.error = _first_line(error)
         return
     into.windows.append(window)
     into.losses += losses
+
+
+def _first_line(error: BaseException) -> str:
+    """``TypeError: ...`` (the type named, but for RuntimeError and ValueError, whose text says enough: torch's)."""
+    text = str(error).strip().splitlines()[0][:160] if str(error).strip() else ""
+    if isinstance(error, (RuntimeError, ValueError)) and text:
+        return text
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _time_window(step: Callable[[], tuple[Any, bool]], first: bool, synchronize: Callable[[], None],
