@@ -202,6 +202,15 @@ def test_the_trial_picks_only_a_clear_winner_in_20_of_20_repetitions(case, ms, o
     assert (left_out > 0) == ("now and then" in case)  # skips inside timed windows: those windows were left out
 
 
+def test_the_rates_the_docs_state_over_1000_simulated_trials():
+    # precision_trial's docstring and docs/devices.md state these rates (seeds 0-999: 4 and 1000 of 1000)
+    def mixed_picks(ms: dict[str, float]) -> int:
+        return sum(SimulatedRun(seed, ms, skipped_ms=ms["fp16"]).measure()[0].precision != "no" for seed in range(1000))
+
+    assert mixed_picks({"no": 10.0, "bf16": 10.0, "fp16": 10.0}) <= 10  # equal costs: at most 1% pick one
+    assert mixed_picks({"no": 10.0, "bf16": 10.0, "fp16": 7.5}) >= 995  # 25% faster: found at least 99.5%
+
+
 def test_the_rounds_are_interleaved_in_a_rotating_order():
     order: list[str] = []
 
@@ -283,18 +292,19 @@ def masking_collate(items):
 
 
 def _train(tmp_path, name: str, precision: str, clock: FakeClock, ms: dict[str, float], steps: int = 120,
-           dataset: Dataset | None = None, model_class: type = None, config_options: dict | None = None, **options):
+           dataset: Dataset | None = None, model_class: type = None, config_options: dict | None = None,
+           resume: str | None = None, **options):
     from braeburn import Trainer, TrainingConfig
 
     if dataset is None:
         generator = torch.Generator().manual_seed(3)
         dataset = TensorDataset(torch.randn(64, 8, generator=generator), torch.randn(64, 1, generator=generator))
-    config = TrainingConfig(output_dir=str(tmp_path / name), max_steps=steps, per_device_train_batch_size=8,
-                            mixed_precision=precision, logging_steps=50, save_strategy="no", seed=7,
-                            learning_rate=1e-2, disable_tqdm=True, **(config_options or {}))
+    config = TrainingConfig(**{"output_dir": str(tmp_path / name), "max_steps": steps, "per_device_train_batch_size": 8,
+                               "mixed_precision": precision, "logging_steps": 50, "save_strategy": "no", "seed": 7,
+                               "learning_rate": 1e-2, "disable_tqdm": True, **(config_options or {})})
     model = (model_class or ClockedNet)(clock, ms)
     trainer = Trainer(model, config, train_dataset=dataset, loss_fn=torch.nn.functional.mse_loss, **options)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     return trainer, [p.detach().clone() for p in model.parameters()]
 
 
@@ -439,6 +449,43 @@ def test_a_candidate_that_fails_is_passed_over(fake_mac, one_thread, clock, monk
     assert "bf16 failed (MPS does not support linear with BFloat16 on this macOS)" in out
 
 
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(3)
+        while True:
+            yield torch.randn(8, generator=generator), torch.randn(1, generator=generator)
+
+
+class SizedStream(Stream):
+    def __len__(self) -> int:
+        return 64
+
+
+@pytest.mark.parametrize("stream", [Stream(), SizedStream()], ids=["unsized", "sized"])
+def test_a_stream_is_refused_with_one_clear_error_before_the_trial(fake_mac, one_thread, clock, monkeypatch, tmp_path,
+                                                                   stream):
+    # It failed with a bare "object of type 'Stream' has no len()" (or, sized, DataLoader's shuffle ValueError),
+    # while the docs listed an iterable dataset among the cases where the trial does not run.
+    from braeburn.errors import is_user_error
+
+    seen = []
+    monkeypatch.setattr(precision_window, "run_trials", lambda *args, **kwargs: seen.append(args))
+    with pytest.raises(TypeError, match=r"train_dataset is a torch IterableDataset \(a stream\) \((Sized)?Stream\): "
+                                        r"the Trainer reads samples by index.*Pass a map-style dataset, one with "
+                                        r"__len__ and __getitem__") as raised:
+        _train(tmp_path, "stream", "auto", clock, {"no": 10.0, "bf16": 6.0, "fp16": 8.0}, dataset=stream)
+    assert is_user_error(raised.value) and seen == []
+
+
+def test_an_eval_set_with_no_length_is_refused_with_the_same_clear_error():
+    from braeburn.trainer.input_checks import check_datasets
+
+    train = TensorDataset(torch.randn(8, 8), torch.randn(8, 1))
+    with pytest.raises(TypeError, match=r"eval_dataset is an object with no len\(\) \(generator\): the Trainer reads"):
+        check_datasets(train, (sample for sample in train), "steps")
+    check_datasets(train, (sample for sample in train), "no")  # not evaluated: not looked at
+
+
 class HalfRefusingNet(ClockedNet):
     """A custom layer that refuses the autocast dtypes in ``refused`` with a Python error, not a RuntimeError."""
 
@@ -508,9 +555,27 @@ def test_a_resumed_run_keeps_the_precision_it_measured(fake_mac, one_thread, clo
     resumed, resumed_model = trainer("resumed", {"no": 10.0, "bf16": 1.0, "fp16": 9.0})  # a trial would pick bf16
     resumed.train(resume_from_checkpoint=str(tmp_path / "saved"))
     assert resumed.accelerator.precision == "fp16" and resumed._precision_record is None
-    assert "auto: fp16, as the checkpoint trained" in capsys.readouterr().out
+    assert "auto: fp16, as the checkpoint trained (that run's choice: fp16, measured " in capsys.readouterr().out
     for got, want in zip(resumed_model.parameters(), model.parameters()):
         assert torch.equal(got, want)  # the grad scaler's state came back too: exact resume
+
+
+def test_a_resumed_run_that_was_never_measured_says_so(fake_mac, one_thread, clock, monkeypatch, tmp_path, capsys):
+    # It said "as the checkpoint trained (measured when the run began)" although the first run never measured.
+    import shutil
+
+    monkeypatch.setattr(precision_trial, "min_run_steps", lambda candidates: 1000)  # 120 steps: too short
+    first, _ = _train(tmp_path, "first", "auto", clock, {"no": 10.0, "bf16": 6.0, "fp16": 8.0},
+                      config_options={"save_strategy": "steps", "save_steps": 60})
+    assert not first._precision_record["measured"]
+    shutil.copytree(tmp_path / "first" / "checkpoint-60", tmp_path / "saved")
+    capsys.readouterr()
+    _train(tmp_path, "resumed", "auto", clock, {"no": 10.0, "bf16": 6.0, "fp16": 8.0}, resume=str(tmp_path / "saved"),
+           config_options={"save_strategy": "steps", "save_steps": 60})
+    out = capsys.readouterr().out
+    assert ("auto: float32, as the checkpoint trained (that run's choice: float32, not measured: a run of 120 steps is "
+            "too short to earn back the trial") in out, out
+    assert "measured when the run began" not in out
 
 
 @pytest.mark.requires("cuda")

@@ -496,15 +496,18 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
                  directory, f"dataloader_{i}.pt")
         self._save_custom_objects(directory)
         save({"precision": self._policy.state_dict(), "precision_name": self.precision,
-              "accumulation_step": self._accumulation_step,
+              "precision_reason": self.plan.precision_reason, "accumulation_step": self._accumulation_step,
               "counts": self._counts(), "num_processes": self.num_processes}, directory, "accelerator.pt")
 
-    def _resume_measured_precision(self, saved: str | None) -> None:
+    def _resume_measured_precision(self, saved: str | None, why: str | None) -> None:
         """mixed_precision="auto" still to be measured: a resumed run keeps the precision its checkpoint trained in
-        (and its grad scaler's state), rather than a new measurement that could choose another."""
+        (and its grad scaler's state), rather than a new measurement that could choose another. ``why``: how the run
+        that wrote the checkpoint came to that precision (measured, or not and why), where the checkpoint says."""
         if self.plan.precision_candidates and saved in ("no", *self.plan.precision_candidates):
             name = "float32" if saved == "no" else saved
-            self.set_precision(saved, f"auto: {name}, as the checkpoint trained (measured when the run began)")
+            earlier = (f"that run's choice: {why.removeprefix('auto: ')}" if isinstance(why, str) and why
+                       else "the checkpoint does not say whether that run measured it")
+            self.set_precision(saved, f"auto: {name}, as the checkpoint trained ({earlier})")
 
     def _gradients(self) -> list[list[torch.Tensor | None]]:
         return [[p.grad for p in self.unwrap_model(model).parameters()] for model in self._models]
@@ -550,7 +553,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         for i, loader in enumerate(self._dataloaders):
             saved = load(input_dir, f"dataloader_{i}.pt")
             loader.load_state_dict(dist_ckpt.resume_position(saved, loader.batch_size, self.num_processes))
-        self._resume_measured_precision(meta.get("precision_name"))
+        self._resume_measured_precision(meta.get("precision_name"), meta.get("precision_reason"))
         self._policy.load_state_dict(meta["precision"])
         self._load_custom_objects(input_dir)
         self._accumulation_step = int(meta["accumulation_step"])

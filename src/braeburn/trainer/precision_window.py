@@ -39,8 +39,6 @@ def choose_precision(trainer: "Trainer", loader: Any) -> dict[str, Any] | None:
     why_not = measure_reason(state.max_steps - state.global_step, acc.num_processes,
                              bool(trainer._overrides.training_step), len(candidates),
                              trainer.config.gradient_accumulation_steps)
-    if why_not is None and not _readable(loader):
-        why_not = "the training set is an iterable dataset, whose first batch cannot be read without using it up"
     if why_not is None:
         outcome = _measure(trainer, loader, ("no", *candidates))
         if isinstance(outcome, str):
@@ -102,11 +100,6 @@ def _starter(trainer: "Trainer", batch: Any) -> Callable[[str], Callable[[], tup
             return loss.detach(), applied
         return step
     return start
-
-
-def _readable(loader: Any) -> bool:
-    dataset = getattr(loader, "original", loader).dataset
-    return hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
 
 
 def _first_batch(loader: Any, device: torch.device) -> Any:
