@@ -466,14 +466,22 @@ def test_a_stream_is_refused_with_one_clear_error_before_the_trial(fake_mac, one
                                                                    stream):
     # It failed with a bare "object of type 'Stream' has no len()" (or, sized, DataLoader's shuffle ValueError),
     # while the docs listed an iterable dataset among the cases where the trial does not run.
+    from braeburn import Trainer, TrainingConfig
     from braeburn.errors import is_user_error
 
     seen = []
     monkeypatch.setattr(precision_window, "run_trials", lambda *args, **kwargs: seen.append(args))
-    with pytest.raises(TypeError, match=r"train_dataset is a torch IterableDataset \(a stream\) \((Sized)?Stream\): "
-                                        r"the Trainer reads samples by index.*Pass a map-style dataset, one with "
-                                        r"__len__ and __getitem__") as raised:
-        _train(tmp_path, "stream", "auto", clock, {"no": 10.0, "bf16": 6.0, "fp16": 8.0}, dataset=stream)
+    config = TrainingConfig(output_dir=str(tmp_path), max_steps=120, per_device_train_batch_size=8, save_strategy="no",
+                            disable_tqdm=True)
+    trainer = Trainer(ClockedNet(clock, {"no": 10.0, "bf16": 6.0, "fp16": 8.0}), config, train_dataset=stream,
+                      loss_fn=torch.nn.functional.mse_loss)
+    try:
+        with pytest.raises(TypeError, match=r"train_dataset is a torch IterableDataset \(a stream\) \((Sized)?Stream\)"
+                                            r": the Trainer reads samples by index.*Pass a map-style dataset, one with "
+                                            r"__len__ and __getitem__") as raised:
+            trainer.train()
+    finally:
+        trainer.accelerator.end_training()  # a train() that raised leaves the Accelerator to its owner
     assert is_user_error(raised.value) and seen == []
 
 
