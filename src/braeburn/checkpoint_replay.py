@@ -256,7 +256,8 @@ def _compiled_message(name: str) -> str:
             "model you compiled) calls torch.utils.checkpoint: torch.compile traced that checkpoint into its own "
             f"graph, where braeburn's replay of the {name} random state cannot run, so a recomputed dropout drew new "
             "masks and these gradients may belong to a different network. braeburn stops before the optimizer applies "
-            "them. Pass compile=False (braeburn then replays every checkpoint in the forward), or set dropout to 0 in "
+            "them. Pass compile=False (braeburn then replays every checkpoint in the forward, and a backward that "
+            "draws random numbers on purpose, such as gradient noise, needs no such check), or set dropout to 0 in "
             "the checkpointed blocks")
 
 
