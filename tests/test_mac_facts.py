@@ -448,6 +448,8 @@ class BlockCheckpointedNet(torch.nn.Module):
         block = lambda h: self.drop(torch.relu(self.first(h)))  # noqa: E731
         if self.how == "module":
             h = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=self.reentrant)
+        elif self.how == "no-replay":  # the caller asks torch not to preserve the random state
+            h = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=self.reentrant, preserve_rng_state=False)
         elif self.how == "sequential":
             # two segments: the first, checkpointed, holds the dropout (which commutes with the ReLU)
             layers = torch.nn.Sequential(self.first, self.drop, torch.nn.ReLU(), torch.nn.Identity())
@@ -496,6 +498,21 @@ def test_torch_utils_checkpoint_inside_a_users_forward_replays_the_mps_random_st
     assert torch.utils.checkpoint.checkpoint is checkpoint_bound_at_import  # nothing of torch's is left replaced
     assert torch.utils.checkpoint.CheckpointFunction.__name__ == "CheckpointFunction"
     assert torch.utils.checkpoint._checkpoint_without_reentrant_generator.__module__ == "torch.utils.checkpoint"
+    accelerator.end_training()
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_checkpoint_that_asks_for_no_random_state_preserved_is_left_as_asked(fake_mac, monkeypatch, reentrant):
+    from braeburn import Accelerator
+
+    fake = FakeMpsGenerator()
+    fake.install(monkeypatch)
+    accelerator = Accelerator()
+    expected = net_gradients(accelerator, accelerator.prepare(BlockCheckpointedNet(fake.generator, "none")),
+                             fake.generator)
+    model = accelerator.prepare(BlockCheckpointedNet(fake.generator, "no-replay", reentrant=reentrant))
+    got = net_gradients(accelerator, model, fake.generator)  # new masks in the recompute, as torch does when asked
+    assert not all(torch.equal(g, w) for g, w in zip(got, expected))
     accelerator.end_training()
 
 
