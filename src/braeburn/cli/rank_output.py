@@ -197,7 +197,7 @@ def _start_copier(streams: list[Stream], done_write: int, done_read: int, rank: 
 
 def guard_output(folder: str, rank: str, token: str | None) -> None:
     """Descriptor 1 (and 2 where it is a file) become pipes read by the copier; at exit the rank waits for it."""
-    streams = _streams(folder)
+    streams = _streams(folder) if hasattr(os, "fork") else []  # (no fork on Windows: the rank runs unguarded)
     if not streams:
         return
     done_read, done_write = os.pipe()
@@ -267,20 +267,21 @@ def run_module(name: str, argv: list[str]) -> None:
 def run_script(path: str, argv: list[str]) -> None:
     """``python path args``: a source file, a .pyc, or a folder or zip file holding ``__main__.py``."""
     sys.argv = list(argv)
+    filename = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)  # as the interpreter: not normalised
     if os.path.isdir(path) or zipfile.is_zipfile(path):
-        sys.path.insert(0, path)  # (even with PYTHONSAFEPATH: the interpreter needs it to find __main__.py)
+        sys.path.insert(0, filename)  # (even with PYTHONSAFEPATH: the interpreter needs it to find __main__.py)
         _fresh_main()
         runpy._run_module_as_main("__main__", alter_argv=False)
         return
     if not _safe_path():
         sys.path.insert(0, os.path.dirname(os.path.realpath(path)))
-    filename = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)  # as the interpreter: not normalised
     try:
         with io.open_code(path) as file:
             source = file.read()
     except OSError as error:
-        raise SystemExit(f"{sys.executable}: can't open file {filename!r}: [Errno {error.errno}] "
-                         f"{error.strerror}") from None
+        print(f"{sys.executable}: can't open file {filename!r}: [Errno {error.errno}] {error.strerror}",
+              file=sys.stderr)
+        raise SystemExit(2) from None  # the interpreter's status for a script it cannot open
     main = _fresh_main()
     from importlib.machinery import SourceFileLoader, SourcelessFileLoader
 
