@@ -232,7 +232,8 @@ SECRET_UNDER_A_KNOWN_KEY = [
      "dynamo_config (a mapping of 2 entries, not shown): "),
     ("own.toml", 'mixed_precision = "{s}"\nmain_process_ip = "{s} x"\nstrategy = ["{s}"]\n',
      "strategy (a list of 1 item, not shown): "),
-    ("syntax.toml", 'num_processes = 2\nhf_token = "{s}\n', ", line 2, column 30: (syntax): not valid TOML (Illegal character '\\n')"),
+    ("syntax.toml", 'num_processes = 2\nhf_token = "{s}\n',
+     ", line 2, column 30: (syntax): not valid TOML (Illegal character '\\n')"),
     ("syntax.yaml", 'compute_environment: LOCAL_MACHINE\nhf_token: "{s}\n', ", line 3, column 1: (syntax): not valid "
      "YAML"),
     ("pure_python_syntax.yaml", 'compute_environment: LOCAL_MACHINE\nhf_token: "{s}\n', ", line 3, column 1: "
@@ -242,7 +243,8 @@ SECRET_UNDER_A_KNOWN_KEY = [
 ]
 
 
-@pytest.mark.parametrize("name, text, instead", SECRET_UNDER_A_KNOWN_KEY, ids=[case[0] for case in SECRET_UNDER_A_KNOWN_KEY])
+@pytest.mark.parametrize("name, text, instead", SECRET_UNDER_A_KNOWN_KEY,
+                         ids=[case[0] for case in SECRET_UNDER_A_KNOWN_KEY])
 def test_a_value_that_is_no_legal_choice_is_never_shown_only_its_shape(tmp_path, capsys, monkeypatch, name, text,
                                                                        instead):
     """Tokens under known keys were printed: a table under dynamo_config, a list as distributed_type, a table as

@@ -1,6 +1,6 @@
 """What runs first in each process of a `braeburn launch` job whose standard output goes to files.
 
-    python -u -c "<'' off sys.path>; from braeburn.cli.rank_output import main; main()" (script.py | -m module) [args...]
+    python -u -c "<'' off sys.path>; from braeburn.cli.rank_output import main; main()" (script.py | -m mod) [args]
 
 (`python -u -m braeburn.cli.rank_output ...` works too.) `braeburn launch` keeps the standard output of every
 local rank but 0 in files, in a folder it makes in the temp folder (torchrun's ``--redirects``). When that disk
@@ -53,7 +53,8 @@ SAY_ONCE_VAR = "BRAEBURN_RANK_OUTPUT_SAY_ONCE"
 # The causes for which free space is worth naming: a full disk, a quota, a file-size limit.
 LACK_OF_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 FINISH_WAIT_S = 5.0  # at exit, the longest a rank waits for its copier (only a child still holding the pipe delays it)
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+                      if hasattr(signal, name))
 
 
 def _size(count: float) -> str:

@@ -210,5 +210,5 @@ def _one_process(out: dict[str, Any]) -> None:
     out["_notes"] = notes
 
 
-__all__ = ["ACCELERATE_DISTRIBUTED_TYPES", "ACCELERATE_SUFFIXES", "KNOWN_KEYS", "VALUE_NOT_SHOWN", "is_accelerate_file", "read_accelerate_file",
-           "settings_from_accelerate"]
+__all__ = ["ACCELERATE_DISTRIBUTED_TYPES", "ACCELERATE_SUFFIXES", "KNOWN_KEYS", "VALUE_NOT_SHOWN", "is_accelerate_file",
+           "read_accelerate_file", "settings_from_accelerate"]
