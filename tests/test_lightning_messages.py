@@ -252,7 +252,7 @@ def test_lightning_logs_that_is_a_file_names_default_root_dir(tmp_path, cpu):
     with pytest.raises(ConfigError) as caught:
         _trainer(tmp_path).fit(Regression(), regression_data())
     message = str(caught.value)
-    assert "is a file, not a folder; move the file, or pass Trainer(default_root_dir=...) another folder" in message
+    assert "is a file, not a folder; pass a folder path to Trainer(default_root_dir=...) (or move" in message
     assert speaks_lightning(message) and (tmp_path / "lightning_logs").read_text() == "a file of the user's"
 
 

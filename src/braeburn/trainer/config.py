@@ -282,7 +282,7 @@ class TrainingConfig(HfArgumentsMixin, UnsupportedFields):
              f"choose one of {', '.join(str(m) for m in COMPILE_MODES[1:])} (or leave it unset)")
         need(bool(str(self.output_dir).strip()), "output_dir", "must name a folder, e.g. --output_dir outputs")
         need(not os.path.isfile(self.output_dir), "output_dir",
-             f"is a file, not a folder; move the file, or pass {option('output_dir')} another folder")
+             f"is a file, not a folder; pass a folder path to {option('output_dir')} (or move the file)")
         need(self.optim in OPTIMIZERS, "optim", f"choose one of {', '.join(OPTIMIZERS)} (8-bit and other "
              "optimizers: pass Trainer(optimizers=(your_optimizer, None)))")
         need(self.logging_strategy in LOGGING_STRATEGIES, "logging_strategy",
