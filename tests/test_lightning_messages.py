@@ -85,7 +85,7 @@ def test_resuming_past_max_epochs_restores_trains_nothing_and_says_so_as_lightni
     assert f"`Trainer.fit` stopped: {said}" in out and trainer.global_step == 12 and module.losses == []
     assert module.calls == []  # Lightning calls no training hook then (on_fit_start and on_fit_end only)
     assert all(torch.equal(a, b) for a, b in zip(module.state_dict().values(), first.state_dict().values()))
-    assert "which the checkpoint" in out and "has passed: its state is restored, and nothing is trained" in out
+    assert "is past the end that Trainer(" in out and "its state is restored, and nothing is trained" in out
     assert speaks_lightning(out)
     assert not list(Path(trainer.log_dir).glob("checkpoint-*"))  # nothing new to save
 

@@ -122,6 +122,21 @@ def test_a_restarted_worker_goes_on_in_its_own_jobs_folder_and_never_takes_anoth
     assert listing(logs / "version_1") == before  # job B's checkpoint neither resumed, rotated nor rewritten
 
 
+def test_a_restart_with_ckpt_path_last_goes_on_from_its_own_checkpoint_not_a_newer_jobs(tmp_path, monkeypatch):
+    root, logs = tmp_path / "root", tmp_path / "root" / "lightning_logs"
+    _torchrun_worker(monkeypatch, tmp_path, "jobA", 0)
+    _fit(root, ckpt_path="last")  # job A's first attempt (a script that passes "last" from its first run)
+    _torchrun_worker(monkeypatch, tmp_path, "jobB", 0)
+    _fit(root, max_epochs=2)  # another job's newer version_1, at step 12: "last" would name it
+    _torchrun_worker(monkeypatch, tmp_path, "jobA", 1)
+    module = Regression()
+    restarted = Trainer(accelerator="cpu", devices=1, max_epochs=2, enable_progress_bar=False,
+                        default_root_dir=str(root))
+    restarted.fit(module, regression_data(), ckpt_path="last")
+    assert restarted.log_dir == str(logs / "version_0") and restarted.global_step == 12
+    assert len(module.losses) == 6  # the second epoch trained from its own step 6 (job B's state holds 12)
+
+
 def test_a_restart_that_finds_no_folder_of_its_own_job_starts_a_new_version(tmp_path, monkeypatch):
     root, logs = tmp_path / "root", tmp_path / "root" / "lightning_logs"
     _fit(root)  # a plain `python script.py`: no job braeburn can tell
@@ -143,6 +158,7 @@ def test_the_job_is_told_by_torchruns_agent_folder_its_run_id_or_a_schedulers_jo
     assert job_identity({"TORCHELASTIC_RUN_ID": "5f1c", "SLURM_JOB_ID": "991"}) == \
         {"TORCHELASTIC_RUN_ID": "5f1c", "SLURM_JOB_ID": "991"}
     assert job_identity({"TORCHELASTIC_RUN_ID": "none"}) is None and job_identity({}) is None
+    assert job_identity({"SLURM_JOB_ID": "991"}) is None  # shared by every job started in one allocation
 
 
 def test_ckpt_path_naming_the_folder_of_runs_points_at_last_or_one_run(tmp_path):

@@ -144,14 +144,15 @@ class Trainer:
         self._call("on_fit_start", model)
         if len(train_loader) == 0:  # as Lightning: a warning, nothing trained, and no run folder made
             self._run_folder = None
-            warn("braeburn.lightning: the training DataLoader has no batches (Lightning: \"Total length of "
-                 "`DataLoader` across ranks is zero. Please make sure this was your intention.\"): nothing is "
-                 "trained, and no run folder is made")
+            if _rank_zero():
+                warn("braeburn.lightning: the training DataLoader has no batches (Lightning: \"Total length of "
+                     "`DataLoader` across ranks is zero. Please make sure this was your intention.\"): nothing is "
+                     "trained, and no run folder is made")
             self._say("`Trainer.fit` stopped: No training batches.")
         else:
             self._run = self._build(model, train_loader, val_loader, new_run=True)
             if elastic.is_restarted() and CheckpointManager(self._run_folder).latest() is not None:
-                resume = None  # a restart goes on from its own folder's checkpoint (the core's restart resume)
+                resume, warnings = None, []  # a restart goes on from its own folder's checkpoint (the core's)
             for warning in warnings:
                 self._run.accelerator.print(f"braeburn: warning: {warning}")
             self._run.train(resume_from_checkpoint=resume)
@@ -171,7 +172,7 @@ class Trainer:
     @staticmethod
     def _say(line: str) -> None:
         """``line`` once for the job (by rank 0), as Lightning's rank-zero messages."""
-        if os.environ.get("RANK", "0") == "0":
+        if _rank_zero():
             print(line, flush=True)
 
     def validate(self, model: torch.nn.Module, dataloaders: Any = None, ckpt_path: str | None = None,
@@ -245,6 +246,10 @@ class Trainer:
         method = getattr(model, hook, None)
         if callable(method):
             method(*args)
+
+
+def _rank_zero() -> bool:
+    return os.environ.get("RANK", "0") == "0"  # (a launcher sets RANK before any process group exists)
 
 
 def _one_error(work: Any, *args: Any) -> Any:

@@ -9,7 +9,8 @@ runs started at once cannot take the same one) and writes its ``checkpoint-<step
 A worker that torchrun restarted (``braeburn launch --max-restarts``) goes on in the folder its first attempt
 made, and in no other: each ``version_<N>`` holds ``.braeburn-job.json``, naming the launched job that made it
 (:func:`job_identity`) and which ``fit()`` of the script it is. A restart takes the folder of the same job and
-``fit()``; with none (another job's folders alone, or a job braeburn cannot tell from others), a new one.
+``fit()``; with none (another job's folders alone, or a job braeburn cannot tell from others), a new one. The record
+is written whole or not at all, into the folder just created; a folder without it is no job's.
 
 ``ckpt_path``: a ``checkpoint-<step>`` folder; a folder holding them (its latest); or ``"last"``, the latest
 checkpoint of the newest ``version_<N>`` that holds one (Lightning's "last" looks in the new run's own, empty
@@ -59,9 +60,10 @@ def versions(logs: Path) -> list[tuple[int, Path]]:
 
 
 def job_identity(env: Mapping[str, str] | None = None) -> dict[str, str] | None:
-    """What tells this launched job from every other one, the same in each of its restarts: torchrun's run id
-    (not its default, "none"), the folder torchrun's agent made for this job (where TORCHELASTIC_ERROR_FILE lies),
-    a scheduler's job id. None where nothing does (a plain ``python script.py``)."""
+    """What tells this launched job from every other one, the same in each of its restarts: the folder torchrun's
+    agent made for this job (where TORCHELASTIC_ERROR_FILE lies) or torchrun's run id (not its default, "none"),
+    with a scheduler's job id beside them. None where neither of torchrun's is there (a plain ``python script.py``;
+    a scheduler's id alone is shared by every job started inside one allocation)."""
     env = os.environ if env is None else env
     facts = {}
     run_id = env.get("TORCHELASTIC_RUN_ID", "").strip()
@@ -70,8 +72,9 @@ def job_identity(env: Mapping[str, str] | None = None) -> dict[str, str] | None:
     agent = _AGENT_FILE.match(env.get("TORCHELASTIC_ERROR_FILE", "").strip())
     if agent:
         facts["torchrun_agent_folder"] = agent["agent"]
-    facts.update({name: env[name].strip() for name in _SCHEDULER_JOBS if env.get(name, "").strip()})
-    return facts or None
+    if not facts:
+        return None
+    return {**facts, **{name: env[name].strip() for name in _SCHEDULER_JOBS if env.get(name, "").strip()}}
 
 
 def claim_run_folder(logs: Path, job: dict[str, str] | None = None, fit: int = 1) -> Path:

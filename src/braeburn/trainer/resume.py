@@ -80,9 +80,9 @@ def reconcile(saved: TrainerState, run: TrainerState, loader: Any, optimizer: An
                      + advice(" Resume with {} to keep the checkpoint's rate.", "learning_rate",
                               f"{saved.learning_rate:g}"))
     if saved.global_step > run.max_steps and stop_past_max_steps:
-        notes.append(f"{option(max_steps_option.removeprefix('--'))} gives max_steps={run.max_steps}, which the "
-                     f"checkpoint {folder} (step {saved.global_step}) has passed: its state is restored, and nothing "
-                     "is trained")
+        notes.append(f"the checkpoint {folder} (step {saved.global_step}) is past the end that "
+                     f"{option(max_steps_option.removeprefix('--'))} sets (step {run.max_steps}): its state is "
+                     "restored, and nothing is trained")
         run.max_steps = saved.global_step
     if saved.global_step > run.max_steps:
         raise ResumeError(
