@@ -87,8 +87,10 @@ def _type_errors(given: dict[str, Any]) -> list[str]:
         value = given.get(name)
         if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
             continue
+        fix = "the number without quotes" if isinstance(value, str) else \
+            "a whole number" if kind is Integral else "a number"
         errors.append(f"{name}={value!r}: `{name}` should be {words}, not a {type(value).__name__} (Lightning's "
-                      f"Trainer takes no other type); pass a number, without quotes")
+                      f"Trainer takes no other type); pass {fix}")
         del given[name]
     return errors
 
