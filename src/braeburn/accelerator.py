@@ -30,6 +30,7 @@ from .distributed import process_group as pg
 from .envvars import (COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, accelerate_env, env_default, env_device,
                       env_device_reason)
 from .fallback import FallbackRecorder, early_env_advice, early_env_conflicts
+from .option_spelling import shown
 from .plan import OptionError, Plan, PlanError, RunOptions, make_plan
 from .precision import PrecisionPolicy, make_policy
 from .prepared_optim import USUALLY_PER_EPOCH, AcceleratedOptimizer, AcceleratedScheduler
@@ -170,7 +171,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         plan = self.plan
         if self.is_main_process:
             _say_once(f"braeburn: training on {self.device} ({plan.device_reason}); precision "
-                      f"{plan.precision}: {plan.precision_reason}")
+                      f"{shown('mixed_precision', plan.precision)}: {plan.precision_reason}")
         advice = early_env_advice(plan.env, current_host(), os.environ)
         if advice:
             _say_once(f"braeburn: {advice}", as_warning=True)
