@@ -100,12 +100,12 @@ def test_a_rerun_of_an_automatic_naming_script_refuses_instead_of_replacing(tmp_
         return accelerator
 
     first = script()
-    for _ in range(2):
+    for _ in range(3):  # checkpoint_0 rotated away: a rerun's first save would be, then run 1's replaced
         first.save_state()
     before = {p.name: (p / "manifest.json").read_bytes() for p in (tmp_path / "checkpoints").glob("checkpoint_*")}
-    with pytest.raises(FileExistsError, match=r"checkpoint_0'? \(iteration 0\) already exists"):
+    with pytest.raises(FileExistsError, match=r"checkpoint_2' already exists at or after this save's iteration 0"):
         script().save_state()
-    assert sorted(before) == ["checkpoint_0", "checkpoint_1"]
+    assert sorted(before) == ["checkpoint_1", "checkpoint_2"]
     assert {p.name: (p / "manifest.json").read_bytes() for p in (tmp_path / "checkpoints").glob("checkpoint_*")} == before
 
 

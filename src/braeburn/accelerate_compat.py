@@ -366,9 +366,13 @@ class AccelerateCompat:
             raise ValueError("save_state() needs a folder: pass save_state(output_dir), or Accelerator(project_config="
                              "ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=True))")
         folder = os.path.join(config.project_dir, "checkpoints", f"checkpoint_{config.iteration}")
-        if os.path.lexists(folder):  # (an earlier run of the same script: never replaced, nor rotated away)
+        ahead = [p for p in Path(folder).parent.glob("checkpoint_*")
+                 if p.name.split("_")[-1].isdigit() and int(p.name.split("_")[-1]) >= config.iteration]
+        if ahead:  # an earlier run of the same script: never replaced, and this run's save never rotated away first
+            taken = str(max(ahead, key=lambda p: int(p.name.split("_")[-1])))
             raise FileExistsError(errno.EEXIST, (
-                f"save_state(): the checkpoint folder {folder!r} (iteration {config.iteration}) already exists, "
+                f"save_state(): the checkpoint folder {taken!r} already exists at or after this save's iteration "
+                f"{config.iteration}, "
                 "written by an earlier run in this project_dir; braeburn does not replace it, as Accelerate does "
                 "not. Pass another project_dir, set accelerator.project_configuration.iteration to the next free "
                 "number (or load_state() the earlier run first), or move the checkpoints folder away."))

@@ -10,7 +10,15 @@ give a file); it is one of:
   file that was there first. The record holds relative names only, so it stays true when the folder is
   copied (``cp -a``) or moved;
 - a checkpoint's own ``manifest.json`` (written last by every save) vouching for every file of its folder,
-  with their sizes: the checkpoints of a folder written before the record existed, or copied without it.
+  with their sizes, for a ``checkpoint-N`` folder only, and only in a folder where braeburn ran: one with
+  a record, or one a braeburn from before the record wrote (:func:`earlier_braeburn_run`: Trainer
+  manifests, all of one run id, and the run's ``metrics.jsonl``). A manifest proves a checkpoint whole, not
+  that braeburn wrote it in *this* folder (a copy, a user's ``save_state()`` folder): a first run in a
+  folder with no record never moves or replaces a folder on a manifest. :func:`saved_state` is that proof
+  alone, for a writer asked for that very folder (``save_state()`` of the same folder).
+
+Records and manifests are read with ``O_NOFOLLOW | O_NONBLOCK``, must be regular files, and are read up
+to a size cap: a FIFO, a device, a link or a folder there is refused at once, never waited on.
 
 An entry is braeburn's (:func:`owns`) when one of these vouches for it *and* it is still of the kind
 recorded, is not a symbolic link, and is not a mount point. ``.git`` never is, whatever a record says.
@@ -29,14 +37,20 @@ The API, for every writer in braeburn's folders (the Trainer, save_model, the Li
   :func:`staged` ``(folder, need)`` is the same as a ``with`` block: write into the folder it yields.
 - :func:`may_write` ``(folder, name, what)``: claim a name for a file written whole, or warn and skip it.
 
-The record is replaced whole at each change (a temporary file renamed over it, fsynced), under a lock
-shared by the threads of the process (a background checkpoint save, the plot); the output folder's
-lock (:mod:`braeburn.output_lock`) keeps other processes out. Only the main process writes it.
+The record is replaced whole at each change (a temporary file renamed over it, fsynced; the temporary
+files of a writer killed half-way are removed at the next change), under a lock shared by the threads of
+the process (a background checkpoint save, the plot). Across processes, only the output folder's lock
+(:mod:`braeburn.output_lock`, held by the Trainer) keeps writers apart: two processes changing one
+folder's record outside it (a tracker and a ``save_state()`` in the same parent, another tool) may lose
+one change (the later rename wins). A name lost that way is no longer braeburn's: it is refused, never
+replaced, so the race costs a refusal, not a file. Only the main process writes the record.
 
-What the record does not prove: that a recorded file still holds what braeburn wrote. A file of the
-user's put at a recorded name, after braeburn's was deleted, passes for braeburn's (it is set aside with
-the run, never deleted: rotation deletes checkpoints only, which carry their run's id). Contents are not
-hashed: ``metrics.jsonl`` grows at every log, and a hash kept up to date would cost a write per log line.
+What the record does not prove: that a recorded file still holds what braeburn wrote; it vouches for a
+name and a kind, never the content. A file the user rewrote at a recorded name (a ``README.md`` edited
+after the model card) or put there after braeburn's was deleted passes for braeburn's: a rerun sets it
+aside with the run, and ``--overwrite_output_dir`` may replace it (rotation deletes checkpoints only, which
+carry their run's id). Contents are not hashed: ``metrics.jsonl`` grows at every log, and a hash kept up
+to date would cost a write per log line.
 """
 
 from __future__ import annotations
@@ -440,6 +454,6 @@ def publish(staging: str | os.PathLike, folder: str | os.PathLike, need: str, fi
     return names
 
 
-__all__ = ["FILE", "FOLDER", "ForeignFileError", "KINDS", "MARKER", "MarkerError", "SET_ASIDE", "STAGING", "claim",
-           "foreign", "forget", "may_write", "movable", "owns", "prune", "publish", "recorded", "refusal",
-           "set_aside_folders", "staged", "why_not"]
+__all__ = ["FILE", "FOLDER", "ForeignFileError", "KINDS", "MARKER", "MarkerError", "SET_ASIDE", "STAGING",
+           "braeburn_ran_here", "claim", "earlier_braeburn_run", "foreign", "forget", "may_write", "movable", "owns",
+           "prune", "publish", "recorded", "refusal", "saved_state", "set_aside_folders", "staged", "why_not"]
