@@ -129,4 +129,4 @@ def test_show_lists_every_problem_of_a_broken_file(clean_env, tmp_path):
     result = braeburn("config", "show", "--config-file", str(config))
     assert result.returncode == 1
     assert f"{config}: num_procs: unknown key (its value is not shown" in result.stdout
-    assert "max_restarts = 'x': must be a whole number" in result.stdout
+    assert "max_restarts (a string of 1 character, not shown): must be a whole number" in result.stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from braeburn.cli.launch import build_command, child_environment, plan_launch, process_tree
+from braeburn.cli.launch import build_command, child_environment, plan_launch, process_tree, python_running
 from braeburn.cli.main import main
 from braeburn.cli.launch_config import ConfigError, LaunchSettings, resolve_settings
 from tests.conftest import APPLE_M, CUDA_BOX, LINUX_CPU
@@ -83,7 +83,8 @@ def test_quiet_output_is_torchruns_redirect_of_every_local_rank_but_0(tmp_path):
                             {"XDG_CONFIG_HOME": str(tmp_path)}, None)
     joined = " ".join(build_command(many.settings, plan_launch(many, CUDA_BOX, env={}), "t.py", [], module=False,
                                     port=29500, quiet_output_dir="/logs"))
-    assert f"--log-dir /logs --redirects 1:1,2:1,3:1 --no-python {sys.executable} -u -mbraeburn.cli.rank_output t.py" \
+    wrapper = " ".join(python_running("braeburn.cli.rank_output", "-u"))
+    assert f"--log-dir /logs --redirects 1:1,2:1,3:1 --no-python {wrapper} t.py" \
         in joined  # each rank starts in the wrapper that keeps a rank whose file cannot be written alive
     env = child_environment(plan_launch(many, CUDA_BOX, env={}), many.settings, {})
     assert int(env["OMP_NUM_THREADS"]) >= 1  # set, so torchrun prints no banner
@@ -272,7 +273,7 @@ def test_elastic_command_binds_to_localhost_unless_several_machines(tmp_path):
     one = resolve_settings({"num_processes": "2", "cpu": True}, {"XDG_CONFIG_HOME": str(tmp_path)}, None)
     command = build_command(one.settings, plan_launch(one, LINUX_CPU, env={}), "t.py", ["--x"], module=False,
                             port=1234)
-    assert command[1:3] == ["-m", "braeburn.cli.job_agent"]  # torch.distributed.run, ended with the launcher
+    assert command[:2] == python_running("braeburn.cli.job_agent")  # torch.distributed.run, ended with the launcher
     joined = " ".join(command)
     assert "--nnodes 1 --nproc-per-node 2 --node-rank 0" in joined
     assert "--master-addr 127.0.0.1 --master-port 1234 --max-restarts 0 t.py --x" in joined

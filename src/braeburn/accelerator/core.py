@@ -32,6 +32,7 @@ from ..distributed import process_group as pg
 from ..plan.envvars import (COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, accelerate_env, env_default, env_device,
                       env_device_reason)
 from ..devices.fallback import FallbackRecorder, early_env_advice, early_env_conflicts
+from ..plan.option_spelling import shown
 from ..plan.rules import OptionError, Plan, PlanError, RunOptions, make_plan
 from ..plan.precision import PrecisionPolicy, make_policy
 from .prepared_optim import USUALLY_PER_EPOCH, AcceleratedOptimizer, AcceleratedScheduler
@@ -134,7 +135,8 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
         replays = kind.checkpoint_replays_rng(current_host())  # else braeburn replays it (checkpoint_replay.py)
         self._checkpoint_patch = None if replays else checkpoint_replay.CheckpointPatch(kind)
-        self._recompute_guard = _NO_CONTEXT if replays else checkpoint_replay.RecomputeGuard(kind)
+        self._recompute_guard = _NO_CONTEXT if replays else checkpoint_replay.RecomputeGuard(kind,
+                                                                                           self._checkpoint_patch)
         self._locked: dict[str, None] = {}  # state folders save_state() holds the lock of, oldest first
         self._init_accelerate_compat(**accelerate.tracking)
         self._announce()
@@ -171,7 +173,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         plan = self.plan
         if self.is_main_process:
             _say_once(f"braeburn: training on {self.device} ({plan.device_reason}); precision "
-                      f"{plan.precision}: {plan.precision_reason}")
+                      f"{shown('mixed_precision', plan.precision)}: {plan.precision_reason}")
         advice = early_env_advice(plan.env, current_host(), os.environ)
         if advice:
             _say_once(f"braeburn: {advice}", as_warning=True)
@@ -244,6 +246,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         forward = compile_policy.install_forward(
             model, self._policy.autocast if self._policy.dtype is not None else None, self.plan.device.synchronize)
         forward.around = self._checkpoint_patch
+        forward.around_compiled = self._checkpoint_patch and self._checkpoint_patch.compiled_forward
         if self.shards_model:  # in place: the module stays the user's, its parameters become shards
             model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype)
         elif self.num_processes > 1:
@@ -497,15 +500,18 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
                  directory, f"dataloader_{i}.pt")
         self._save_custom_objects(directory)
         save({"precision": self._policy.state_dict(), "precision_name": self.precision,
-              "accumulation_step": self._accumulation_step,
+              "precision_reason": self.plan.precision_reason, "accumulation_step": self._accumulation_step,
               "counts": self._counts(), "num_processes": self.num_processes}, directory, "accelerator.pt")
 
-    def _resume_measured_precision(self, saved: str | None) -> None:
+    def _resume_measured_precision(self, saved: str | None, why: str | None) -> None:
         """mixed_precision="auto" still to be measured: a resumed run keeps the precision its checkpoint trained in
-        (and its grad scaler's state), rather than a new measurement that could choose another."""
+        (and its grad scaler's state), rather than a new measurement that could choose another. ``why``: how the run
+        that wrote the checkpoint came to that precision (measured, or not and why), where the checkpoint says."""
         if self.plan.precision_candidates and saved in ("no", *self.plan.precision_candidates):
             name = "float32" if saved == "no" else saved
-            self.set_precision(saved, f"auto: {name}, as the checkpoint trained (measured when the run began)")
+            earlier = (f"that run's choice: {why.removeprefix('auto: ')}" if isinstance(why, str) and why
+                       else "the checkpoint does not say whether that run measured it")
+            self.set_precision(saved, f"auto: {name}, as the checkpoint trained ({earlier})")
 
     def _gradients(self) -> list[list[torch.Tensor | None]]:
         return [[p.grad for p in self.unwrap_model(model).parameters()] for model in self._models]
@@ -551,7 +557,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         for i, loader in enumerate(self._dataloaders):
             saved = load(input_dir, f"dataloader_{i}.pt")
             loader.load_state_dict(dist_ckpt.resume_position(saved, loader.batch_size, self.num_processes))
-        self._resume_measured_precision(meta.get("precision_name"))
+        self._resume_measured_precision(meta.get("precision_name"), meta.get("precision_reason"))
         self._policy.load_state_dict(meta["precision"])
         self._load_custom_objects(input_dir)
         self._accumulation_step = int(meta["accumulation_step"])

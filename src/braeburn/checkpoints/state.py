@@ -167,6 +167,8 @@ def check_replaceable(output_dir: str | os.PathLike) -> None:
     if not (target.exists() or target.is_symlink()) or (target.is_dir() and not target.is_symlink()
                                                         and not any(target.iterdir())):
         return
+    if ownership.saved_state(target):  # a state braeburn saved, and save_state() was asked for this very folder
+        return
     why = ownership.why_not(target.parent, target.name)
     if why is None and target.is_dir():
         return

@@ -26,6 +26,7 @@ from ..devices.base import MemoryReading
 from ..devices.host import current_host
 from ..distributed import process_group as pg
 from ..plan.envvars import MAX_STEPS_VAR, max_steps_cap
+from ..plan.option_spelling import given, option
 from ..plan.rules import PlanError
 from ..checkpoints.state import enable_full_determinism
 from .autobatch import train_through_out_of_memory
@@ -52,7 +53,7 @@ from .plots import PlotCallback
 from .progress import ProgressCallback
 from .resume import reconcile, samples_in
 from .summary import non_finite_message, run_summary
-from .signals import SignalCallback, TrainingInterrupted
+from .signals import SignalCallback, TrainingInterrupted, stop_message
 from .state import TrainerState
 from .step_breakdown import StepBreakdownCallback
 from .write_faults import OutputDirError
@@ -71,6 +72,8 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
     A subclass may override Transformers' ``training_step``, ``compute_loss``, ``create_optimizer``,
     ``create_scheduler``, ``prediction_step``, ``evaluation_loop`` and ``log`` (hf_overrides.py).
     """
+
+    stop_past_max_steps = False  # a resume past max_steps: ResumeError; True: restored, nothing trained (resume.py)
 
     def __init__(self, model: torch.nn.Module | None = None, args: TrainingConfig | None = None,
                  data_collator: Callable | None = None, train_dataset: Dataset | None = None,
@@ -403,7 +406,8 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
     def _check_output_dir(self, resume: str | None) -> None:
         out = self.output_dir
         if out.exists() and not out.is_dir():
-            raise FileExistsError(f"output_dir={str(out)!r} is a file, not a folder. Pass a folder to --output_dir.")
+            raise FileExistsError(f"{given('output_dir', str(out))} is a file, not a folder. Pass a folder to "
+                                  f"{option('output_dir')}.")
         self._lock_output_dir()  # a run that holds it is named first, whatever the folder holds
         refusal: OSError | None = None
         if self.is_main_process:  # writes over nothing braeburn did not write; sets an earlier run aside
@@ -527,8 +531,9 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
     def _resume(self, request: str, loader) -> None:
         folder, warnings = self.checkpoints.resolve(request)
         saved = self.checkpoints.load(self.accelerator, folder)
-        option = "--max_steps" if self.config.max_steps > 0 else "--num_train_epochs"
-        warnings += reconcile(saved, self.state, loader, self.optimizer, self.lr_scheduler, folder, option)
+        limit = "--max_steps" if self.config.max_steps > 0 else "--num_train_epochs"
+        warnings += reconcile(saved, self.state, loader, self.optimizer, self.lr_scheduler, folder, limit,
+                              self.stop_past_max_steps)
         for warning in warnings:  # what changed since the checkpoint, and what braeburn does about it
             self.accelerator.print(f"braeburn: warning: {warning}")
         self.state = saved
@@ -560,13 +565,8 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         return record if breakdown is None else {**record, "step_breakdown": breakdown}
 
     def _exit_after_signal(self) -> None:
-        import signal
-
-        name, checkpoint = signal.Signals(self.signals.received).name, self.state.last_checkpoint
-        resume = (f"Checkpoint: {checkpoint}. Resume with --resume_from_checkpoint {checkpoint} (or "
-                  "--resume_from_checkpoint latest), with the same script and options." if checkpoint
-                  else "No checkpoint was written: the save warnings above say why.")
-        message = f"braeburn: stopped by {name} at step {self.state.global_step}. {resume}"
+        checkpoint = self.state.last_checkpoint
+        message = stop_message(self.signals.received, self.state.global_step, checkpoint)
         self.accelerator.print(message, flush=True)
         raise TrainingInterrupted(self.signals.received, message, checkpoint)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..plan.option_spelling import advice, option
+from ..plan.option_spelling import advice, option, shown
 from .progress import memory_line
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def run_summary(trainer: "Trainer", seconds: float, steps: int) -> str:
     return "\n".join([
         f"braeburn: training ended ({ending}) after {seconds:.1f} s",
         f"  device     {acc.device} ({plan.device_reason})",
-        f"  precision  {plan.precision} ({plan.precision_reason})",
+        f"  precision  {shown('mixed_precision', plan.precision)} ({plan.precision_reason})",
         f"  steps      {state.global_step}/{state.max_steps} optimizer steps ({steps} in this run), "
         f"epoch {state.epoch_progress:.2f}",
         f"  speed      {samples / seconds if seconds > 0 else 0:.1f} samples/s",
