@@ -550,7 +550,8 @@ def test_a_checkpoint_traced_into_a_compiled_forward_stops_the_backward_with_the
     # torch.compile (aot_eager, inductor) traces checkpoint() into its graph: the recompute runs no Python of
     # braeburn's. Faked here by telling the replay that torch.compile is tracing while the eager forward runs: the
     # checkpoint is left unreplayed, as in a compiled graph, and the dropout draws new masks in the recompute.
-    from braeburn import Accelerator, checkpoint_replay
+    from braeburn import Accelerator
+    from braeburn.accelerator import checkpoint_replay
     from braeburn.accelerator.checkpoint_replay import CheckpointReplayError
 
     fake = FakeMpsGenerator()
@@ -598,7 +599,8 @@ def test_where_torch_dispatches_checkpoint_otherwise_a_moved_generator_is_warned
     # A torch without CheckpointFunction and _checkpoint_without_reentrant_generator (faked: braeburn told it found
     # none): only checkpoint(...) looked up in the forward is replayed; a generator that moved in a backward may be an
     # unseen checkpoint or gradient noise on purpose, so braeburn warns once and trains on.
-    from braeburn import Accelerator, checkpoint_replay
+    from braeburn import Accelerator
+    from braeburn.accelerator import checkpoint_replay
     from braeburn.warn import BraeburnWarning
 
     monkeypatch.setattr(checkpoint_replay, "dispatch_found", lambda: False)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from braeburn import Accelerator, no_follow, ownership
+from braeburn import Accelerator
+from braeburn.checkpoints import no_follow, ownership
 from braeburn.compat.accelerate.api import ProjectConfiguration
 from braeburn.accelerator.trackers import JSONLinesTracker
 
