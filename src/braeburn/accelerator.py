@@ -243,7 +243,8 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
             model, self._policy.autocast if self._policy.dtype is not None else None, self.plan.device.synchronize)
         forward.around = self._checkpoint_patch
         if self.shards_model:  # in place: the module stays the user's, its parameters become shards
-            model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype)
+            model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype,
+                                   device_bytes=self.plan.device.memory_stats().get("total_bytes"))
         elif self.num_processes > 1:
             model = pg.wrap_ddp(model, self.device, **self._ddp_options)
         decision = self.compile_decision(model)
