@@ -246,7 +246,8 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         forward.around = self._checkpoint_patch
         forward.around_compiled = self._checkpoint_patch and self._checkpoint_patch.compiled_forward
         if self.shards_model:  # in place: the module stays the user's, its parameters become shards
-            model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype)
+            model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype,
+                                   device_bytes=self.plan.device.memory_stats().get("total_bytes"))
         elif self.num_processes > 1:
             model = pg.wrap_ddp(model, self.device, **self._ddp_options)
         decision = self.compile_decision(model)
