@@ -202,6 +202,20 @@ def test_nan_found_at_a_save_names_its_step_when_an_earlier_save_checked_part_of
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-3"]
 
 
+def test_samples_per_second_counts_a_short_last_batch_as_its_real_size(tmp_path, capsys):
+    """33 examples at batch 32: each epoch trains 32 + 1 samples, not 2 full batches (Transformers' speed is
+    dataset length x epochs over the time)."""
+    x, y = torch.randn(33, 64), torch.arange(33) % 10
+    config = TrainingConfig(output_dir=str(tmp_path), num_train_epochs=3, per_device_train_batch_size=32,
+                            save_strategy="no", logging_steps=2)
+    trainer = Trainer(mlp(), config, train_dataset=TensorDataset(x, y), loss_fn=torch.nn.functional.cross_entropy)
+    metrics = trainer.train().metrics
+    assert trainer.state.samples_seen == 99
+    assert metrics["train_samples_per_second"] == pytest.approx(99 / metrics["train_runtime"], rel=0.01)  # rounded
+    speed = float(capsys.readouterr().out.split("  speed      ")[1].split(" samples/s")[0])
+    assert speed == pytest.approx(99 / metrics["train_runtime"], rel=0.01, abs=0.1)
+
+
 class NanBatches(Dataset):
     def __init__(self):
         torch.manual_seed(2)

@@ -35,7 +35,7 @@ from . import output_dir_check
 from .compile_window import CompileWindow
 from .phase_clock import EVALUATION, PhaseClock
 from .precision_window import choose_precision
-from .batches import batch_inputs, compute_loss
+from .batches import batch_inputs, batch_samples, compute_loss
 from .callbacks import CallbackList
 from .checkpoint import CheckpointManager, SaveLog
 from .config import ConfigError, TrainingConfig
@@ -176,7 +176,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self._precision_record = choose_precision(self, train_loader)  # "auto" on MPS: timed here, state restored
         self._reset_window()
         self._phases = PhaseClock()
-        started, start_step = time.perf_counter(), self.state.global_step
+        started, start_step, start_samples = time.perf_counter(), self.state.global_step, self.state.samples_seen
         self.callbacks.on_train_begin(self, self.state)
         try:
             train_through_out_of_memory(self, train_loader)  # _train_epochs; auto_find_batch_size: halves on OOM
@@ -193,7 +193,8 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
                     self._plot.wait()
                 finally:
                     self.signals.restore()
-        summary = run_summary(self, seconds, self.state.global_step - start_step)
+        samples = self.state.samples_seen - start_samples  # really trained: a short last batch counts its own
+        summary = run_summary(self, seconds, self.state.global_step - start_step, samples)
         acc.print(summary)
         # The group stays for evaluate()/predict() after train(), which gather from every rank (destroyed at exit);
         # a signal ends the process on every rank together, so it is torn down now, all ranks meeting first.
@@ -203,7 +204,6 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         failure = self._save_log.failure(self.state.last_checkpoint, self.state.global_step)
         if failure is not None:  # the final weights are on no disk: a job must not report success (exit 1)
             raise failure
-        samples = self._samples_per_batch * config.gradient_accumulation_steps * (self.state.global_step - start_step)
         metrics = {**self._last_eval_metrics(), **self._train_metrics(seconds, self.state.global_step - start_step,
                                                                         samples)}
         return TrainOutput(self.state.global_step, metrics["train_loss"], metrics)
@@ -232,7 +232,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
                             self._window_has_grads = True
                     if acc.sync_gradients:
                         self._optimizer_step(model, optimizer, scheduler)
-                state.samples_seen += self._samples_per_batch
+                state.samples_seen += batch_samples(batch, loader, self._samples_per_batch, acc.num_processes)
                 if not acc.sync_gradients:
                     continue
                 state.global_step += 1
