@@ -22,7 +22,8 @@ from . import checkpoint_replay, compile_policy, manifest, output_lock, probe
 from .accelerate_compat import AccelerateCompat
 from .accelerator_compile import CompileMixin, mostly_convolutions
 from .compat.accelerate_options import accelerate_options
-from .data import BatchTracker, DeviceDataLoader, apply_to_tensors, cast_float64_model, truncate_padding
+from .data import (BatchTracker, DeviceDataLoader, apply_to_tensors, float64_batch_reason, float64_model_kept,
+                   truncate_padding)
 from .devices.host import current_host
 from .distributed import checkpoint as dist_ckpt
 from .distributed import fsdp
@@ -121,6 +122,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         self._policy = make_policy(self.plan.precision, self.plan.grad_scaler, self.device,
                                    kind.fused_optimizers_honour_grad_scaler(current_host()))
         self._tracker = BatchTracker()
+        self._float64_model = False  # a model made float64 by the user, kept so: its batches stay float64
         self._accumulation_step = 0
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
@@ -234,8 +236,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         return self.plan.strategy == "fsdp" and self.num_processes > 1
 
     def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        if self.plan.device.float64_cast_reason():
-            cast_float64_model(model, self.plan.device.float64_cast_reason())
+        self._float64_model |= float64_model_kept(model, self.plan.device.float64_cast_reason())
         model = model.to(self.device)
         if self.plan.device.channels_last_helps and mostly_convolutions(model):
             # cuDNN's NHWC kernels on tensor cores: the same math, a faster layout for convolutions
@@ -257,6 +258,9 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         self._models.append(model)
         return model
 
+    def _float64_batch_reason(self) -> str | None:
+        return float64_batch_reason(self.plan.device.float64_cast_reason(), self._float64_model)
+
     def _prepare_dataloader(self, loader: torch.utils.data.DataLoader) -> DeviceDataLoader:
         if self._data_seed is None:
             # torch.manual_seed's seed, read without drawing from the generator: a draw here would shift every
@@ -266,7 +270,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
                                     num_processes=self.num_processes, process_index=self.process_index,
                                     seed=self._data_seed, tracker=self._tracker, host=current_host(),
-                                    float64_to_float32=self.plan.device.float64_cast_reason())
+                                    float64_to_float32=self._float64_batch_reason)
         self._dataloaders.append(prepared)
         return prepared
 
