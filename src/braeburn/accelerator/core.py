@@ -24,7 +24,8 @@ from ..checkpoints import manifest, output_lock
 from ..compat.accelerate.api import AccelerateCompat
 from .compile import CompileMixin, mostly_convolutions
 from ..compat.accelerate.options import accelerate_options
-from ..data.loader import BatchTracker, DeviceDataLoader, apply_to_tensors, cast_float64_model, truncate_padding
+from ..data.loader import (BatchTracker, DeviceDataLoader, apply_to_tensors, float64_batch_reason, float64_model_kept,
+                   truncate_padding)
 from ..devices.host import current_host
 from ..distributed import checkpoint as dist_ckpt
 from ..distributed import fsdp
@@ -123,6 +124,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         self._policy = make_policy(self.plan.precision, self.plan.grad_scaler, self.device,
                                    kind.fused_optimizers_honour_grad_scaler(current_host()))
         self._tracker = BatchTracker()
+        self._float64_model = False  # a model made float64 by the user, kept so: its batches stay float64
         self._accumulation_step = 0
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
@@ -236,8 +238,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         return self.plan.strategy == "fsdp" and self.num_processes > 1
 
     def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        if self.plan.device.float64_cast_reason():
-            cast_float64_model(model, self.plan.device.float64_cast_reason())
+        self._float64_model |= float64_model_kept(model, self.plan.device.float64_cast_reason())
         model = model.to(self.device)
         if self.plan.device.channels_last_helps and mostly_convolutions(model):
             # cuDNN's NHWC kernels on tensor cores: the same math, a faster layout for convolutions
@@ -248,7 +249,8 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         forward.around = self._checkpoint_patch
         forward.around_compiled = self._checkpoint_patch and self._checkpoint_patch.compiled_forward
         if self.shards_model:  # in place: the module stays the user's, its parameters become shards
-            model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype)
+            model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype,
+                                   device_bytes=self.plan.device.memory_stats().get("total_bytes"))
         elif self.num_processes > 1:
             model = pg.wrap_ddp(model, self.device, **self._ddp_options)
         decision = self.compile_decision(model)
@@ -257,6 +259,9 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
             model = self._compile(model, forward, decision)
         self._models.append(model)
         return model
+
+    def _float64_batch_reason(self) -> str | None:
+        return float64_batch_reason(self.plan.device.float64_cast_reason(), self._float64_model)
 
     def _prepare_dataloader(self, loader: torch.utils.data.DataLoader) -> DeviceDataLoader:
         if self._data_seed is None:
@@ -267,7 +272,7 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
                                     num_processes=self.num_processes, process_index=self.process_index,
                                     seed=self._data_seed, tracker=self._tracker, host=current_host(),
-                                    float64_to_float32=self.plan.device.float64_cast_reason())
+                                    float64_to_float32=self._float64_batch_reason)
         self._dataloaders.append(prepared)
         return prepared
 

@@ -35,7 +35,7 @@ from . import output_dir_check
 from .compile_window import CompileWindow
 from .phase_clock import EVALUATION, PhaseClock
 from .precision_window import choose_precision
-from .batches import batch_inputs, compute_loss
+from .batches import batch_inputs, batch_samples, compute_loss
 from .callbacks import CallbackList
 from .checkpoint import CheckpointManager, SaveLog
 from .config import ConfigError, TrainingConfig
@@ -176,7 +176,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self._precision_record = choose_precision(self, train_loader)  # "auto" on MPS: timed here, state restored
         self._reset_window()
         self._phases = PhaseClock()
-        started, start_step = time.perf_counter(), self.state.global_step
+        started, start_step, start_samples = time.perf_counter(), self.state.global_step, self.state.samples_seen
         self.callbacks.on_train_begin(self, self.state)
         try:
             train_through_out_of_memory(self, train_loader)  # _train_epochs; auto_find_batch_size: halves on OOM
@@ -193,7 +193,8 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
                     self._plot.wait()
                 finally:
                     self.signals.restore()
-        summary = run_summary(self, seconds, self.state.global_step - start_step)
+        samples = self.state.samples_seen - start_samples  # really trained: a short last batch counts its own
+        summary = run_summary(self, seconds, self.state.global_step - start_step, samples)
         acc.print(summary)
         # The group stays for evaluate()/predict() after train(), which gather from every rank (destroyed at exit);
         # a signal ends the process on every rank together, so it is torn down now, all ranks meeting first.
@@ -203,7 +204,6 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         failure = self._save_log.failure(self.state.last_checkpoint, self.state.global_step)
         if failure is not None:  # the final weights are on no disk: a job must not report success (exit 1)
             raise failure
-        samples = self._samples_per_batch * config.gradient_accumulation_steps * (self.state.global_step - start_step)
         metrics = {**self._last_eval_metrics(), **self._train_metrics(seconds, self.state.global_step - start_step,
                                                                         samples)}
         return TrainOutput(self.state.global_step, metrics["train_loss"], metrics)
@@ -232,7 +232,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
                             self._window_has_grads = True
                     if acc.sync_gradients:
                         self._optimizer_step(model, optimizer, scheduler)
-                state.samples_seen += self._samples_per_batch
+                state.samples_seen += batch_samples(batch, loader, self._samples_per_batch, acc.num_processes)
                 if not acc.sync_gradients:
                     continue
                 state.global_step += 1
@@ -326,6 +326,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
     def _reset_window(self) -> None:
         """Fresh counters for a train() call: the losses since the last log stay on the device until read."""
         self._window_losses: list[torch.Tensor] = []
+        self._window_checked = torch.empty(0)  # the window's first losses, reduced and checked at a save
         self._losses_overwritten = outputs_are_overwritten(self.accelerator.compile_mode)
         self._window_first_step = self.state.global_step + 1
         self._window_has_grads = False
@@ -338,27 +339,38 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
         self._loss_total = (0.0, 0)
         self._save_log = SaveLog()
 
-    def _check_finite(self) -> float | None:
-        """The mean loss since the last log (one sync); stops the run at a NaN/inf loss when nan_policy="stop"."""
-        if not self._window_losses:
-            return None
-        # Averaged over the processes (one all-reduce): every rank logs the global loss and stops together.
-        losses = self.accelerator.reduce(torch.stack(self._window_losses).float(), "mean")
+    def _check_finite(self) -> None:
+        """Stops the run at a NaN/inf loss when nan_policy="stop" (one sync). The window stays whole for the next
+        log, which averages every step since the last log as Transformers does; only its unchecked losses are
+        averaged over the processes (one all-reduce), and kept so, so that no loss is reduced twice."""
+        unchecked = self._window_losses[len(self._window_checked):]
+        if not unchecked:
+            return
+        losses = self.accelerator.reduce(torch.stack(unchecked).float(), "mean")
         bad = (~torch.isfinite(losses)).nonzero()
         if bad.numel():  # .numel() of a nonzero() result waits for the device
-            step = self._window_first_step + int(bad[0]) // self.config.gradient_accumulation_steps
+            index = len(self._window_checked) + int(bad[0])
+            step = self._window_first_step + index // self.config.gradient_accumulation_steps
             raise NonFiniteLossError(non_finite_message(self, step, float(losses[int(bad[0])])))
+        self._window_checked = torch.cat([self._window_checked.to(losses.device), losses])
+
+    def _take_window_loss(self) -> float | None:
+        """The mean loss since the last log (one sync), checked first; the window starts afresh."""
+        if not self._window_losses:
+            return None
+        self._check_finite()
+        losses = self._window_checked
         mean = float(losses.mean())  # sync
         total, count = self._loss_total
         self._loss_total = (total + mean * len(losses), count + len(losses))
-        self._window_losses = []
+        self._window_losses, self._window_checked = [], torch.empty(0)
         self._window_first_step = self.state.global_step + 1
         return mean
 
     def _log(self) -> None:
         state, now = self.state, time.perf_counter()
         logs: dict[str, float] = {"epoch": round(state.epoch_progress, 4)}
-        loss = self._check_finite()
+        loss = self._take_window_loss()
         if loss is not None:
             logs["loss"] = loss
         rate = self._step_lr if self._step_lr is not None else self.lr_scheduler.get_last_lr()[0]
@@ -544,7 +556,7 @@ class Trainer(EvaluationMixin, SavingMixin, HfOverridableMixin, HfTrainerMixin):
     # -- the end ---------------------------------------------------------------------------------
     def _mean_training_loss(self) -> float:
         try:
-            self._check_finite()
+            self._take_window_loss()
         except NonFiniteLossError:
             return float("nan")
         total, count = self._loss_total
