@@ -304,7 +304,7 @@ def test_explicit_choices_reach_the_child_as_asked_and_auto_stays_auto():
 
 
 OUTER_JOB = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29531",
-             "TORCHELASTIC_RESTART_COUNT": "1"}  # a shell still inside an outer job's world (issue 32, item 9)
+             "TORCHELASTIC_RESTART_COUNT": "1"}  # a shell still inside an outer job's world
 
 ACCELERATOR_WORLD = """
 from braeburn.accelerator.core import Accelerator
@@ -351,7 +351,7 @@ def test_the_launchers_own_port_in_use_is_one_line_not_a_traceback(tmp_path, cle
 
 @pytest.mark.parametrize("flag", ["--nproc_per_node", "--nproc-per-node", "--nproc"])
 def test_torchruns_process_count_flags_are_understood(tmp_path, clean_env, capsys, flag):
-    """docs/accelerator.md and docs/migrating.md users type torchrun's spelling from habit (issue 31)."""
+    """docs/accelerator.md and docs/migrating.md users type torchrun's spelling from habit."""
     target = tmp_path / "t.py"
     target.write_text("print('hi')\n")
     assert main(["launch", "--cpu", flag, "2", "--dry-run", str(target)]) == 0

@@ -1,4 +1,4 @@
-"""What a Mac user meets (issue 19), each row on a faked Mac: Apple-silicon host facts, torch.mps faked,
+"""What a Mac user meets, each row on a faked Mac: Apple-silicon host facts, torch.mps faked,
 and CPU tensors standing in for MPS tensors, so MpsDevice's own code answers every device question.
 
 The PyTorch facts each test rests on are quoted in docs/devices.md ("Mac: what braeburn does for you").
@@ -104,7 +104,7 @@ def test_row1_fp16_trainer_on_a_mac_never_applies_an_overflow_step(fake_mac, mon
     trainer = Trainer(model, config, train_dataset=overflowing_data(), loss_fn=torch.nn.functional.mse_loss)
     assert trainer.accelerator.plan.device.name == MpsDevice.name and trainer.accelerator.scaler is not None
     trainer.train()
-    assert trainer.optimizer.param_groups[0]["fused"]  # fused (issue 29): braeburn skips the overflow step itself
+    assert trainer.optimizer.param_groups[0]["fused"]  # fused: braeburn skips the overflow step itself
     for weight, start in zip(model.parameters(), before):
         assert torch.isfinite(weight).all()
         assert torch.equal(weight.detach(), start)  # every step overflowed: none was applied
@@ -140,7 +140,7 @@ def test_row1_devices_that_honour_found_inf_keep_the_fused_kernel(fake_host):
 
     assert use_fused_adamw(get_kind("cuda"), grad_scaler=True, host=fake_host("cuda"))
     assert use_fused_adamw(MpsDevice(), grad_scaler=False, host=APPLE_M)  # bf16/float32: nothing to skip
-    assert use_fused_adamw(MpsDevice(), grad_scaler=True, host=APPLE_M)  # guarded by ScaledFp16Policy (issue 29)
+    assert use_fused_adamw(MpsDevice(), grad_scaler=True, host=APPLE_M)  # guarded by ScaledFp16Policy
 
 
 # -- row 2: the CPU-fallback report counts every op and every call ----------------------------------

@@ -374,7 +374,7 @@ def test_measurably_slower_rule(eager, compiled, slower):
 # -- gradient checkpointing on MPS: the right gradients however it was turned on, or a refusal with the reason ------
 from torch.utils.checkpoint import checkpoint as checkpoint_bound_at_import  # noqa: E402  (the escape hatch case)
 
-from tests.test_mac29 import FakeMpsGenerator, MpsDropout  # noqa: E402
+from tests.test_mac_silent_errors import FakeMpsGenerator, MpsDropout  # noqa: E402
 
 
 def tiny_gpt2(generator: torch.Generator, dropout: float = 0.3) -> torch.nn.Module:

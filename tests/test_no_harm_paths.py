@@ -1,4 +1,4 @@
-"""braeburn writes nothing outside its folders, and follows no link it did not create (issue 32, items 2 and 5).
+"""braeburn writes nothing outside its folders, and follows no link it did not create.
 
 A shared scratch folder can hold links planted under the names braeburn writes: every writer either
 refuses such a link (naming it and the fix) or replaces the link itself; the file it points to is never

@@ -305,7 +305,7 @@ def model_file(index: int) -> str:
 
 
 def model_pickle(index: int) -> str:
-    """The torch.save file of a model's weights: every checkpoint before issue 31, and now only a state dict
+    """The torch.save file of a model's weights: every earlier checkpoint, and now only a state dict
     that safetensors cannot hold (a non-tensor extra state, a sparse or quantized tensor)."""
     return f"model_{index}.pt"
 
