@@ -4,6 +4,8 @@
 # has so far into $OUT/out.tgz.
 #   bash benchmarks/device_bg.sh start 'python benchmarks/recipes.py ... --out /tmp/bg/out'
 #   bash benchmarks/device_bg.sh wait 560      # in this call and the next ones, until it says "finished"
+# The job must not read the checkout once started: each device call replaces the checkout, so files a running job
+# opens later vanish (seen: every job after the next call failed). Have it copy what it needs to /tmp first.
 set -uo pipefail
 bg=/tmp/bg
 case "$1" in

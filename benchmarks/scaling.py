@@ -13,11 +13,19 @@ there, GPT-2 small seq 1024 batch 8/GPU), with bf16 autocast on GPUs (fp32 on th
 gradient clipping off for all. The batch is per process, so N processes train N times the samples
 per step (weak scaling, as the peers measure it). Timing runs from the end of step --warmup to the
 end of step --steps, with a device sync and a barrier at each end; samples/s counts all processes.
-Efficiency = samples/s on N / (N x samples/s on 1), per round; the table gives medians and (min-max).
+A braeburn run that compiles (`[compile=true]`) is timed over as many steps, from the first step after its
+compile window has finished (decided, compiled, timed its compiled steps: step 25), so the compile is not in it;
+each row says which steps it timed and when the compile was decided.
+Efficiency = samples/s on N / (N x samples/s on 1), per round; the table gives medians and (min-max), and each
+N-process rate against the first framework's in the same round. On one process braeburn wraps nothing, so
+braeburn-ddp and braeburn-fsdp variants share one single-process run (braeburn-ddp with their TrainingConfig
+fields). Each rank also times a fixed piece of host work and of GPU work before and after (`host_probe_ms`,
+`gpu_tflops`): a slow host or GPU at that minute shows there, not only in samples/s.
 
 A framework may carry options in brackets: TrainingConfig fields for braeburn (`braeburn-ddp[compile=true]`),
 DistributedDataParallel arguments for braeburn's DDP wrap (`[broadcast_buffers=False,bucket_cap_mb=100]`),
-fully_shard arguments for its FSDP wrap (`braeburn-fsdp[reshard_after_forward=False]`),
+fully_shard arguments for its FSDP wrap (`braeburn-fsdp[reshard_after_forward=False]`, and `prefetch=K`:
+FSDP2's explicit prefetching of the next K units),
 and `numa=MODE` for torchrun's --numa-binding (any framework). braeburn runs report where step time went
 (its step_breakdown, sampled in steps after the timed ones, so the timing is unaffected).
 Writes <out>.json and <out>.md.
@@ -60,31 +68,70 @@ def parse_spec(spec: str) -> tuple[str, dict]:
 # ----------------------------------------------------------------------------- the worker (one rank)
 
 class Clock:
-    """Marks the end of step `warmup` and of step `last`, with a device sync and a barrier at each, and the
-    host CPU time in between: the training thread's, and the whole process's (autograd's and NCCL's threads)."""
+    """Times `length` steps from the end of the first step at or after `warmup` at which the run is `ready`
+    (a compiled run: once the compile window has decided and timed its compiled steps), with a device sync and a
+    barrier at each end, and the host CPU time in between: the training thread's, and the whole process's
+    (autograd's and NCCL's threads). Each timed step's host wall time is kept too (no sync: the host's pace)."""
 
-    def __init__(self, warmup: int, last: int):
-        self.warmup, self.last, self.t0, self.t1 = warmup, last, None, None
-        self.host_seconds = self.process_seconds = None
+    def __init__(self, warmup: int, length: int):
+        self.warmup, self.length = warmup, length
+        self.first, self.last = None, warmup + length  # the window's ends: steps first+1 .. last are timed
+        self.t0 = self.t1 = self.host_seconds = self.process_seconds = None
         self._cpu0 = (0.0, 0.0)
+        self.step_ends: list[float] = []
 
-    def step_done(self, step: int) -> None:
-        if step not in (self.warmup, self.last):
+    @property
+    def done(self) -> bool:
+        return self.t1 is not None
+
+    def step_done(self, step: int, ready: bool = True) -> None:
+        if self.first is None:
+            if step >= self.warmup and ready:
+                self.first, self.last = step, step + self.length
+                self._mark(start=True)
             return
+        if self.t1 is None and step <= self.last:
+            self.step_ends.append(time.perf_counter())
+            if step == self.last:
+                self._mark(start=False)
+
+    def _mark(self, start: bool) -> None:
         import torch
         import torch.distributed as dist
 
-        if step == self.last:  # read before the sync: a sync spins on the CPU
+        if not start:  # read before the sync: a sync spins on the CPU
             self.host_seconds = time.thread_time() - self._cpu0[0]
             self.process_seconds = time.process_time() - self._cpu0[1]
         if torch.accelerator.is_available():
             torch.accelerator.synchronize()
         if dist.is_initialized():
             dist.barrier()
-        if step == self.warmup:
+        if start:
             self.t0, self._cpu0 = time.perf_counter(), (time.thread_time(), time.process_time())
+            self.step_ends = [self.t0]
         else:
             self.t1 = time.perf_counter()
+
+    def step_ms(self) -> dict | None:
+        """The timed steps' host wall times: median, 90th percentile and largest, in ms."""
+        gaps = sorted((b - a) * 1e3 for a, b in zip(self.step_ends, self.step_ends[1:]))
+        if not gaps:
+            return None
+        return {"median": round(statistics.median(gaps), 2), "p90": round(gaps[int(0.9 * (len(gaps) - 1))], 2),
+                "max": round(gaps[-1], 2)}
+
+
+def compile_settle_steps() -> int:
+    """The step by which braeburn's compile window has finished on a long run: the eager steps it times, the
+    step that compiles, and the compiled steps it times (trainer/compile_window.py)."""
+    from braeburn.trainer.compile_window import MEASURE_STEPS, WARMUP_STEPS
+
+    return WARMUP_STEPS + MEASURE_STEPS + 2 + MEASURE_STEPS
+
+
+def _compiles(options: dict) -> bool:
+    return str(options.get("compile", "false")).lower() not in ("false", "0", "no") or bool(
+        options.get("torch_compile"))
 
 
 def _braeburn(strategy: str):
@@ -93,17 +140,28 @@ def _braeburn(strategy: str):
         from braeburn.trainer.callbacks import Callback
         from peers import collate
 
+        seen = clock.compile = {}
+
         class Tick(Callback):
             def on_step_end(self, trainer, state):
-                clock.step_done(state.global_step)
+                window = trainer._compile_window  # decided, and done timing its steps, when no longer pending
+                if window.decision is not None and "decided_by_step" not in seen:
+                    seen.update(decided_by_step=state.global_step, compiled=window.decision.compile,
+                                reason=window.decision.reason)
+                if not window.pending and "settled_by_step" not in seen:
+                    seen.update(settled_by_step=state.global_step, back_to_eager_at=window.back_to_eager_at)
+                clock.step_done(state.global_step, ready=not window.pending)
 
         fields = set(TrainingConfig.__dataclass_fields__)
         _wrap_arguments(strategy, {k: v for k, v in options.items() if k not in fields and k != "numa"})
         out = Path(os.environ.get("SCALING_TMP", "/tmp")) / f"braeburn-{os.environ.get('RUN_ID', os.getpid())}"
-        settings = dict(output_dir=str(out), overwrite_output_dir=True, max_steps=clock.last + AFTER_TIMING,
+        # a compiled run is timed only once its compile window has finished: room for that before the window
+        start = max(clock.warmup, compile_settle_steps() + 1) if _compiles(options) else clock.warmup
+        settings = dict(output_dir=str(out), overwrite_output_dir=True,
+                        max_steps=start + clock.length + AFTER_TIMING,
                         per_device_train_batch_size=workload.batch_size, save_strategy="no", learning_rate=1e-4,
                         logging_steps=10_000, strategy=strategy, max_grad_norm=0.0, step_breakdown="true",
-                        compile="false")  # eager, as the peers run here; compiling would eat the time budget
+                        compile="false")  # eager unless a variant asks: compiling is timed apart (see Clock)
         settings.update({k: v for k, v in options.items() if k in fields})
         Trainer(workload.make_model(), TrainingConfig(**settings), train_dataset=dataset, collate_fn=collate,
                 callbacks=[Tick()]).train()
@@ -114,7 +172,9 @@ def _braeburn(strategy: str):
 
 
 def _wrap_arguments(strategy: str, extra: dict) -> None:
-    """Pass ``extra`` to DistributedDataParallel (ddp) or to fully_shard (fsdp) in braeburn's wrap: a variant."""
+    """Pass ``extra`` to DistributedDataParallel (ddp) or to fully_shard (fsdp) in braeburn's wrap: a variant.
+    ``prefetch=K`` (fsdp) has each unit ask for the next K units' all-gathers in forward and the K before it in
+    backward (FSDP2's explicit prefetching) instead of FSDP2's implicit one-ahead."""
     if not extra:
         return
     import functools
@@ -122,9 +182,21 @@ def _wrap_arguments(strategy: str, extra: dict) -> None:
     from braeburn.distributed import fsdp, process_group
 
     if strategy == "fsdp":
-        fsdp.wrap_fsdp = functools.partial(fsdp.wrap_fsdp, **extra)
+        prefetch = int(extra.pop("prefetch", 0))
+        wrap = functools.partial(fsdp.wrap_fsdp, **extra)
+        fsdp.wrap_fsdp = (lambda *a, **k: _set_prefetch(wrap(*a, **k), prefetch)) if prefetch else wrap
     else:
         process_group.wrap_ddp = functools.partial(process_group.wrap_ddp, **extra)
+
+
+def _set_prefetch(model, ahead: int):
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule) and m is not model]  # in forward order
+    for i, unit in enumerate(units):
+        unit.set_modules_to_forward_prefetch(units[i + 1:i + 1 + ahead])
+        unit.set_modules_to_backward_prefetch(units[max(0, i - ahead):i][::-1])
+    return model
 
 
 def _accelerate(workload, dataset, clock, tiny: bool, options: dict) -> None:
@@ -143,7 +215,7 @@ def _accelerate(workload, dataset, clock, tiny: bool, options: dict) -> None:
         optimizer.step()
         optimizer.zero_grad()
         clock.step_done(step)
-        if step == clock.last:
+        if clock.done:
             break
 
 
@@ -167,6 +239,39 @@ RUNNERS = {"braeburn-ddp": _braeburn("ddp"), "braeburn-fsdp": _braeburn("fsdp"),
            "lightning": _lightning}
 
 
+def host_probe_ms() -> float:
+    """A fixed piece of host work (small CPU tensor ops, as a host-bound step's launches are, and plain Python):
+    its time says how fast this host runs at this minute, apart from the GPU."""
+    import torch
+
+    started, x = time.perf_counter(), torch.ones(8)
+    for _ in range(5000):
+        x = x.add(1.0)
+    sum(i * i for i in range(100_000))
+    return round((time.perf_counter() - started) * 1e3, 2)
+
+
+def gpu_probe_tflops() -> float | None:
+    """bf16 4096^3 matrix products on random data, timed with device events: this GPU's speed at this minute."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    a, b = (torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(5):
+        a @ b
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(50):
+        a @ b
+    end.record()
+    end.synchronize()
+    del a, b
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()  # the peak memory reported is the training's
+    return round(50 * 2 * 4096**3 / (start.elapsed_time(end) * 1e-3) / 1e12, 1)
+
+
 def worker(args: argparse.Namespace) -> None:
     import torch
     from peers import WORKLOADS, SyntheticDataset
@@ -175,25 +280,34 @@ def worker(args: argparse.Namespace) -> None:
     framework, options = parse_spec(args.framework)
     workload = WORKLOADS[args.workload](args.tiny)
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
-    dataset = SyntheticDataset(workload.make_sample, length=(args.steps + AFTER_TIMING + 2) * workload.batch_size
-                               * world)
-    clock = Clock(args.warmup, args.steps)
+    length = args.steps - args.warmup
+    longest = max(args.steps, compile_settle_steps() + 1 + length) + AFTER_TIMING + 2
+    dataset = SyntheticDataset(workload.make_sample, length=longest * workload.batch_size * world)
+    clock = Clock(args.warmup, length)
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    probes = {"host_probe_ms": host_probe_ms(), "gpu_tflops": gpu_probe_tflops(), "load": os.getloadavg()[0]}
     error, breakdown = None, None
     try:
         breakdown = RUNNERS[framework](workload, dataset, clock, args.tiny, options)
     except Exception as exc:  # reported in the table; the other measurements go on
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
     rate = float("nan")
-    if clock.t0 is not None and clock.t1 is not None:
-        rate = (args.steps - args.warmup) * workload.batch_size * world / (clock.t1 - clock.t0)
-    steps = args.steps - args.warmup
-    mine = {"rank": rank, "host_ms_per_step": clock.host_seconds * 1e3 / steps if clock.host_seconds else None,
-            "process_cpu_ms_per_step": clock.process_seconds * 1e3 / steps if clock.process_seconds else None,
-            "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None}
+    if clock.done:
+        rate = length * workload.batch_size * world / (clock.t1 - clock.t0)
+    elif error is None:
+        error = f"the timed window never began or ended (ready from step {clock.first}, last {clock.last})"
+    probes["host_probe_end_ms"] = host_probe_ms()
+    mine = {"rank": rank, "host_ms_per_step": clock.host_seconds * 1e3 / length if clock.host_seconds else None,
+            "process_cpu_ms_per_step": clock.process_seconds * 1e3 / length if clock.process_seconds else None,
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
+            "step_ms": clock.step_ms(), **probes}
     Path(f"{args.result}.rank{rank}").write_text(json.dumps(mine))
     if rank == 0:
+        timed = [clock.first + 1, clock.last] if clock.first is not None else None
         Path(args.result).write_text(json.dumps({"framework": args.framework, "workload": args.workload,
                                                  "processes": world, "samples_per_s": rate, "error": error,
+                                                 "timed_steps": timed, "compile": getattr(clock, "compile", None),
                                                  "step_breakdown": breakdown}))
 
 
@@ -222,7 +336,8 @@ def measure(args, spec: str, workload: str, processes: int, scratch: Path, round
         row = {"framework": spec, "workload": workload, "processes": processes, "samples_per_s": float("nan"),
                "error": f"no result: {_last_error(tail)}"}
     ranks = [json.loads(p.read_text()) for p in sorted(scratch.glob(result.name + ".rank*"))]
-    row.update(round=round_, wall_s=round(time.perf_counter() - started, 1), ranks=ranks)
+    row.update(round=round_, wall_s=round(time.perf_counter() - started, 1), ranks=ranks,
+               started_at=round(time.time() - (time.perf_counter() - started), 1))
     print(json.dumps(row), flush=True)
     return row
 
@@ -230,6 +345,31 @@ def measure(args, spec: str, workload: str, processes: int, scratch: Path, round
 def _last_error(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if "Error" in line or "error" in line]
     return lines[-1][:300] if lines else (text.strip().splitlines() or ["no output"])[-1][:300]
+
+
+def single_process_spec(spec: str) -> str:
+    """The spec whose one-process run stands for ``spec``'s. On one process braeburn wraps nothing (no DDP, no
+    FSDP), so braeburn-ddp and braeburn-fsdp variants that differ only in their wrap's arguments share one run,
+    measured once a round: braeburn-ddp with the spec's TrainingConfig fields (and numa)."""
+    name, options = parse_spec(spec)
+    if not name.startswith("braeburn-"):
+        return spec
+    from braeburn import TrainingConfig
+
+    kept = [item for item in spec.partition("[")[2].rstrip("]").split(",")
+            if item.partition("=")[0].strip() in set(TrainingConfig.__dataclass_fields__) | {"numa"}]
+    return "braeburn-ddp" + (f"[{','.join(kept)}]" if kept else "")
+
+
+def jobs(specs: list[str], workloads: list[str], n: int, rounds: int) -> list[tuple[int, str, str, int]]:
+    """(round, workload, spec, processes) in the order they run: rounds interleaved, each one-process run once."""
+    order = []
+    for round_ in range(rounds):
+        for workload in workloads:
+            for spec in specs:
+                single = (round_, workload, single_process_spec(spec), 1)
+                order += [job for job in (single, (round_, workload, spec, n)) if job not in order]
+    return order
 
 
 def split_specs(text: str) -> list[str]:
@@ -265,27 +405,34 @@ def _breakdown(row: dict, key: str) -> float | None:
 
 
 def markdown(rows: list[dict], n: int) -> str:
+    first = next((r["framework"] for r in rows if r["processes"] == n), "")
     lines = [f"| workload | framework | samples/s, 1 process | samples/s, {n} processes | scaling efficiency "
-             f"| peak GiB/GPU, 1 / {n} | host ms/step, 1 / {n} | {n} processes: GPU idle / waiting on comm | note |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"| {n} processes against {first} | peak GiB/GPU, 1 / {n} | host ms/step, 1 / {n} "
+             f"| {n} processes: GPU idle / waiting on comm | note |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for workload in dict.fromkeys(r["workload"] for r in rows):
-        for spec in dict.fromkeys(r["framework"] for r in rows):
-            mine = [r for r in rows if r["workload"] == workload and r["framework"] == spec]
-            if not mine:
+        mine_n = {spec: {r["round"]: r for r in rows if r["workload"] == workload and r["framework"] == spec
+                         and r["processes"] == n} for spec in dict.fromkeys(r["framework"] for r in rows)}
+        for spec, by_round in mine_n.items():
+            if not by_round:
                 continue
-            by = {k: [r for r in mine if r["processes"] == k] for k in (1, n)}
-            rate = {k: {r["round"]: r["samples_per_s"] for r in by[k]} for k in (1, n)}
+            singles = {r["round"]: r for r in rows if r["workload"] == workload and r["processes"] == 1
+                       and r["framework"] == single_process_spec(spec)}
+            by = {1: list(singles.values()), n: list(by_round.values())}
+            rate = {k: {i: r["samples_per_s"] for i, r in rows_.items()} for k, rows_ in ((1, singles), (n, by_round))}
             efficiency = [rate[n][i] / (n * rate[1][i]) for i in rate[n] if i in rate[1] and rate[1][i] > 0]
+            reference = {r["round"]: r["samples_per_s"] for r in mine_n.get(first, {}).values()}
+            against = [rate[n][i] / reference[i] for i in rate[n] if reference.get(i, 0) > 0]
             memory = " / ".join(_spread([_rank_max(r, "peak_gib") for r in by[k]], ".1f").split(" (")[0]
                                 for k in (1, n))
             host = " / ".join(_spread([_rank_max(r, "host_ms_per_step") for r in by[k]], ".1f").split(" (")[0]
                               for k in (1, n))
             shares = (f"{_spread([_breakdown(r, 'idle') for r in by[n]], '.0%')} / "
                       f"{_spread([_breakdown(r, 'comm_waiting') for r in by[n]], '.0%')}")
-            note = "; ".join(sorted({r["error"] for r in mine if r.get("error")}))
+            note = "; ".join(sorted({r["error"] for r in by[1] + by[n] if r.get("error")}))
             lines.append(f"| {workload} | {spec} | {_spread(list(rate[1].values()), '.0f')} | "
-                         f"{_spread(list(rate[n].values()), '.0f')} | {_spread(efficiency, '.1%')} | {memory} | "
-                         f"{host} | {shares} | {note} |")
+                         f"{_spread(list(rate[n].values()), '.0f')} | {_spread(efficiency, '.1%')} | "
+                         f"{_spread(against, '.1%')} | {memory} | {host} | {shares} | {note} |")
     return "\n".join(lines)
 
 
@@ -347,13 +494,18 @@ def main() -> None:
     specs = split_specs(args.frameworks)
     for spec in specs:
         parse_spec(spec)  # a typo fails now, not after an hour of measurements
-    rows = [measure(args, spec, workload, processes, scratch, round_) for round_ in range(args.rounds)
-            for workload in workloads for spec in specs for processes in (1, n)]
-    table = markdown(rows, n)
-    header = (f"device: {device_line(args.tiny)}; steps {args.warmup}..{args.steps}; {args.rounds} round(s), "
-              f"interleaved; median (min-max); {time.strftime('%Y-%m-%d')}")
-    print(header + "\n\n" + table)
-    Path(f"{args.out}.md").write_text(header + "\n\n" + table + "\n")
+    header = (f"device: {device_line(args.tiny)}; steps {args.warmup}..{args.steps} (compiled runs: the same "
+              f"number of steps once compiling has finished); {args.rounds} round(s), interleaved; "
+              f"median (min-max); {time.strftime('%Y-%m-%d')}")
+    rows = []
+    for round_, workload, spec, processes in jobs(specs, workloads, n, args.rounds):
+        rows.append(measure(args, spec, workload, processes, scratch, round_))
+        write_results(args, rows, n, header)  # what is done so far survives a run cut short
+    print(header + "\n\n" + markdown(rows, n))
+
+
+def write_results(args, rows: list[dict], n: int, header: str) -> None:
+    Path(f"{args.out}.md").write_text(header + "\n\n" + markdown(rows, n) + "\n")
     Path(f"{args.out}.json").write_text(json.dumps({"device": device_line(args.tiny), "processes": n,
                                                     "argv": sys.argv, "rows": rows}, indent=2))
 

@@ -33,7 +33,7 @@ class _Serialised(Snapshot):
     def __init__(self, accelerator):
         with state_io.capture_writes() as files:
             accelerator._write_state(Path("."))
-        self.files = {name: state_io.DeferredWrite(lambda handle, data=data: handle.write(data), len(data))
+        self.files = {name: state_io.DeferredWrite(lambda path, data=data: Path(path).write_bytes(data), len(data))
                       for name, data in files.items()}
         self.finish = accelerator._finish_save
 

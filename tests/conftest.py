@@ -125,7 +125,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "requires(device, min_devices=1): needs real hardware")
     _child_python_path()
     # Every child process (torchrun workers, examples, jobs) prints the Python stack of each of its threads if it
-    # dies of a signal (SIGABRT, SIGSEGV): a rare abort at exit (issue 32, item 13) then says where it happened.
+    # dies of a signal (SIGABRT, SIGSEGV): a rare abort at exit then says where it happened.
     os.environ.setdefault("PYTHONFAULTHANDLER", "1")
     # compile="auto" reads what earlier compiles measured on this machine: tests neither read the user's records
     # nor leave theirs behind (one file per test process, in its own temporary folder)

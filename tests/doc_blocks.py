@@ -1,4 +1,4 @@
-"""The fenced blocks of README.md and docs/*.md, and how each is checked (issue 31): read by tests/test_docs_blocks.py.
+"""The fenced blocks of README.md and docs/*.md, and how each is checked: read by tests/test_docs_blocks.py.
 
 A block runs as written, or an HTML comment on the line right above its fence says why not. The markers:
 

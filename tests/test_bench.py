@@ -144,13 +144,57 @@ def test_a_slow_workload_is_cut_at_max_seconds_and_says_how_long_it_takes(capsys
     row = bench.time_training(slow, get_kind("cpu"), None, "no", 2, warmup=3, steps=10, max_seconds=30,
                               label="bert-base (full) on cpu")
     assert (slow.calls, row["steps"], clock.now) == (2, 1, 96.0)  # one warm-up and one timed step, not 3 + 1
-    assert ("braeburn bench: bert-base (full) on cpu: 48.0 s a step, so about 1.6 min for this one (warm-up and "
-            "timing each stop after --max-seconds 30); --size tiny, or fewer --steps, is quicker") in capsys.readouterr().err
+    assert ("braeburn bench: bert-base (full) on cpu: 48.0 s for the first step (which pays one-time costs), so at "
+            "most about 1.6 min for this one (warm-up and timing each stop after --max-seconds 30); --size tiny, or "
+            "fewer --steps, is quicker") in capsys.readouterr().err
     tiny = _SlowStep(clock, 0.01)
     row = bench.time_training(tiny, get_kind("cpu"), None, "no", 2, warmup=3, steps=10, max_seconds=30, label="mlp")
     assert (tiny.calls, row["steps"]) == (13, 10) and "s a step" not in capsys.readouterr().err  # quick: no estimate
     assert bench.expected_seconds(0.4, 30, 30, 0.5) == pytest.approx(1.6)  # 2 steps in each phase
     assert bench.expected_seconds(0.01, 3, 10, 30) == pytest.approx(0.13)
+
+
+class _ColdThenWarm(_SlowStep):
+    """A first step that pays one-time costs (30 s), then 5 s steps."""
+
+    def __init__(self, clock: _Clock):
+        super().__init__(clock, 5.0)
+        inner = self.loss
+
+        def loss(model, batch):
+            clock.now += 25.0 if self.calls == 0 else 0.0
+            return inner(model, batch)
+
+        self.loss = loss
+
+
+def test_the_estimate_comes_from_a_warm_step_and_never_advises_the_size_in_use(capsys, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(bench, "time", clock)
+    bench.time_training(_ColdThenWarm(clock), get_kind("cpu"), None, "no", 2, warmup=3, steps=10, max_seconds=100,
+                        label="cnn (tiny) on cpu", size="tiny")
+    said = capsys.readouterr().err
+    assert said.count("s a step") == 1 and "cnn (tiny) on cpu: 5.0 s a step, so about 65 s" in said  # not 30 s a step
+    assert "--size tiny" not in said and "fewer --steps, or a lower --max-seconds, is quicker" in said
+
+
+def test_the_table_says_the_steps_really_timed_and_marks_a_single_one(capsys):
+    rows = [{"device": "cpu", "precision": "no", "batch_size": 2, "samples_per_s": 10.0, "step_ms": 200.0,
+             "speedup_vs_cpu": None, "achieved_tflops": None, "mfu": None, "steps": 1, "warmup": 1}]
+    results = {"devices": [{"device": "cpu", "description": "cpu", "matmul_tflops": {}, "h2d_gbps": None}],
+               "workloads": [{"workload": "mlp", "devices": rows, "verdict": ""}], "skipped": {},
+               "settings": {"size": "tiny", "steps": 10, "warmup": 3, "max_seconds": 0.5}}
+    bench.render(results)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 timed step after 1 warm-up (asked 10 after 3: --max-seconds 0.5 cut it)" in out
+    assert "10 timed steps" not in out and "10.0*" in out and "a single sample" in out
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_max_seconds_must_be_a_positive_number(capsys, value):
+    assert main(["bench", "--max-seconds", value]) == 2
+    err = capsys.readouterr().err
+    assert "--max-seconds" in err and "above 0" in err and len(err.strip().splitlines()) == 1
 
 
 def test_missing_transformers_skips_under_all_and_refuses_when_named(capsys, monkeypatch):

@@ -76,7 +76,7 @@ WHOLE_FILES = ["accelerator.pt", "optimizer_0.pt", "scheduler_0.pt", "dataloader
 
 
 def old_layout_payload(folder: Path, marker: Path) -> None:
-    """A checkpoint of the layout before issue 31, whose weights were torch.save's model_0.pt, with the payload there."""
+    """A checkpoint of the earlier layout, whose weights were torch.save's model_0.pt, with the payload there."""
     (folder / "model.safetensors").unlink()
     pickle_payload(folder / "model_0.pt", marker)
     rewrite_manifest(folder)

@@ -1,4 +1,4 @@
-"""Every fenced block of README.md and docs/*.md runs as written, or is marked with why not (issue 31).
+"""Every fenced block of README.md and docs/*.md runs as written, or is marked with why not.
 
 tests/doc_blocks.py reads the blocks and their markers. Here they run the way a newcomer would run them: in a
 fresh folder, pinned to the CPU, offline, with BRAEBURN_MAX_STEPS cutting each training to a few steps. The

@@ -1,4 +1,4 @@
-"""benchmarks/exit_soak.py, the repeated 2-process run behind issue 32's item 13 (docs/reliability.md), runs as
+"""benchmarks/exit_soak.py, the repeated 2-process run behind the gloo abort at exit (docs/reliability.md), runs as
 documented: one accelerator job, counted and cleaned up."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Trainer reads nothing from the device on a step that does not log (issue 29): on a small MPS model a
+"""The Trainer reads nothing from the device on a step that does not log: on a small MPS model a
 ``loss.item()`` every step cost about 6 ms of a 10 ms step.
 
 Counted on the CPU with a TorchDispatchMode: every read of a device value by the host goes through one of the

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from braeburn.cli.launch import build_command, child_environment, plan_launch, process_tree
+from braeburn.cli.launch import build_command, child_environment, plan_launch, process_tree, python_running
 from braeburn.cli.main import main
 from braeburn.cli.launch_config import ConfigError, LaunchSettings, resolve_settings
 from tests.conftest import APPLE_M, CUDA_BOX, LINUX_CPU
@@ -83,7 +83,8 @@ def test_quiet_output_is_torchruns_redirect_of_every_local_rank_but_0(tmp_path):
                             {"XDG_CONFIG_HOME": str(tmp_path)}, None)
     joined = " ".join(build_command(many.settings, plan_launch(many, CUDA_BOX, env={}), "t.py", [], module=False,
                                     port=29500, quiet_output_dir="/logs"))
-    assert f"--log-dir /logs --redirects 1:1,2:1,3:1 --no-python {sys.executable} -u -mbraeburn.cli.rank_output t.py" \
+    wrapper = " ".join(python_running("braeburn.cli.rank_output", "-u"))
+    assert f"--log-dir /logs --redirects 1:1,2:1,3:1 --no-python {wrapper} t.py" \
         in joined  # each rank starts in the wrapper that keeps a rank whose file cannot be written alive
     env = child_environment(plan_launch(many, CUDA_BOX, env={}), many.settings, {})
     assert int(env["OMP_NUM_THREADS"]) >= 1  # set, so torchrun prints no banner
@@ -272,7 +273,7 @@ def test_elastic_command_binds_to_localhost_unless_several_machines(tmp_path):
     one = resolve_settings({"num_processes": "2", "cpu": True}, {"XDG_CONFIG_HOME": str(tmp_path)}, None)
     command = build_command(one.settings, plan_launch(one, LINUX_CPU, env={}), "t.py", ["--x"], module=False,
                             port=1234)
-    assert command[1:3] == ["-m", "braeburn.cli.job_agent"]  # torch.distributed.run, ended with the launcher
+    assert command[:2] == python_running("braeburn.cli.job_agent")  # torch.distributed.run, ended with the launcher
     joined = " ".join(command)
     assert "--nnodes 1 --nproc-per-node 2 --node-rank 0" in joined
     assert "--master-addr 127.0.0.1 --master-port 1234 --max-restarts 0 t.py --x" in joined
@@ -303,7 +304,7 @@ def test_explicit_choices_reach_the_child_as_asked_and_auto_stays_auto():
 
 
 OUTER_JOB = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29531",
-             "TORCHELASTIC_RESTART_COUNT": "1"}  # a shell still inside an outer job's world (issue 32, item 9)
+             "TORCHELASTIC_RESTART_COUNT": "1"}  # a shell still inside an outer job's world
 
 ACCELERATOR_WORLD = """
 from braeburn.accelerator.core import Accelerator
@@ -350,7 +351,7 @@ def test_the_launchers_own_port_in_use_is_one_line_not_a_traceback(tmp_path, cle
 
 @pytest.mark.parametrize("flag", ["--nproc_per_node", "--nproc-per-node", "--nproc"])
 def test_torchruns_process_count_flags_are_understood(tmp_path, clean_env, capsys, flag):
-    """docs/accelerator.md and docs/migrating.md users type torchrun's spelling from habit (issue 31)."""
+    """docs/accelerator.md and docs/migrating.md users type torchrun's spelling from habit."""
     target = tmp_path / "t.py"
     target.write_text("print('hi')\n")
     assert main(["launch", "--cpu", flag, "2", "--dry-run", str(target)]) == 0

@@ -55,13 +55,14 @@ def test_braeburn_device_cpu_is_the_cpu_switch_and_a_flag_still_wins(tmp_path):
     assert overridden.settings.cpu is False and overridden.sources["cpu"].kind == "flag"
 
 
-def test_broken_toml_names_file_line_text_and_fix(tmp_path):
-    path = write(tmp_path, 'num_processes = 2\nmixed_precision = bf16\n')
+def test_broken_toml_names_file_line_column_and_fix_never_the_lines_text(tmp_path):
+    """The offending line was printed, and a token on it with it."""
+    path = write(tmp_path, 'num_processes = 2\nmixed_precision = bf16 # hf_SECRETtoml123\n')
     with pytest.raises(ConfigError) as caught:
         resolve_settings({}, {}, path).raise_for_problems()
     message = str(caught.value)
-    assert f"{path}, line 2" in message
-    assert "'mixed_precision = bf16'" in message
+    assert f"{path}, line 2, column 19: (syntax): not valid TOML (Invalid value)" in message
+    assert "bf16 #" not in message and "SECRET" not in message
     assert "strings need quotes" in message and "braeburn config --default --force" in message
 
 
@@ -172,7 +173,6 @@ def test_infinite_and_huge_numbers_are_refused_all_at_once(tmp_path):
     ("nested.json", '{"a": ' * 40 + "1" + "}" * 40),  # within json's limit, beyond braeburn's
     ("binary.json", b"\x00\xff\xfe\x00garbage"),
     ("binary.yaml", b"\x00\x01\x02\x03"),
-    ("broken.json", '{"distributed_type": "NO",'),
     ("list.yaml", "- distributed_type\n- NO\n"),
     ("huge_number.json", '{"num_processes": ' + "9" * 5000 + "}"),
 ])
@@ -212,6 +212,74 @@ def test_an_unknown_key_or_a_refused_table_is_named_without_its_value(tmp_path, 
         said = capsys.readouterr()
         assert "hf_token" in said.err + said.out or "wandb_api_key" in said.err + said.out
         assert secret not in said.err + said.out
+
+
+SECRET = "hf_SECRETvalue123"
+
+# (file, its text with {s} for the secret, what the message says instead of the value)
+SECRET_UNDER_A_KNOWN_KEY = [
+    ("dynamo.yaml", "distributed_type: MULTI_CPU\nuse_cpu: true\nnum_processes: 2\ndynamo_config:\n"
+     "  dynamo_backend: INDUCTOR\n  hub_token: {s}\n", "dynamo_config (a mapping of 2 entries, not shown): "),
+    ("list.yaml", "distributed_type: [{s}, {s}]\n", "distributed_type (a list of 2 items, not shown): "),
+    ("string.yaml", "distributed_type: {s}\n", "distributed_type (a string of 17 characters, not shown): is not "
+     "one of Accelerate's distributed types"),
+    ("rdzv.yaml", "rdzv_backend: {{token: {s}}}\n", "rdzv_backend (a mapping of 1 entry, not shown): "),
+    ("address.yaml", "main_process_ip: {{user: admin, password: {s}}}\n",
+     "main_process_ip (a mapping of 2 entries, not shown): must be a host name"),
+    ("precision.yaml", "mixed_precision: {{token: {s}}}\n", "mixed_precision (a mapping of 1 entry, not shown): "),
+    ("compute.yaml", "compute_environment: {s}\n", "compute_environment (a string of 17 characters, not shown): "),
+    ("alias.yaml", "x-secrets: &s {{hf_token: {s}}}\ndynamo_config:\n  <<: *s\n  dynamo_backend: NO\n",
+     "dynamo_config (a mapping of 2 entries, not shown): "),
+    ("own.toml", 'mixed_precision = "{s}"\nmain_process_ip = "{s} x"\nstrategy = ["{s}"]\n',
+     "strategy (a list of 1 item, not shown): "),
+    ("syntax.toml", 'num_processes = 2\nhf_token = "{s}\n',
+     ", line 2, column 30: (syntax): not valid TOML (Illegal character '\\n')"),
+    ("syntax.yaml", 'compute_environment: LOCAL_MACHINE\nhf_token: "{s}\n', ", line 3, column 1: (syntax): not valid "
+     "YAML"),
+    ("pure_python_syntax.yaml", 'compute_environment: LOCAL_MACHINE\nhf_token: "{s}\n', ", line 3, column 1: "
+     "(syntax): not valid YAML (while scanning a quoted scalar; found unexpected end of stream)"),
+    ("syntax.json", '{{"hf_token": "{s}" "x": 1}}', ", line 1, column 34: (syntax): not valid JSON (Expecting ',' "
+     "delimiter)"),
+]
+
+
+@pytest.mark.parametrize("name, text, instead", SECRET_UNDER_A_KNOWN_KEY,
+                         ids=[case[0] for case in SECRET_UNDER_A_KNOWN_KEY])
+def test_a_value_that_is_no_legal_choice_is_never_shown_only_its_shape(tmp_path, capsys, monkeypatch, name, text,
+                                                                       instead):
+    """Tokens under known keys were printed: a table under dynamo_config, a list as distributed_type, a table as
+    rdzv_backend or main_process_ip, mixed_precision lower-cased, a TOML syntax error's line."""
+    import yaml
+
+    from braeburn.cli.main import main
+
+    if name.startswith("pure_python"):  # PyYAML without libyaml quotes the offending line in its errors
+        monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    path = tmp_path / name
+    path.write_text(text.format(s=SECRET))
+    target = tmp_path / "t.py"
+    target.write_text("")
+    assert main(["launch", "--config-file", str(path), "--dry-run", str(target)]) == 1
+    said = capsys.readouterr()
+    assert SECRET.lower() not in (said.out + said.err).lower()
+    assert str(path) + ("" if instead.startswith(",") else ": ") + instead in said.err
+
+
+def test_a_legal_choice_braeburn_cannot_honour_is_still_shown(tmp_path):
+    path = tmp_path / "a.yaml"
+    path.write_text("distributed_type: DEEPSPEED\nrdzv_backend: c10d\ncompute_environment: AMAZON_SAGEMAKER\n"
+                    "mixed_precision: fp8\nnum_processes: 0\n")
+    text = "\n".join(str(p) for p in resolve_settings({}, {}, path).problems)
+    for shown in ("distributed_type = 'DEEPSPEED': braeburn cannot run DEEPSPEED", "rdzv_backend = 'c10d'",
+                  "compute_environment = 'AMAZON_SAGEMAKER'", "mixed_precision = 'fp8'", "num_processes = 0"):
+        assert shown in text
+
+
+def test_accelerates_distributed_types_are_braeburns(tmp_path):
+    from braeburn import DistributedType
+    from braeburn.compat.accelerate.config_file import ACCELERATE_DISTRIBUTED_TYPES
+
+    assert ACCELERATE_DISTRIBUTED_TYPES == tuple(kind.value for kind in DistributedType)
 
 
 @pytest.mark.parametrize("text", ["distributed_type: NO\n", "distributed_type: no\n", "distributed_type: Off\n",

@@ -1,4 +1,4 @@
-"""What a Mac user meets (issue 19), each row on a faked Mac: Apple-silicon host facts, torch.mps faked,
+"""What a Mac user meets, each row on a faked Mac: Apple-silicon host facts, torch.mps faked,
 and CPU tensors standing in for MPS tensors, so MpsDevice's own code answers every device question.
 
 The PyTorch facts each test rests on are quoted in docs/devices.md ("Mac: what braeburn does for you").
@@ -104,7 +104,7 @@ def test_row1_fp16_trainer_on_a_mac_never_applies_an_overflow_step(fake_mac, mon
     trainer = Trainer(model, config, train_dataset=overflowing_data(), loss_fn=torch.nn.functional.mse_loss)
     assert trainer.accelerator.plan.device.name == MpsDevice.name and trainer.accelerator.scaler is not None
     trainer.train()
-    assert trainer.optimizer.param_groups[0]["fused"]  # fused (issue 29): braeburn skips the overflow step itself
+    assert trainer.optimizer.param_groups[0]["fused"]  # fused: braeburn skips the overflow step itself
     for weight, start in zip(model.parameters(), before):
         assert torch.isfinite(weight).all()
         assert torch.equal(weight.detach(), start)  # every step overflowed: none was applied
@@ -140,7 +140,7 @@ def test_row1_devices_that_honour_found_inf_keep_the_fused_kernel(fake_host):
 
     assert use_fused_adamw(get_kind("cuda"), grad_scaler=True, host=fake_host("cuda"))
     assert use_fused_adamw(MpsDevice(), grad_scaler=False, host=APPLE_M)  # bf16/float32: nothing to skip
-    assert use_fused_adamw(MpsDevice(), grad_scaler=True, host=APPLE_M)  # guarded by ScaledFp16Policy (issue 29)
+    assert use_fused_adamw(MpsDevice(), grad_scaler=True, host=APPLE_M)  # guarded by ScaledFp16Policy
 
 
 # -- row 2: the CPU-fallback report counts every op and every call ----------------------------------
@@ -336,7 +336,7 @@ def test_row7_the_accelerator_shows_the_warning(fake_mac, fake_host):
 def device(request, no_launcher_env) -> str:
     """A faked Mac (MPS answers) and the CPU: float64 must behave the same on both."""
     request.getfixturevalue("fake_mac" if request.param == "mac" else "cpu_only")
-    return {"mac": "mps has no float64", "cpu": "braeburn trains in float32 on every device"}[request.param]
+    return {"mac": "mps has no float64", "cpu": "the model computes in float32"}[request.param]
 
 
 def test_row8_float64_batches_are_cast_once_with_one_line_naming_the_key(device):
@@ -357,16 +357,48 @@ def test_row8_float64_batches_are_cast_once_with_one_line_naming_the_key(device)
     accelerator.end_training()
 
 
-def test_row8_a_float64_model_is_cast_once_and_its_optimizer_follows(device):
+def test_row8_a_float64_model_is_cast_once_and_its_optimizer_follows_where_the_device_has_no_float64(fake_mac,
+                                                                                                       no_launcher_env):
     from braeburn import Accelerator
 
     accelerator = Accelerator()
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).double()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.warns(UserWarning, match=rf"the model's 0.weight, 0.bias, 1.weight and \d+ more are float64; {device}"):
+    with pytest.warns(UserWarning, match=r"the model's 0.weight, 0.bias, 1.weight and \d+ more are float64; mps has no "
+                                         r"float64"):
         model, optimizer = accelerator.prepare(model, optimizer)
     assert all(t.dtype != torch.float64 for t in [*model.parameters(), *model.buffers()])
     assert optimizer.param_groups[0]["params"][0] is next(model.parameters())  # the optimizer still steps them
+    loader = accelerator.prepare(DataLoader(TensorDataset(torch.rand(4, 3, dtype=torch.float64)), batch_size=2))
+    with pytest.warns(UserWarning, match=r"batch\[0\] is float64; mps has no float64"):
+        assert all(x.dtype == torch.float32 for (x,) in loader)
+    accelerator.end_training()
+
+
+def test_row8_a_float64_model_trains_in_float64_as_given_where_the_device_has_float64(cpu_only, no_launcher_env):
+    """model.double() with float64 tensors built by hand (not from a DataLoader) trains, as under Accelerate;
+    a prepared loader's float64 batches stay float64 for it, in either order of prepare()."""
+    from braeburn import Accelerator
+
+    accelerator = Accelerator()
+    loader = accelerator.prepare(DataLoader(TensorDataset(torch.rand(8, 1, dtype=torch.float64)), batch_size=4))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1, 1).double()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    with pytest.warns(UserWarning, match="the model is float64: it trains in float64 as given") as said:
+        model, optimizer = accelerator.prepare(model, optimizer)
+    assert len([w for w in said if "float64" in str(w.message)]) == 1
+    assert model.weight.dtype == torch.float64
+    x = torch.linspace(0, 1, 16, dtype=torch.float64).unsqueeze(1)
+    for _ in range(3):
+        loss = ((model(x) - 2 * x) ** 2).mean()
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    assert loss.dtype == torch.float64
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no cast, no line
+        assert all(xb.dtype == torch.float64 and model(xb).dtype == torch.float64 for (xb,) in loader)
     accelerator.end_training()
 
 

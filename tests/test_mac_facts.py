@@ -216,6 +216,65 @@ def test_fp16_overflow_skip_on_a_mac_reads_the_scalers_found_inf_not_every_gradi
     accelerator.end_training()
 
 
+def _always_overflowing_step(policy, weight, optimizer) -> bool:
+    with policy.autocast():
+        loss = weight.sqrt().sum()  # d sqrt(w)/dw at w = 0 is inf: every step's gradients overflow, at any scale
+    policy.backward(loss)
+    applied = policy.step(optimizer)
+    optimizer.zero_grad(set_to_none=True)
+    return applied
+
+
+@pytest.mark.parametrize("fused_honours_scaler", [True, False], ids=["kernel-skips", "kernel-ignores-found-inf"])
+def test_fp16_whose_every_step_overflows_applies_none_and_stops_when_the_scale_reaches_0(fused_honours_scaler):
+    # The scale halves on each overflow, from 65536 down to 0 after about 165 steps; at 0, update() leaves it at
+    # 0 * 0.5 == 0, which once read as "not lowered, so applied": the kernel-ignores path then stepped the fused
+    # AdamW with NaN gradients (weights NaN), and both paths reported the step applied.
+    from braeburn.plan.precision import Fp16OverflowError, ScaledFp16Policy
+
+    weight = torch.nn.Parameter(torch.zeros(4))
+    # CPU's fused AdamW honours found_inf; IgnoresFoundInfAdamW ignores it, as MPS's fused kernel does
+    optimizer = (torch.optim.AdamW if fused_honours_scaler else IgnoresFoundInfAdamW)([weight], lr=0.1, fused=True)
+    policy = ScaledFp16Policy(torch.device("cpu"), fused_honours_scaler=fused_honours_scaler)
+    applied = []
+    with pytest.raises(Fp16OverflowError, match=r"scale is 0\.0, with which no step can be applied.*overflow "
+                                                r"float16 on every step\. Train with mixed_precision='bf16'.*'no'"):
+        for _ in range(400):
+            applied.append(_always_overflowing_step(policy, weight, optimizer))
+    assert 150 < len(applied) < 200 and not any(applied)
+    assert torch.equal(weight.detach(), torch.zeros(4))  # never stepped, never NaN
+    with pytest.raises(Fp16OverflowError):  # and the next step is refused before the optimizer sees anything
+        _always_overflowing_step(policy, weight, optimizer)
+    assert torch.equal(weight.detach(), torch.zeros(4))
+
+
+def test_fp16_on_a_mac_never_advances_the_schedule_on_an_overflow_step_and_stops_at_scale_0(fake_mac):
+    from braeburn import Accelerator
+    from braeburn.plan.precision import Fp16OverflowError
+
+    accelerator = Accelerator(mixed_precision="fp16")
+    weight = torch.nn.Parameter(torch.zeros(4))
+    model = torch.nn.Module()
+    model.weight = weight
+    optimizer = IgnoresFoundInfAdamW(model.parameters(), lr=0.1, fused=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    skipped = []
+    with pytest.raises(Fp16OverflowError, match="mixed_precision='bf16'"):
+        for _ in range(400):
+            with accelerator.autocast():
+                loss = model.weight.sqrt().sum()
+            accelerator.backward(loss)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            skipped.append(accelerator.optimizer_step_was_skipped)
+    assert len(skipped) > 150 and all(skipped)
+    assert scheduler.scheduler.last_epoch == 0  # the schedule never moved on a skipped step
+    assert torch.equal(model.weight.detach(), torch.zeros(4))  # was NaN from the step at scale 0
+    accelerator.end_training()
+
+
 # -- compile=True on MPS says why in one line; compiled steps that measure slower go back to eager, on any device ---
 def test_compile_true_on_a_mac_warns_in_one_line_with_the_measured_reason(fake_mac, monkeypatch):
     from braeburn import Accelerator
@@ -315,7 +374,7 @@ def test_measurably_slower_rule(eager, compiled, slower):
 # -- gradient checkpointing on MPS: the right gradients however it was turned on, or a refusal with the reason ------
 from torch.utils.checkpoint import checkpoint as checkpoint_bound_at_import  # noqa: E402  (the escape hatch case)
 
-from tests.test_mac29 import FakeMpsGenerator, MpsDropout  # noqa: E402
+from tests.test_mac_silent_errors import FakeMpsGenerator, MpsDropout  # noqa: E402
 
 
 def tiny_gpt2(generator: torch.Generator, dropout: float = 0.3) -> torch.nn.Module:
@@ -379,23 +438,29 @@ class BlockCheckpointedNet(torch.nn.Module):
     """A user's module that checkpoints its block itself, looking torch.utils.checkpoint.checkpoint up when called
     (``how="module"``) or through a name bound when its file was imported (``how="bound"``)."""
 
-    def __init__(self, generator: torch.Generator, how: str, p: float = 0.5):
+    def __init__(self, generator: torch.Generator, how: str, p: float = 0.5, reentrant: bool = False):
         super().__init__()
         torch.manual_seed(0)
         self.first, self.last = torch.nn.Linear(8, 32), torch.nn.Linear(32, 1)
         self.drop = MpsDropout(generator, p) if p else torch.nn.Identity()  # dropout(p=0) draws nothing
-        self.how = how
+        self.how, self.reentrant = how, reentrant
 
     def forward(self, x):
         block = lambda h: self.drop(torch.relu(self.first(h)))  # noqa: E731
         if self.how == "module":
-            h = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            h = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=self.reentrant)
+        elif self.how == "no-replay":  # the caller asks torch not to preserve the random state
+            h = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=self.reentrant, preserve_rng_state=False)
         elif self.how == "sequential":
             # two segments: the first, checkpointed, holds the dropout (which commutes with the ReLU)
             layers = torch.nn.Sequential(self.first, self.drop, torch.nn.ReLU(), torch.nn.Identity())
             h = torch.utils.checkpoint.checkpoint_sequential(layers, 2, x, use_reentrant=False)
         elif self.how == "bound":
-            h = checkpoint_bound_at_import(block, x, use_reentrant=False)
+            h = checkpoint_bound_at_import(block, x, use_reentrant=self.reentrant)
+        elif self.how == "nested":  # a checkpointed function that checkpoints in its turn, also in the recompute
+            inner = lambda h: checkpoint_bound_at_import(self.drop, h, use_reentrant=self.reentrant)  # noqa: E731
+            outer = lambda h: torch.relu(self.first(h))  # noqa: E731  (dropout commutes with the ReLU)
+            h = torch.utils.checkpoint.checkpoint(lambda h: inner(outer(h)), x, use_reentrant=self.reentrant)
         else:
             h = block(x)
         return self.last(h)
@@ -403,13 +468,19 @@ class BlockCheckpointedNet(torch.nn.Module):
 
 def net_gradients(accelerator, model, generator: torch.Generator) -> list[torch.Tensor]:
     generator.manual_seed(1)
-    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(2))
+    # an input that requires grad: reentrant checkpointing gives the block's weights no gradient otherwise
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(2)).requires_grad_()
     accelerator.backward(model(x).pow(2).mean())
     return [p.grad.clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("how", ["module", "sequential"])
-def test_torch_utils_checkpoint_inside_a_users_forward_replays_the_mps_random_state(fake_mac, monkeypatch, how):
+@pytest.mark.parametrize("how, reentrant", [("module", False), ("module", True), ("sequential", False),
+                                           ("bound", False), ("bound", True), ("nested", False), ("nested", True)])
+def test_torch_utils_checkpoint_inside_a_users_forward_replays_the_mps_random_state(fake_mac, monkeypatch, how,
+                                                                                    reentrant):
+    # "bound": a checkpoint function bound at import, before braeburn patched anything (it used to stop the
+    # backward); "nested": the checkpoints a recompute calls (the reentrant one used to stop the backward, telling
+    # the user to call checkpoint as they did)
     from braeburn import Accelerator
 
     fake = FakeMpsGenerator()
@@ -417,27 +488,139 @@ def test_torch_utils_checkpoint_inside_a_users_forward_replays_the_mps_random_st
     accelerator = Accelerator()
     expected = net_gradients(accelerator, accelerator.prepare(BlockCheckpointedNet(fake.generator, "none")),
                              fake.generator)
-    model = accelerator.prepare(BlockCheckpointedNet(fake.generator, how))
-    for got, want in zip(net_gradients(accelerator, model, fake.generator), expected):
+    model = accelerator.prepare(BlockCheckpointedNet(fake.generator, how, reentrant=reentrant))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning of braeburn's either
+        # torch's own, for a reentrant checkpoint inside a reentrant forward (which runs under no_grad)
+        warnings.filterwarnings("ignore", "None of the inputs have requires_grad=True")
+        got = net_gradients(accelerator, model, fake.generator)
+    for got, want in zip(got, expected):
         torch.testing.assert_close(got, want)
-    assert torch.utils.checkpoint.checkpoint is checkpoint_bound_at_import  # put back after each forward
+    assert torch.utils.checkpoint.checkpoint is checkpoint_bound_at_import  # nothing of torch's is left replaced
+    assert torch.utils.checkpoint.CheckpointFunction.__name__ == "CheckpointFunction"
+    assert torch.utils.checkpoint._checkpoint_without_reentrant_generator.__module__ == "torch.utils.checkpoint"
     accelerator.end_training()
 
 
-def test_a_checkpoint_braeburn_cannot_see_stops_the_backward_with_the_reason(fake_mac, monkeypatch):
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_checkpoint_that_asks_for_no_random_state_preserved_is_left_as_asked(fake_mac, monkeypatch, reentrant):
     from braeburn import Accelerator
+
+    fake = FakeMpsGenerator()
+    fake.install(monkeypatch)
+    accelerator = Accelerator()
+    expected = net_gradients(accelerator, accelerator.prepare(BlockCheckpointedNet(fake.generator, "none")),
+                             fake.generator)
+    model = accelerator.prepare(BlockCheckpointedNet(fake.generator, "no-replay", reentrant=reentrant))
+    got = net_gradients(accelerator, model, fake.generator)  # new masks in the recompute, as torch does when asked
+    assert not all(torch.equal(g, w) for g, w in zip(got, expected))
+    accelerator.end_training()
+
+
+def noisy_gradients(model: torch.nn.Module, generator: torch.Generator) -> None:
+    """Gradient noise drawn, as on MPS tensors, from the (fake) MPS generator during the backward, on purpose."""
+    for parameter in model.parameters():
+        parameter.register_hook(lambda grad: grad + 1e-3 * torch.randn(grad.shape, generator=generator))
+
+
+@pytest.mark.parametrize("how", ["none", "bound"])
+def test_a_backward_that_draws_random_numbers_on_purpose_trains_with_no_word(fake_mac, monkeypatch, how):
+    # Gradient noise with no checkpointing at all (and with a checkpoint bound at import) used to stop the backward
+    # with CheckpointReplayError: a false alarm that stopped a correct run.
+    from braeburn import Accelerator
+
+    fake = FakeMpsGenerator()
+    fake.install(monkeypatch)
+    accelerator = Accelerator()
+    reference = BlockCheckpointedNet(fake.generator, "none")
+    noisy_gradients(reference, fake.generator)
+    expected = net_gradients(accelerator, accelerator.prepare(reference), fake.generator)
+    model = BlockCheckpointedNet(fake.generator, how)
+    noisy_gradients(model, fake.generator)
+    model = accelerator.prepare(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = net_gradients(accelerator, model, fake.generator)
+    for got, want in zip(got, expected):
+        torch.testing.assert_close(got, want)  # the same noise, the same dropout masks
+    accelerator.end_training()
+
+
+def test_a_checkpoint_traced_into_a_compiled_forward_stops_the_backward_with_the_reason(fake_mac, monkeypatch):
+    # torch.compile (aot_eager, inductor) traces checkpoint() into its graph: the recompute runs no Python of
+    # braeburn's. Faked here by telling the replay that torch.compile is tracing while the eager forward runs: the
+    # checkpoint is left unreplayed, as in a compiled graph, and the dropout draws new masks in the recompute.
+    from braeburn import Accelerator
+    from braeburn.accelerator import checkpoint_replay
     from braeburn.accelerator.checkpoint_replay import CheckpointReplayError
 
     fake = FakeMpsGenerator()
     fake.install(monkeypatch)
     accelerator = Accelerator()
     model = accelerator.prepare(BlockCheckpointedNet(fake.generator, "bound"))
-    with pytest.raises(CheckpointReplayError, match=r"drew random numbers \(dropout\) on mps.*braeburn stops before "
-                                                    r"the optimizer applies them.*from torch.utils.checkpoint import"):
+    monkeypatch.setattr(checkpoint_replay, "_compiling", lambda: True)
+    with pytest.raises(CheckpointReplayError, match=r"this backward drew random numbers on mps, and the model's "
+                                                    r"compiled forward \(compile=True, or a model you compiled\) calls "
+                                                    r"torch.utils.checkpoint.*braeburn stops before the optimizer "
+                                                    r"applies them. Pass compile=False"):
         net_gradients(accelerator, model, fake.generator)
     # without dropout the recompute draws nothing, the gradients are right, and nothing is said
     quiet = accelerator.prepare(BlockCheckpointedNet(fake.generator, "bound", p=0.0))
     net_gradients(accelerator, quiet, fake.generator)
+    accelerator.end_training()
+
+
+@pytest.mark.filterwarnings("ignore:braeburn. torch.compile on MPS:UserWarning")  # its own test is above
+def test_compile_true_with_a_checkpoint_in_the_forward_gives_the_plain_forwards_gradients(fake_mac, monkeypatch):
+    # compile=True is refused before training only for checkpointing braeburn turns on or finds on the layers; a
+    # checkpoint called in the forward that torch.compile runs eagerly (the eager backend; a graph break) is replayed
+    # (it stopped the backward, telling the user to call checkpoint as they did)
+    from braeburn import Accelerator
+
+    fake = FakeMpsGenerator()
+    fake.install(monkeypatch)
+    reference = Accelerator()
+    expected = net_gradients(reference, reference.prepare(BlockCheckpointedNet(fake.generator, "none")),
+                             fake.generator)
+    reference.end_training()
+    accelerator = Accelerator(compile=True, compile_backend="eager")
+    model = accelerator.prepare(BlockCheckpointedNet(fake.generator, "module"))
+    try:
+        got = net_gradients(accelerator, model, fake.generator)
+        assert accelerator.compile_stats(model).compiled_calls == 1
+    finally:
+        accelerator.end_training()
+    for got, want in zip(got, expected):
+        torch.testing.assert_close(got, want)
+
+
+def test_where_torch_dispatches_checkpoint_otherwise_a_moved_generator_is_warned_once_not_raised(fake_mac,
+                                                                                                 monkeypatch):
+    # A torch without CheckpointFunction and _checkpoint_without_reentrant_generator (faked: braeburn told it found
+    # none): only checkpoint(...) looked up in the forward is replayed; a generator that moved in a backward may be an
+    # unseen checkpoint or gradient noise on purpose, so braeburn warns once and trains on.
+    from braeburn import Accelerator
+    from braeburn.accelerator import checkpoint_replay
+    from braeburn.warn import BraeburnWarning
+
+    monkeypatch.setattr(checkpoint_replay, "dispatch_found", lambda: False)
+    fake = FakeMpsGenerator()
+    fake.install(monkeypatch)
+    accelerator = Accelerator()
+    expected = net_gradients(accelerator, accelerator.prepare(BlockCheckpointedNet(fake.generator, "none")),
+                             fake.generator)
+    looked_up = accelerator.prepare(BlockCheckpointedNet(fake.generator, "module"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for got, want in zip(net_gradients(accelerator, looked_up, fake.generator), expected):
+            torch.testing.assert_close(got, want)
+    bound = accelerator.prepare(BlockCheckpointedNet(fake.generator, "bound"))
+    with pytest.warns(BraeburnWarning, match=r"the mps random state moved during a backward.*`from "
+                                             r"torch.utils.checkpoint import checkpoint`.*gradient noise.*Said once"):
+        net_gradients(accelerator, bound, fake.generator)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        net_gradients(accelerator, bound, fake.generator)  # said once
     accelerator.end_training()
 
 

@@ -92,7 +92,7 @@ def test_a_resume_with_another_global_batch_trains_the_remaining_samples_and_say
     assert counted.steps == steps_left, out
     assert trainer.state.global_step == trainer.state.max_steps, out
     assert said in out and f"training continues from there to step {trainer.state.max_steps}" in out, out
-    assert "training ended (2 epochs done)" in out  # epochs, not max_steps, ended it (issue 31)
+    assert "training ended (2 epochs done)" in out  # epochs, not max_steps, ended it
 
 
 def test_a_resume_with_the_same_global_batch_in_another_shape_continues_exactly(stopped_at_step_6, capsys):

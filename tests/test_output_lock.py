@@ -39,7 +39,7 @@ def job_env() -> dict[str, str]:
 
 # The braeburn package without its __init__ (which imports torch): output_lock and no_follow only.
 LONE_LOCK = ("import os, sys, types; package = types.ModuleType('braeburn'); "
-             "package.__path__ = [os.path.dirname(sys.argv[1])]; sys.modules['braeburn'] = package\n")
+             "package.__path__ = [os.path.dirname(os.path.dirname(sys.argv[1]))]; sys.modules['braeburn'] = package\n")
 HOLDER = LONE_LOCK + "import time; import braeburn.checkpoints.output_lock as lock\n" \
                      "lock.acquire(sys.argv[2]); print('held', flush=True); time.sleep(120)\n"
 

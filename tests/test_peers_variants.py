@@ -1,4 +1,4 @@
-"""benchmarks/peers.py's variants (issue 28's MFU question): each knob reaches what it names.
+"""benchmarks/peers.py's variants: each knob reaches what it names.
 
 Run in a child process, so the global attention-backend and inductor settings stay out of this one.
 """

@@ -14,7 +14,7 @@ TURING = CUDA_BOX.replace(cuda_capabilities=((7, 5), (7, 5)))
 # (host, options, device, precision, grad_scaler, strategy)
 CHOICES = [
     (LINUX_CPU, {}, "cpu", "no", False, "single"),
-    (APPLE_M, {}, "mps", "no", False, "single"),  # issue 29: no measurement backs bf16 on M1/M2 (float32)
+    (APPLE_M, {}, "mps", "no", False, "single"),  # no measurement backs bf16 on M1/M2 (float32)
     (CUDA_BOX, {}, "cuda", "bf16", False, "single"),
     (TURING, {}, "cuda", "fp16", True, "single"),
     (OLD_TORCH_MAC, {}, "mps", "no", False, "single"),  # bf16 needs macOS 14, fp16 needs GradScaler (2.8)

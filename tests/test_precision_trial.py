@@ -100,6 +100,26 @@ def test_when_a_run_is_measured(steps, processes, custom, words):
     assert (reason is None) if words is None else words in reason, reason
 
 
+@pytest.mark.parametrize("steps, accumulation, words", [
+    (500, 8, None),  # 4000 batches: what the trial's 54 batches are weighed against (500 once)
+    (100, 8, "a run of 100 optimizer steps (800 batches with gradient_accumulation_steps=8) is too short to earn "
+             "back the trial: its 54 steps train nothing, and the smallest gain it may choose (5%) repays them only "
+             "over 1080+ batches"),
+    (135, 8, None), (1079, 1, "a run of 1079 steps is too short")])
+def test_with_gradient_accumulation_the_gate_counts_batches_on_both_sides(steps, accumulation, words):
+    reason = measure_reason(steps, 1, False, candidates=2, accumulation=accumulation)
+    assert (reason is None) if words is None else words in reason, reason
+
+
+def test_with_gradient_accumulation_the_first_round_weighs_every_batch_still_to_train():
+    rows = [timed(name, ms) for name, ms in zip(("no", "bf16", "fp16"), (10.0, 9.8, 9.9))]
+    assert "0.3 s over the remaining 1500 steps" in stop_after_first_round(rows, 1.0 * MS, 1500)
+    # 1500 optimizer steps of 8 batches: 2.4 s saved, more than the 0.4 s the other rounds cost
+    assert stop_after_first_round(rows, 1.0 * MS, 1500, accumulation=8) is None
+    assert ("0.1 s over the remaining 150 optimizer steps (600 batches with gradient_accumulation_steps=4), not "
+            "more than") in stop_after_first_round(rows, 20.0 * MS, 150, accumulation=4)
+
+
 @pytest.mark.parametrize("first_round, restore_ms, remaining, words", [
     ((10.0, 12.0, 11.0), 0.0, 10**6, "the best, fp16, was -10% faster"),     # float32 fastest: stop
     ((10.0, 9.8, 9.9), 1.0, 1500, "the best, bf16, was 2% faster: 0.3 s over the remaining 1500 steps, not more "
@@ -180,6 +200,15 @@ def test_the_trial_picks_only_a_clear_winner_in_20_of_20_repetitions(case, ms, o
         left_out += sum(not window.usable for window in trials[2].windows)
     assert decisions == [chosen] * 20, (case, decisions)
     assert (left_out > 0) == ("now and then" in case)  # skips inside timed windows: those windows were left out
+
+
+def test_the_rates_the_docs_state_over_1000_simulated_trials():
+    # precision_trial's docstring and docs/devices.md state these rates (seeds 0-999: 4 and 1000 of 1000)
+    def mixed_picks(ms: dict[str, float]) -> int:
+        return sum(SimulatedRun(seed, ms, skipped_ms=ms["fp16"]).measure()[0].precision != "no" for seed in range(1000))
+
+    assert mixed_picks({"no": 10.0, "bf16": 10.0, "fp16": 10.0}) <= 10  # equal costs: at most 1% pick one
+    assert mixed_picks({"no": 10.0, "bf16": 10.0, "fp16": 7.5}) >= 995  # 25% faster: found at least 99.5%
 
 
 def test_the_rounds_are_interleaved_in_a_rotating_order():
@@ -263,18 +292,19 @@ def masking_collate(items):
 
 
 def _train(tmp_path, name: str, precision: str, clock: FakeClock, ms: dict[str, float], steps: int = 120,
-           dataset: Dataset | None = None, **options):
+           dataset: Dataset | None = None, model_class: type = None, config_options: dict | None = None,
+           resume: str | None = None, **options):
     from braeburn import Trainer, TrainingConfig
 
     if dataset is None:
         generator = torch.Generator().manual_seed(3)
         dataset = TensorDataset(torch.randn(64, 8, generator=generator), torch.randn(64, 1, generator=generator))
-    config = TrainingConfig(output_dir=str(tmp_path / name), max_steps=steps, per_device_train_batch_size=8,
-                            mixed_precision=precision, logging_steps=50, save_strategy="no", seed=7,
-                            learning_rate=1e-2, disable_tqdm=True)
-    model = ClockedNet(clock, ms)
+    config = TrainingConfig(**{"output_dir": str(tmp_path / name), "max_steps": steps, "per_device_train_batch_size": 8,
+                               "mixed_precision": precision, "logging_steps": 50, "save_strategy": "no", "seed": 7,
+                               "learning_rate": 1e-2, "disable_tqdm": True, **(config_options or {})})
+    model = (model_class or ClockedNet)(clock, ms)
     trainer = Trainer(model, config, train_dataset=dataset, loss_fn=torch.nn.functional.mse_loss, **options)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     return trainer, [p.detach().clone() for p in model.parameters()]
 
 
@@ -293,6 +323,35 @@ def test_the_trial_leaves_the_run_bitwise_as_the_precision_asked_outright(fake_m
     _, expected = _train(tmp_path, "asked", chosen, clock, ms, dataset=Augmented(), data_collator=masking_collate)
     for got, want in zip(weights, expected):
         assert torch.equal(got, want)
+
+
+class BufferedNet(ClockedNet):
+    """Keeps state outside its state dict in non-persistent buffers that each training forward advances: a running
+    mean of its inputs (updated in place) and a step count (replaced by a new tensor)."""
+
+    def __init__(self, clock: FakeClock, ms: dict[str, float]):
+        super().__init__(clock, ms)
+        self.register_buffer("input_mean", torch.zeros(1, 8), persistent=False)
+        self.register_buffer("forwards", torch.zeros((), dtype=torch.long), persistent=False)
+
+    def forward(self, x):
+        if self.training:
+            self.input_mean.mul_(0.9).add_(0.1 * x.detach().mean(0, keepdim=True))
+            self.forwards = self.forwards + 1
+        warmup = torch.clamp(self.forwards.float() / 300, max=1.0)
+        return super().forward(x - self.input_mean) * (0.5 + 0.5 * warmup)
+
+
+def test_the_trial_leaves_no_trace_in_buffers_outside_the_state_dict(fake_mac, one_thread, clock, tmp_path):
+    # The trial's 54 forwards moved the non-persistent buffers, which the snapshot (state_dict only) did not restore.
+    ms = {"no": 10.0, "bf16": 6.0, "fp16": 8.0}
+    trainer, weights = _train(tmp_path, "auto", "auto", clock, ms, model_class=BufferedNet)
+    assert trainer._precision_record["measured"] and trainer.accelerator.precision == "bf16"
+    asked, expected = _train(tmp_path, "asked", "bf16", clock, ms, model_class=BufferedNet)
+    auto, asked = (run.accelerator.unwrap_model(run.model) for run in (trainer, asked))
+    assert int(auto.forwards) == int(asked.forwards) == 120
+    assert torch.equal(auto.input_mean, asked.input_mean)
+    assert all(torch.equal(got, want) for got, want in zip(weights, expected))
 
 
 def test_skipped_fp16_steps_are_not_timed(fake_mac, one_thread, clock, monkeypatch, tmp_path, capsys):
@@ -327,6 +386,18 @@ def test_a_run_too_short_to_earn_the_trial_back_is_not_measured(fake_mac, one_th
     assert seen == [] and trainer.accelerator.precision == "no"
     assert ("auto: float32, not measured: a run of 500 steps is too short to earn back the trial: its 54 steps train "
             "nothing") in capsys.readouterr().out
+
+
+def test_a_run_with_gradient_accumulation_is_measured_and_left_as_asked_outright(fake_mac, one_thread, clock,
+                                                                                  tmp_path):
+    # 20 optimizer steps of 8 batches: 160 batches, past the fixture's gate of 100. Counting optimizer steps against
+    # the trial's batches, `auto` never measured a run with accumulation (and said it was too short).
+    ms, accumulate = {"no": 10.0, "bf16": 6.0, "fp16": 8.0}, {"gradient_accumulation_steps": 8}
+    trainer, weights = _train(tmp_path, "auto", "auto", clock, ms, steps=20, config_options=accumulate)
+    assert trainer._precision_record["measured"], trainer._precision_record["reason"]
+    assert trainer.accelerator.precision == "bf16" and trainer.state.global_step == 20
+    _, expected = _train(tmp_path, "asked", "bf16", clock, ms, steps=20, config_options=accumulate)
+    assert all(torch.equal(got, want) for got, want in zip(weights, expected))
 
 
 def test_a_first_round_that_shows_no_saving_ends_the_trial(fake_mac, one_thread, clock, tmp_path):
@@ -378,6 +449,99 @@ def test_a_candidate_that_fails_is_passed_over(fake_mac, one_thread, clock, monk
     assert "bf16 failed (MPS does not support linear with BFloat16 on this macOS)" in out
 
 
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(3)
+        while True:
+            yield torch.randn(8, generator=generator), torch.randn(1, generator=generator)
+
+
+class SizedStream(Stream):
+    def __len__(self) -> int:
+        return 64
+
+
+@pytest.mark.parametrize("stream", [Stream(), SizedStream()], ids=["unsized", "sized"])
+def test_a_stream_is_refused_with_one_clear_error_before_the_trial(fake_mac, one_thread, clock, monkeypatch, tmp_path,
+                                                                   stream):
+    # It failed with a bare "object of type 'Stream' has no len()" (or, sized, DataLoader's shuffle ValueError),
+    # while the docs listed an iterable dataset among the cases where the trial does not run.
+    from braeburn import Trainer, TrainingConfig
+    from braeburn.errors import is_user_error
+
+    seen = []
+    monkeypatch.setattr(precision_window, "run_trials", lambda *args, **kwargs: seen.append(args))
+    config = TrainingConfig(output_dir=str(tmp_path), max_steps=120, per_device_train_batch_size=8, save_strategy="no",
+                            disable_tqdm=True)
+    trainer = Trainer(ClockedNet(clock, {"no": 10.0, "bf16": 6.0, "fp16": 8.0}), config, train_dataset=stream,
+                      loss_fn=torch.nn.functional.mse_loss)
+    try:
+        with pytest.raises(TypeError, match=r"train_dataset is a torch IterableDataset \(a stream\) \((Sized)?Stream\)"
+                                            r": the Trainer reads samples by index.*Pass a map-style dataset, one with "
+                                            r"__len__ and __getitem__") as raised:
+            trainer.train()
+    finally:
+        trainer.accelerator.end_training()  # a train() that raised leaves the Accelerator to its owner
+    assert is_user_error(raised.value) and seen == []
+
+
+def test_an_eval_set_with_no_length_is_refused_with_the_same_clear_error():
+    from braeburn.trainer.input_checks import check_datasets
+
+    train = TensorDataset(torch.randn(8, 8), torch.randn(8, 1))
+    with pytest.raises(TypeError, match=r"eval_dataset is an object with no len\(\) \(generator\): the Trainer reads"):
+        check_datasets(train, (sample for sample in train), "steps")
+    check_datasets(train, (sample for sample in train), "no")  # not evaluated: not looked at
+
+
+class HalfRefusingNet(ClockedNet):
+    """A custom layer that refuses the autocast dtypes in ``refused`` with a Python error, not a RuntimeError."""
+
+    refused: dict = {}
+
+    def forward(self, x):
+        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else torch.float32
+        if dtype in self.refused:
+            raise self.refused[dtype]
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("refused, chosen, words", [
+    ({torch.bfloat16: AssertionError("expected float32 or float16 inputs")}, "fp16",
+     "bf16 failed (AssertionError: expected float32 or float16 inputs)"),
+    ({torch.bfloat16: TypeError("this custom layer has no half-precision path"),
+      torch.float16: TypeError("this custom layer has no half-precision path")}, "no",
+     "fp16 failed (TypeError: this custom layer has no half-precision path)")])
+def test_a_candidate_failing_with_any_error_is_passed_over(fake_mac, one_thread, clock, monkeypatch, tmp_path, capsys,
+                                                           refused, chosen, words):
+    # A TypeError or AssertionError under autocast crashed `auto` (only RuntimeError and ValueError were caught).
+    monkeypatch.setattr(HalfRefusingNet, "refused", refused)
+    trainer, weights = _train(tmp_path, "auto", "auto", clock, {"no": 10.0, "bf16": 1.0, "fp16": 7.0},
+                              model_class=HalfRefusingNet)
+    out = capsys.readouterr().out
+    assert trainer.accelerator.precision == chosen and trainer.state.global_step == 120
+    assert words in out
+    _, expected = _train(tmp_path, "asked", chosen, clock, {"no": 10.0, "bf16": 1.0, "fp16": 7.0},
+                         model_class=HalfRefusingNet)
+    assert all(torch.equal(got, want) for got, want in zip(weights, expected))
+
+
+def test_an_error_in_float32_or_an_interrupt_is_not_swallowed():
+    def start(failing: BaseException):
+        def begin(precision):
+            def step():
+                raise failing
+            return step
+        return begin
+
+    snapshot = types.SimpleNamespace(restore=lambda: None)
+    with pytest.raises(TypeError):  # float32 is what the run trains in: it would meet the error too
+        run_trials(("no", "bf16"), start(TypeError("bad input")), snapshot, lambda: None, lambda e: False,
+                   lambda: None)
+    with pytest.raises(KeyboardInterrupt):
+        run_trials(("bf16", "no"), start(KeyboardInterrupt()), snapshot, lambda: None, lambda e: False, lambda: None)
+
+
 def test_a_resumed_run_keeps_the_precision_it_measured(fake_mac, one_thread, clock, tmp_path, capsys):
     import shutil
 
@@ -399,9 +563,27 @@ def test_a_resumed_run_keeps_the_precision_it_measured(fake_mac, one_thread, clo
     resumed, resumed_model = trainer("resumed", {"no": 10.0, "bf16": 1.0, "fp16": 9.0})  # a trial would pick bf16
     resumed.train(resume_from_checkpoint=str(tmp_path / "saved"))
     assert resumed.accelerator.precision == "fp16" and resumed._precision_record is None
-    assert "auto: fp16, as the checkpoint trained" in capsys.readouterr().out
+    assert "auto: fp16, as the checkpoint trained (that run's choice: fp16, measured " in capsys.readouterr().out
     for got, want in zip(resumed_model.parameters(), model.parameters()):
         assert torch.equal(got, want)  # the grad scaler's state came back too: exact resume
+
+
+def test_a_resumed_run_that_was_never_measured_says_so(fake_mac, one_thread, clock, monkeypatch, tmp_path, capsys):
+    # It said "as the checkpoint trained (measured when the run began)" although the first run never measured.
+    import shutil
+
+    monkeypatch.setattr(precision_trial, "min_run_steps", lambda candidates: 1000)  # 120 steps: too short
+    first, _ = _train(tmp_path, "first", "auto", clock, {"no": 10.0, "bf16": 6.0, "fp16": 8.0},
+                      config_options={"save_strategy": "steps", "save_steps": 60})
+    assert not first._precision_record["measured"]
+    shutil.copytree(tmp_path / "first" / "checkpoint-60", tmp_path / "saved")
+    capsys.readouterr()
+    _train(tmp_path, "resumed", "auto", clock, {"no": 10.0, "bf16": 6.0, "fp16": 8.0}, resume=str(tmp_path / "saved"),
+           config_options={"save_strategy": "steps", "save_steps": 60})
+    out = capsys.readouterr().out
+    assert ("auto: float32, as the checkpoint trained (that run's choice: float32, not measured: a run of 120 steps is "
+            "too short to earn back the trial") in out, out
+    assert "measured when the run began" not in out
 
 
 @pytest.mark.requires("cuda")

@@ -160,7 +160,7 @@ def test_a_plain_module_checkpoint_holds_no_pickle_of_its_weights(tmp_path):
 
 
 def to_old_layout(folder: Path, step: int) -> None:
-    """What braeburn wrote before issue 31: the weights as torch.save's model_0.pt, and no config.json."""
+    """What braeburn wrote before weights were safetensors: the weights as torch.save's model_0.pt, and no config.json."""
     weights = safetensors_torch.load_file(folder / "model.safetensors")
     model = tied_module()
     model.load_state_dict({**weights, "out.weight": weights["embed.weight"]})

@@ -126,6 +126,32 @@ def test_a_script_that_ends_early_still_leaves_its_steps(monkeypatch, tmp_path):
     assert len(record["steps"]) == 1 and not record["stopped_by_check"] and record["steps"][0]["loss"] == 2.0
 
 
+def test_a_short_last_accumulation_window_records_the_mean_of_its_micro_batches(monkeypatch, tmp_path):
+    """7 micro-batches at accumulation 3: steps of 3, 3 and 1. The backward hook sees each loss divided by 3
+    (as Accelerator.backward passes it); every step's loss is the mean of its own micro-batches' losses."""
+    monkeypatch.setenv(CHECK_DIR_VAR, str(tmp_path))
+    monkeypatch.setenv(CHECK_SIDE_VAR, "reference")
+    monkeypatch.setenv(CHECK_STEPS_VAR, "10")
+    probe._reset()
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    accelerator = SimpleNamespace(device=torch.device("cpu"), mixed_precision="no", gradient_accumulation_steps=3)
+    probe.after_prepare(accelerator, [model])
+    losses = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    try:
+        for index, value in enumerate(losses):
+            loss = (model(torch.ones(1, 2)).sum() * 0 + value) / 3
+            loss.backward()
+            probe.after_backward(accelerator, loss)
+            if index % 3 == 2 or index == len(losses) - 1:
+                probe.before_optimizer_step(accelerator, optimizer)
+        probe._current().write()
+    finally:
+        probe._reset()
+    recorded = [step["loss"] for step in probe.read_record(tmp_path)["steps"]]
+    assert recorded == pytest.approx([2.0, 5.0, 7.0])
+
+
 def test_compare_gradients_measures_norm_wise_relative_error():
     ref = {"a": torch.tensor([3.0, 4.0]), "b": torch.tensor([1.0, 0.0]), "gone": torch.zeros(1)}
     other = {"a": torch.tensor([3.0, 4.5]), "b": torch.tensor([float("nan"), 0.0]), "new": torch.zeros(1)}

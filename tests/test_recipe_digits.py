@@ -1,6 +1,6 @@
 """The digits recipe of benchmarks/recipes.py runs end to end on the CPU: its three runners (the floor that makes the
 example's outputs, the training-only floor, braeburn's example) train, score and report, and the outputs floor
-writes what the example writes. docs/benchmarks.md's table of issue 28 came from this script."""
+writes what the example writes. docs/benchmarks.md's table came from this script."""
 
 from __future__ import annotations
 

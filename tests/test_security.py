@@ -60,7 +60,7 @@ def prepared(accelerator: Accelerator):
 
 
 def test_a_huge_planted_manifest_is_refused_before_it_is_parsed(tmp_path):
-    """Was: a 64 MB manifest took 33 s and 630 MB to be refused (issue 32, item 12)."""
+    """Was: a 64 MB manifest took 33 s and 630 MB to be refused."""
     accelerator = Accelerator(cpu=True)
     prepared(accelerator)
     accelerator.save_state(tmp_path / "state")
@@ -193,7 +193,7 @@ def test_config_files_too_deep_too_large_or_self_referring_are_refused(tmp_path,
     ("flow.yaml", "seed: 1\nlr_scheduler_kwargs: {a: 1, a: 2}\n", "'a'", "lines 2 and 2"),
 ])
 def test_a_yaml_key_given_twice_is_refused_with_its_lines(tmp_path, name, text, key, lines):
-    """YAML keeps the last of two equal keys without a word (issue 32, item 8); TOML refuses them itself."""
+    """YAML keeps the last of two equal keys without a word; TOML refuses them itself."""
     config = tmp_path / name
     config.write_text(text)
     with pytest.raises(ConfigError) as error:
@@ -205,7 +205,7 @@ def test_a_yaml_key_given_twice_is_refused_with_its_lines(tmp_path, name, text, 
 
 @pytest.mark.parametrize("name, line", [("keys.yaml", "k{}: 1\n"), ("keys.toml", "k{} = 1\n")])
 def test_a_hundred_thousand_unknown_keys_are_refused_fast_in_a_few_lines(tmp_path, name, line):
-    """Was: 29 s and 111,000 lines of did-you-mean (issue 32, item 12)."""
+    """Was: 29 s and 111,000 lines of did-you-mean."""
     config = tmp_path / name
     config.write_text("".join(line.format(i) for i in range(90_000)))
     started = time.perf_counter()

@@ -115,7 +115,7 @@ def test_two_processes_report_measured_shares(tmp_path):
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith("  step time"))
     assert "steps 25-29 profiled on 2 of 2 processes" in line, line
-    assert "USDT" not in done.stdout + done.stderr  # Kineto's profiler_start/stop lines (issue 31)
+    assert "USDT" not in done.stdout + done.stderr  # Kineto's profiler_start/stop lines
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["run"]["step_breakdown"]
     assert record["first_step"] == 25 and len(record["processes"]) == 2
     for part in record["processes"]:

@@ -175,6 +175,47 @@ def test_nan_loss_stops_naming_the_step_and_last_checkpoint(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-4"]  # nothing saved after it
 
 
+def test_a_save_between_logs_leaves_the_logged_loss_the_mean_of_every_step_since_the_last_log(tmp_path):
+    """A checkpoint checks the loss window for NaN but does not empty it: the loss logged after a save is the
+    mean over all the steps since the last log, as in Transformers, bitwise the same as without the save."""
+    x, y = torch.randn(96, 64, generator=torch.Generator().manual_seed(1)), torch.arange(96) % 10
+    logged = {}
+    for save in ("no", "epoch", "steps"):
+        config = TrainingConfig(output_dir=str(tmp_path / save), num_train_epochs=3, logging_steps=4,
+                                save_strategy=save, save_steps=3, per_device_train_batch_size=16)
+        trainer = Trainer(mlp(), config, train_dataset=TensorDataset(x, y), loss_fn=torch.nn.functional.cross_entropy)
+        result = trainer.train()
+        logged[save] = ([(r["step"], r["loss"]) for r in trainer.state.log_history if "loss" in r],
+                        result.training_loss)
+    assert [step for step, _ in logged["no"][0]] == [4, 8, 12, 16]  # saves at 6 and 12 (epoch), 3, 6, 9... (steps)
+    assert logged["epoch"] == logged["no"] and logged["steps"] == logged["no"]
+
+
+def test_nan_found_at_a_save_names_its_step_when_an_earlier_save_checked_part_of_the_window(tmp_path):
+    x, y = torch.randn(64, 64), torch.randint(0, 10, (64,))
+    config = TrainingConfig(output_dir=str(tmp_path), max_steps=12, logging_steps=10, save_strategy="steps",
+                            save_steps=3, per_device_train_batch_size=4)
+    trainer = Trainer(mlp(), config, train_dataset=TensorDataset(x, y), loss_fn=torch.nn.functional.cross_entropy,
+                      callbacks=[PoisonAt(4)])
+    with pytest.raises(NonFiniteLossError, match="became nan at step 5"):
+        trainer.train()
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-3"]
+
+
+def test_samples_per_second_counts_a_short_last_batch_as_its_real_size(tmp_path, capsys):
+    """33 examples at batch 32: each epoch trains 32 + 1 samples, not 2 full batches (Transformers' speed is
+    dataset length x epochs over the time)."""
+    x, y = torch.randn(33, 64), torch.arange(33) % 10
+    config = TrainingConfig(output_dir=str(tmp_path), num_train_epochs=3, per_device_train_batch_size=32,
+                            save_strategy="no", logging_steps=2)
+    trainer = Trainer(mlp(), config, train_dataset=TensorDataset(x, y), loss_fn=torch.nn.functional.cross_entropy)
+    metrics = trainer.train().metrics
+    assert trainer.state.samples_seen == 99
+    assert metrics["train_samples_per_second"] == pytest.approx(99 / metrics["train_runtime"], rel=0.01)  # rounded
+    speed = float(capsys.readouterr().out.split("  speed      ")[1].split(" samples/s")[0])
+    assert speed == pytest.approx(99 / metrics["train_runtime"], rel=0.01, abs=0.1)
+
+
 class NanBatches(Dataset):
     def __init__(self):
         torch.manual_seed(2)

@@ -1,4 +1,4 @@
-"""The Trainer's state as Transformers users read it (issue 30 items 5 and 9), on a tiny CPU run: no peer needed."""
+"""The Trainer's state as Transformers users read it, on a tiny CPU run: no peer needed."""
 
 from __future__ import annotations
 

@@ -66,6 +66,9 @@ _MOVED = {
     "braeburn.trainer.hf_callbacks": "braeburn.compat.transformers.callbacks",
     "braeburn.trainer.hf_overrides": "braeburn.compat.transformers.overrides",
     "braeburn.hf_io": "braeburn.compat.transformers.files",
+    "braeburn.ownership": "braeburn.checkpoints.ownership",
+    "braeburn.option_spelling": "braeburn.plan.option_spelling",
+    "braeburn.checkpoint_replay": "braeburn.accelerator.checkpoint_replay",
 }
 
 

@@ -19,7 +19,7 @@ def _free_port() -> int:
 
 
 # A peer's teardown leaves torch's abort at exit open (a gloo worker taking the GIL in a finalizing interpreter:
-# docs/reliability.md, issue 32 item 13); it aborted an Accelerate run of this suite in a CI soak. Every script
+# docs/reliability.md); it aborted an Accelerate run of this suite in a CI soak. Every script
 # ends as braeburn's teardown does, so that what is compared is the numbers, not torch's exit race.
 SAFE_EXIT = """
 

@@ -1,4 +1,4 @@
-"""ACCELERATE_* variables (issue 30, item 4): what `accelerate launch` / `accelerate config` put in the environment
+"""ACCELERATE_* variables: what `accelerate launch` / `accelerate config` put in the environment
 changes an Accelerator built with no arguments, with Accelerate 1.15's precedence, in braeburn as in Accelerate."""
 
 from __future__ import annotations

@@ -74,6 +74,47 @@ def test_a_hand_written_file_with_unquoted_no_means_one_process_to_both(tmp_path
     assert _as_braeburn_launches(path, LINUX_CPU) == _as_accelerate_launches(path)
 
 
+def _accelerate_starts(path) -> list[str]:
+    """The command `accelerate launch --config_file path train.py` runs: its launcher chosen as Accelerate chooses
+    it (launch_command), and that launcher's command; torchrun's is several processes, the simple one's is one."""
+    launch = pytest.importorskip("accelerate.commands.launch")
+    from accelerate.utils.launch import prepare_simple_launcher_cmd_env
+
+    args = launch.launch_command_parser().parse_args(["--config_file", str(path), "train.py"])
+    chosen = []
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("simple_launcher", "multi_gpu_launcher", "deepspeed_launcher", "tpu_launcher"):
+            patch.setattr(launch, name, lambda a, name=name: chosen.append((name, a)))
+        launch.launch_command(args)
+    [(name, args)] = chosen
+    if name != "simple_launcher":
+        return ["torchrun", "--nproc_per_node", str(args.num_processes // args.num_machines)]
+    return prepare_simple_launcher_cmd_env(args)[0]
+
+
+@pytest.mark.parametrize("distributed_type", ["NO", "'NO'"])
+@pytest.mark.parametrize("use_cpu", ["use_cpu: true\n", ""])
+def test_distributed_type_no_with_two_processes_runs_one_as_accelerate_does(tmp_path, clean_env, capsys,
+                                                                           distributed_type, use_cpu):
+    """braeburn ran 2 processes with DDP; Accelerate's launcher runs the script once."""
+    path = tmp_path / "no.yaml"
+    path.write_text(f"compute_environment: LOCAL_MACHINE\ndistributed_type: {distributed_type}\n"
+                    f"mixed_precision: 'no'\nnum_processes: 2\n{use_cpu}")
+    assert _accelerate_starts(path) == [sys.executable, "train.py"]  # one process
+    resolved = resolve_settings({}, {}, path)
+    assert resolved.settings.num_processes == 1 and resolved.problems == []
+    assert plan_launch(resolved, LINUX_CPU, env={}).strategy == "single"
+    [note] = resolved.notes
+    assert str(note).startswith(f"{path}: num_processes = 2: not used: distributed_type NO runs one process")
+    (tmp_path / "t.py").write_text("")
+    assert main(["launch", "--config_file", str(path), "--dry-run", str(tmp_path / "t.py")]) == 0
+    said = capsys.readouterr()
+    assert said.out.splitlines()[0] == f"{sys.executable} {tmp_path / 't.py'}"  # no torchrun
+    assert f"braeburn launch: note: {path}: num_processes = 2: not used" in said.err
+    # a flag still wins over the file, as every flag does
+    assert resolve_settings({"num_processes": "2"}, {}, path).settings.num_processes == 2
+
+
 def test_the_basic_config_accelerate_writes_is_accepted(tmp_path, clean_env):
     utils = pytest.importorskip("accelerate.utils", reason="Accelerate writes the config file")
     path = tmp_path / "default_config.yaml"

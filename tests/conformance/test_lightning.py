@@ -136,3 +136,21 @@ def _step(path: str) -> int | None:
     """The step of the checkpoint ``path`` belongs to: Lightning's epoch=E-step=S.ckpt, braeburn's checkpoint-S/."""
     match = re.search(r"step=(\d+)\.ckpt$", path) or re.search(r"/checkpoint-(\d+)/manifest\.json$", path)
     return int(match.group(1)) if match else None
+
+
+# Lightning's own callbacks: each drives Lightning's Trainer (it crashed inside Lightning part way into the run).
+_OWN_CALLBACKS = {"ModelCheckpoint": dict(monitor="val_mse"), "EarlyStopping": dict(monitor="val_mse"),
+                  "LearningRateMonitor": {}, "Timer": dict(duration={"seconds": 1}),
+                  "StochasticWeightAveraging": dict(swa_lrs=0.01), "TQDMProgressBar": {}, "ModelSummary": {},
+                  "GradientAccumulationScheduler": dict(scheduling={0: 2})}
+
+
+@pytest.mark.parametrize("name", sorted(_OWN_CALLBACKS))
+def test_lightnings_own_callbacks_are_refused_before_training(tmp_path, name):
+    from braeburn.lightning import LightningArgumentError, Trainer
+
+    callback = getattr(_lightning().callbacks, name)(**_OWN_CALLBACKS[name])
+    with pytest.raises(LightningArgumentError) as caught:
+        Trainer(accelerator="cpu", devices=1, max_epochs=1, default_root_dir=str(tmp_path), callbacks=[callback])
+    assert caught.value.errors[0].startswith(f"callbacks=[{name}]: Lightning's own {name} drives Lightning's Trainer")
+    assert "--" not in caught.value.errors[0] and not any(tmp_path.iterdir())

@@ -1,4 +1,4 @@
-"""A scheduler the user gives (issue 30, item 8): when the Trainer steps it. The Transformers Trainer steps a
+"""A scheduler the user gives: when the Trainer steps it. The Transformers Trainer steps a
 scheduler from ``optimizers=(opt, sched)`` after every optimizer step, and a ReduceLROnPlateau after each
 evaluation on metric_for_best_model; braeburn does the same, and takes Lightning's ``{"interval": "epoch"}``."""
 

@@ -1,5 +1,5 @@
 """The conformance suite's stand-in data reaches the model: its tokenizer knows every word the sentence pairs use,
-so a comparison of losses between braeburn and a peer sees the text, not a row of [UNK] (issue 30)."""
+so a comparison of losses between braeburn and a peer sees the text, not a row of [UNK]."""
 
 from __future__ import annotations
 

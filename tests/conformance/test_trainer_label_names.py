@@ -1,4 +1,4 @@
-"""Labels not named ``labels`` (issue 30, item 6): question answering's ``start_positions``/``end_positions`` and
+"""Labels not named ``labels``: question answering's ``start_positions``/``end_positions`` and
 ``--label_names``. The Transformers Trainer finds them from the model's forward (or takes ``label_names``), so
 evaluation has a loss and metrics, predictions and label_ids are tuples in output order, and the best model is
 tracked on that loss."""

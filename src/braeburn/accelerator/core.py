@@ -22,13 +22,15 @@ from . import checkpoint_replay, probe
 from ..plan import compile_policy
 from ..checkpoints import manifest, output_lock
 from .compile import CompileMixin, mostly_convolutions
-from ..data.loader import BatchTracker, DeviceDataLoader, apply_to_tensors, cast_float64_model, truncate_padding
+from ..data.loader import (BatchTracker, DeviceDataLoader, apply_to_tensors, float64_batch_reason, float64_model_kept,
+                           truncate_padding)
 from ..devices.host import current_host
 from ..distributed import checkpoint as dist_ckpt
 from ..distributed import fsdp
 from ..distributed import process_group as pg
 from ..plan.envvars import COMPILE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR, env_default, env_device, env_device_reason
 from ..devices.fallback import FallbackRecorder, early_env_advice, early_env_conflicts
+from ..plan.option_spelling import shown
 from ..plan.rules import OptionError, Plan, PlanError, RunOptions, make_plan
 from ..plan.precision import PrecisionPolicy, make_policy
 from .prepared_optim import USUALLY_PER_EPOCH, AcceleratedOptimizer, AcceleratedScheduler
@@ -97,6 +99,7 @@ class Accelerator(CompileMixin):
         self._policy = make_policy(self.plan.precision, self.plan.grad_scaler, self.device,
                                    kind.fused_optimizers_honour_grad_scaler(current_host()))
         self._tracker = BatchTracker()
+        self._float64_model = False  # a model made float64 by the user, kept so: its batches stay float64
         self._accumulation_step = 0
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
@@ -109,7 +112,8 @@ class Accelerator(CompileMixin):
         self._fallback = FallbackRecorder(count_every_call=kind.cpu_fallback_warns_once).start()
         replays = kind.checkpoint_replays_rng(current_host())  # else braeburn replays it (checkpoint_replay.py)
         self._checkpoint_patch = None if replays else checkpoint_replay.CheckpointPatch(kind)
-        self._recompute_guard = _NO_CONTEXT if replays else checkpoint_replay.RecomputeGuard(kind)
+        self._recompute_guard = _NO_CONTEXT if replays else checkpoint_replay.RecomputeGuard(kind,
+                                                                                           self._checkpoint_patch)
         self._locked: dict[str, None] = {}  # state folders save_state() holds the lock of, oldest first
         self._announce()
 
@@ -145,7 +149,7 @@ class Accelerator(CompileMixin):
         plan = self.plan
         if self.is_main_process:
             say_once(f"braeburn: training on {self.device} ({plan.device_reason}); precision "
-                     f"{plan.precision}: {plan.precision_reason}")
+                     f"{shown('mixed_precision', plan.precision)}: {plan.precision_reason}")
         advice = early_env_advice(plan.env, current_host(), os.environ)
         if advice:
             say_once(f"braeburn: {advice}", as_warning=True)
@@ -208,8 +212,7 @@ class Accelerator(CompileMixin):
         return self.plan.strategy == "fsdp" and self.num_processes > 1
 
     def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        if self.plan.device.float64_cast_reason():
-            cast_float64_model(model, self.plan.device.float64_cast_reason())
+        self._float64_model |= float64_model_kept(model, self.plan.device.float64_cast_reason())
         model = model.to(self.device)
         if self.plan.device.channels_last_helps and mostly_convolutions(model):
             # cuDNN's NHWC kernels on tensor cores: the same math, a faster layout for convolutions
@@ -218,8 +221,10 @@ class Accelerator(CompileMixin):
         forward = compile_policy.install_forward(
             model, self._policy.autocast if self._policy.dtype is not None else None, self.plan.device.synchronize)
         forward.around = self._checkpoint_patch
+        forward.around_compiled = self._checkpoint_patch and self._checkpoint_patch.compiled_forward
         if self.shards_model:  # in place: the module stays the user's, its parameters become shards
-            model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype)
+            model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype,
+                                   device_bytes=self.plan.device.memory_stats().get("total_bytes"))
         elif self.num_processes > 1:
             model = pg.wrap_ddp(model, self.device, **self._ddp_options)
         decision = self.compile_decision(model)
@@ -228,6 +233,9 @@ class Accelerator(CompileMixin):
             model = self._compile(model, forward, decision)
         self._models.append(model)
         return model
+
+    def _float64_batch_reason(self) -> str | None:
+        return float64_batch_reason(self.plan.device.float64_cast_reason(), self._float64_model)
 
     def _prepare_dataloader(self, loader: torch.utils.data.DataLoader) -> DeviceDataLoader:
         if self._data_seed is None:
@@ -238,7 +246,7 @@ class Accelerator(CompileMixin):
         prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
                                     num_processes=self.num_processes, process_index=self.process_index,
                                     seed=self._data_seed, tracker=self._tracker, host=current_host(),
-                                    float64_to_float32=self.plan.device.float64_cast_reason())
+                                    float64_to_float32=self._float64_batch_reason)
         self._dataloaders.append(prepared)
         return prepared
 
@@ -501,15 +509,18 @@ class Accelerator(CompileMixin):
                  directory, f"dataloader_{i}.pt")
         self._save_custom_objects(directory)
         save({"precision": self._policy.state_dict(), "precision_name": self.precision,
-              "accumulation_step": self._accumulation_step,
+              "precision_reason": self.plan.precision_reason, "accumulation_step": self._accumulation_step,
               "counts": self._counts(), "num_processes": self.num_processes}, directory, "accelerator.pt")
 
-    def _resume_measured_precision(self, saved: str | None) -> None:
+    def _resume_measured_precision(self, saved: str | None, why: str | None) -> None:
         """mixed_precision="auto" still to be measured: a resumed run keeps the precision its checkpoint trained in
-        (and its grad scaler's state), rather than a new measurement that could choose another."""
+        (and its grad scaler's state), rather than a new measurement that could choose another. ``why``: how the run
+        that wrote the checkpoint came to that precision (measured, or not and why), where the checkpoint says."""
         if self.plan.precision_candidates and saved in ("no", *self.plan.precision_candidates):
             name = "float32" if saved == "no" else saved
-            self.set_precision(saved, f"auto: {name}, as the checkpoint trained (measured when the run began)")
+            earlier = (f"that run's choice: {why.removeprefix('auto: ')}" if isinstance(why, str) and why
+                       else "the checkpoint does not say whether that run measured it")
+            self.set_precision(saved, f"auto: {name}, as the checkpoint trained ({earlier})")
 
     def _gradients(self) -> list[list[torch.Tensor | None]]:
         return [[p.grad for p in self.unwrap_model(model).parameters()] for model in self._models]
@@ -555,7 +566,7 @@ class Accelerator(CompileMixin):
         for i, loader in enumerate(self._dataloaders):
             saved = load(input_dir, f"dataloader_{i}.pt")
             loader.load_state_dict(dist_ckpt.resume_position(saved, loader.batch_size, self.num_processes))
-        self._resume_measured_precision(meta.get("precision_name"))
+        self._resume_measured_precision(meta.get("precision_name"), meta.get("precision_reason"))
         self._policy.load_state_dict(meta["precision"])
         self._load_custom_objects(input_dir)
         self._accumulation_step = int(meta["accumulation_step"])

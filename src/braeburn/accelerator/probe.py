@@ -277,11 +277,8 @@ class _Recorder:
             self.watch.stop()
         number = len(self.record["steps"]) + 1
         losses, self.step_losses = self.step_losses, []
-        # The step's loss is the sum of what was backpropagated since the last step: with accumulation each
-        # micro-batch's loss arrives divided by the steps (Accelerate's and Transformers' convention), so the sum
-        # is the loss the script computed (their mean), the loss whose gradient this step applies.
         entry: dict[str, Any] = {"step": number, "time_s": elapsed, "losses": [_json_number(x) for x in losses],
-                                 "loss": _json_number(sum(losses)) if losses else None}
+                                 "loss": _step_loss(losses, getattr(accelerator, "gradient_accumulation_steps", 1))}
         params = self._named_parameters(optimizer, accelerator) if self.side != "bench" else {}
         grads = {name: p.grad.detach().float().cpu() for name, p in params.items()}
         entry["parameters"] = len(grads)
@@ -368,6 +365,19 @@ _seed_at_import()
 
 
 _looked = False  # the environment is read once per run: the hooks run every step
+
+
+def _step_loss(losses: list[float], accumulation_steps: int) -> float | None:
+    """The loss the script computed for a step (the mean of its micro-batches' losses). With accumulation each
+    micro-batch's loss arrives divided by the steps (Accelerate's and Transformers' convention), so a full window's
+    sum is that mean; a short last window (the epoch ended first: 7 micro-batches, accumulation 3) holds fewer, and
+    its sum is scaled by the steps over the micro-batches it really had."""
+    if not losses:
+        return None
+    total = sum(losses)
+    if len(losses) < accumulation_steps:
+        total *= accumulation_steps / len(losses)
+    return _json_number(total)
 
 
 def _current() -> _Recorder | None:

@@ -17,6 +17,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from ..checkpoints import ownership
 from ..checkpoints.no_follow import open_append, write_atomic
 
 JSONL_FILE = "metrics.jsonl"
@@ -69,7 +70,9 @@ class JSONLinesTracker(GeneralTracker):
         self.folder = Path(logging_dir) / run_name
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / JSONL_FILE
-        self._file = open_append(self.path)  # (a link planted at its name is refused, not followed)
+        self._file = None  # a file of the user's at the name (a model's logs): left alone, said once, not logged
+        if ownership.may_write(self.folder, JSONL_FILE, "the jsonl tracker's metrics log"):
+            self._file = open_append(self.path)  # (a link planted at its name is refused, not followed)
 
     @property
     def tracker(self) -> Any:
@@ -77,17 +80,19 @@ class JSONLinesTracker(GeneralTracker):
 
     def store_init_configuration(self, values: dict) -> None:
         text = json.dumps({k: _plain(v) for k, v in values.items()}, indent=1, default=str)
-        write_atomic(self.folder / "config.json", text)
+        if ownership.may_write(self.folder, "config.json", "the jsonl tracker's copy of the run's configuration"):
+            write_atomic(self.folder / "config.json", text)
 
     def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
-        if self._file.closed:
+        if self._file is None or self._file.closed:
             return
         record = {"step": step, **{k: _plain(v) for k, v in values.items()}}
         self._file.write(json.dumps(record, default=str) + "\n")
         self._file.flush()
 
     def finish(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
 
 class TensorBoardTracker(GeneralTracker):

@@ -50,16 +50,21 @@ def write_sizes(folder: Path, layout: str) -> Path:
 def read(folder: Path) -> dict[str, Any] | None:
     """The manifest as a dict, None when there is none; :class:`ManifestError` when it is not one."""
     path = folder / MANIFEST
-    if not path.exists():
-        return None
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise ManifestError(f"{path} is {size:,} bytes, more than the {MAX_BYTES:,} a manifest of any checkpoint "
-                                f"needs: it was not read, and nothing in {folder} can be trusted. Use another "
-                                "checkpoint, or save this state again.")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+        raw = no_follow.read_capped(path, MAX_BYTES)  # (a FIFO or /dev/zero there: refused, never read)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ManifestError(f"{path} cannot be read ({error.strerror or error}), so nothing in {folder} can be "
+                            "trusted. Use another checkpoint, or save this state again.") from None
+    if len(raw) > MAX_BYTES:
+        size = os.lstat(path).st_size
+        raise ManifestError(f"{path} is {size:,} bytes, more than the {MAX_BYTES:,} a manifest of any checkpoint "
+                            f"needs: it was not read, and nothing in {folder} can be trusted. Use another "
+                            "checkpoint, or save this state again.")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as error:
         raise ManifestError(f"{path} cannot be read ({type(error).__name__}: {error}), so nothing in {folder} can be "
                             "trusted. Use another checkpoint, or save this state again.") from None
     if not isinstance(data, dict) or not isinstance(data.get("files"), dict):

@@ -21,8 +21,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import shutil
+import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,6 +62,36 @@ def open_fd(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
         if os.path.islink(path) and error.errno in (errno.ELOOP, errno.EMLINK, errno.EEXIST):
             raise PlantedLinkError(path) from None  # (FreeBSD says EMLINK; O_EXCL on a link says EEXIST)
         raise
+
+
+def read_capped(path: str | os.PathLike, cap: int) -> bytes:
+    """The first ``cap + 1`` bytes of the regular file ``path``, opened without following a link and without
+    blocking (a FIFO there would hang an ``open``; ``/dev/zero`` would read until memory runs out).
+    FileNotFoundError when nothing is there; :class:`NotARegularFileError` for a link, FIFO, device or folder."""
+    try:
+        fd = open_fd(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except PlantedLinkError:
+        raise NotARegularFileError(errno.ELOOP, "it is a symbolic link") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+                    "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+            raise NotARegularFileError(errno.EINVAL, f"it is {kind}, not a regular file")
+        chunks, left = [], cap + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+class NotARegularFileError(OSError):
+    """A record or manifest that is a link, a FIFO, a device or a folder: never opened for reading."""
 
 
 def open_append(path: str | os.PathLike) -> IO[str]:
@@ -121,11 +154,69 @@ def remove_file(path: str | os.PathLike) -> None:
         remove_tree(path)  # (macOS says EPERM for unlink() of a folder)
 
 
+class MountInsideError(OSError):
+    """A folder braeburn would remove has a file system mounted inside it; nothing of it was removed."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _mount_points() -> set[str]:
+    """Every mount point (Linux's mount table, read once; elsewhere empty: the device check still holds)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return set()
+    unescape = lambda m: chr(int(m.group(1), 8))  # noqa: E731  (\040: a space)
+    return {re.sub(r"\\([0-7]{3})", unescape, f[4]) for f in (line.split() for line in lines) if len(f) > 4}
+
+
+def check_no_mount_inside(path: str | os.PathLike) -> None:
+    """Raise :class:`MountInsideError` (one line) when a folder below ``path`` is a mount point: a bind mount
+    or another file system there must never be emptied by a removal of braeburn's."""
+    top = os.lstat(path).st_dev
+    points = _mount_points()
+    if os.path.realpath(path) in points:
+        raise MountInsideError(errno.EBUSY, (
+            f"{str(path)!r} is a mount point, which braeburn would remove: it left it as it is. Unmount it "
+            f"(umount {str(path)!r}), then run again."))
+    for folder, subfolders, _ in os.walk(path):  # (does not follow links)
+        for name in subfolders:
+            below = os.path.join(folder, name)
+            try:
+                info = os.lstat(below)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode) and (info.st_dev != top or os.path.realpath(below) in points):
+                raise MountInsideError(errno.EBUSY, (
+                    f"{below!r} is a mount point inside {str(path)!r}, which braeburn would remove: it left the whole "
+                    f"folder as it is. Unmount it (umount {below!r}), then run again."))
+
+
+def remove_tree_quietly(path: str | os.PathLike) -> bool:
+    """:func:`remove_tree` that removes what it can (``ignore_errors``) and says on stderr, in one line, why it
+    left a tree with a mount point inside; whether ``path`` is gone now."""
+    try:
+        if os.path.islink(path):
+            os.unlink(path)
+        elif os.path.exists(path):
+            check_no_mount_inside(path)
+            shutil.rmtree(path, ignore_errors=True)
+    except MountInsideError as error:
+        print(f"braeburn: warning: {error}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
+    return not os.path.lexists(path)
+
+
 def remove_tree(path: str | os.PathLike) -> None:
-    """Remove the folder ``path`` and what it holds; a link there is removed itself (its target is kept)."""
+    """Remove the folder ``path`` and what it holds; a link there is removed itself (its target is kept). A mount
+    point inside it refuses the removal (:class:`MountInsideError`) before anything is removed."""
     if os.path.islink(path):
         os.unlink(path)
     elif os.path.exists(path):
+        check_no_mount_inside(path)
         shutil.rmtree(path)
 
 
@@ -167,5 +258,5 @@ def _real_folders(top: Path, relative: Path) -> None:
             folder.mkdir()
 
 
-__all__ = ["PlantedLinkError", "create_new", "create_temporary", "open_append", "open_fd", "open_update", "private_folder",
+__all__ = ["MountInsideError", "NotARegularFileError", "check_no_mount_inside", "PlantedLinkError", "read_capped", "remove_tree_quietly", "create_new", "create_temporary", "open_append", "open_fd", "open_update", "private_folder",
            "publish_files", "remove_file", "remove_tree", "write_atomic"]

@@ -10,7 +10,15 @@ give a file); it is one of:
   file that was there first. The record holds relative names only, so it stays true when the folder is
   copied (``cp -a``) or moved;
 - a checkpoint's own ``manifest.json`` (written last by every save) vouching for every file of its folder,
-  with their sizes: the checkpoints of a folder written before the record existed, or copied without it.
+  with their sizes, for a ``checkpoint-N`` folder only, and only in a folder where braeburn ran: one with
+  a record, or one a braeburn from before the record wrote (:func:`earlier_braeburn_run`: Trainer
+  manifests, all of one run id, and the run's ``metrics.jsonl``). A manifest proves a checkpoint whole, not
+  that braeburn wrote it in *this* folder (a copy, a user's ``save_state()`` folder): a first run in a
+  folder with no record never moves or replaces a folder on a manifest. :func:`saved_state` is that proof
+  alone, for a writer asked for that very folder (``save_state()`` of the same folder).
+
+Records and manifests are read with ``O_NOFOLLOW | O_NONBLOCK``, must be regular files, and are read up
+to a size cap: a FIFO, a device, a link or a folder there is refused at once, never waited on.
 
 An entry is braeburn's (:func:`owns`) when one of these vouches for it *and* it is still of the kind
 recorded, is not a symbolic link, and is not a mount point. ``.git`` never is, whatever a record says.
@@ -29,14 +37,20 @@ The API, for every writer in braeburn's folders (the Trainer, save_model, the Li
   :func:`staged` ``(folder, need)`` is the same as a ``with`` block: write into the folder it yields.
 - :func:`may_write` ``(folder, name, what)``: claim a name for a file written whole, or warn and skip it.
 
-The record is replaced whole at each change (a temporary file renamed over it, fsynced), under a lock
-shared by the threads of the process (a background checkpoint save, the plot); the output folder's
-lock (:mod:`braeburn.checkpoints.output_lock`) keeps other processes out. Only the main process writes it.
+The record is replaced whole at each change (a temporary file renamed over it, fsynced; the temporary
+files of a writer killed half-way are removed at the next change), under a lock shared by the threads of
+the process (a background checkpoint save, the plot). Across processes, only the output folder's lock
+(:mod:`braeburn.checkpoints.output_lock`, held by the Trainer) keeps writers apart: two processes changing one
+folder's record outside it (a tracker and a ``save_state()`` in the same parent, another tool) may lose
+one change (the later rename wins). A name lost that way is no longer braeburn's: it is refused, never
+replaced, so the race costs a refusal, not a file. Only the main process writes the record.
 
-What the record does not prove: that a recorded file still holds what braeburn wrote. A file of the
-user's put at a recorded name, after braeburn's was deleted, passes for braeburn's (it is set aside with
-the run, never deleted: rotation deletes checkpoints only, which carry their run's id). Contents are not
-hashed: ``metrics.jsonl`` grows at every log, and a hash kept up to date would cost a write per log line.
+What the record does not prove: that a recorded file still holds what braeburn wrote; it vouches for a
+name and a kind, never the content. A file the user rewrote at a recorded name (a ``README.md`` edited
+after the model card) or put there after braeburn's was deleted passes for braeburn's: a rerun sets it
+aside with the run, and ``--overwrite_output_dir`` may replace it (rotation deletes checkpoints only, which
+carry their run's id). Contents are not hashed: ``metrics.jsonl`` grows at every log, and a hash kept up
+to date would cost a write per log line.
 """
 
 from __future__ import annotations
@@ -61,6 +75,7 @@ FILE, FOLDER, SET_ASIDE = "file", "folder", "previous-run"
 KINDS = (FILE, FOLDER, SET_ASIDE)
 NEVER = frozenset({".git", ".", ".."})  # never braeburn's, whatever a record says
 MAX_BYTES = 4 << 20
+_CHECKPOINT = re.compile(r"checkpoint-[0-9]+$")  # the Trainer's checkpoint folders (a manifest vouches for them)
 _LOCK = threading.RLock()
 
 
@@ -94,14 +109,12 @@ def _load(folder: Path) -> dict[str, str] | None:
     """The record's entries; None when there is none; :class:`MarkerError` when it is not braeburn's."""
     path = folder / MARKER
     try:
-        fd = no_follow.open_fd(path, os.O_RDONLY)
+        data = no_follow.read_capped(path, MAX_BYTES)
     except FileNotFoundError:
         return None
-    except OSError as error:  # a link (PlantedLinkError), a folder, no permission
+    except OSError as error:  # a link, a FIFO, a device, a folder, no permission
         raise refusal(path, f"it cannot be read as braeburn's record: {error.strerror or error}",
                       "braeburn keeps its record of the files it wrote there", cls=MarkerError) from None
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MAX_BYTES + 1)
     try:
         record = json.loads(data.decode("utf-8")) if len(data) <= MAX_BYTES else None
     except (UnicodeDecodeError, ValueError):
@@ -125,17 +138,58 @@ def _save(folder: Path, entries: Mapping[str, str]) -> None:
     text = json.dumps({"format": 1, "written_by": "braeburn",
                        "about": "the entries of this folder that braeburn wrote: the only ones it moves or replaces",
                        "entries": dict(sorted(entries.items()))}, indent=1)
-    handle, temporary = no_follow.create_temporary(folder / MARKER)
+    _remove_dead_temporaries(folder)
+    temporary = None
     try:
+        handle, temporary = no_follow.create_temporary(folder / MARKER)
         with handle:
             handle.write(text.encode("utf-8"))
             handle.flush()
             os.fsync(handle.fileno())  # on disk before the rename that makes it the record
         os.replace(temporary, folder / MARKER)
+    except OSError as error:
+        if temporary is not None:
+            no_follow.remove_file(temporary)
+        raise type(error)(error.errno, (
+            f"braeburn could not write its record of the files it wrote, {str(folder / MARKER)!r}: "
+            f"{error.strerror or error}. Nothing of the record changed. Free disk space in {str(folder)!r} "
+            "(or make it writable), then run again.")) from None
     except BaseException:
-        no_follow.remove_file(temporary)
+        if temporary is not None:
+            no_follow.remove_file(temporary)
         raise
     _fsync_dir(folder)
+
+
+_TEMPORARY = re.compile(r"\." + re.escape(MARKER) + r"\.([0-9]+)\.[0-9a-f]{8}\.tmp$")  # create_temporary's names
+
+
+def _remove_dead_temporaries(folder: Path) -> None:
+    """Remove the record's temporary files left by a braeburn process killed while it wrote the record (their
+    names carry the writer's pid; a live process's is left): regular files only, never a link's target."""
+    try:
+        names = [n for n in os.listdir(folder) if _TEMPORARY.match(n)]
+    except OSError:
+        return
+    for name in names:
+        pid = int(_TEMPORARY.match(name).group(1))
+        if pid != os.getpid() and _alive(pid):
+            continue
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.lstat(folder / name).st_mode):
+                os.unlink(folder / name)
+
+
+def _alive(pid: int) -> bool:
+    if os.name == "nt":  # (os.kill there ends the process: never probe, leave the file)
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):
+        return True  # (another user's process, or a pid this system cannot have: leave it)
+    return True
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -197,7 +251,7 @@ def why_not(folder: str | os.PathLike, name: str, entries: Mapping[str, str] | N
     is_folder = stat.S_ISDIR(found.st_mode)
     if kind is not None and (kind == FILE) == stat.S_ISREG(found.st_mode) and (kind != FILE) == is_folder:
         return None
-    if is_folder and _manifest_vouches(folder / name):
+    if is_folder and _CHECKPOINT.match(name) and _manifest_vouches(folder / name) and braeburn_ran_here(folder):
         return None
     if kind is not None:
         return f"braeburn recorded a {kind} of that name, and a {'folder' if is_folder else 'file'} is there now"
@@ -211,6 +265,65 @@ def _manifest_vouches(path: Path) -> bool:
     except manifest_io.ManifestError:
         return False
     return data is not None and manifest_io.problem(path, data) is None
+
+
+def saved_state(path: str | os.PathLike) -> bool:
+    """A folder that a braeburn save wrote: its manifest vouches for every file in it. This proves the folder's
+    integrity, not that braeburn wrote it *there* (it may be a copy): only a writer asked for that very folder
+    (save_state() of the same folder, the Accelerator's own numbered checkpoints) may replace it on this proof."""
+    path = Path(path)
+    return path.is_dir() and not path.is_symlink() and _manifest_vouches(path)
+
+
+def _run_id(checkpoint: Path) -> str | None:
+    """The run id in a checkpoint's trainer_state.json (read capped, never blocking), or None."""
+    try:
+        state = json.loads(no_follow.read_capped(checkpoint / "trainer_state.json", MAX_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    run = state.get("run_id") if isinstance(state, dict) else None
+    return run if isinstance(run, str) and run else None
+
+
+def earlier_braeburn_run(folder: str | os.PathLike) -> dict[str, str]:
+    """What a braeburn from before the record wrote in ``folder`` (which has no record): its ``checkpoint-N``
+    folders, each vouched for by a Trainer manifest (with the step) and all of one run (the run id in their
+    trainer_state.json), and its metrics log (``metrics.jsonl``, JSON lines with a step). Empty unless all of
+    that holds: a folder of the user's, or a checkpoint copied in, is never taken for an earlier run."""
+    folder = Path(folder)
+    checkpoints = [p for p in folder.iterdir() if _CHECKPOINT.match(p.name)] if folder.is_dir() else []
+    runs = set()
+    for path in checkpoints:
+        try:
+            data = manifest_io.read(path) if path.is_dir() and not path.is_symlink() else None
+        except manifest_io.ManifestError:
+            data = None
+        if data is None or "step" not in data or manifest_io.problem(path, data) is not None:
+            return {}
+        runs.add(_run_id(path))
+    if len(runs) != 1 or None in runs or not _metrics_log(folder / "metrics.jsonl"):
+        return {}
+    return {**{p.name: FOLDER for p in checkpoints}, "metrics.jsonl": FILE}
+
+
+def _metrics_log(path: Path) -> bool:
+    try:
+        first = no_follow.read_capped(path, 1 << 16).split(b"\n", 1)[0]
+        line = json.loads(first.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(line, dict) and isinstance(line.get("step"), int)
+
+
+def braeburn_ran_here(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds a record of braeburn's (a run wrote there), or the files of a braeburn run from
+    before the record (:func:`earlier_braeburn_run`). Without either, no manifest makes an entry braeburn's."""
+    try:
+        if _load(Path(folder)) is not None:
+            return True
+    except MarkerError:
+        return False
+    return bool(earlier_braeburn_run(folder))
 
 
 def owns(folder: str | os.PathLike, name: str) -> bool:
@@ -341,6 +454,6 @@ def publish(staging: str | os.PathLike, folder: str | os.PathLike, need: str, fi
     return names
 
 
-__all__ = ["FILE", "FOLDER", "ForeignFileError", "KINDS", "MARKER", "MarkerError", "SET_ASIDE", "STAGING", "claim",
-           "foreign", "forget", "may_write", "movable", "owns", "prune", "publish", "recorded", "refusal",
-           "set_aside_folders", "staged", "why_not"]
+__all__ = ["FILE", "FOLDER", "ForeignFileError", "KINDS", "MARKER", "MarkerError", "SET_ASIDE", "STAGING",
+           "braeburn_ran_here", "claim", "earlier_braeburn_run", "foreign", "forget", "may_write", "movable", "owns",
+           "prune", "publish", "recorded", "refusal", "saved_state", "set_aside_folders", "staged", "why_not"]

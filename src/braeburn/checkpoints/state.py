@@ -167,6 +167,8 @@ def check_replaceable(output_dir: str | os.PathLike) -> None:
     if not (target.exists() or target.is_symlink()) or (target.is_dir() and not target.is_symlink()
                                                         and not any(target.iterdir())):
         return
+    if ownership.saved_state(target):  # a state braeburn saved, and save_state() was asked for this very folder
+        return
     why = ownership.why_not(target.parent, target.name)
     if why is None and target.is_dir():
         return
@@ -303,7 +305,7 @@ def model_file(index: int) -> str:
 
 
 def model_pickle(index: int) -> str:
-    """The torch.save file of a model's weights: every checkpoint before issue 31, and now only a state dict
+    """The torch.save file of a model's weights: every earlier checkpoint, and now only a state dict
     that safetensors cannot hold (a non-tensor extra state, a sparse or quantized tensor)."""
     return f"model_{index}.pt"
 

@@ -216,21 +216,35 @@ def expected_seconds(step_seconds: float, warmup: int, steps: int, max_seconds: 
     return step_seconds * (min(warmup, within) + min(steps, within))
 
 
-def _warm_up(step, kind: DeviceKind, warmup: int, steps: int, max_seconds: float, label: str) -> None:
-    """Up to ``warmup`` untimed steps, stopped after ``max_seconds`` (at least one). After the first, a slow workload
-    says how long it will take here and how to shorten it."""
-    started = time.perf_counter()
-    for done in range(warmup):
-        if done and time.perf_counter() - started >= max_seconds:
-            break
+def _warm_up(step, kind: DeviceKind, warmup: int, steps: int, max_seconds: float, label: str, size: str) -> int:
+    """Up to ``warmup`` untimed steps, stopped after ``max_seconds`` (at least one); returns how many ran. A slow
+    workload says how long it will take here and how to shorten it, from its second (warm) step's time: the first
+    pays one-time costs (allocation, kernel selection). Where the warm-up stops after one step, the first step's
+    time gives an upper estimate."""
+    started = last = time.perf_counter()
+    done = 0
+    while done < warmup and not (done and time.perf_counter() - started >= max_seconds):
         step()
-        if done == 0:
-            kind.synchronize()  # the first step's time, for the estimate (an untimed step: the sync costs nothing)
-            first = time.perf_counter() - started
-            total = expected_seconds(first, warmup, steps, max_seconds)
-            if total >= 10:
-                _say(f"{label}: {first:.1f} s a step, so about {_duration(total)} for this one (warm-up and timing "
-                     f"each stop after --max-seconds {max_seconds:g}); --size tiny, or fewer --steps, is quicker")
+        done += 1
+        if done <= 2:  # the first two steps are timed for the estimate (untimed steps: the sync costs nothing)
+            kind.synchronize()
+            now = time.perf_counter()
+            seconds, last = now - last, now
+            if done == 2 or done == warmup or now - started >= max_seconds:  # a warm step, or the only one
+                _estimate(seconds, warm=done == 2, warmup=warmup, steps=steps, max_seconds=max_seconds,
+                          label=label, size=size)
+    return done
+
+
+def _estimate(step_seconds: float, *, warm: bool, warmup: int, steps: int, max_seconds: float, label: str,
+              size: str) -> None:
+    total = expected_seconds(step_seconds, warmup, steps, max_seconds)
+    if total < 10:
+        return
+    quicker = "fewer --steps, or a lower --max-seconds," if size == "tiny" else "--size tiny, or fewer --steps,"
+    took = "s a step, so about" if warm else "s for the first step (which pays one-time costs), so at most about"
+    _say(f"{label}: {step_seconds:.1f} {took} {_duration(total)} for this one (warm-up and timing each stop after "
+         f"--max-seconds {max_seconds:g}); {quicker} is quicker")
 
 
 def _duration(seconds: float) -> str:
@@ -238,7 +252,7 @@ def _duration(seconds: float) -> str:
 
 
 def time_training(built, kind: DeviceKind, host, precision: str, batch_size: int, warmup: int, steps: int,
-                  max_seconds: float, label: str = "") -> dict:
+                  max_seconds: float, label: str = "", size: str = "") -> dict:
     """samples/s of full training steps (forward, backward, AdamW step) on one synthetic batch."""
     model, optimizer, batch = _one_batch(built, kind, batch_size)
     policy, used = _policy(kind, host, precision)
@@ -250,7 +264,7 @@ def time_training(built, kind: DeviceKind, host, precision: str, batch_size: int
         policy.step(optimizer)
         optimizer.zero_grad(set_to_none=True)
 
-    _warm_up(step, kind, warmup, steps, max_seconds, label or kind.name)
+    warmed = _warm_up(step, kind, warmup, steps, max_seconds, label or kind.name, size)
     kind.synchronize()
     done, start = 0, time.perf_counter()
     while done < steps:
@@ -263,7 +277,7 @@ def time_training(built, kind: DeviceKind, host, precision: str, batch_size: int
     del model, optimizer, batch
     gc.collect()
     kind.empty_cache()
-    return {"device": kind.name, "precision": used, "batch_size": batch_size, "steps": done,
+    return {"device": kind.name, "precision": used, "batch_size": batch_size, "steps": done, "warmup": warmed,
             "step_ms": seconds / done * 1e3, "samples_per_s": done * batch_size / seconds}
 
 
@@ -289,7 +303,7 @@ def bench_workload(name: str, args, kinds: list[DeviceKind], host, peaks: dict) 
              f"{args.steps} timed steps...")
         precision, measured = resolve_precision(built, kind, host, args.mixed_precision, batch_size)
         row = {**time_training(built, kind, host, precision, batch_size, args.warmup, args.steps, args.max_seconds,
-                               label=f"{name} ({args.size}) on {kind.name}"),
+                               label=f"{name} ({args.size}) on {kind.name}", size=args.size),
                **measured}
         _say(f"{name} on {kind.name}: {row['samples_per_s']:.1f} samples/s")
         _add_mfu(row, flops, peaks[kind.name])
@@ -345,7 +359,7 @@ def run_workloads(args, host) -> dict:
         result["verdict"] = verdict(result)
     return {"devices": list(peaks.values()), "workloads": results, "skipped": skipped,
             "settings": {"size": args.size, "steps": args.steps, "warmup": args.warmup,
-                         "mixed_precision": args.mixed_precision}}
+                         "mixed_precision": args.mixed_precision, "max_seconds": args.max_seconds}}
 
 
 # -- output -------------------------------------------------------------------------------------
@@ -365,6 +379,23 @@ def _flops(tflops: float | None) -> str:
     return f"{tflops / 1e-6:.2g} M"
 
 
+def _span(values: list[int]) -> str:
+    low, high = min(values), max(values)
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
+def _counts(rows: list[dict], settings: dict) -> str:
+    """The steps each row really timed after its real warm-up (--max-seconds may cut both short of the asked)."""
+    if not rows:
+        return f"{settings['steps']} timed steps after {settings['warmup']} warm-up"
+    steps = [row["steps"] for row in rows]
+    warmups = [row.get("warmup", settings["warmup"]) for row in rows]
+    text = f"{_span(steps)} timed step{'s' if max(steps) > 1 else ''} after {_span(warmups)} warm-up"
+    if min(steps) < settings["steps"] or min(warmups) < settings["warmup"]:
+        text += f" (asked {settings['steps']} after {settings['warmup']}: --max-seconds {settings['max_seconds']:g} cut it)"
+    return text
+
+
 def render(results: dict) -> None:
     from rich.table import Table
 
@@ -378,17 +409,22 @@ def render(results: dict) -> None:
         devices.add_row(name, _flops(peaks.get("fp32")), _flops(peaks.get("bf16")), _num(d["h2d_gbps"], ".1f"))
     console.print(devices)
     settings = results["settings"]
-    table = Table(title=f"Training throughput ({settings['size']} size, {settings['steps']} timed steps after "
-                  f"{settings['warmup']} warm-up)", title_justify="left")
+    rows = [row for result in results["workloads"] for row in result["devices"]]
+    table = Table(title=f"Training throughput ({settings['size']} size, {_counts(rows, settings)})",
+                  title_justify="left")
     for column in ("workload", "device", "dtype", "batch", "samples/s", "step ms", "vs CPU", "FLOP/s", "MFU"):
         table.add_column(column, justify="left" if column in ("workload", "device", "dtype") else "right")
     for result in results["workloads"]:
         for row in result["devices"]:
             table.add_row(result["workload"], row["device"], DTYPE_OF[row["precision"]], str(row["batch_size"]),
-                          _num(row["samples_per_s"], ".1f"), _num(row["step_ms"], ".2f"),
+                          _num(row["samples_per_s"], ".1f") + ("*" if row["steps"] == 1 else ""),
+                          _num(row["step_ms"], ".2f"),
                           _num(row["speedup_vs_cpu"], ".2f") + "x" if row["speedup_vs_cpu"] else "-",
                           _flops(row["achieved_tflops"]), _num(row["mfu"] and row["mfu"] * 100, ".1f") + "%")
     console.print(table)
+    if any(row["steps"] == 1 for row in rows):
+        console.print("* one timed step (--max-seconds cut the timing): a single sample, not a median; raise "
+                      "--max-seconds for a steadier figure")
     if len(results["devices"]) < 2:
         console.print(f"only {results['devices'][0]['device']} was benchmarked, so there is nothing to compare "
                       "(`braeburn doctor` says why no accelerator is usable here)")
@@ -500,6 +536,9 @@ def _check_numbers(args) -> None:
                                ("--batch-size", args.batch_size, 1)):
         if value is not None and value < least:
             raise ValueError(f"{flag} {value}: must be at least {least}")
+    if not (math.isfinite(args.max_seconds) and args.max_seconds > 0):
+        raise ValueError(f"--max-seconds {args.max_seconds:g}: must be a number of seconds above 0 (each phase stops "
+                         "after this long, after at least one step); pass e.g. --max-seconds 30")
     if args.script and not Path(args.script).is_file():
         raise ValueError(f"script {args.script!r} does not exist; pass the path of a training script, or "
                          "no script to run the built-in workloads")

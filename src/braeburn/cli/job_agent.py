@@ -2,13 +2,16 @@
 
     python -m braeburn.cli.job_agent TORCHRUN-ARGUMENTS...
 
+(`braeburn launch` starts it through ``-c`` code that first takes the working folder off ``sys.path``: see
+braeburn.cli.launch.python_running.)
+
 The same agent, with three things its own entry point lacks:
 
 - It ends the job when `braeburn launch` dies, even by SIGKILL (a scheduler's grace-period kill, the
   OOM killer): it holds the read end of a pipe whose write end only the launcher holds, and the
   kernel closes that end when the launcher dies, however it dies. End of file sends this process
   SIGTERM, and torchrun's own handler stops every worker. A pipe works on Linux and macOS alike.
-- Stopped by SIGINT or SIGTERM it exits 128+N, as a shell reports a process a signal ended, with
+- Stopped by SIGINT, SIGTERM or SIGHUP it exits 128+N, as a shell reports a process a signal ended, with
   the workers stopped and no traceback of its own (torchrun raises its SignalException to the top).
 - It exits at once when the job is over, skipping the seconds the interpreter takes to tear down
   torch's modules (longer on a loaded machine), so Ctrl-C returns the prompt as soon as the workers

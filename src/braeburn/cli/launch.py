@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -61,41 +62,59 @@ def run(args: argparse.Namespace) -> int:
     resolved = resolve_multi_gpu(resolve_settings(launch_flags(args), os.environ, args.config_file), current_host())
     plan = plan_launch(resolved, current_host())
     settings = resolved.settings
-    for line in ignored_option_lines(plan, resolved):
+    for line in [*(f"note: {note}" for note in resolved.notes), *ignored_option_lines(plan, resolved)]:
         print(f"braeburn launch: {line}", file=sys.stderr, flush=True)
     env = child_environment(plan, settings, os.environ, device_reason=launch_device_reason(resolved, os.environ))
     problems = plan.device.env_problems(env, current_host().system)  # the pair the child's torch will read
     if problems:
         raise ConfigError([], problems)
     _say_outer_job_ignored(os.environ, settings)
-    port = 0
-    if uses_elastic_launch(settings):
+    elastic, port, log_dir = uses_elastic_launch(settings), 0, None
+    if elastic:
         port = settings.main_process_port or (MULTI_NODE_DEFAULT_PORT if settings.num_machines > 1 else free_port())
         if settings.machine_rank == 0 and not args.dry_run:
             check_port_free(settings.main_process_ip or LOCALHOST, port)
-    log_dir = None
-    if uses_elastic_launch(settings):  # ours, so that torchrun makes no torchelastic_* folder it never removes
-        log_dir = "<a new folder>" if args.dry_run else tempfile.mkdtemp(prefix="braeburn-launch-")
+    if elastic:  # ours, so that torchrun makes no torchelastic_* folder it never removes
+        log_dir = NEW_FOLDER if args.dry_run else tempfile.mkdtemp(prefix="braeburn-launch-")
     quiet = log_dir is not None and not args.every_process_prints and settings.num_processes > settings.num_machines
     command = build_command(settings, plan, args.script, args.script_args, module=args.module, port=port,
                             quiet_output_dir=log_dir if quiet else None, log_dir=log_dir)
     if args.dry_run:
-        added = {k: v for k, v in env.items() if os.environ.get(k) != v}
-        print(" ".join(command))
-        for name, value in sorted(added.items()):
-            print(f"  {name}={value}")
+        print_dry_run(command, env, os.environ, quiet=quiet, elastic=elastic)
         return 0
     if quiet:
         env.update(quiet_output_environment(log_dir))
         print(f"braeburn launch: {settings.num_processes} processes; the standard output of all but the first on "
-              f"each machine goes to {log_dir} (--every-process-prints shows it here)", file=sys.stderr, flush=True)
+              f"each machine goes to {log_dir} (removed after a clean job; kept when a rank fails or the job is "
+              "stopped; --every-process-prints shows it here instead)", file=sys.stderr, flush=True)
     code = 1
     try:
-        code = run_child(command, env, own_session=uses_elastic_launch(settings))
+        code = run_child(command, env, own_session=elastic)
     finally:
         if log_dir is not None:
             end_log_folder(log_dir, code)
     return code
+
+
+NEW_FOLDER = "<a new folder>"  # what --dry-run shows for the log folder a launch would make
+
+
+def print_dry_run(command: list[str], env: Mapping[str, str], parent: Mapping[str, str], *, quiet: bool,
+                  elastic: bool) -> None:
+    """The command (quoted for a shell), then every variable the launch would add or change, and unset."""
+    from .job_agent import LAUNCHER_PIPE_VAR
+    from .rank_output import OUTPUT_DIR_VAR, SAY_ONCE_VAR
+
+    added = {name: value for name, value in env.items() if parent.get(name) != value}
+    if quiet:  # made with the folder, at the start
+        added[OUTPUT_DIR_VAR], added[SAY_ONCE_VAR] = NEW_FOLDER, f"{NEW_FOLDER}/{SAY_ONCE_FILE}"
+    if elastic:
+        added[LAUNCHER_PIPE_VAR] = "<the descriptor of a pipe only the launcher writes to>"
+    print(shlex.join(command))
+    for name, value in sorted(added.items()):
+        print(f"  {name}={value}")
+    for name in sorted(set(parent) - set(env)):
+        print(f"  unset {name}")
 
 
 def launch_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -128,15 +147,14 @@ def resolve_multi_gpu(resolved: ResolvedSettings, host: HostFacts) -> ResolvedSe
     kinds = [kind for kind in accelerator_kinds() if kind.availability(host).usable and kind.process_group_backend]
     problem = _multi_gpu_problem(settings, kinds, host, resolved.sources.get("multi_gpu", Source("default", "")))
     if problem is not None:  # said once: the plan goes on without it
-        return ResolvedSettings(replace(settings, multi_gpu=False), resolved.sources, resolved.config_file,
-                                [*resolved.problems, problem])
+        return replace(resolved, settings=replace(settings, multi_gpu=False), problems=[*resolved.problems, problem])
     if resolved.sources.get("num_processes", Source("default", "")).kind != "default":
         return resolved
     ids = settings.gpu_ids
     per_machine = kinds[0].device_count(host) if ids == "all" else len(ids.split(","))
     sources = {**resolved.sources, "num_processes": Source("default", "multi_gpu: one process per GPU")}
-    return ResolvedSettings(replace(settings, num_processes=per_machine * settings.num_machines), sources,
-                            resolved.config_file, resolved.problems)
+    return replace(resolved, settings=replace(settings, num_processes=per_machine * settings.num_machines),
+                   sources=sources)
 
 
 def _multi_gpu_problem(settings: LaunchSettings, kinds: list, host: HostFacts, source: Source) -> SettingProblem | None:
@@ -345,7 +363,8 @@ def build_command(settings: LaunchSettings, plan: Plan, target: str, target_args
     there (torchrun's --redirects), so that the job speaks once per machine; standard error is left alone.
     Each process then starts in braeburn.cli.rank_output, which keeps a rank whose file cannot be written
     (a full disk) alive. ``log_dir``: torchrun's folder for its error files (else it makes one in the temp
-    folder, and never removes it); ``quiet_output_dir`` is used for both."""
+    folder, and never removes it); ``quiet_output_dir`` is used for both. Braeburn's own modules start through
+    :func:`python_running`."""
     run_target = (["-m"] if module else []) + [target, *target_args]
     if not uses_elastic_launch(settings):
         return [sys.executable, *run_target]
@@ -355,16 +374,25 @@ def build_command(settings: LaunchSettings, plan: Plan, target: str, target_args
     logs = ["--log-dir", log_dir] if log_dir else []
     if quiet_output_dir and per_node > 1:
         logs += ["--redirects", ",".join(f"{rank}:1" for rank in range(1, per_node))]
-        # `-mmodule` in one word: torchrun names a failed job after the first word not starting with "-",
-        # which is then the user's script, as without the wrapper
-        run_target = ["--no-python", sys.executable, "-u", "-mbraeburn.cli.rank_output", *run_target]
-    return [sys.executable, "-m", "braeburn.cli.job_agent",  # torch.distributed.run, ended with the launcher
+        run_target = ["--no-python", *python_running("braeburn.cli.rank_output", "-u"), *run_target]
+    return [*python_running("braeburn.cli.job_agent"),  # torch.distributed.run, ended with the launcher
             "--nnodes", str(settings.num_machines),
             "--nproc-per-node", str(per_node),
             "--node-rank", str(settings.machine_rank),
             "--rdzv-backend", "static", "--master-addr", address, "--master-port", str(port),
             "--max-restarts", str(settings.max_restarts), *logs,
             *run_target]
+
+
+def python_running(module: str, *options: str) -> list[str]:
+    """``python -m module``, but with the working folder taken off ``sys.path`` before anything is imported:
+    `python -m` puts it first, and a ``token.py`` or ``platform.py`` of the user's there would be imported in
+    place of the standard library's by braeburn or torch, and break the launch. (PYTHONSAFEPATH, where set,
+    kept it off already.) The same code on every Python braeburn runs on: ``-P`` exists only from 3.11, and
+    would also show in the script's ``sys.flags`` and in its children's command lines. One word, ``-c...``:
+    torchrun names a failed job after the first word not starting with "-", which stays the user's script."""
+    code = f"import sys; getattr(sys.flags, 'safe_path', False) or sys.path.pop(0); from {module} import main; main()"
+    return [sys.executable, *options, "-c" + code]
 
 
 SAY_ONCE_FILE = ".say-once"
@@ -404,7 +432,8 @@ def end_log_folder(folder: str, code: int) -> None:
 
 # -- running it -------------------------------------------------------------------------------------
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# SIGHUP: the terminal or the ssh session closed; without a handler the launcher died, its log folder left unnamed
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
 # After a stop signal the job has this long to end by itself (a Trainer saves a checkpoint first;
 # torchrun gives its workers the same 30 s); then, or at a second signal, every process is killed.
 STOP_GRACE_S = 30.0
@@ -520,8 +549,8 @@ def _start(command: list[str], env: Mapping[str, str], watch_read: int | None) -
 
 def run_child(command: list[str], env: Mapping[str, str], *, own_session: bool = False) -> int:
     """Run ``command`` until it ends; its exit status is ours (128 + N when signal N ended it, as a shell
-    reports). With ``own_session`` (torchrun's agent) the job gets a session of its own, every SIGINT and
-    SIGTERM is passed on, the job stops with 128 + N, and it ends when the launcher dies, even by SIGKILL
+    reports). With ``own_session`` (torchrun's agent) the job gets a session of its own, every SIGINT,
+    SIGTERM and SIGHUP is passed on, the job stops with 128 + N, and it ends when the launcher dies, even by SIGKILL
     (see job_agent.py). A single script stays in the terminal's group (it may read from it) and, on Linux,
     gets SIGTERM when the launcher dies."""
     job = _Job(forward_always=own_session)

@@ -26,7 +26,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from ..plan.config_files import ConfigFileError, excerpt, load_toml, read_text
+from ..plan.config_files import ConfigFileError, HiddenValue, excerpt, load_toml, read_text, shown, syntax_error_place
 from ..devices.base import PRECISIONS
 from ..plan.envvars import DEVICE_VAR
 from ..plan.rules import STRATEGIES
@@ -214,10 +214,16 @@ class SettingProblem:
     why: str
     fix: str
     overridable: bool = False  # no problem when a flag or the environment gives the key instead
+    note: bool = False  # not a problem: something the launch does differently from what the file seems to say
 
     def __str__(self) -> str:
-        value = "" if self.value is _NO_VALUE else f" = {excerpt(self.value)}"  # a huge value is cut short
-        return f"{self.where}: {self.key}{value}: {self.why}. Fix: {self.fix}."
+        if self.value is _NO_VALUE:
+            value = ""
+        elif isinstance(self.value, HiddenValue):  # a config file's value that may hold a secret
+            value = f" ({self.value.shape}, not shown)"
+        else:
+            value = f" = {excerpt(self.value)}"  # a huge value is cut short
+        return f"{self.where}: {self.key}{value}: {self.why}. {'' if self.note else 'Fix: '}{self.fix}."
 
 
 _NO_VALUE = object()
@@ -243,15 +249,16 @@ def default_config_path(env: Mapping[str, str] | None = None) -> Path:
     return root / CONFIG_DIR_NAME / CONFIG_FILE_NAME
 
 
-def _toml_syntax_problem(path: Path, text: str, error: Exception) -> SettingProblem:
-    message = str(error)
-    found = re.search(r"line (\d+), column (\d+)", message)
-    line_no = int(found.group(1)) if found else None
-    reason = re.sub(r"\s*\(at .*\)$", "", message)
-    lines = text.splitlines()
-    shown = f": {excerpt(lines[line_no - 1].strip())}" if line_no and line_no <= len(lines) else ""
-    where = f"{path}, line {line_no}" if line_no else str(path)
-    return SettingProblem(where, "(syntax)", _NO_VALUE, f"not valid TOML ({reason}){shown}",
+def _syntax_place(path: Path, error: Exception) -> tuple[str, str]:
+    """("FILE, line L, column C", what is wrong), never the line's text: it may hold a secret."""
+    reason, line, column = syntax_error_place(error)
+    where = str(path) + (f", line {line}" if line else "") + (f", column {column}" if line and column else "")
+    return where, reason
+
+
+def _toml_syntax_problem(path: Path, error: Exception) -> SettingProblem:
+    where, reason = _syntax_place(path, error)
+    return SettingProblem(where, "(syntax)", _NO_VALUE, f"not valid TOML ({reason})",
                           "correct that line (strings need quotes: mixed_precision = \"bf16\"), or rewrite the "
                           f"file with `braeburn config --default --force --config-file {path}`")
 
@@ -277,13 +284,19 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], list[SettingProblem]]:
     try:
         raw = load_toml(text)
     except tomllib.TOMLDecodeError as error:
-        return {}, [_toml_syntax_problem(path, text, error)]
+        return {}, [_toml_syntax_problem(path, error)]
     except ConfigFileError as error:  # nested too deep
         return {}, [SettingProblem(str(path), "(file)", _NO_VALUE, str(error), "write one key = value per line")]
     return _values_from_table(path, raw)
 
 
+def _format(path: Path) -> str:
+    return "JSON" if path.suffix.lower() == ".json" else "YAML"
+
+
 def _read_accelerate_config(path: Path) -> tuple[dict[str, Any], list[SettingProblem]]:
+    import json
+
     import yaml
 
     from ..compat.accelerate.config_file import VALUE_NOT_SHOWN, read_accelerate_file, settings_from_accelerate
@@ -294,14 +307,20 @@ def _read_accelerate_config(path: Path) -> tuple[dict[str, Any], list[SettingPro
         return {}, [SettingProblem(str(path), "(file)", _NO_VALUE, "the config file does not exist",
                                    "check the path (an `accelerate config` file is usually "
                                    "~/.cache/huggingface/accelerate/default_config.yaml)")]
+    except (json.JSONDecodeError, yaml.MarkedYAMLError) as error:
+        where, reason = _syntax_place(path, error)
+        return {}, [SettingProblem(where, "(syntax)", _NO_VALUE, f"not valid {_format(path)} ({reason})",
+                                   "correct that line, or write the file again with `accelerate config`")]
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as error:
-        reason = " ".join(str(error).split())
+        reason = " ".join(str(error).split())  # the file system's, the decoder's or braeburn's words: no file text
         return {}, [SettingProblem(str(path), "(file)", _NO_VALUE, f"cannot be read as Accelerate's config file "
                                    f"({excerpt(reason)})", "write it again with `accelerate config`, or give "
                                    "braeburn's TOML file (`braeburn config`)")]
     raw, refusals = settings_from_accelerate(table)
     problems = [SettingProblem(str(path), key, _NO_VALUE if value is VALUE_NOT_SHOWN else value, why, fix)
                 for key, value, why, fix in refusals]
+    problems += [SettingProblem(str(path), key, value, why, fix, overridable=True, note=True)
+                 for key, value, why, fix in raw.pop("_notes", [])]
     if raw.pop("_num_processes_from_command_line", False):
         problems.append(SettingProblem(str(path), "num_processes", -1, "-1 means the count is given on the "
                                        "command line (as in Accelerate)", "pass --num-processes N", overridable=True))
@@ -323,8 +342,8 @@ def _values_from_table(path: Path, raw: Mapping[str, Any]) -> tuple[dict[str, An
             continue
         try:
             values[key] = _FIELDS[key].metadata["parse"](value, False)
-        except Invalid as bad:
-            problems.append(SettingProblem(str(path), key, value, bad.why, bad.fix))
+        except Invalid as bad:  # not a legal value: shown only where it is a number or true/false
+            problems.append(SettingProblem(str(path), key, shown(value), bad.why, bad.fix))
     if unknown > MAX_LISTED_UNKNOWN:
         problems.append(SettingProblem(str(path), f"({unknown - MAX_LISTED_UNKNOWN:,} more unknown keys)", _NO_VALUE,
                                        f"not listed (only the first {MAX_LISTED_UNKNOWN} are)",
@@ -403,6 +422,7 @@ class ResolvedSettings:
     sources: dict[str, Source]
     config_file: Path | None  # the file read, if any
     problems: list[SettingProblem]
+    notes: list[SettingProblem] = field(default_factory=list)  # said before the launch, which goes on
 
     def raise_for_problems(self) -> None:
         if self.problems:
@@ -461,9 +481,10 @@ def resolve_settings(flags: Mapping[str, Any], env: Mapping[str, str], config_fi
     settings = replace(LaunchSettings(), **chosen)
     where = {name: _where(sources[name]) for name in SETTING_NAMES}
     problems = [p for p in problems if not (p.overridable and (p.key in flag_values_ or p.key in env_values))]
-    problems = problems + env_problems + flag_problems + check_settings(settings, where)
+    notes = [p for p in problems if p.note]
+    problems = [p for p in problems if not p.note] + env_problems + flag_problems + check_settings(settings, where)
     read = path if (config_file is not None or path.exists()) else None
-    return ResolvedSettings(settings, sources, read, problems)
+    return ResolvedSettings(settings, sources, read, problems, notes)
 
 
 def _where(source: Source) -> str:

@@ -2,7 +2,7 @@
 
 Padding each batch to its longest sequence ("dynamic padding") computes the fewest tokens, but on
 a GPU every new length costs: the attention kernels plan anew for each shape (0.2-2.4 s the
-first time a length is seen on an H100, issue 20), a compiled graph recompiles, and the MPS graph
+first time a length is seen on an H100), a compiled graph recompiles, and the MPS graph
 cache grows by one entry per shape. Padding to the longest length wastes compute on short
 batches. :func:`bucket_length` takes the middle way: multiples of 16 up to 128 tokens, of 32 up
 to 256, of 64 beyond: at most 8 lengths up to 128, 16 up to 512, at most 15% more tokens than

@@ -79,11 +79,42 @@ def _float64_names(data: Any, name: str = "batch") -> list[str]:
     return []
 
 
+def model_is_float64(model: torch.nn.Module) -> bool:
+    """True when the model computes in float64: its first floating-point parameter is float64 (as a model's
+    ``dtype`` is read in Transformers)."""
+    for tensor in model.parameters():
+        if tensor.is_floating_point():
+            return tensor.dtype == torch.float64
+    return False
+
+
+def float64_model_kept(model: torch.nn.Module, cast_reason: str | None) -> bool:
+    """Where the device has no float64 (``cast_reason``, the device kind's ``float64_cast_reason``), a float64
+    model is cast to float32 (:func:`cast_float64_model`); elsewhere a model the user made float64 trains in
+    float64 as given, with one line saying so. True when a float64 model is kept: its batches then stay float64."""
+    if cast_reason:
+        cast_float64_model(model, cast_reason)
+        return False
+    if not model_is_float64(model):
+        return False
+    warn(f"braeburn: the model is float64: it trains in float64 as given (call model.float() before prepare() to "
+         "train in float32, which is faster and what a device without float64 would use)", stacklevel=4)
+    return True
+
+
+def float64_batch_reason(cast_reason: str | None, float64_model: bool) -> str | None:
+    """Why float64 batches become float32: the device has no float64 (``cast_reason``), or the model computes in
+    float32 (float64 data, as numpy gives it, would fail in its first layer); None where a float64 model is fed."""
+    if cast_reason:
+        return cast_reason
+    return None if float64_model else "the model computes in float32"
+
+
 def cast_float64_model(model: torch.nn.Module, reason: str) -> None:
     """Cast ``model``'s float64 parameters and buffers to float32 in place (the same Parameter objects, so an
     optimizer made before keeps them); one line names them and gives ``reason`` (the device kind's
     ``float64_cast_reason``: on a device without float64, ``model.to(device)`` would fail with "Cannot convert a
-    MPS Tensor to float64 dtype", and every kind casts, so that a script runs the same on each)."""
+    MPS Tensor to float64 dtype")."""
     tensors = [*model.named_parameters(), *model.named_buffers()]
     names = [name for name, tensor in tensors if tensor.dtype == torch.float64]
     if not names:
@@ -95,7 +126,7 @@ def cast_float64_model(model: torch.nn.Module, reason: str) -> None:
                 tensor.grad = tensor.grad.float()
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     warn(f"braeburn: the model's {shown} {'is' if len(names) == 1 else 'are'} float64; {reason}: cast to float32 "
-         "before moving the model (call model.float() before prepare() to make this explicit)", stacklevel=4)
+         "before moving the model (call model.float() before prepare() to make this explicit)", stacklevel=5)
 
 
 def cast_float64(batch: Any, announced: set[str], reason: str) -> Any:
@@ -226,9 +257,9 @@ class DeviceDataLoader:
     def __init__(self, loader: DataLoader, device: torch.device, *, pin_memory: bool = False,
                  num_processes: int = 1, process_index: int = 0, seed: int = 0,
                  tracker: BatchTracker | None = None, host: HostFacts | None = None,
-                 float64_to_float32: str | None = None):
+                 float64_to_float32: str | Callable[[], str | None] | None = None):
         self.original, self.device = loader, device
-        self.float64_to_float32 = float64_to_float32  # why float64 becomes float32 here; None: kept (cast_float64)
+        self._float64_reason = float64_to_float32  # a callable asks at each batch: the model may be prepared later
         self._cast_names: set[str] = set()
         self.non_blocking = pin_memory  # async copies only from pinned memory
         self.tracker = tracker if tracker is not None else BatchTracker()
@@ -246,6 +277,12 @@ class DeviceDataLoader:
             raise ValueError(_cannot_shard_message(loader, num_processes))
         else:
             self.loader = loader  # a custom sampler, batch sampler or iterable dataset: used as it is
+
+    @property
+    def float64_to_float32(self) -> str | None:
+        """Why float64 batches become float32 here; None: kept (cast_float64)."""
+        reason = self._float64_reason
+        return reason() if callable(reason) else reason
 
     # what code written for a DataLoader looks at
     @property
@@ -279,8 +316,9 @@ class DeviceDataLoader:
             last = self.batches_yielded >= total
             self.tracker.end_of_dataloader = last
             self.tracker.remainder = self._remainder() if last else -1
-            if self.float64_to_float32:
-                batch = cast_float64(batch, self._cast_names, self.float64_to_float32)
+            reason = self.float64_to_float32
+            if reason:
+                batch = cast_float64(batch, self._cast_names, reason)
             yield move_to_device(batch, self.device, non_blocking=self.non_blocking)
         self.epoch, self.batches_yielded = self.epoch + 1, 0
 
@@ -375,4 +413,5 @@ def truncate_padding(data: Any, keep: int) -> Any:
 
 
 __all__ = ["DeviceDataLoader", "ShardSampler", "BatchTracker", "move_to_device", "apply_to_tensors",
-           "truncate_padding", "first_dim", "cast_float64", "cast_float64_model"]
+           "truncate_padding", "first_dim", "cast_float64", "cast_float64_model", "float64_model_kept",
+           "float64_batch_reason", "model_is_float64"]

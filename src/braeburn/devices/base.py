@@ -111,11 +111,10 @@ class DeviceKind(ABC):
 
     def float64_cast_reason(self) -> str | None:
         """Why float64 models and batches become float32 on the way to this kind (one line says so, the first time),
-        or None where they stay float64. Every kind casts: a script then runs the same on every device, whether
-        it was written where float64 cannot run (the cast is needed there) or where it can (it does not break on
-        the other)."""
-        return "braeburn trains in float32 on every device, so that a script runs the same on each (some have no " \
-               "float64)"
+        or None where this kind computes in float64: there a model the user made float64 trains in float64 as given
+        (and its batches stay float64), and float64 batches become float32 only for a float32 model
+        (braeburn.data.loader.float64_batch_reason). A script then runs on every device."""
+        return None if self.supports_float64 else f"{self.name} has no float64"
 
     def env_before_torch(self, *, fallback: bool = True, high_watermark: float | None = None,
                          low_watermark: float | None = None) -> dict[str, str]:

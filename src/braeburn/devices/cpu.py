@@ -45,4 +45,18 @@ class CpuDevice(DeviceKind):
     def memory_stats(self) -> dict[str, int]:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         # ru_maxrss is KiB on Linux and bytes on macOS.
-        return {"peak_bytes": peak if sys.platform == "darwin" else peak * 1024}
+        stats = {"peak_bytes": peak if sys.platform == "darwin" else peak * 1024}
+        total = _physical_memory()
+        if total:
+            stats["total_bytes"] = total  # the CPU device's memory is the machine's
+        return stats
+
+
+def _physical_memory() -> int | None:
+    """The machine's physical memory in bytes, where the system says (Linux, macOS)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -17,7 +17,7 @@ class CudaDevice(DeviceKind):
     process_group_backend: ClassVar[str | None] = "nccl"
     pin_memory_helps: ClassVar[bool] = True
     channels_last_helps: ClassVar[bool] = True  # tensor-core convolutions in cuDNN are NHWC-native
-    # MRPC on an H100: attention's first call at a new length took 0.2-2.4 s (issue 20); 5 shapes cost more
+    # MRPC on an H100: attention's first call at a new length took 0.2-2.4 s; 5 shapes cost more
     # than padding 64..103 tokens to 128 saves at batch 32.
     new_shapes_cost: ClassVar[bool] = True
     profiler_activity: ClassVar[str | None] = "CUDA"

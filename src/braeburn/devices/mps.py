@@ -253,9 +253,6 @@ class MpsDevice(DeviceKind):
                 "and was measured slower than float32 on newer chips too. Pass mixed_precision='bf16' (macOS 14+) "
                 "or 'fp16' to try one, and compare the step times")
 
-    def float64_cast_reason(self) -> str | None:
-        return f"{self.name} has no float64"
-
     def env_before_torch(self, *, fallback: bool = True, high_watermark: float | None = None,
                          low_watermark: float | None = None) -> dict[str, str]:
         env = {FALLBACK_VAR: "1" if fallback else "0"}

@@ -1,6 +1,6 @@
 """Waiting, at teardown, until gloo's worker threads have let go of their last collective (Linux).
 
-Why (issue 32, item 13; docs/reliability.md shows it happen on demand): a gloo worker thread releases a
+Why (docs/reliability.md shows it happen on demand): a gloo worker thread releases a
 collective's tensors after the caller has been woken, and releasing a tensor that Python has seen takes
 the GIL (torch 2.13 does so on every release by another thread). If that thread is still waiting for the
 GIL when the interpreter begins to finalize, and gets it there, Python ends the thread with pthread_exit,

@@ -175,7 +175,7 @@ def destroy_process_group(wait_s: float = 10.0) -> None:
 
     Then this waits until gloo's worker threads have let go of their last collective, which a DDP model keeps
     alive until the process ends: one still releasing it when the interpreter finalizes aborts the process
-    ("terminate called without an active exception", issue 32 item 13; see backend_threads)."""
+    ("terminate called without an active exception", see backend_threads)."""
     global _host_group
     if not is_initialized():
         return

@@ -20,6 +20,7 @@ Two pieces:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import statistics
 import time
@@ -30,6 +31,8 @@ import torch
 
 from .compile_gains import DEFAULT_GAIN, CompileEstimate
 from ..data.loader import apply_to_tensors
+
+_NO_CONTEXT = contextlib.nullcontext()  # reusable
 
 DEFAULT_ESTIMATE = CompileEstimate(DEFAULT_GAIN.gain, DEFAULT_GAIN.cold_seconds, "default",
                                    "assuming 30% saved and about 45 s to compile")
@@ -203,6 +206,7 @@ class PreparedForward:
         self.synchronize = synchronize
         self.compiled: Callable | None = None
         self.around: Any = None  # a reusable context entered around each eager call (the device's, if it has one)
+        self.around_compiled: Any = None  # the same for each compiled call
         self.float_outputs = True  # the Trainer turns this off around training forwards whose loss the model computes
         self.stats = CompileStats()
         functools.update_wrapper(self, self.original)
@@ -230,9 +234,10 @@ class PreparedForward:
             self.stats.eager_calls += 1
             return self._eager(args, kwargs)
         self.stats.compiled_calls += 1
-        if self.stats.compiled_calls == 1:
-            return self._first_compiled_call(args, kwargs)
-        output = self._run(self.compiled, args, kwargs)
+        with self.around_compiled or _NO_CONTEXT:
+            if self.stats.compiled_calls == 1:
+                return self._first_compiled_call(args, kwargs)
+            output = self._run(self.compiled, args, kwargs)
         self._count_graphs()
         return output
 

@@ -8,10 +8,16 @@ loader when PyYAML has it: the pure-Python one takes half a minute on a 1 MB fil
 one YAML table is refused with both lines (YAML would keep the last silently). TOML has no aliases (and
 refuses repeated keys itself); its size and depth are capped the same way. :func:`excerpt` keeps any value printed in a
 message short, whatever its size.
+
+A value that is not one of its key's legal choices may be a secret pasted in the wrong place (a token under
+``dynamo_config``, a password as ``main_process_ip``): messages show it through :func:`shown`, which keeps numbers,
+true/false and legal choices, and says only the shape of anything else ("a mapping of 2 entries"). A syntax
+error names the file, line and column, never the line's text (:func:`syntax_error_place`).
 """
 
 from __future__ import annotations
 
+import re
 import reprlib
 from pathlib import Path
 from typing import Any
@@ -35,6 +41,60 @@ def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
     """``repr(value)``, but bounded: nested, long or self-referring values are cut with '...'."""
     text = _repr.repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def shape(value: Any) -> str:
+    """What a value is, without what it holds: "a mapping of 2 entries", "a list of 1 item", "a string of 12
+    characters"."""
+    def count(n: int, one: str, many: str) -> str:
+        return f"{n} {one if n == 1 else many}"
+
+    if isinstance(value, dict):
+        return f"a mapping of {count(len(value), 'entry', 'entries')}"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {count(len(value), 'item', 'items')}"
+    if isinstance(value, str):
+        return f"a string of {count(len(value), 'character', 'characters')}"
+    return f"a value of type {type(value).__name__}"
+
+
+class HiddenValue:
+    """A config file's value that a message leaves out (it may hold a secret): only its :func:`shape` is said."""
+
+    def __init__(self, value: Any) -> None:
+        self.shape = shape(value)
+
+    def __repr__(self) -> str:
+        return f"<{self.shape}, not shown>"
+
+
+def shown(value: Any, legal: tuple[str, ...] = ()) -> Any:
+    """``value`` itself where a message may show it (a number, true or false, null, or a string among
+    ``legal``, in any case); else a :class:`HiddenValue`."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str) and value.strip().lower() in {choice.lower() for choice in legal}:
+        return value
+    return HiddenValue(value)
+
+
+def syntax_error_place(error: Exception) -> tuple[str, int | None, int | None]:
+    """(what the parser says is wrong, line, column) of a TOML, YAML or JSON syntax error, with no text of
+    the file: the parsers' own messages can quote the line (PyYAML's pure-Python loader prints it)."""
+    import json
+
+    import yaml
+
+    if isinstance(error, json.JSONDecodeError):
+        return error.msg, error.lineno, error.colno
+    if isinstance(error, yaml.MarkedYAMLError):
+        mark = error.problem_mark or error.context_mark
+        what = "; ".join(part for part in (error.context, error.problem) if part) or "not valid YAML"
+        return what, (mark.line + 1 if mark else None), (mark.column + 1 if mark else None)
+    message = str(error)  # tomllib: "Illegal character '\\n' (at line 2, column 26)"
+    found = re.search(r"\(at line (\d+), column (\d+)\)", message)
+    what = re.sub(r"\s*\(at .*\)$", "", message)
+    return what, (int(found.group(1)) if found else None), (int(found.group(2)) if found else None)
 
 
 def read_text(path: Path) -> str:
@@ -186,5 +246,5 @@ def _too_deep() -> str:
             "lists of them: flatten the file")
 
 
-__all__ = ["ConfigFileError", "EXCERPT_CHARS", "MAX_BYTES", "MAX_DEPTH", "MAX_VALUES", "check_depth", "excerpt",
-           "load_json", "load_toml", "load_yaml", "read_text"]
+__all__ = ["ConfigFileError", "EXCERPT_CHARS", "HiddenValue", "MAX_BYTES", "MAX_DEPTH", "MAX_VALUES", "check_depth",
+           "excerpt", "load_json", "load_toml", "load_yaml", "read_text", "shape", "shown", "syntax_error_place"]

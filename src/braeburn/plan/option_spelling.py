@@ -31,7 +31,7 @@ _COMMAND_LINE = {"cpu": "--cpu (accelerator='cpu')", "save_model": "trainer.save
 
 
 class Spelling:
-    """The command line's spelling (braeburn's default). A front end subclasses it and overrides both methods."""
+    """The command line's spelling (braeburn's default). A front end subclasses it and overrides its methods."""
 
     def option(self, name: str, value: Any = UNSET) -> str | None:
         """How the user sets option ``name`` (to ``value``, given as the core holds it): ``--name value``.
@@ -43,6 +43,14 @@ class Spelling:
     def given(self, name: str, value: Any) -> str:
         """Option ``name`` as the user gave it (``value`` as the core holds it), for "what was passed"."""
         return f"{name}={excerpt(value)}"
+
+    def chosen(self, name: str, value: Any) -> str:
+        """Why option ``name`` is ``value``, where the caller's options decided it: "as asked (name=value)"."""
+        return f"as asked ({self.given(name, value)})"
+
+    def shown(self, name: str, value: Any) -> str:
+        """``value`` of option ``name`` as the caller names it, for a label ("precision no")."""
+        return str(value)
 
 
 _current: ContextVar[Spelling] = ContextVar("braeburn_option_spelling", default=Spelling())
@@ -56,6 +64,16 @@ def option(name: str, value: Any = UNSET) -> str | None:
 def given(name: str, value: Any) -> str:
     """Option ``name`` as the current caller gave it."""
     return _current.get().given(name, value)
+
+
+def chosen(name: str, value: Any) -> str:
+    """Why option ``name`` is ``value``, as the current caller says it ("as asked (...)")."""
+    return _current.get().chosen(name, value)
+
+
+def shown(name: str, value: Any) -> str:
+    """``value`` of option ``name`` as the current caller names it."""
+    return _current.get().shown(name, value)
 
 
 def advice(template: str, name: str, value: Any = UNSET) -> str:
@@ -75,4 +93,4 @@ def spelled(spelling: Spelling) -> Iterator[None]:
         _current.reset(token)
 
 
-__all__ = ["UNSET", "Spelling", "advice", "given", "option", "spelled"]
+__all__ = ["UNSET", "Spelling", "advice", "chosen", "given", "option", "shown", "spelled"]

@@ -8,11 +8,16 @@ is needed comes from the plan (which asked the device kind).
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 import torch
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class Fp16OverflowError(RuntimeError):
+    """fp16's grad scaler can apply no step any more: its scale fell to 0 (or is not finite)."""
 
 
 class PrecisionPolicy:
@@ -68,6 +73,10 @@ class ScaledFp16Policy(AutocastPolicy):
     the fused kernel to skip. Where the device kind says its fused kernels ignore them
     (``fused_honours_scaler=False``), this policy unscales, lets ``update()`` read the scaler's own ``found_inf``
     and skips the step when the scale went down.
+
+    Either way a step counts as applied only when ``update()`` left the scale where it was or raised it. A scale of
+    0 (or not finite) can apply no step ever again, and ``0 * 0.5 == 0`` would pass that comparison: it stops the
+    run with :class:`Fp16OverflowError`, which names the fix (bf16 or float32), before the optimizer steps.
     """
 
     def __init__(self, device: torch.device, fused_honours_scaler: bool = True):
@@ -83,16 +92,13 @@ class ScaledFp16Policy(AutocastPolicy):
         self.scaler.unscale_(optimizer)
 
     def step(self, optimizer: torch.optim.Optimizer, closure=None) -> bool:
+        before = self._live_scale()  # the scale the last update left (no sync: read back then)
         if not self.fused_honours_scaler and getattr(optimizer, "_step_supports_amp_scaling", False):
-            return self._step_skipping_overflow(optimizer, closure)
+            return self._step_skipping_overflow(optimizer, before, closure)
         self.scaler.step(optimizer, closure) if closure is not None else self.scaler.step(optimizer)
-        self.scaler.update()
-        # One sync per optimizer step (the scale read back), against the scale the last update left: update()
-        # lowers it exactly when this step found inf/NaN and was skipped.
-        before, self._scale = self._scale, self.scaler.get_scale()
-        return before is None or self._scale >= before
+        return self._update(before)
 
-    def _step_skipping_overflow(self, optimizer: torch.optim.Optimizer, closure=None) -> bool:
+    def _step_skipping_overflow(self, optimizer: torch.optim.Optimizer, before: float, closure=None) -> bool:
         try:
             self.scaler.unscale_(optimizer)  # the fused kernel then gets true gradients; found_inf is recorded
         except RuntimeError as error:  # already unscaled (gradient clipping) since the last update
@@ -100,13 +106,24 @@ class ScaledFp16Policy(AutocastPolicy):
                 raise
         # update() reads the found_inf that unscale_ recorded and lowers the scale exactly when it found inf/NaN,
         # so the scale read back (one sync, as on the other path) says whether to step: no sweep of the gradients.
-        before = self._scale if self._scale is not None else self.scaler.get_scale()  # the last update's scale
+        applied = self._update(before)
+        if applied:  # the gradients are unscaled: a plain step, with no grad_scale or found_inf to hand over
+            optimizer.step(closure) if closure is not None else optimizer.step()
+        return applied
+
+    def _update(self, before: float) -> bool:
+        """``update()``, then whether the step was applied: one sync per optimizer step (the scale read back).
+        update() lowers the scale exactly when this step found inf/NaN, and the step was skipped then."""
         self.scaler.update()
         self._scale = self.scaler.get_scale()
-        finite = self._scale >= before
-        if finite:  # the gradients are unscaled: a plain step, with no grad_scale or found_inf to hand over
-            optimizer.step(closure) if closure is not None else optimizer.step()
-        return finite
+        _refuse_dead_scale(self._scale)
+        return self._scale >= before
+
+    def _live_scale(self) -> float:
+        """The scale the last update left, refused where no step can be applied with it."""
+        scale = self._scale if self._scale is not None else self.scaler.get_scale()
+        _refuse_dead_scale(scale)
+        return scale
 
     def state_dict(self) -> dict:
         return {"scaler": self.scaler.state_dict()}
@@ -115,6 +132,21 @@ class ScaledFp16Policy(AutocastPolicy):
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
             self._scale = self.scaler.get_scale()
+
+
+def _refuse_dead_scale(scale: float) -> None:
+    """A scale of 0 (halved below float32's smallest number after about 165 overflowing steps in a row) or one that
+    is not finite never recovers: the scaled loss is 0 (or inf), every gradient unscales to inf/NaN, every update
+    halves it again. Comparing scales would read 0 >= 0 as an applied step, so the run stops here, before an
+    optimizer sees such gradients."""
+    if scale > 0 and math.isfinite(scale):
+        return
+    raise Fp16OverflowError(
+        f"mixed_precision='fp16': the grad scaler's scale is {scale}, with which no step can be applied (the scaled "
+        "loss is 0 or inf, every gradient unscales to inf/NaN, every step is skipped). A scale of 0 means the steps "
+        "found inf/NaN gradients about 165 times in a row: the loss or its gradients overflow float16 on every step. "
+        "Train with mixed_precision='bf16' (float32's range) or 'no' (float32); if float32's gradients are inf/NaN "
+        "too, the model or the data makes them")
 
 
 def make_policy(precision: str, grad_scaler: bool, device: torch.device,
@@ -132,4 +164,4 @@ def make_policy(precision: str, grad_scaler: bool, device: torch.device,
     return AutocastPolicy(device, precision)
 
 
-__all__ = ["PrecisionPolicy", "AutocastPolicy", "ScaledFp16Policy", "make_policy"]
+__all__ = ["Fp16OverflowError", "PrecisionPolicy", "AutocastPolicy", "ScaledFp16Policy", "make_policy"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .option_spelling import advice, given, option
+from .option_spelling import advice, chosen, given, option
 from ..devices.base import PRECISIONS, DeviceKind
 from ..devices.host import HostFacts
 from ..devices.registry import ACCELERATOR_CHOICES, GPU_ALIAS, KINDS, accelerator_kinds, fallback_kind, get_kind
@@ -191,7 +191,7 @@ def _choose_precision(options: RunOptions, kind: DeviceKind, host: HostFacts,
         errors.append(OptionError("mixed_precision", asked, f"choose one of auto, {', '.join(PRECISIONS)}"))
         return "no", False, "float32 after an unknown mixed_precision", ()
     if asked == "no":
-        return "no", False, "float32, as asked (mixed_precision='no')", ()
+        return "no", False, f"float32, {chosen('mixed_precision', 'no')}", ()
     if asked == "auto":
         return _auto_precision(kind, host)
     support = kind.precision_support(asked, host)

@@ -84,8 +84,9 @@ def _find_train_batch_size(trainer: Any) -> int:
     def try_step(batch_size: int) -> None:
         samples = [dataset[i] for i in range(min(batch_size, len(dataset)))]
         batch = collate(samples)
-        if kind.float64_cast_reason():
-            batch = cast_float64(batch, announced, kind.float64_cast_reason())
+        reason = acc._float64_batch_reason()  # the prepared loader's rule: its device, and the model's dtype
+        if reason:
+            batch = cast_float64(batch, announced, reason)
         batch = move_to_device(batch, acc.device)
         model.train()
         trainer.forward_loss(model, batch).backward()

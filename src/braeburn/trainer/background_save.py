@@ -2,7 +2,7 @@
 
 A checkpoint of a 22M-parameter model with its AdamW state is ~260 MB; writing it, hashing it for
 the manifest and fsyncing it took about a second each time on an H100 machine, three seconds of a
-30-second MRPC fine-tune (issue 20). Here the loop only takes a snapshot: every tensor the
+30-second MRPC fine-tune. Here the loop only takes a snapshot: every tensor the
 Accelerator would write is copied to host memory right at the save step (so the checkpoint holds
 exactly the state a synchronous save would; ``braeburn.checkpoints.host_copy``), then a thread serialises,
 writes, hashes and publishes it through the same :class:`CheckpointManager` while training goes on.

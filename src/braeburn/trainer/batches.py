@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from ..data.loader import first_dim
+
 LABELS = "labels"
 
 
@@ -38,6 +40,17 @@ def batch_inputs(batch: Any, pass_labels: bool) -> tuple[tuple, dict, Any]:
             return (), dict(inputs[0]), labels
         return tuple(inputs), {}, labels
     return (batch,), {}, None
+
+
+def batch_samples(batch: Any, loader: Any, full_batch: int, num_processes: int) -> int:
+    """The samples ``batch`` holds on all processes: its first dimension (shape metadata: no device sync), so a
+    short last batch counts its own, as Transformers' samples/s does (dataset length x epochs); the last global
+    batch padded to fill every process counts its real samples. ``full_batch`` where no tensor tells."""
+    remainder = getattr(getattr(loader, "tracker", None), "remainder", -1)
+    if remainder >= 0:
+        return remainder
+    size = first_dim(batch)
+    return full_batch if size is None else size * num_processes
 
 
 def output_loss(outputs: Any) -> torch.Tensor | None:

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 from ..checkpoints import manifest as manifest_io
 from ..checkpoints import ownership
 from ..checkpoints.manifest import MANIFEST
-from ..checkpoints.no_follow import create_new, remove_tree
+from ..checkpoints.no_follow import create_new, remove_tree, remove_tree_quietly
 from ..plan.option_spelling import given, option
 from ..checkpoints.state import fsync_dir as _fsync_dir
 from ..checkpoints.state import old_dir, staging_dir
@@ -384,9 +383,8 @@ class CheckpointManager:
                 os.replace(kept, out / REPLACED_RE.match(kept.name).group(1))
                 _fsync_dir(out)
         for name in ownership.recorded(out):
-            if STAGING_RE.match(name) and ownership.owns(out, name):
-                shutil.rmtree(out / name, ignore_errors=True)
-                removed.append(name)
+            if STAGING_RE.match(name) and ownership.owns(out, name) and remove_tree_quietly(out / name):
+                removed.append(name)  # (forgotten only once gone: a part left stays braeburn's, removed next time)
         ownership.forget(out, removed)
 
     def save(self, accelerator: Any, state: TrainerState, files: dict[str, bytes] | None = None) -> Path:
@@ -416,12 +414,13 @@ class CheckpointManager:
                         handle.write(data)
                 write_manifest(staging, state.global_step)
                 self._publish(staging, target)
-                ownership.forget(self.output_dir, list(_save_names(target))[1:])  # the staging names: gone now
+                ownership.forget(self.output_dir, [name for name in list(_save_names(target))[1:]  # the staging
+                                                   if not os.path.lexists(self.output_dir / name)])  # names gone now
         except Exception as error:
             state.last_checkpoint = previous  # this one was never written
             if claimed:  # (on every rank, as before; only rank 0 keeps the record)
-                shutil.rmtree(staging, ignore_errors=True)
-                shutil.rmtree(staging_dir(staging), ignore_errors=True)  # the Accelerator's own staging beside it
+                remove_tree_quietly(staging)
+                remove_tree_quietly(staging_dir(staging))  # the Accelerator's own staging beside it
             if main and claimed:
                 ownership.prune(self.output_dir)
             latest = self.latest(state.run_id)  # this run's (or any, for a state without a run)
@@ -440,13 +439,13 @@ class CheckpointManager:
         in between leaves it, and :meth:`checkpoints` and :meth:`clean_staging` take it back."""
         old = self.output_dir / f".{target.name}.tmp.old"
         if target.exists():
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree_quietly(old)
             os.replace(target, old)
             _fsync_dir(self.output_dir)
         os.replace(staging, target)
         _fsync_dir(self.output_dir)
         if old.exists():
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree_quietly(old)  # (a part that cannot go stays recorded: the next run removes it)
 
     def rotate(self, keep: Path | str | None = None, run_id: str | None = None) -> list[Path]:
         """Delete run ``run_id``'s oldest checkpoints beyond ``save_total_limit``, never ``keep`` (the best) or its
@@ -465,7 +464,7 @@ class CheckpointManager:
             if folder.resolve() in protected or not self._own(folder) or not ownership.owns(self.output_dir,
                                                                                              folder.name):
                 continue
-            shutil.rmtree(folder)
+            remove_tree(folder)
             deleted.append(folder)
             excess -= 1
         ownership.forget(self.output_dir, [folder.name for folder in deleted])

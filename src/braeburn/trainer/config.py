@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..plan.option_spelling import advice, option
 from ..plan.rules import OptionError, RunOptions
 from ..errors import note_once
 from ._argparse import ConfigError, parse_dataclasses
@@ -283,7 +284,7 @@ class TrainingConfig:
              f"choose one of {', '.join(str(m) for m in COMPILE_MODES[1:])} (or leave it unset)")
         need(bool(str(self.output_dir).strip()), "output_dir", "must name a folder, e.g. --output_dir outputs")
         need(not os.path.isfile(self.output_dir), "output_dir",
-             "is a file, not a folder; pass a folder path to --output_dir")
+             f"is a file, not a folder; pass a folder path to {option('output_dir')} (or move the file)")
         need(self.optim in OPTIMIZERS, "optim", f"choose one of {', '.join(OPTIMIZERS)} (8-bit and other "
              "optimizers: pass Trainer(optimizers=(your_optimizer, None)))")
         need(self.logging_strategy in LOGGING_STRATEGIES, "logging_strategy",
@@ -298,32 +299,35 @@ class TrainingConfig:
         return []
 
     def _range_errors(self) -> list[OptionError]:
-        """Numbers that no rule below can use: infinite or NaN floats, integers beyond what torch holds."""
+        """Numbers that no rule below can use: infinite or NaN floats, integers beyond what torch holds. The fix
+        names each option as the caller sets it (option_spelling.py); where it has no way to, the advice is left out."""
         errors = []
         fields = self.__dataclass_fields__  # a subclass's too (braeburn.TrainingArguments')
         for name in _number_fields(self, ("float", float)):
-            value = getattr(self, name)
+            value, default = getattr(self, name), fields[name].default
             if isinstance(value, float) and not math.isfinite(value):
-                errors.append(OptionError(name, value, f"must be a finite number; pass --{name} with a number "
-                                          "such as the default " + repr(fields[name].default)))
+                errors.append(OptionError(name, value, f"must be a finite number, such as the default {default!r}"
+                                          + advice("; pass {}", name, default)))
         for name in _number_fields(self, ("int", int, "int | None")):
-            value = getattr(self, name)
+            value, default = getattr(self, name), fields[name].default
             if isinstance(value, int) and not -INT64_MAX <= value <= INT64_MAX and name != "seed":
-                errors.append(OptionError(name, value, f"is beyond a 64-bit integer (torch counts steps and sizes "
-                                          f"in int64); pass --{name} {fields[name].default}"
-                                          " or another sensible value"))
+                errors.append(OptionError(name, value, "is beyond a 64-bit integer (torch counts steps and sizes in "
+                                          "int64)" + advice("; pass {} or another sensible value", name, default)))
         if isinstance(self.seed, int) and not SEED_MIN <= self.seed <= SEED_MAX:
             errors.append(OptionError("seed", self.seed, f"is outside torch's seed range [{SEED_MIN}, {SEED_MAX}] "
-                                      "(torch.manual_seed refuses it); pass --seed 42 or any number in that range"))
+                                      "(torch.manual_seed refuses it)"
+                                      + advice("; pass {} or any number in that range", "seed", 42)))
         if isinstance(self.num_train_epochs, float) and math.isfinite(self.num_train_epochs) and \
                 self.num_train_epochs > MAX_EPOCHS:
             errors.append(OptionError("num_train_epochs", self.num_train_epochs, f"is more than {MAX_EPOCHS:,.0f} "
-                                      "passes over the data, which no run finishes; pass --num_train_epochs 3, or "
-                                      "--max_steps N to train for N optimizer steps"))
+                                      "passes over the data, which no run finishes; pass "
+                                      f"{option('num_train_epochs', 3)}, or {option('max_steps', 'N')} to train for "
+                                      "N optimizer steps"))
         if isinstance(self.dataloader_num_workers, int) and self.dataloader_num_workers > MAX_DATALOADER_WORKERS:
             errors.append(OptionError("dataloader_num_workers", self.dataloader_num_workers, f"starts more than "
                                       f"{MAX_DATALOADER_WORKERS} worker processes per training process; pass "
-                                      "--dataloader_num_workers 0 to 8 (about the CPU cores per process)"))
+                                      f"{option('dataloader_num_workers', '0 to 8')} (about the CPU cores per "
+                                      "process)"))
         return errors
 
     @property

@@ -18,14 +18,32 @@ IGNORE_INDEX = -100  # what cross_entropy (and Transformers' losses) skip
 NO_CONTEXT = contextlib.nullcontext()  # reusable: the batches after the first pay no check
 
 
+def _refuse_iterable(dataset: Any, name: str) -> None:
+    """TypeError for a dataset the Trainer cannot index: it shuffles, shards across processes and resumes
+    mid-epoch by sample position, and counts its steps from the length."""
+    iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+    if not iterable and hasattr(dataset, "__len__"):
+        return
+    what = "a torch IterableDataset (a stream)" if iterable else "an object with no len()"
+    raise TypeError(f"{name} is {what} ({type(dataset).__name__}): the Trainer reads samples by index (it shuffles, "
+                    "splits them among processes and resumes a run mid-epoch by position) and counts its steps from "
+                    "the dataset's length, which a stream does not give. Pass a map-style dataset, one with __len__ "
+                    "and __getitem__: a Hugging Face datasets.Dataset (not IterableDataset), a TensorDataset, or "
+                    "the first N samples as a list (list(itertools.islice(stream, N))); or train on the stream with "
+                    "braeburn's Accelerator in your own loop")
+
+
 def check_datasets(train_dataset: Any, eval_dataset: Any, eval_strategy: str) -> None:
-    """Raise ValueError naming the dataset and the fix, before any DataLoader is built."""
+    """Raise ValueError (TypeError for a stream) naming the dataset and the fix, before any DataLoader is built."""
+    _refuse_iterable(train_dataset, "train_dataset")
     if len(train_dataset) == 0:
         raise ValueError("train_dataset is empty (0 samples): there is nothing to train on. Check the path or "
                          "filter that built it, or pass Trainer(..., train_dataset=...) a dataset with samples.")
     if eval_strategy != "no" and eval_dataset is None:
         raise ValueError(f"eval_strategy={eval_strategy!r} asks for evaluation during training, but no "
                          "eval_dataset was given. Pass Trainer(..., eval_dataset=...), or --eval_strategy no.")
+    if eval_strategy != "no" and not hasattr(eval_dataset, "__len__"):
+        _refuse_iterable(eval_dataset, "eval_dataset")
     if eval_strategy != "no" and len(eval_dataset) == 0:
         raise ValueError(f"eval_dataset is empty (0 samples), and eval_strategy={eval_strategy!r} evaluates on it. "
                          "Pass an eval_dataset with samples, or --eval_strategy no.")

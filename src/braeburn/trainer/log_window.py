@@ -27,6 +27,7 @@ class LogWindowMixin:
     def _reset_window(self) -> None:
         """Fresh counters for a train() call: the losses since the last log stay on the device until read."""
         self._window_losses: list[torch.Tensor] = []
+        self._window_checked = torch.empty(0)  # the window's first losses, reduced and checked at a save
         self._losses_overwritten = outputs_are_overwritten(self.accelerator.compile_mode)
         self._window_first_step = self.state.global_step + 1
         self._window_has_grads = False
@@ -39,20 +40,31 @@ class LogWindowMixin:
         self._loss_total = (0.0, 0)
         self._save_log = SaveLog()
 
-    def _check_finite(self) -> float | None:
-        """The mean loss since the last log (one sync); stops the run at a NaN/inf loss when nan_policy="stop"."""
-        if not self._window_losses:
-            return None
-        # Averaged over the processes (one all-reduce): every rank logs the global loss and stops together.
-        losses = self.accelerator.reduce(torch.stack(self._window_losses).float(), "mean")
+    def _check_finite(self) -> None:
+        """Stops the run at a NaN/inf loss when nan_policy="stop" (one sync). The window stays whole for the next
+        log, which averages every step since the last log as Transformers does; only its unchecked losses are
+        averaged over the processes (one all-reduce), and kept so, so that no loss is reduced twice."""
+        unchecked = self._window_losses[len(self._window_checked):]
+        if not unchecked:
+            return
+        losses = self.accelerator.reduce(torch.stack(unchecked).float(), "mean")
         bad = (~torch.isfinite(losses)).nonzero()
         if bad.numel():  # .numel() of a nonzero() result waits for the device
-            step = self._window_first_step + int(bad[0]) // self.config.gradient_accumulation_steps
+            index = len(self._window_checked) + int(bad[0])
+            step = self._window_first_step + index // self.config.gradient_accumulation_steps
             raise NonFiniteLossError(non_finite_message(self, step, float(losses[int(bad[0])])))
+        self._window_checked = torch.cat([self._window_checked.to(losses.device), losses])
+
+    def _take_window_loss(self) -> float | None:
+        """The mean loss since the last log (one sync), checked first; the window starts afresh."""
+        if not self._window_losses:
+            return None
+        self._check_finite()
+        losses = self._window_checked
         mean = float(losses.mean())  # sync
         total, count = self._loss_total
         self._loss_total = (total + mean * len(losses), count + len(losses))
-        self._window_losses = []
+        self._window_losses, self._window_checked = [], torch.empty(0)
         self._window_first_step = self.state.global_step + 1
         return mean
 
@@ -67,7 +79,7 @@ class LogWindowMixin:
         moments (logging_first_step, logging_strategy="epoch", a callback's should_log) call it too."""
         state, now = self.state, time.perf_counter()
         logs: dict[str, float] = {"epoch": round(state.epoch_progress, 4)}
-        loss = self._check_finite()
+        loss = self._take_window_loss()
         if loss is not None:
             logs["loss"] = loss
         rate = self._step_lr if self._step_lr is not None else self.lr_scheduler.get_last_lr()[0]
@@ -115,7 +127,7 @@ class LogWindowMixin:
 
     def _mean_training_loss(self) -> float:
         try:
-            self._check_finite()
+            self._take_window_loss()
         except NonFiniteLossError:
             return float("nan")
         total, count = self._loss_total

@@ -24,6 +24,7 @@ from ..plan.compile_policy import PreparedForward, prepared_forward
 from ..devices.host import current_host
 from ..distributed import process_group as pg
 from ..plan.envvars import MAX_STEPS_VAR, max_steps_cap
+from ..plan.option_spelling import given, option
 from ..plan.rules import PlanError
 from ..checkpoints.state import enable_full_determinism
 from .autobatch import AutoBatchMixin
@@ -32,7 +33,7 @@ from . import output_dir_check
 from .compile_window import CompileWindow
 from .phase_clock import EVALUATION, PhaseClock
 from .precision_window import choose_precision
-from .batches import batch_inputs, compute_loss, find_label_names, label_smoothed_loss
+from .batches import batch_inputs, batch_samples, compute_loss, find_label_names, label_smoothed_loss
 from .callbacks import CallbackList
 from .checkpointing import prepare_model_options
 from .collators import make_collate
@@ -53,7 +54,7 @@ from .plots import PlotCallback
 from .progress import ProgressCallback
 from .resume import reconcile, samples_in
 from .summary import run_summary
-from .signals import SignalCallback, TrainingInterrupted
+from .signals import SignalCallback, TrainingInterrupted, stop_message
 from .state import TrainerState
 from .step_breakdown import StepBreakdownCallback
 from .write_faults import OutputDirError
@@ -67,6 +68,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     overridable methods and callbacks (compat/transformers/trainer.py). A peer's Trainer adapts the loop by
     overriding its hooks, each a method whose default here is braeburn's (docs/architecture.md lists them).
     """
+
+    stop_past_max_steps = False  # a resume past max_steps: ResumeError; True: restored, nothing trained (resume.py)
 
     def __init__(self, model: torch.nn.Module | None = None, config: TrainingConfig | None = None, *,
                  train_dataset: Dataset | None = None, eval_dataset: Dataset | None = None,
@@ -188,7 +191,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self._precision_record = choose_precision(self, train_loader)  # "auto" on MPS: timed here, state restored
         self._reset_window()
         self._phases = PhaseClock()
-        started, start_step = time.perf_counter(), self.state.global_step
+        started, start_step, start_samples = time.perf_counter(), self.state.global_step, self.state.samples_seen
         self.callbacks.on_train_begin(self, self.state)
         try:
             self._train_through_out_of_memory(train_loader)  # _train_epochs; auto_find_batch_size: halves on OOM
@@ -205,7 +208,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                     self._plot.wait()
                 finally:
                     self.signals.restore()
-        summary = run_summary(self, seconds, self.state.global_step - start_step)
+        samples = self.state.samples_seen - start_samples  # really trained: a short last batch counts its own
+        summary = run_summary(self, seconds, self.state.global_step - start_step, samples)
         acc.print(summary)
         # The group stays for evaluate()/predict() after train(), which gather from every rank (destroyed at exit);
         # a signal ends the process on every rank together, so it is torn down now, all ranks meeting first.
@@ -215,13 +219,12 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         failure = self._save_log.failure(self.state.last_checkpoint, self.state.global_step)
         if failure is not None:  # the final weights are on no disk: a job must not report success (exit 1)
             raise failure
-        samples = self._samples_per_batch * config.gradient_accumulation_steps * (self.state.global_step - start_step)
         metrics = {**self._last_eval_metrics(), **self._train_metrics(seconds, self.state.global_step - start_step,
                                                                         samples)}
         return TrainOutput(self.state.global_step, metrics["train_loss"], metrics)
 
     def _train_epochs(self, loader) -> None:
-        """The loop. Host-device syncs happen only in _log, _evaluate_and_save and _check_finite."""
+        """The loop. Host-device syncs happen only in log_now, _evaluate_and_save and _check_finite."""
         state, config, acc = self.state, self.config, self.accelerator
         model, optimizer, scheduler = self._prepared_model, self.optimizer, self.lr_scheduler
         window = self._compile_window
@@ -235,7 +238,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                     self._micro_batch(model, batch)  # forward and backward
                     if acc.sync_gradients:
                         self._optimizer_step(model, optimizer, scheduler)
-                state.samples_seen += self._samples_per_batch
+                state.samples_seen += batch_samples(batch, loader, self._samples_per_batch, acc.num_processes)
                 if not acc.sync_gradients:
                     continue
                 state.global_step += 1
@@ -349,7 +352,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     def _check_output_dir(self, resume: str | None) -> None:
         out = self.output_dir
         if out.exists() and not out.is_dir():
-            raise FileExistsError(f"output_dir={str(out)!r} is a file, not a folder. Pass a folder to --output_dir.")
+            raise FileExistsError(f"{given('output_dir', str(out))} is a file, not a folder. Pass a folder to "
+                                  f"{option('output_dir')}.")
         self._lock_output_dir()  # a run that holds it is named first, whatever the folder holds
         refusal: OSError | None = None
         if self.is_main_process:  # writes over nothing braeburn did not write; sets an earlier run aside
@@ -486,8 +490,9 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     def _resume(self, request: str, loader) -> None:
         folder, warnings = self.checkpoints.resolve(request)
         saved = self.checkpoints.load(self.accelerator, folder)
-        option = "--max_steps" if self.config.max_steps > 0 else "--num_train_epochs"
-        warnings += reconcile(saved, self.state, loader, self.optimizer, self.lr_scheduler, folder, option)
+        limit = "--max_steps" if self.config.max_steps > 0 else "--num_train_epochs"
+        warnings += reconcile(saved, self.state, loader, self.optimizer, self.lr_scheduler, folder, limit,
+                              self.stop_past_max_steps)
         for warning in warnings:  # what changed since the checkpoint, and what braeburn does about it
             self.accelerator.print(f"braeburn: warning: {warning}")
         self.state = saved
@@ -511,13 +516,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         return record if breakdown is None else {**record, "step_breakdown": breakdown}
 
     def _exit_after_signal(self) -> None:
-        import signal
-
-        name, checkpoint = signal.Signals(self.signals.received).name, self.state.last_checkpoint
-        resume = (f"Checkpoint: {checkpoint}. Resume with --resume_from_checkpoint {checkpoint} (or "
-                  "--resume_from_checkpoint latest), with the same script and options." if checkpoint
-                  else "No checkpoint was written: the save warnings above say why.")
-        message = f"braeburn: stopped by {name} at step {self.state.global_step}. {resume}"
+        checkpoint = self.state.last_checkpoint
+        message = stop_message(self.signals.received, self.state.global_step, checkpoint)
         self.accelerator.print(message, flush=True)
         raise TrainingInterrupted(self.signals.received, message, checkpoint)
 

@@ -39,8 +39,9 @@ def _optim_args(text: str | None) -> dict[str, float]:
 
 def use_fused_adamw(kind: DeviceKind, grad_scaler: bool, host: HostFacts | None = None) -> bool:
     """Fused where the kind has the kernel, with a grad scaler too: where the fused kernel ignores GradScaler's
-    found_inf (``fused_optimizers_honour_grad_scaler`` False, MPS), ``ScaledFp16Policy`` unscales, checks for
-    inf/NaN and skips the overflow step itself, so the kernel only ever sees true, finite gradients."""
+    found_inf (``fused_optimizers_honour_grad_scaler`` False, MPS), ``ScaledFp16Policy`` unscales (GradScaler
+    records found_inf as it does), lets ``update()`` read that found_inf, and skips the step itself when the scale
+    went down (no sweep over the gradients of its own), so the kernel only ever sees true, finite gradients."""
     return kind.fused_adamw
 
 

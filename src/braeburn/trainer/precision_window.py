@@ -9,7 +9,8 @@ the numbers.
 The trial leaves no trace in the run: the random state is taken before the trial's batch is read (a dataset or
 collator that draws random numbers draws them again for the run), the batch is read from the dataset itself (the
 run's loader, its order and its position are untouched), and the state is copied to host memory, so the device
-holds nothing a training step does not. Its cached memory is given back afterwards.
+holds nothing a training step does not. Its cached memory is given back afterwards. What is put back, and what is not
+(plain Python attributes a forward changes): :class:`braeburn.plan.precision_trial.Snapshot`.
 """
 
 from __future__ import annotations
@@ -36,9 +37,8 @@ def choose_precision(trainer: "Trainer", loader: Any) -> dict[str, Any] | None:
     if not candidates:
         return None
     why_not = measure_reason(state.max_steps - state.global_step, acc.num_processes,
-                             trainer._has_own_training_step, len(candidates))
-    if why_not is None and not _readable(loader):
-        why_not = "the training set is an iterable dataset, whose first batch cannot be read without using it up"
+                             trainer._has_own_training_step, len(candidates),
+                             trainer.config.gradient_accumulation_steps)
     if why_not is None:
         outcome = _measure(trainer, loader, ("no", *candidates))
         if isinstance(outcome, str):
@@ -69,7 +69,8 @@ def _measure(trainer: "Trainer", loader: Any, precisions: tuple[str, ...]) -> tu
             return f"copying the weights to host memory failed ({str(error).strip().splitlines()[0][:160]})"
         model.train()
         return run_trials(precisions, _starter(trainer, batch), snapshot, kind.synchronize, kind.is_out_of_memory,
-                          kind.empty_cache, trainer.state.max_steps - trainer.state.global_step)
+                          kind.empty_cache, trainer.state.max_steps - trainer.state.global_step,
+                          accumulation=trainer.config.gradient_accumulation_steps)
     finally:
         trainer._shapes, trainer._inputs_checked = shapes, checked
         state_io.set_rng_state(rng, kind)
@@ -99,11 +100,6 @@ def _starter(trainer: "Trainer", batch: Any) -> Callable[[str], Callable[[], tup
             return loss.detach(), applied
         return step
     return start
-
-
-def _readable(loader: Any) -> bool:
-    dataset = getattr(loader, "original", loader).dataset
-    return hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
 
 
 def _first_batch(loader: Any, device: torch.device) -> Any:

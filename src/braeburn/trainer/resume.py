@@ -8,7 +8,8 @@ step count is converted into steps of the new size (the schedule goes on from th
 the old units against a ``max_steps`` in the new ones, it would stop after 0-2 steps.
 
 A new learning rate is applied to the restored optimizer and schedule (they would keep the old one);
-a ``max_steps`` below the checkpoint's step is an error; each change is named once, old -> new.
+a ``max_steps`` below the checkpoint's step is an error (or, where the caller asks, as Lightning does: the
+checkpoint is restored and nothing is trained); each change is named once, old -> new.
 """
 
 from __future__ import annotations
@@ -57,12 +58,13 @@ def layout_of(state: TrainerState) -> BatchLayout | None:
 
 
 def reconcile(saved: TrainerState, run: TrainerState, loader: Any, optimizer: Any, scheduler: Any,
-              folder: Path, max_steps_option: str) -> list[str]:
+              folder: Path, max_steps_option: str, stop_past_max_steps: bool = False) -> list[str]:
     """Make ``saved`` (the checkpoint's state) continue as this run (``run``: its plan) says.
 
     Returns the messages to show. Moves ``loader`` back to a step boundary of the new size where the
     size changed, and rescales the optimizer's learning rate where it changed. Raises
-    :class:`ResumeError` when this run's max_steps is below the checkpoint's step.
+    :class:`ResumeError` when this run's max_steps is below the checkpoint's step; with
+    ``stop_past_max_steps`` the run ends at the checkpoint's step instead (restored, nothing trained).
     """
     notes = []
     old, new = layout_of(saved), layout_of(run)
@@ -77,6 +79,11 @@ def reconcile(saved: TrainerState, run: TrainerState, loader: Any, optimizer: An
                      f"{run.learning_rate:g} and continues the schedule from step {saved.global_step}."
                      + advice(" Resume with {} to keep the checkpoint's rate.", "learning_rate",
                               f"{saved.learning_rate:g}"))
+    if saved.global_step > run.max_steps and stop_past_max_steps:
+        notes.append(f"the checkpoint {folder} (step {saved.global_step}) is past the end that "
+                     f"{option(max_steps_option.removeprefix('--'))} sets (step {run.max_steps}): its state is "
+                     "restored, and nothing is trained")
+        run.max_steps = saved.global_step
     if saved.global_step > run.max_steps:
         raise ResumeError(
             f"{option(max_steps_option.removeprefix('--'))} gives max_steps={run.max_steps}, below the step of the "

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from ..distributed import process_group as pg
+from ..plan.option_spelling import option
 from .callbacks import Callback
 from .state import TrainerState
 
@@ -40,6 +41,14 @@ class TrainingInterrupted(SystemExit):
 
     def __str__(self) -> str:
         return self.message
+
+
+def stop_message(signum: int, step: int, checkpoint: str | None) -> str:
+    """What a run stopped by ``signum`` at ``step`` says: the checkpoint, and how the caller resumes it."""
+    resume = (f"Checkpoint: {checkpoint}. Resume with {option('resume_from_checkpoint', checkpoint)} (or "
+              f"{option('resume_from_checkpoint', 'latest')}), with the same script and options." if checkpoint
+              else "No checkpoint was written: the save warnings above say why.")
+    return f"braeburn: stopped by {signal.Signals(signum).name} at step {step}. {resume}"
 
 
 class StopAgreement:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..plan.option_spelling import advice, option
+from ..plan.option_spelling import advice, option, shown
 from .progress import memory_line
 
 if TYPE_CHECKING:
@@ -33,11 +33,11 @@ def _ending(trainer: "Trainer") -> str:
     return f"{state.num_epochs} epoch{'s' if state.num_epochs != 1 else ''} done"
 
 
-def run_summary(trainer: "Trainer", seconds: float, steps: int) -> str:
-    """The end-of-train() summary: why it ended, device, precision, steps, speed, memory, compile, evals, output."""
+def run_summary(trainer: "Trainer", seconds: float, steps: int, samples: int) -> str:
+    """The end-of-train() summary: why it ended, device, precision, steps, speed (``samples`` trained in ``seconds``),
+    memory, compile, evals, output."""
     acc, state, plan = trainer.accelerator, trainer.state, trainer.accelerator.plan
     memory = memory_line(acc.memory_stats())
-    samples = steps * trainer._samples_per_batch * trainer.config.gradient_accumulation_steps
     evals = ", ".join(f"{k} {v:.4g}" for k, v in trainer._last_eval_metrics().items()
                       if not k.endswith(("_runtime", "_per_second"))) or "none"
     fallback = ", ".join(f"{op} x{count}" for op, count in acc.fallback_report()) or "none"
@@ -47,7 +47,7 @@ def run_summary(trainer: "Trainer", seconds: float, steps: int) -> str:
     return "\n".join([
         f"braeburn: training ended ({ending}) after {seconds:.1f} s",
         f"  device     {acc.device} ({plan.device_reason})",
-        f"  precision  {plan.precision} ({plan.precision_reason})",
+        f"  precision  {shown('mixed_precision', plan.precision)} ({plan.precision_reason})",
         f"  steps      {state.global_step}/{state.max_steps} optimizer steps ({steps} in this run), "
         f"epoch {state.epoch_progress:.2f}",
         f"  speed      {samples / seconds if seconds > 0 else 0:.1f} samples/s",

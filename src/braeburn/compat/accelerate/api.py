@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import functools
 import gc
 import inspect
@@ -360,7 +361,18 @@ class AccelerateCompat:
         if not config.automatic_checkpoint_naming or config.project_dir is None:
             raise ValueError("save_state() needs a folder: pass save_state(output_dir), or Accelerator(project_config="
                              "ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=True))")
-        return os.path.join(config.project_dir, "checkpoints", f"checkpoint_{config.iteration}")
+        folder = os.path.join(config.project_dir, "checkpoints", f"checkpoint_{config.iteration}")
+        ahead = [p for p in Path(folder).parent.glob("checkpoint_*")
+                 if p.name.split("_")[-1].isdigit() and int(p.name.split("_")[-1]) >= config.iteration]
+        if ahead:  # an earlier run of the same script: never replaced, and this run's save never rotated away first
+            taken = str(max(ahead, key=lambda p: int(p.name.split("_")[-1])))
+            raise FileExistsError(errno.EEXIST, (
+                f"save_state(): the checkpoint folder {taken!r} already exists at or after this save's iteration "
+                f"{config.iteration}, "
+                "written by an earlier run in this project_dir; braeburn does not replace it, as Accelerate does "
+                "not. Pass another project_dir, set accelerator.project_configuration.iteration to the next free "
+                "number (or load_state() the earlier run first), or move the checkpoints folder away."))
+        return folder
 
     def _after_automatic_save(self, output_dir: Any) -> None:
         config = self.project_configuration
@@ -369,15 +381,13 @@ class AccelerateCompat:
         config.iteration += 1
         folder = Path(output_dir).parent
         if config.total_limit is not None and self.is_main_process:
-            import shutil
-
-            from ...checkpoints import ownership
+            from ...checkpoints import no_follow, ownership
 
             found = sorted((p for p in folder.glob("checkpoint_*") if p.name.split("_")[-1].isdigit()
-                            and ownership.owns(folder, p.name)),  # its manifest says braeburn saved it
+                            and ownership.saved_state(p)),  # its manifest says braeburn saved it
                            key=lambda p: int(p.name.split("_")[-1]))
             for old in found[:max(0, len(found) - config.total_limit)]:
-                shutil.rmtree(old)
+                no_follow.remove_tree(old)  # (a mount point inside: refused, nothing removed)
 
     def _latest_automatic_checkpoint(self) -> str:
         config = self.project_configuration

@@ -6,8 +6,11 @@ cannot honour it, and the fix. Every refusal is reported at once, with those of 
 environment. A key left out means what it means to Accelerate: no mixed precision, no torch.compile.
 
 The value of an unknown key, or of a key that must stay empty (``tpu_env``, ``deepspeed_config``...), is never
-shown: such a value may hold a token. YAML 1.1 reads an unquoted ``NO`` as false; ``distributed_type: NO``
-then means one process, as it does to ``accelerate launch``.
+shown: such a value may hold a token. A known key's value is shown only where it is one of Accelerate's own
+choices for that key (or a number, or true/false); anything else is said by its shape ("a mapping of 2
+entries"). ``distributed_type: NO`` runs one process whatever ``num_processes`` says, as ``accelerate launch``
+does (its simple launcher starts the script once); YAML 1.1 reads an unquoted ``NO`` as false, which means the
+same.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
-from ...plan.config_files import ConfigFileError, load_json, load_yaml, read_text
+from ...plan.config_files import ConfigFileError, load_json, load_yaml, read_text, shown
 
 ACCELERATE_SUFFIXES = (".yaml", ".yml", ".json")  # braeburn's own file is TOML
 VALUE_NOT_SHOWN = object()  # a refusal's value, left out of the message (it may hold a secret)
@@ -26,6 +29,19 @@ _DISTRIBUTED = {"NO": {}, "MULTI_CPU": {"cpu": True, "strategy": "ddp"}, "MULTI_
                 "FSDP": {"strategy": "fsdp"}}
 _DISTRIBUTED_FIX = ("braeburn runs NO (one process), MULTI_CPU, MULTI_GPU (DDP on NVIDIA GPUs) and FSDP; "
                     "write one of those (FSDP to shard a large model)")
+# Accelerate 1.15's own choices for the keys braeburn reads: such a value is shown in a message, any other is not
+# (it may be a secret pasted in the wrong place). braeburn.DistributedType holds the same names (a test checks).
+ACCELERATE_DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA",
+                                "MULTI_XPU", "DEEPSPEED", "FSDP", "XLA", "MEGATRON_LM", "MULTI_HPU", "MULTI_NEURON")
+_LEGAL = {
+    "compute_environment": ("LOCAL_MACHINE", "AMAZON_SAGEMAKER"),
+    "distributed_type": ACCELERATE_DISTRIBUTED_TYPES,
+    "mixed_precision": ("no", "fp16", "bf16", "fp8"),
+    "rdzv_backend": ("static", "c10d", "etcd", "etcd-v2"),  # torchrun's
+    "dynamo_backend": ("NO", "EAGER", "AOT_EAGER", "INDUCTOR", "AOT_TS_NVFUSER", "NVPRIMS_NVFUSER", "CUDAGRAPHS",
+                       "OFI", "FX2TRT", "ONNXRT", "TENSORRT", "AOT_TORCHXLA_TRACE_ONCE", "TORCHXLA_TRACE_ONCE", "TVM",
+                       "HPU_BACKEND", "NEURON"),
+}
 # Keys copied as they are, under the same name, checked by the setting's own parser.
 _SAME = ("num_machines", "machine_rank", "main_process_ip", "main_process_port", "gpu_ids")
 # Keys that must stay empty (Accelerate's value when the feature is not used): why braeburn cannot honour more.
@@ -74,7 +90,7 @@ Refusal = tuple[str, str]
 
 
 def _compute_environment(value: Any, out: dict[str, Any]) -> Refusal | None:
-    if str(value).upper() == "LOCAL_MACHINE":
+    if isinstance(value, str) and value.upper() == "LOCAL_MACHINE":
         return None
     return ("braeburn launches on the machines it runs on; it does not start SageMaker jobs",
             "write compute_environment: LOCAL_MACHINE and run braeburn launch on each machine")
@@ -86,15 +102,20 @@ def _distributed_type(value: Any, out: dict[str, Any]) -> Refusal | None:
     if value is True:
         return ("YAML reads an unquoted yes, on or true as true, which names no distributed_type",
                 _DISTRIBUTED_FIX + ", in quotes")
-    settings = _DISTRIBUTED.get(value.upper()) if isinstance(value, str) else None
-    if settings is None:
-        return f"braeburn cannot run {value}", _DISTRIBUTED_FIX
-    out.update(settings)
+    name = value.strip().upper() if isinstance(value, str) else None
+    if name not in _DISTRIBUTED:
+        known = name in ACCELERATE_DISTRIBUTED_TYPES
+        return (f"braeburn cannot run {name}" if known else "is not one of Accelerate's distributed types"), \
+            _DISTRIBUTED_FIX
+    out.update(_DISTRIBUTED[name])
+    out["_one_process"] = name == "NO"
     return None
 
 
 def _mixed_precision(value: Any, out: dict[str, Any]) -> Refusal | None:
-    text = "no" if value in (None, False) else str(value).lower()  # YAML reads an unquoted no as false
+    if value is not None and value is not False and not isinstance(value, str):
+        return "is not one of no, fp16 or bf16", "write mixed_precision: bf16 (or fp16, or 'no')"
+    text = "no" if value in (None, False) else value.lower()  # YAML reads an unquoted no as false
     if text == "fp8":
         return "braeburn has no fp8 training", "write mixed_precision: bf16 (or fp16, or 'no')"
     out["mixed_precision"] = text  # checked by the setting's parser, with the others
@@ -116,7 +137,7 @@ def _num_processes(value: Any, out: dict[str, Any]) -> Refusal | None:
 
 
 def _rdzv_backend(value: Any, out: dict[str, Any]) -> Refusal | None:
-    if value in (None, "static"):
+    if value is None or value == "static":
         return None
     return ("braeburn's jobs meet with torchrun's static rendezvous at main_process_ip:main_process_port",
             "write rdzv_backend: static")
@@ -125,7 +146,8 @@ def _rdzv_backend(value: Any, out: dict[str, Any]) -> Refusal | None:
 def _dynamo_config(value: Any, out: dict[str, Any]) -> Refusal | None:
     table = value if isinstance(value, Mapping) else {} if value is None else {"dynamo_backend": value}
     backend = table.get("dynamo_backend", "NO")
-    backend = "NO" if backend is None or backend is False else str(backend).upper()  # an unquoted NO: false
+    backend = "NO" if backend is None or backend is False else backend.upper() if isinstance(backend, str) \
+        else None  # an unquoted NO: false
     others = {k: v for k, v in table.items() if k != "dynamo_backend" and _DYNAMO_DEFAULTS.get(k, object()) != v}
     if backend not in ("NO", "INDUCTOR") or others:
         return ("braeburn compiles with torch.compile's inductor backend and its default options only",
@@ -160,10 +182,33 @@ def settings_from_accelerate(table: Mapping[str, Any]) -> tuple[dict[str, Any], 
             refusal = ("is not a key of Accelerate 1.15's config file (its value is not shown)",
                        "remove it; braeburn reads the keys `accelerate config` writes")
         if refusal is not None:
-            shown = key in _READERS or key in _SAME  # a setting's value; never an unknown key's or a table's
-            refusals.append((key, value if shown else VALUE_NOT_SHOWN, *refusal))
+            refusals.append((key, _shown(key, value), *refusal))
+    _one_process(out)
     return out, refusals
 
 
-__all__ = ["ACCELERATE_SUFFIXES", "KNOWN_KEYS", "VALUE_NOT_SHOWN", "is_accelerate_file", "read_accelerate_file",
-           "settings_from_accelerate"]
+def _shown(key: str, value: Any) -> Any:
+    """A refused key's value as a message may show it: an unknown key's or a key that must stay empty's never;
+    a key braeburn reads shows one of Accelerate's own choices, a number or true/false, and the shape of the rest."""
+    if key not in _READERS:
+        return VALUE_NOT_SHOWN
+    return shown(value, _LEGAL.get("dynamo_backend" if key == "dynamo_config" else key, ()))
+
+
+def _one_process(out: dict[str, Any]) -> None:
+    """distributed_type: NO starts the script once, as Accelerate's launcher does, whatever num_processes says:
+    out["num_processes"] becomes 1, and out["_notes"] says so where the file asked for more (a --num-processes
+    flag still wins, as every flag does). num_processes: -1 still asks for the flag, as in Accelerate."""
+    notes = []
+    count = out.get("num_processes")
+    if out.pop("_one_process", False) and not out.get("_num_processes_from_command_line"):
+        if count is not None and count != 1:
+            notes.append(("num_processes", shown(count), "not used: distributed_type NO runs one process, as "
+                          "`accelerate launch` does with this file", "To run several, write distributed_type: "
+                          "MULTI_CPU (with use_cpu: true) or MULTI_GPU, or pass --num-processes N"))
+        out["num_processes"] = 1
+    out["_notes"] = notes
+
+
+__all__ = ["ACCELERATE_DISTRIBUTED_TYPES", "ACCELERATE_SUFFIXES", "KNOWN_KEYS", "VALUE_NOT_SHOWN", "is_accelerate_file",
+           "read_accelerate_file", "settings_from_accelerate"]

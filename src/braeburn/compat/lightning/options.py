@@ -7,15 +7,16 @@ each and what to do instead: a silent difference (a clip value dropped, a precis
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
 from ...trainer.config import TrainingConfig
+from .callbacks import callback_errors
+from .spelling import PRECISIONS
 
-# Lightning's spellings -> braeburn's mixed_precision.
-PRECISIONS = {"32-true": "no", "32": "no", 32: "no", "16-mixed": "fp16", "16": "fp16", 16: "fp16",
-              "bf16-mixed": "bf16", "bf16": "bf16"}
 
 # Lightning arguments accepted at the values that change nothing here ("ddp": what braeburn launch runs anyway).
 _HARMLESS = {"logger": (None, True, False), "enable_model_summary": (None, True, False), "num_nodes": (1,),
@@ -42,9 +43,14 @@ def lightning_options(kwargs: dict[str, Any], launched: int | None = None) -> tu
     """(the options, []) or (None, every error): pure, no I/O. ``launched``: the processes per machine that a
     launcher started (LOCAL_WORLD_SIZE), None when this is a plain ``python script.py``."""
     given = dict(kwargs)
-    errors = _unsupported(given)
-    precision = given.pop("precision", "32-true")
-    if precision not in PRECISIONS:
+    errors = _type_errors(given)  # (a number of the wrong type is taken out: the checks below compare numbers)
+    errors += _unsupported(given)
+    callbacks = given.get("callbacks")
+    callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    errors += callback_errors(callbacks)  # (one callback without a list: as Lightning takes it)
+    precision = given.pop("precision", None)
+    precision = "32-true" if precision is None else precision  # None: Lightning's default
+    if not isinstance(precision, (str, int)) or precision not in PRECISIONS:
         errors.append(f"precision={precision!r}: braeburn trains in float32 with mixed float16 or bfloat16 autocast "
                       "only; pass precision='32-true', '16-mixed' or 'bf16-mixed' (a model in half precision "
                       "throughout: .to(dtype) the module yourself; a float64 one is trained in float32 on every "
@@ -57,12 +63,36 @@ def lightning_options(kwargs: dict[str, Any], launched: int | None = None) -> tu
         error, given["devices"] = _processes(devices, launched)
         errors += [error] if error else []
     clip = given.get("gradient_clip_val")
-    if clip is not None and clip < 0:
-        errors.append(f"gradient_clip_val={clip!r} must be >= 0 (0 or None: no clipping)")
+    if clip is not None and not (math.isfinite(clip) and clip >= 0):
+        errors.append(f"gradient_clip_val={clip!r}: must be a finite number >= 0, such as 1.0 (0 or None: no "
+                      "clipping)")
     errors += _count_errors(given)
     if errors:
         return None, errors
-    return _options(given, PRECISIONS[precision]), []
+    return _options(given, PRECISIONS[precision], callbacks), []
+
+
+# The numeric arguments and what Lightning takes for each (bool is no number here, though Python's int it is).
+_FLOAT, _INT = (Real, "an int or a float"), (Integral, "an int")
+_NUMERIC = {"gradient_clip_val": _FLOAT, "val_check_interval": _FLOAT, "limit_train_batches": _FLOAT,
+            "limit_val_batches": _FLOAT, "max_epochs": _INT, "max_steps": _INT, "accumulate_grad_batches": _INT,
+            "log_every_n_steps": _INT, "num_nodes": _INT, "num_sanity_val_steps": _INT, "min_epochs": _INT,
+            "min_steps": _INT, "check_val_every_n_epoch": _INT, "reload_dataloaders_every_n_epochs": _INT}
+
+
+def _type_errors(given: dict[str, Any]) -> list[str]:
+    """`name` should be an int (or a float), as Lightning says it: one error each; the argument is taken out."""
+    errors = []
+    for name, (kind, words) in _NUMERIC.items():
+        value = given.get(name)
+        if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
+            continue
+        fix = "the number without quotes" if isinstance(value, str) else \
+            "a whole number" if kind is Integral else "a number"
+        errors.append(f"{name}={value!r}: `{name}` should be {words}, not a {type(value).__name__} (Lightning's "
+                      f"Trainer takes no other type); pass {fix}")
+        del given[name]
+    return errors
 
 
 def _processes(devices: Any, launched: int | None) -> tuple[str | None, Any]:
@@ -96,7 +126,7 @@ def _count_errors(given: dict[str, Any]) -> list[str]:
     errors = []
     for name, takes in _COUNTS.items():
         value = given.get(name)
-        whole = isinstance(value, int) and not isinstance(value, bool)
+        whole = isinstance(value, Integral)  # (the type was checked: a bool or another type is gone)
         if value is None or (whole and (value >= 1 or (value == -1 and name in _NO_LIMIT))):
             continue
         why = _AT_ZERO.get(name, "") if whole and value == 0 else ""
@@ -123,9 +153,9 @@ _READ = ("accelerator", "devices", "precision", "max_epochs", "max_steps", "grad
          "enable_checkpointing", "callbacks")
 
 
-def _options(given: dict[str, Any], mixed_precision: str) -> LightningOptions:
-    max_steps = given.get("max_steps", -1)
-    max_epochs = given.get("max_epochs")
+def _options(given: dict[str, Any], mixed_precision: str, callbacks: list[Any]) -> LightningOptions:
+    max_steps = int(given.get("max_steps", -1))
+    max_epochs = None if given.get("max_epochs") is None else int(given["max_epochs"])
     epochs = max_epochs if max_epochs is not None and max_epochs >= 0 else (1e6 if max_steps > 0 else 1000)
     root = str(given.get("default_root_dir") or ".")
     config = TrainingConfig(
@@ -138,7 +168,7 @@ def _options(given: dict[str, Any], mixed_precision: str) -> LightningOptions:
         disable_tqdm=not given.get("enable_progress_bar", True), compile="false", pad_to_buckets=False,
         save_in_background=False, save_total_limit=1,
         save_strategy="epoch" if given.get("enable_checkpointing", True) else "no")
-    return LightningOptions(config, list(given.get("callbacks") or []), given.get("enable_checkpointing", True), root)
+    return LightningOptions(config, callbacks, given.get("enable_checkpointing", True), root)
 
 
 __all__ = ["LightningOptions", "PRECISIONS", "lightning_options"]

@@ -17,8 +17,10 @@ from ...plan.option_spelling import UNSET, Spelling
 TRAINER_ARGUMENTS = {"max_steps": "max_steps", "num_train_epochs": "max_epochs", "max_grad_norm": "gradient_clip_val",
                      "gradient_accumulation_steps": "accumulate_grad_batches", "logging_steps": "log_every_n_steps",
                      "mixed_precision": "precision", "accelerator": "accelerator", "devices": "devices"}
-# braeburn's mixed_precision -> Lightning's precision.
+# braeburn's mixed_precision -> Lightning's precision (and back: any of Lightning's spellings of one).
 PRECISION_NAMES = {"no": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}
+PRECISIONS = {"32-true": "no", "32": "no", 32: "no", "16-mixed": "fp16", "16": "fp16", 16: "fp16",
+              "bf16-mixed": "bf16", "bf16": "bf16"}
 # What a Lightning user does instead of setting these (value: how, with {} for the value where one is given).
 _INSTEAD = {"learning_rate": ("the optimizer's learning rate in configure_optimizers()",
                               "the optimizer's lr={} in configure_optimizers()"),
@@ -27,16 +29,19 @@ _INSTEAD = {"learning_rate": ("the optimizer's learning rate in configure_optimi
             "cpu": ("Trainer(accelerator='cpu')", "Trainer(accelerator='cpu')"),
             "save_model": ("trainer.braeburn_trainer.save_model(<another folder>)",) * 2,
             "compute_metrics": ("validation_step with self.log",) * 2}
-# Options a Lightning user has no counterpart for: advice naming them is left out.
-NO_COUNTERPART = ("nan_policy", "compile", "metric_for_best_model", "eval_strategy", "pad_to_buckets")
+# Options a Lightning user has no counterpart for: advice naming them is left out (seed: Lightning's Trainer takes
+# none; the script seeds itself).
+NO_COUNTERPART = ("nan_policy", "compile", "metric_for_best_model", "eval_strategy", "pad_to_buckets", "seed")
 
 
 class LightningSpelling(Spelling):
     """Options as ``braeburn.lightning.Trainer(...)`` and ``fit(...)`` take them. ``root``: default_root_dir;
-    ``ckpt_path``: what fit() was given (the core's "latest" is what it asked for)."""
+    ``ckpt_path``: what fit() was given (the core's "latest" is what it asked for); ``precision``: what
+    Trainer(precision=...) was given (UNSET or None: Lightning's default, "32-true")."""
 
-    def __init__(self, root: str, ckpt_path: Any = "last"):
+    def __init__(self, root: str, ckpt_path: Any = "last", precision: Any = UNSET):
         self.root, self.ckpt_path = root, "last" if ckpt_path is None else ckpt_path
+        self.precision = UNSET if precision is None else precision
 
     def option(self, name: str, value: Any = UNSET) -> str | None:
         if name == "resume_from_checkpoint":
@@ -56,8 +61,17 @@ class LightningSpelling(Spelling):
         if name == "output_dir":
             return f"the run folder {str(value)!r} (of Trainer(default_root_dir={self.root!r}))"
         if name == "mixed_precision":
-            value = PRECISION_NAMES.get(value, value)
+            asked = isinstance(self.precision, (str, int)) and PRECISIONS.get(self.precision)
+            value = self.precision if asked == value else PRECISION_NAMES.get(value, value)  # as the user wrote it
         return f"{TRAINER_ARGUMENTS.get(name, name)}={excerpt(value)}"
+
+    def chosen(self, name: str, value: Any) -> str:
+        if name == "mixed_precision" and self.precision is UNSET and value == "no":
+            return f"Lightning's default ({self.given(name, value)})"
+        return super().chosen(name, value)
+
+    def shown(self, name: str, value: Any) -> str:
+        return PRECISION_NAMES.get(value, str(value)) if name == "mixed_precision" else super().shown(name, value)
 
     def _ckpt(self, value: Any) -> str:
         return "last" if value == "latest" else str(value)
@@ -72,4 +86,4 @@ class LightningSpelling(Spelling):
         return f"Trainer({TRAINER_ARGUMENTS[name]}={shown})"
 
 
-__all__ = ["LightningSpelling", "NO_COUNTERPART", "PRECISION_NAMES", "TRAINER_ARGUMENTS"]
+__all__ = ["LightningSpelling", "NO_COUNTERPART", "PRECISION_NAMES", "PRECISIONS", "TRAINER_ARGUMENTS"]

@@ -13,6 +13,7 @@ docs/migrating.md, "Lightning".
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import traceback
@@ -21,27 +22,30 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from ...distributed import elastic
 from ...distributed import process_group as pg
 from ...errors import debug_requested, is_user_error, note_once
 from ...plan.option_spelling import spelled
 from ...trainer.callbacks import Callback
+from ...trainer.checkpoint import CheckpointManager
 from ...trainer.config import ConfigError, TrainingConfig
 from ...trainer.loop import Trainer as BraeburnTrainer
 from ...trainer.outputs import EvalLoopOutput
 from ...trainer.scheduler_interval import is_plateau
 from ...trainer.write_faults import OutputDirError
+from ...warn import warn
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
 from .module import HOOKS, StepLogger, split_optimizers, step_loss, unsupported_hooks
 from .options import lightning_options
-from .runs import (CheckpointPathError, checkpoint_to_resume, claim_run_folder, logs_folder,
+from .runs import (CheckpointPathError, checkpoint_to_resume, claim_run_folder, job_identity, logs_folder,
                              restarted_run_folder)
 from .spelling import LightningSpelling
 
 
 _PACKAGE = Path(__file__).resolve().parents[2]  # braeburn's own code: src/braeburn
+_FITS = itertools.count(1)  # the fit() calls of this process that made a run folder: a restart replays them
 
 
 # Nobody asks for compile=false here: it is this path's default, and the summary says so.
@@ -70,6 +74,7 @@ class Trainer:
         options.root = os.path.normpath(os.path.expanduser(kwargs.get("default_root_dir") or os.getcwd()))
         self.callbacks = options.callbacks
         self.max_epochs, self.max_steps = kwargs.get("max_epochs"), kwargs.get("max_steps", -1)
+        self._precision = kwargs.get("precision")  # as given, for messages (None: Lightning's default)
         self.current_epoch = 0
         self.estimated_stepping_batches: int | float = math.inf
         self.logger = StepLogger()
@@ -123,7 +128,9 @@ class Trainer:
         if train_loader is None:
             raise ValueError("fit() needs training data: pass train_dataloaders=, a datamodule with "
                              "train_dataloader(), or define train_dataloader() on the module")
-        with _bound(model, self), spelled(LightningSpelling(self.options.root, ckpt_path)):
+        _check_sized(train_loader, "train_dataloaders", "train_dataloader()")
+        _check_sized(val_loader, "val_dataloaders", "val_dataloader()")
+        with _bound(model, self), spelled(LightningSpelling(self.options.root, ckpt_path, self._precision)):
             _one_error(self._fit, model, train_loader, val_loader, ckpt_path)
 
     def _fit(self, model: torch.nn.Module, train_loader: Any, val_loader: Any, ckpt_path: Any) -> None:
@@ -131,14 +138,41 @@ class Trainer:
             resume, warnings = checkpoint_to_resume(ckpt_path, self.options.root)
         except CheckpointPathError as error:
             raise LightningArgumentError([str(error)]) from None
-        if val_loader is not None and _has_no_batches(val_loader):
+        if val_loader is not None and len(val_loader) == 0:
             val_loader = None  # Lightning skips a validation loader without batches
         self._call("on_fit_start", model)
-        self._run = self._build(model, train_loader, val_loader, new_run=True)
-        for warning in warnings:
-            self._run.accelerator.print(f"braeburn: warning: {warning}")
-        self._run.train(resume_from_checkpoint=resume)
+        if len(train_loader) == 0:  # as Lightning: a warning, nothing trained, and no run folder made
+            self._run_folder = None
+            if _rank_zero():
+                warn("braeburn.lightning: the training DataLoader has no batches (Lightning: \"Total length of "
+                     "`DataLoader` across ranks is zero. Please make sure this was your intention.\"): nothing is "
+                     "trained, and no run folder is made")
+            self._say("`Trainer.fit` stopped: No training batches.")
+        else:
+            self._run = self._build(model, train_loader, val_loader, new_run=True)
+            if elastic.is_restarted() and CheckpointManager(self._run_folder).latest() is not None:
+                resume, warnings = None, []  # a restart goes on from its own folder's checkpoint (the core's)
+            for warning in warnings:
+                self._run.accelerator.print(f"braeburn: warning: {warning}")
+            self._run.train(resume_from_checkpoint=resume)
+            limit = self._limit_reached()
+            if limit is not None:
+                self._say(f"`Trainer.fit` stopped: {limit}")
         self._call("on_fit_end", model)
+
+    def _limit_reached(self) -> str | None:
+        """Lightning's words for the limit the run stopped at (None: it stopped short of both)."""
+        steps = self.max_steps if self.max_steps is not None else -1
+        if steps != -1 and self.global_step >= steps:
+            return f"`max_steps={steps}` reached."
+        epochs = self.max_epochs if self.max_epochs is not None else (1000 if steps == -1 else -1)
+        return f"`max_epochs={epochs}` reached." if epochs != -1 and self.current_epoch >= epochs else None
+
+    @staticmethod
+    def _say(line: str) -> None:
+        """``line`` once for the job (by rank 0), as Lightning's rank-zero messages."""
+        if _rank_zero():
+            print(line, flush=True)
 
     def validate(self, model: torch.nn.Module, dataloaders: Any = None, ckpt_path: str | None = None,
                  verbose: bool = True, datamodule: Any = None) -> list[dict]:
@@ -150,7 +184,8 @@ class Trainer:
         if val_loader is None:
             raise ValueError("validate() needs data: pass dataloaders=, a datamodule with val_dataloader(), or "
                              "define val_dataloader() on the module")
-        with _bound(model, self), spelled(LightningSpelling(self.options.root)):
+        _check_sized(val_loader, "dataloaders", "val_dataloader()", "validate")
+        with _bound(model, self), spelled(LightningSpelling(self.options.root, precision=self._precision)):
             self._run = _one_error(self._build, model, None, val_loader)
             metrics = _one_error(self._run.evaluate)
         logged = {name[len("eval_"):]: value for name, value in metrics.items() if name.startswith("eval_")
@@ -213,6 +248,10 @@ class Trainer:
             method(*args)
 
 
+def _rank_zero() -> bool:
+    return os.environ.get("RANK", "0") == "0"  # (a launcher sets RANK before any process group exists)
+
+
 def _one_error(work: Any, *args: Any) -> Any:
     """``work(*args)``; braeburn's own refusal (an error it raised on purpose, whose message says the fix) comes out
     as that one error, without the frames of braeburn's Trainer it was raised in (BRAEBURN_DEBUG=1 keeps them).
@@ -233,11 +272,14 @@ def _raised_by_braeburn_alone(error: BaseException) -> bool:
 
 def _run_folder(logs: Path, accelerator: Accelerator) -> Path:
     """The new run's folder: the next version_<N> of ``logs``, created by the main process and told to the others
-    (a worker that braeburn launch --max-restarts restarted takes the first attempt's, to resume it)."""
-    number, problem = -1, None
+    (a worker that braeburn launch --max-restarts restarted takes the one its first attempt made for this fit(), to
+    resume it; never another job's)."""
+    number, problem, fit = -1, None, next(_FITS)
     if accelerator.is_main_process:
+        job = job_identity()
         try:
-            folder = (restarted_run_folder(logs) if elastic.is_restarted() else None) or claim_run_folder(logs)
+            folder = (restarted_run_folder(logs, job, fit) if elastic.is_restarted() else None) or \
+                claim_run_folder(logs, job, fit)
             number = int(folder.name.removeprefix("version_"))
         except OSError as error:
             problem = error
@@ -250,11 +292,25 @@ def _run_folder(logs: Path, accelerator: Accelerator) -> Path:
     return logs / f"version_{number}"
 
 
-def _has_no_batches(loader: Any) -> bool:
-    try:
-        return len(loader) == 0
-    except TypeError:  # an iterable without a length: it is tried
-        return False
+def _check_sized(loader: Any, argument: str, hook: str, call: str = "fit") -> None:
+    """Refuse, before anything is written, a loader braeburn cannot count: one over an IterableDataset (a stream,
+    which Lightning's Trainer takes), or anything else without a length."""
+    if loader is None:
+        return
+    dataset = getattr(loader, "dataset", None) if isinstance(loader, DataLoader) else loader
+    if isinstance(dataset, IterableDataset):
+        what = f"a DataLoader over {type(dataset).__name__}, an IterableDataset"
+    else:
+        try:
+            len(loader)
+            return
+        except (TypeError, NotImplementedError) as error:
+            what = f"a {type(loader).__name__} without a length ({error})"
+    raise LightningArgumentError([
+        f"{call}({argument}=...) (or the module's {hook}) is {what}: braeburn.lightning counts the batches of an "
+        "epoch, shards them over the processes and resumes mid-epoch by sample index, which a stream has none of. "
+        "Give the DataLoader a map-style Dataset (with __len__ and __getitem__), or run this script with "
+        "Lightning's own Trainer (from lightning import Trainer)"])
 
 
 def _check_plateau(scheduler: Any, val_loader: Any) -> None:
@@ -281,6 +337,8 @@ class _StepForward(torch.nn.Module):
 
 class _LightningRun(BraeburnTrainer):
     """braeburn's Trainer with the loss and the evaluation taken from the module's steps."""
+
+    stop_past_max_steps = True  # as Lightning: a checkpoint past max_epochs/max_steps is restored, nothing trained
 
     def __init__(self, lightning: Trainer, module: torch.nn.Module, **kwargs: Any):
         self.lightning, self.batch_idx = lightning, 0
@@ -345,27 +403,35 @@ class _LightningRun(BraeburnTrainer):
 
 
 class _LightningHooks(Callback):
-    """Lightning's training hooks, called from braeburn's callback moments."""
+    """Lightning's training hooks, called from braeburn's callback moments; none of them where a resumed run has
+    nothing left to train (Lightning calls only on_fit_start and on_fit_end then)."""
 
     def __init__(self, lightning: Trainer, module: torch.nn.Module):
         self.lightning, self.module = lightning, module
+        self.nothing_to_train = False
 
     def on_train_begin(self, trainer: Any, state: Any) -> None:
-        self.lightning._call("on_train_start", self.module)
+        self.nothing_to_train = state.global_step >= state.max_steps
+        if not self.nothing_to_train:
+            self.lightning._call("on_train_start", self.module)
 
     def on_epoch_begin(self, trainer: Any, state: Any) -> None:
         trainer.batch_idx = 0
         self.lightning.current_epoch = math.floor(state.epoch)
-        self.lightning._call("on_train_epoch_start", self.module)
+        if not self.nothing_to_train:
+            self.lightning._call("on_train_epoch_start", self.module)
 
     def on_epoch_end(self, trainer: Any, state: Any) -> None:
+        if self.nothing_to_train:
+            return
         self.lightning._call("on_train_epoch_end", self.module)
         means = self.lightning.logger.take_epoch_means()  # self.log(..., on_epoch=True) in training_step
         if means:
             trainer.log(means)
 
     def on_train_end(self, trainer: Any, state: Any) -> None:
-        self.lightning._call("on_train_end", self.module)
+        if not self.nothing_to_train:
+            self.lightning._call("on_train_end", self.module)
         self.lightning.current_epoch = math.ceil(state.epoch)
 
 

@@ -1,4 +1,4 @@
-"""The silent MPS errors of issue 29, each on a faked Mac: Apple-silicon host facts and torch.mps's public
+"""The silent MPS errors, each on a faked Mac: Apple-silicon host facts and torch.mps's public
 calls faked from PyTorch's real texts and behaviour, so MpsDevice's own code answers every device question.
 
 The PyTorch facts each test rests on are quoted in docs/devices.md ("Mac: what braeburn does for you").
