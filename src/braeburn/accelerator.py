@@ -485,7 +485,8 @@ class Accelerator(CompileMixin, AccelerateCompat):  # AccelerateCompat: Accelera
         save = state_io.save_file
         if self.plan.strategy != "fsdp":  # replicated: rank 0's copy is everyone's
             for i, model in enumerate(self._models):
-                state_io.save_model_state(self.unwrap_model(model).state_dict(), directory, i)
+                module = self.unwrap_model(model)
+                state_io.save_model_state(module.state_dict(), directory, i, module)
             for i, optimizer in enumerate(self._optimizers):
                 save(optimizer.state_dict(), directory, f"optimizer_{i}.pt")
         for i, scheduler in enumerate(self._schedulers):
