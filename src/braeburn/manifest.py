@@ -53,6 +53,9 @@ def read(folder: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
+        if not path.is_file():  # (a named pipe would hang the read)
+            raise ManifestError(f"{path} is not a regular file, so nothing in {folder} can be trusted. Use another "
+                                "checkpoint, or save this state again.")
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise ManifestError(f"{path} is {size:,} bytes, more than the {MAX_BYTES:,} a manifest of any checkpoint "
@@ -105,7 +108,7 @@ def problem(folder: Path, manifest: dict[str, Any]) -> str | None:
     for name, entry in files.items():
         path = folder / name
         if not path.is_file():
-            return f"{path} is missing"
+            return f"{path} is {'not a regular file' if os.path.lexists(path) else 'missing'}"
         if path.stat().st_size != entry["size"]:
             return f"{path} is truncated or altered: {path.stat().st_size} bytes, the manifest says {entry['size']}"
     return None

@@ -281,6 +281,7 @@ def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu"
         raise FileNotFoundError(f"{path} is missing: load_state() expects a directory written by save_state() "
                                 "with the same prepared objects (same number of models, optimizers, "
                                 "schedulers and dataloaders)")
+    safetensors_file.require_regular_file(path)  # (torch.load of a named pipe would wait forever)
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:  # weights_only refused an object: loading it could run code
@@ -408,6 +409,14 @@ def save_model_state(state: dict[str, Any], directory: Path, index: int, model: 
            lambda kept, path: safetensors_file.write(kept, path, metadata))
 
 
+def model_source(directory: str | os.PathLike, index: int) -> Path:
+    """The file :func:`load_model_state` reads: ``model.safetensors`` (``model_<i>.safetensors``), or the
+    ``model_<i>.pt`` of a checkpoint written before."""
+    path = Path(directory) / model_file(index)
+    pickle_path = Path(directory) / model_pickle(index)
+    return pickle_path if not path.exists() and pickle_path.exists() else path
+
+
 def load_model_state(directory: str | os.PathLike, index: int,
                      model_state: dict[str, Any] | None = None) -> dict[str, Any]:
     """What :func:`save_model_state` wrote, or the ``model_<i>.pt`` of a checkpoint written before it. The tied
@@ -430,6 +439,34 @@ def load_model_state(directory: str | os.PathLike, index: int,
     return {**tensors, **{alias: tensors[name] for alias, name in aliases.items()}}
 
 
+def load_model_into(module: torch.nn.Module, directory: str | os.PathLike, index: int) -> None:
+    """:func:`load_model_state` into ``module``; :class:`StateMismatchError` naming the file, in one line, when its
+    weights (well formed) are another model's."""
+    from .errors import StateMismatchError, one_line
+
+    weights = load_model_state(directory, index, module.state_dict())
+    try:
+        module.load_state_dict(weights)
+    except RuntimeError as error:
+        raise StateMismatchError(
+            f"{model_source(directory, index)} does not fit model {index} prepared ({type(module).__name__}): "
+            f"{one_line(error)}", "It was saved from another model: prepare that model (in the same order) before "
+            "load_state()") from error
+
+
+def load_optimizer_into(optimizer: Any, directory: str | os.PathLike, index: int) -> None:
+    """``optimizer_<i>.pt`` into ``optimizer``; :class:`StateMismatchError` naming the file when it does not fit."""
+    from .errors import StateMismatchError, one_line
+
+    name = f"optimizer_{index}.pt"
+    try:
+        optimizer.load_state_dict(load_file(directory, name))
+    except (ValueError, KeyError) as error:
+        raise StateMismatchError(f"{Path(directory) / name} does not fit optimizer {index} prepared: "
+                                 f"{one_line(error)}", "It was saved for another optimizer or model: prepare those "
+                                 "(in the same order) before load_state()") from error
+
+
 def _recorded_aliases(path: Path, text: str, tensors: dict[str, torch.Tensor]) -> dict[str, str]:
     """The tied names an earlier braeburn recorded in the file's metadata; MalformedFileError unless each maps a
     name the file does not hold to one it holds, once."""
@@ -448,5 +485,5 @@ def _recorded_aliases(path: Path, text: str, tensors: dict[str, torch.Tensor]) -
 
 __all__ = ["check_replaceable", "rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
            "staging_dir", "old_dir", "readable_dir", "fsync_dir", "save_file", "load_file",
-           "model_file", "model_pickle", "save_model_state", "load_model_state", "tied_names",
+           "model_file", "model_pickle", "model_source", "load_model_into", "load_optimizer_into", "save_model_state", "load_model_state", "tied_names",
            "tied_groups", "declared_ties", "without_shared_memory"]

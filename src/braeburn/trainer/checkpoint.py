@@ -482,7 +482,8 @@ class CheckpointManager:
         try:
             accelerator.load_state(str(folder))
         except (RuntimeError, KeyError, ValueError) as error:
-            raise CheckpointError(f"Checkpoint {folder} does not fit this run: {error}. It was written for a "
+            detail = getattr(error, "detail", error)  # (the Accelerator's one line naming the file)
+            raise CheckpointError(f"Checkpoint {folder} does not fit this run: {detail}. It was written for a "
                                   "different model, optimizer or number of processes; resume with the same "
                                   "script and options, or start afresh in a new output_dir.") from error
         return state
