@@ -92,6 +92,13 @@ def run_of(folder: Path) -> str | None:
     return run if isinstance(run, str) else None
 
 
+def _written_by_transformers(folder: Path) -> bool:
+    """A checkpoint folder of Transformers' Trainer: its ``trainer_state.json``, and none of the files every braeburn
+    checkpoint holds (its manifest, the Accelerator's ``accelerator.pt``)."""
+    return ((folder / STATE_FILE).is_file() and not os.path.lexists(folder / MANIFEST)
+            and not os.path.lexists(folder / "accelerator.pt"))
+
+
 def _misnamed(folder: Path) -> str | None:
     """Says so when a verified checkpoint's folder is named ``checkpoint-N`` for another step than it holds."""
     named, held = step_of(folder), TrainerState.load(folder).global_step
@@ -235,7 +242,14 @@ class CheckpointManager:
         return None
 
     def verify(self, folder: Path) -> None:
-        """Raise :class:`CheckpointCorruptError` naming the bad file and the previous good checkpoint."""
+        """Raise :class:`CheckpointCorruptError` naming the bad file and the previous good checkpoint
+        (:class:`CheckpointError` for a checkpoint of Transformers' Trainer, which braeburn cannot resume)."""
+        if _written_by_transformers(folder):
+            raise CheckpointError(
+                f"{folder} is a checkpoint of Transformers' Trainer ({STATE_FILE} without braeburn's {MANIFEST}), and "
+                "braeburn cannot resume one: its optimizer, scheduler and random states are in Transformers' files. "
+                f"Resume it with Transformers' Trainer, or start a braeburn run from its weights "
+                f"(from_pretrained({str(folder)!r}) builds the model) without {option('resume_from_checkpoint')}.")
         problem = self._problem(folder)
         if problem is None:
             return

@@ -84,6 +84,9 @@ def ready(trainer: "Trainer", set_aside: bool, say: Callable[[str], None]) -> No
     if not set_aside:  # the run appends to its log as it is (a rerun sets it aside first)
         no_follow.check_unshared(out / METRICS_FILE)
     trainer.checkpoints.clean_staging()  # what a killed save of braeburn's left (its record names it)
+    if ownership.owns(out, ownership.STAGING):  # what a killed save_model() left (its record names it)
+        no_follow.remove_tree(out / ownership.STAGING)
+        ownership.forget(out, [ownership.STAGING])
     ownership.prune(out)
     if set_aside:
         entries = ownership.movable(out)
