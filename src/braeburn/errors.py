@@ -109,4 +109,5 @@ def run_main(fn: Callable[[list[str]], Any], argv: list[str] | None = None) -> A
         raise SystemExit(exit_status(error)) from None
 
 
-__all__ = ["MalformedFileError", "StateMismatchError", "UnsafeFileError", "one_line", "debug_requested", "exit_status", "is_user_error", "run_main"]
+__all__ = ["MalformedFileError", "StateMismatchError", "UnsafeFileError", "debug_requested", "exit_status",
+           "is_user_error", "one_line", "run_main"]

@@ -209,5 +209,6 @@ def _real_folders(top: Path, relative: Path) -> None:
             folder.mkdir()
 
 
-__all__ = ["PlantedLinkError", "SharedFileError", "check_unshared", "create_new", "create_temporary", "open_append", "open_fd", "open_update", "private_folder",
-           "publish_files", "refuse_shared", "remove_file", "remove_tree", "write_atomic"]
+__all__ = ["PlantedLinkError", "SharedFileError", "check_unshared", "create_new", "create_temporary", "open_append",
+           "open_fd", "open_update", "private_folder", "publish_files", "refuse_shared", "remove_file", "remove_tree",
+           "write_atomic"]

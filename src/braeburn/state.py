@@ -485,5 +485,6 @@ def _recorded_aliases(path: Path, text: str, tensors: dict[str, torch.Tensor]) -
 
 __all__ = ["check_replaceable", "rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
            "staging_dir", "old_dir", "readable_dir", "fsync_dir", "save_file", "load_file",
-           "model_file", "model_pickle", "model_source", "load_model_into", "load_optimizer_into", "save_model_state", "load_model_state", "tied_names",
-           "tied_groups", "declared_ties", "without_shared_memory"]
+           "model_file", "model_pickle", "model_source", "load_model_into", "load_optimizer_into",
+           "save_model_state", "load_model_state", "tied_names", "tied_groups", "declared_ties",
+           "without_shared_memory"]

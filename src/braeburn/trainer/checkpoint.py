@@ -242,14 +242,7 @@ class CheckpointManager:
         return None
 
     def verify(self, folder: Path) -> None:
-        """Raise :class:`CheckpointCorruptError` naming the bad file and the previous good checkpoint
-        (:class:`CheckpointError` for a checkpoint of Transformers' Trainer, which braeburn cannot resume)."""
-        if _written_by_transformers(folder):
-            raise CheckpointError(
-                f"{folder} is a checkpoint of Transformers' Trainer ({STATE_FILE} without braeburn's {MANIFEST}), and "
-                "braeburn cannot resume one: its optimizer, scheduler and random states are in Transformers' files. "
-                f"Resume it with Transformers' Trainer, or start a braeburn run from its weights "
-                f"(from_pretrained({str(folder)!r}) builds the model) without {option('resume_from_checkpoint')}.")
+        """Raise :class:`CheckpointCorruptError` naming the bad file and the previous good checkpoint."""
         problem = self._problem(folder)
         if problem is None:
             return
@@ -296,6 +289,12 @@ class CheckpointManager:
         if not folder.is_dir():
             raise CheckpointError(f"resume_from_checkpoint={request!r}: no such folder. Pass a checkpoint-N folder "
                                   f"or 'latest' (the last complete checkpoint in output_dir).")
+        if _written_by_transformers(folder):
+            raise CheckpointError(
+                f"{folder} is a checkpoint of Transformers' Trainer ({STATE_FILE} without braeburn's {MANIFEST}), and "
+                "braeburn cannot resume one: its optimizer, scheduler and random states are in Transformers' files. "
+                "Resume it with Transformers' Trainer, or start a braeburn run from its weights "
+                f"(from_pretrained({str(folder)!r}) builds the model) without {option('resume_from_checkpoint')}.")
         self.verify(folder)
         misnamed = _misnamed(folder)
         return folder, [f"{misnamed}: resuming at the step it holds. Rename it to match, so that 'latest' and "
