@@ -66,10 +66,10 @@ def tear_saves_at(step: int, trainer: Trainer) -> None:
     """SIGKILL in the middle of writing model.safetensors of checkpoint-``step``: half its bytes are on disk."""
     original = state_io.save_model_state
 
-    def save_model_state(state, directory, index):
+    def save_model_state(state, directory, index, model=None):
         if trainer.state.global_step == step:
             with state_io.capture_writes() as files:  # the bytes the save would write
-                original(state, directory, index)
+                original(state, directory, index, model)
             (name, data), = files.items()
             with open(directory / name, "wb") as handle:
                 handle.write(data[: len(data) // 2])
@@ -77,7 +77,7 @@ def tear_saves_at(step: int, trainer: Trainer) -> None:
                 os.fsync(handle.fileno())
             print(f"job: killed while writing {directory / name}", flush=True)
             die()
-        return original(state, directory, index)
+        return original(state, directory, index, model)
 
     state_io.save_model_state = save_model_state  # the Accelerator looks it up on every save
 

@@ -121,3 +121,84 @@ def test_a_malformed_weights_file_is_refused_with_one_error_naming_it(tmp_path, 
     assert re.search(reason, err), err
     assert "nothing was loaded from it" in err or "so it was not loaded" in err, err
     assert not (out / "checkpoint-4").exists()  # no step trained from what the file holds
+
+
+def accelerator_and_model():
+    from braeburn.accelerator.core import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(4, 2)
+    return accelerator, *accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+LOADER = """
+import sys, torch
+from braeburn.accelerator.core import Accelerator
+accelerator = Accelerator(cpu=True)
+model = torch.nn.Linear(4, 2)
+accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+try:
+    accelerator.load_state(sys.argv[1])
+except Exception as error:
+    print(type(error).__name__, error, sep=": ")
+"""
+
+
+@pytest.mark.parametrize("kind", ["named pipe", "folder"])
+@pytest.mark.parametrize("with_manifest", [True, False], ids=["manifest", "no manifest"])
+def test_a_weights_file_that_is_not_a_regular_file_is_refused_before_it_is_opened(tmp_path, kind, with_manifest):
+    """A named pipe at model.safetensors hung load_state forever inside the package's open (holding the GIL: the
+    load runs in a process of its own, ended after a minute); a folder there, without a manifest, gave a raw
+    ``[Errno 19]``. Both are refused with one error naming the file, before it is opened."""
+    import os
+    import subprocess
+    import sys
+
+    accelerator, _, _ = accelerator_and_model()
+    accelerator.save_state(tmp_path / "state")
+    weights = tmp_path / "state" / "model.safetensors"
+    weights.unlink()
+    os.mkfifo(weights) if kind == "named pipe" else weights.mkdir()
+    if not with_manifest:
+        (tmp_path / "state" / "manifest.json").unlink()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    try:
+        done = subprocess.run([sys.executable, "-c", LOADER, str(tmp_path / "state")], capture_output=True,
+                              text=True, timeout=60, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"load_state() hung on the {kind} at {weights}")
+    said = done.stdout.strip().splitlines()[-1]
+    expected = (f"ManifestError: The saved state {tmp_path / 'state'} cannot be loaded: {weights} is not a regular "
+                "file" if with_manifest else
+                f"MalformedFileError: {weights} is {'a named pipe' if kind == 'named pipe' else 'a folder'}")
+    assert done.returncode == 0 and said.startswith(expected), done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("name, planted, says", [
+    ("model.safetensors", {"weight": torch.zeros(4, 2), "bias": torch.zeros(2)}, "size mismatch for weight"),
+    ("model.safetensors", {"weight": torch.zeros(2, 4)}, 'Missing key(s) in state_dict: "bias"'),
+    ("optimizer_0.pt", {"state": {}, "param_groups": []}, "different number of parameter groups"),
+])
+def test_a_well_formed_file_of_another_model_names_the_file_in_one_error(tmp_path, name, planted, says):
+    """load_state of a file that is well formed but fits another model (or optimizer): torch's bare error, over
+    several lines and naming no file, became one line naming the file and the fix."""
+    import safetensors.torch
+
+    from braeburn.checkpoints import manifest
+    from braeburn.errors import StateMismatchError
+
+    accelerator, _, _ = accelerator_and_model()
+    accelerator.save_state(tmp_path / "state")
+    path = tmp_path / "state" / name
+    path.unlink()
+    if name.endswith(".safetensors"):
+        safetensors.torch.save_file(planted, path, metadata={"format": "pt"})
+    else:
+        torch.save(planted, path)
+    manifest.write_sizes(tmp_path / "state", manifest.WHOLE)
+    with pytest.raises(StateMismatchError) as error:
+        accelerator.load_state(tmp_path / "state")
+    message = str(error.value)
+    assert message.startswith(f"{path} does not fit ") and says in message and "\n" not in message, message
+    assert "before load_state()" in message and isinstance(error.value, RuntimeError)

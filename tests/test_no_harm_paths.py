@@ -21,12 +21,14 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
+from braeburn.checkpoints import no_follow
+
 from braeburn.checkpoints import output_lock
 from braeburn.accelerator.core import Accelerator
 from braeburn.checkpoints.output_lock import LOCK_FILE, OutputDirBusyError
 from braeburn.accelerator.trackers import JSONLinesTracker
 from braeburn import Trainer, TrainingConfig
-from braeburn.trainer.metrics_log import METRICS_FILE, MetricsLogCallback
+from braeburn.trainer.metrics_log import METRICS_FILE, MetricsLogCallback, read_metrics
 from braeburn.trainer.plots import PLOT_FILE, plot_history
 from braeburn.trainer.state import STATE_FILE, TrainerState
 
@@ -162,6 +164,64 @@ def test_a_training_run_in_a_folder_with_planted_links_harms_nothing(tmp_path, c
     assert capsys.readouterr().err.count("braeburn: warning:") == 4  # one per summary skipped
     assert (run / PLOT_FILE).read_bytes()[:4] == b"\x89PNG" and (run / "model.safetensors").is_file()
     assert not (run / LOCK_FILE).exists()  # item 5: no lock file left behind
+
+
+# -- hard links: O_NOFOLLOW does not stop them -------------------------------------------------------
+def hard_link(name: Path, target: Path) -> Path:
+    name.parent.mkdir(parents=True, exist_ok=True)
+    os.link(target, name)
+    return name
+
+
+def test_a_file_appended_to_or_cut_in_place_is_refused_when_another_name_shares_it(tmp_path, capsys):
+    """A hard link at metrics.jsonl (to an outside file whose last line has no newline): the torn-line repair would
+    cut it and the log would append to it; both are refused, the outside file keeps its bytes, training goes on.
+    The same for the Accelerator's JSON-lines tracker and the output lock's record."""
+    target = victim(tmp_path)
+    log = hard_link(tmp_path / "run" / METRICS_FILE, target)
+    for opener in (no_follow.open_append, no_follow.open_update):
+        with pytest.raises(no_follow.SharedFileError, match=f"{log} is a hard link: 2 names share that file"):
+            opener(log)
+    logger, state = MetricsLogCallback(tensorboard=False), TrainerState()
+    trainer = type("T", (), {"is_main_process": True, "output_dir": tmp_path / "run"})()
+    logger.on_train_begin(trainer, state)
+    logger.on_log(trainer, state, {"loss": 1.0})
+    logger.on_train_end(trainer, state)
+    assert f"cannot write {log} ({log} is a hard link" in capsys.readouterr().err
+    hard_link(tmp_path / "logs" / "run" / METRICS_FILE, target)
+    tracker = JSONLinesTracker("run", tmp_path / "logs")  # not braeburn's file: skipped with a warning, or refused
+    tracker.log({"loss": 1.0})
+    tracker.finish()
+    hard_link(tmp_path / "locked" / LOCK_FILE, target)
+    with pytest.raises(no_follow.SharedFileError, match=r"is a hard link.*Remove it \(rm "):
+        output_lock.acquire(tmp_path / "locked")
+    assert not output_lock.held_over(tmp_path / "locked")
+    assert target.read_text() == PRECIOUS and os.stat(target).st_nlink == 4
+
+
+def test_resuming_a_copy_made_with_hard_links_is_refused_and_leaves_the_original_run_as_it_was(tmp_path):
+    """``cp -al run1 run2`` then a resume in run2: its metrics.jsonl is run1's file. Refused in one line before
+    anything is written; once made a file of its own (the fix the line gives), the resume runs and run1 is kept."""
+    x = torch.randn(16, 4)
+
+    def trainer(out: Path, steps: int) -> Trainer:
+        return Trainer(torch.nn.Linear(4, 2), TrainingConfig(
+            output_dir=str(out), max_steps=steps, logging_steps=1, per_device_train_batch_size=4, save_steps=2,
+            use_cpu=True, report_to="none", disable_tqdm=True), train_dataset=TensorDataset(x, (x.sum(1) > 0).long()),
+            loss_fn=torch.nn.functional.cross_entropy)
+
+    run1, run2 = tmp_path / "run1", tmp_path / "run2"
+    trainer(run1, 2).train()
+    subprocess.run(["cp", "-al", str(run1), str(run2)], check=True)
+    before = {p: p.read_bytes() for p in run1.rglob("*") if p.is_file()}
+    with pytest.raises(no_follow.SharedFileError) as error:
+        trainer(run2, 4).train(resume_from_checkpoint="latest")
+    assert "\n" not in str(error.value) and str(run2 / METRICS_FILE) in str(error.value)
+    log = run2 / METRICS_FILE
+    subprocess.run(f"cp '{log}' '{log}.copy' && mv '{log}.copy' '{log}'", shell=True, check=True)
+    trainer(run2, 4).train(resume_from_checkpoint="latest")
+    assert {p: p.read_bytes() for p in run1.rglob("*") if p.is_file()} == before
+    assert len(read_metrics(run2)) > len(read_metrics(run1))
 
 
 # -- item 5: the lock of save_state, its removal, stale locks --------------------------------------

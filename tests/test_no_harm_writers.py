@@ -208,3 +208,83 @@ def test_tensorboard_never_writes_through_a_link_at_its_folder_or_at_an_event_fi
     TensorBoardTracker("run", tmp_path / "logs")  # the Accelerator's tracker (log_with="tensorboard") too
     suffixes = [made["filename_suffix"] for made in fake_tensorboard]
     assert len(set(suffixes)) == 3 and all(len(suffix) == 9 for suffix in suffixes)  # event files no one can foresee
+
+
+class TorchSummaryWriter(RecordingSummaryWriter):
+    """Stands in for torch's SummaryWriter as the Accelerator's tracker uses it: ``add_hparams`` and ``add_scalars``
+    open another writer, in a folder of their own, as torch's do; every event is recorded with its writer."""
+
+    events: list[tuple] = []
+
+    def __init__(self, log_dir=None, **kwargs):
+        super().__init__(log_dir, **kwargs)
+        writer = self
+        self.file_writer = type("FileWriter", (), {"add_summary": lambda _, summary, step=None: writer.event(
+            "summary", summary)})()
+
+    def event(self, *what):
+        TorchSummaryWriter.events.append((self.log_dir, *what))
+
+    def add_scalar(self, tag, value, global_step=None, **kwargs):
+        self.event("scalar", tag, value)
+
+    def add_text(self, tag, text, global_step=None, **kwargs):
+        self.event("text", tag, text)
+
+    def add_hparams(self, hparams, metric_dict, run_name=None, **kwargs):  # torch: a writer in log_dir/run_name
+        TorchSummaryWriter(f"{self.log_dir}/{run_name}").event("summary", ("hparams", tuple(hparams.items())))
+
+    def add_scalars(self, tag, values, global_step=None, **kwargs):  # torch: a writer per entry, in log_dir/tag_entry
+        for entry, value in values.items():
+            TorchSummaryWriter(f"{self.log_dir}/{tag}_{entry}").event("scalar", tag, value)
+
+    def flush(self):
+        pass
+
+
+def test_the_tensorboard_tracker_writes_every_event_into_its_own_event_file(tmp_path, monkeypatch):
+    """Accelerator(log_with="tensorboard"): the configuration (hyperparameters) and a dict of values go through the
+    tracker's own writer, whose event file has a random end, never through a second writer whose file a link
+    planted beforehand could stand at (a name of time, host and pid, or a sub-folder ``<key>_<entry>``)."""
+    import types
+
+    from braeburn.accelerator.trackers import TensorBoardTracker
+
+    module, summary = types.ModuleType("torch.utils.tensorboard"), types.ModuleType("torch.utils.tensorboard.summary")
+    module.SummaryWriter, module.summary = TorchSummaryWriter, summary
+    summary.hparams = lambda hparams, metrics, *a: [("hparams", tuple(hparams.items())), "start", "end"]
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", module)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard.summary", summary)
+    RecordingSummaryWriter.made, TorchSummaryWriter.events = [], []
+    tracker = TensorBoardTracker("run", tmp_path)
+    tracker.store_init_configuration({"lr": 0.1, "layers": [2, 3]})
+    tracker.log({"loss": 1.0, "group": {"a": 1.0, "b": 2}, "note": "x"}, step=1)
+    tracker.finish()
+    folder = str(tmp_path / "run")
+    assert [made["log_dir"] for made in RecordingSummaryWriter.made] == [folder]  # one writer: the tracker's own
+    assert len(RecordingSummaryWriter.made[0]["filename_suffix"]) == 9
+    assert TorchSummaryWriter.events == [
+        (folder, "summary", ("hparams", (("lr", 0.1), ("layers", "[2, 3]")))), (folder, "summary", "start"),
+        (folder, "summary", "end"), (folder, "scalar", "loss", 1.0), (folder, "scalar", "group/a", 1.0),
+        (folder, "scalar", "group/b", 2), (folder, "text", "note", "x")]
+
+
+def test_tensorboard_reads_the_trackers_hyperparameters_and_grouped_values_from_its_one_event_file(tmp_path):
+    """The same with TensorBoard itself (where installed): what it shows comes from the tracker's one file."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    from braeburn.accelerator.trackers import TensorBoardTracker
+
+    tracker = TensorBoardTracker("run", tmp_path)
+    tracker.store_init_configuration({"lr": 0.1, "note": "x"})
+    tracker.log({"loss": 1.0, "group": {"a": 1.0, "b": 2.0}}, step=1)
+    tracker.finish()
+    assert [p.parent for p in tmp_path.rglob("*") if p.is_file()] == [tmp_path / "run"]
+    events = EventAccumulator(str(tmp_path / "run"))
+    events.Reload()
+    assert events.Tags()["scalars"] == ["loss", "group/a", "group/b"]
+    start = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    hparams = plugin_data_pb2.HParamsPluginData.FromString(start).session_start_info.hparams
+    assert hparams["lr"].number_value == 0.1 and hparams["note"].string_value == "x"

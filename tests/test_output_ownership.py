@@ -116,6 +116,43 @@ def test_a_rerun_sets_aside_exactly_braeburns_files(tmp_path, capsys):
     assert f"The {len(users)} other entries, not braeburn's, stay where they are" in note[0]  # .git among them
 
 
+@pytest.mark.parametrize("users", [0, 1, 2])
+def test_a_rerun_after_a_killed_save_model_counts_only_the_users_entries(tmp_path, capsys, users):
+    """A kill inside save_model() leaves its staging folder (braeburn's: its record names it). The rerun removes it
+    and counts only the entries that are not braeburn's, in a sentence that fits the count."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for i in range(users):
+        (out / f"users-{i}.txt").write_text("the user's\n")
+    trainer(out).train()
+    killed = ownership.staged(out, "save_model() writes the final model under that name")
+    (killed.__enter__() / "config.json").write_text("{}")  # never exited: what a kill leaves
+    assert ownership.owns(out, ownership.STAGING)
+    capsys.readouterr()
+    trainer(out).train()
+    note = [line for line in capsys.readouterr().out.splitlines() if "held an earlier run" in line]
+    assert len(note) == 1 and not (out / ownership.STAGING).exists(), note
+    said = {0: "", 1: "The 1 other entry, not braeburn's, stays where it is.",
+            2: "The 2 other entries, not braeburn's, stay where they are."}[users]
+    assert (said in note[0]) and ("other entr" in note[0]) == bool(users), note[0]
+
+
+def test_a_checkpoint_of_transformers_trainer_is_refused_in_one_line_saying_braeburn_cannot_resume_it(tmp_path):
+    """What Transformers' Trainer writes in a checkpoint (no manifest.json: braeburn's mark), handed to a resume:
+    not "manifest.json is missing ... incomplete", but that it is Transformers' and what to do."""
+    folder = tmp_path / "checkpoint-2"
+    folder.mkdir()
+    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin"):
+        (folder / name).write_bytes(b"written by Transformers")
+    (folder / "trainer_state.json").write_text('{"global_step": 2, "log_history": [], "stateful_callbacks": {}}')
+    with pytest.raises(CheckpointError) as error:
+        trainer(tmp_path / "out").train(resume_from_checkpoint=str(folder))
+    message = str(error.value)
+    assert message.startswith(f"{folder} is a checkpoint of Transformers' Trainer") and "\n" not in message
+    assert "braeburn cannot resume one" in message and f"from_pretrained({str(folder)!r})" in message
+    assert "incomplete" not in message and not (tmp_path / "out" / "checkpoint-4").exists()
+
+
 def test_the_record_survives_a_copy_of_the_folder(tmp_path):
     out = project(tmp_path)
     run(out)

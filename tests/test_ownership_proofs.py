@@ -20,7 +20,7 @@ from braeburn.checkpoints import no_follow, ownership
 from braeburn.compat.accelerate.api import ProjectConfiguration
 from braeburn.accelerator.trackers import JSONLinesTracker
 
-from test_output_ownership import run, trainer
+from tests.test_output_ownership import run, trainer
 
 
 def test_a_first_run_sets_aside_no_folder_of_the_users_whose_manifest_checks_out(tmp_path):

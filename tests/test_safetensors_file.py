@@ -214,3 +214,48 @@ def test_two_saves_of_one_state_are_the_same_bytes(tmp_path):
     assert len({(tmp_path / f / "model.safetensors").read_bytes() for f in ("a", "b", "c")}) == 1
     loaded = state_io.load_model_state(tmp_path / "a", 0, state)  # the tied name comes back from the model's ties
     assert loaded.keys() == state.keys() and torch.equal(loaded["tied"], weight)
+
+
+@pytest.mark.parametrize("architecture", ["XLMRoberta", "Camembert"])
+def test_a_masked_lm_checkpoint_keeps_the_tied_name_transformers_keeps_and_loads_bitwise_for_fine_tuning(
+        tmp_path, architecture):
+    """XLM-R's and CamemBERT's state dicts list ``lm_head.decoder.weight`` before the word embeddings it is tied to;
+    save_pretrained keeps the embeddings (the head is the declared copy), so the base model and a classifier built
+    on it load the trained embeddings from a checkpoint, not random ones."""
+    transformers = pytest.importorskip("transformers")
+    config = getattr(transformers, f"{architecture}Config")(
+        vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=40, pad_token_id=1)
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{architecture}ForMaskedLM")(config)
+    assert next(iter(n for n in model.state_dict() if n.endswith("decoder.weight") or "word_emb" in n)) == \
+        "lm_head.decoder.weight"  # the name a first-name rule would keep
+    model.save_pretrained(tmp_path / "transformers")
+    accelerator = Accelerator(cpu=True)
+    prepared = accelerator.prepare(model)
+    accelerator.save_state(tmp_path / "state")
+    accelerator.save_model(prepared, tmp_path / "model")
+    theirs = safetensors_torch.load_file(tmp_path / "transformers" / "model.safetensors").keys()
+    assert "roberta.embeddings.word_embeddings.weight" in theirs and "lm_head.decoder.weight" not in theirs
+    fresh = getattr(transformers, f"{architecture}ForMaskedLM")(config)
+    fresh.load_state_dict(state_io.load_model_state(tmp_path / "state", 0, fresh.state_dict()))
+    assert fresh.lm_head.decoder.weight.data_ptr() == fresh.roberta.embeddings.word_embeddings.weight.data_ptr()
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in fresh.state_dict().items())  # resumes tied, exact
+    trained = {k: v for k, v in model.roberta.state_dict().items() if not k.startswith("pooler.")}
+    for folder in ("state", "model"):
+        assert safetensors_torch.load_file(tmp_path / folder / "model.safetensors").keys() == theirs
+        config.save_pretrained(tmp_path / folder)
+        base = transformers.AutoModel.from_pretrained(tmp_path / folder)
+        classifier = getattr(transformers, f"{architecture}ForSequenceClassification").from_pretrained(
+            tmp_path / folder)
+        for loaded in (base.state_dict(), classifier.roberta.state_dict()):
+            assert all(torch.equal(loaded[k], v) for k, v in trained.items()), folder
+
+
+def test_a_model_that_declares_no_ties_keeps_the_first_name_of_a_tied_pair(tmp_path):
+    """Without ``_tied_weights_keys`` (any plain module), the state dict's first name is written."""
+    model = torch.nn.Sequential(torch.nn.Embedding(5, 3), torch.nn.Linear(3, 5, bias=False))
+    model[1].weight = model[0].weight
+    assert state_io.tied_names(model.state_dict(), model) == {"1.weight": "0.weight"}
+    model._tied_weights_keys = {"0.weight": "1.weight"}  # a model that says the first name is the copy
+    assert state_io.tied_names(model.state_dict(), model) == {"0.weight": "1.weight"}

@@ -44,6 +44,23 @@ def note_once(message: str) -> None:
         print(f"braeburn: {message}", file=sys.stderr, flush=True)
 
 
+class StateMismatchError(RuntimeError):
+    """A well-formed saved file that does not fit the object it is loaded into (another model's weights, another
+    optimizer's state). ``detail`` names the file and what does not fit, in one line; the message adds the fix."""
+
+    def __init__(self, detail: str, fix: str):
+        super().__init__(f"{detail}. {fix}")
+        self.detail = detail
+
+
+def one_line(error: BaseException) -> str:
+    """torch's ``load_state_dict`` error on one line, without its "Error(s) in loading state_dict for X:" head."""
+    lines = [line.strip().rstrip(".").strip() for line in str(error).splitlines()]
+    if lines and lines[0].startswith("Error(s) in loading state_dict"):
+        lines = lines[1:]
+    return "; ".join(line for line in lines if line) or type(error).__name__
+
+
 def debug_requested(argv: list[str] | None = None) -> bool:
     """``--debug`` among the arguments, or BRAEBURN_DEBUG set to a true value."""
     args = sys.argv[1:] if argv is None else argv
@@ -103,5 +120,5 @@ def run_main(fn: Callable[[list[str]], Any], argv: list[str] | None = None) -> A
         raise SystemExit(exit_status(error)) from None
 
 
-__all__ = ["MalformedFileError", "UnsafeFileError", "debug_requested", "exit_status", "is_user_error", "note_once",
-           "run_main"]
+__all__ = ["MalformedFileError", "StateMismatchError", "UnsafeFileError", "debug_requested", "exit_status",
+           "is_user_error", "note_once", "one_line", "run_main"]

@@ -96,7 +96,13 @@ class JSONLinesTracker(GeneralTracker):
 
 
 class TensorBoardTracker(GeneralTracker):
-    """A ``SummaryWriter`` in ``logging_dir/run_name``: numbers as scalars, text as text, dicts as scalar groups."""
+    """A ``SummaryWriter`` in ``logging_dir/run_name``: numbers as scalars, text as text, a dict's numbers as
+    scalars tagged ``key/entry``, the configuration as hyperparameters.
+
+    Every event goes into the one event file of this writer, whose name ends in random characters (no link
+    planted before can have it). ``SummaryWriter.add_hparams`` and ``add_scalars`` would each open another writer,
+    with an event file of a name anyone can foresee (time, host, pid) or in a sub-folder ``<key>_<entry>`` (a link
+    planted there sends the file out of the folder), so neither is used."""
 
     name = "tensorboard"
     requires_logging_directory = True
@@ -114,8 +120,11 @@ class TensorBoardTracker(GeneralTracker):
         return self.writer
 
     def store_init_configuration(self, values: dict) -> None:
+        from torch.utils.tensorboard.summary import hparams as hparams_summaries
+
         hparams = {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in values.items()}
-        self.writer.add_hparams(hparams, metric_dict={}, run_name=".")
+        for summary in hparams_summaries(hparams, {}):  # what add_hparams writes, into this writer's own file
+            self.writer.file_writer.add_summary(summary)
         self.writer.flush()
 
     def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
@@ -125,8 +134,11 @@ class TensorBoardTracker(GeneralTracker):
                 self.writer.add_scalar(key, value, global_step=step, **kwargs)
             elif isinstance(value, str):
                 self.writer.add_text(key, value, global_step=step, **kwargs)
-            elif isinstance(value, dict):
-                self.writer.add_scalars(key, value, global_step=step, **kwargs)
+            elif isinstance(value, dict):  # (not add_scalars: a writer, and a folder, per entry)
+                for entry, number in value.items():
+                    number = _plain(number)
+                    if isinstance(number, (int, float)) and not isinstance(number, bool):
+                        self.writer.add_scalar(f"{key}/{entry}", number, global_step=step, **kwargs)
         self.writer.flush()
 
     def finish(self) -> None:

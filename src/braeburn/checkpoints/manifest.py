@@ -54,6 +54,9 @@ def read(folder: Path) -> dict[str, Any] | None:
         raw = no_follow.read_capped(path, MAX_BYTES)  # (a FIFO or /dev/zero there: refused, never read)
     except FileNotFoundError:
         return None
+    except no_follow.NotARegularFileError:  # (a named pipe would hang the read)
+        raise ManifestError(f"{path} is not a regular file, so nothing in {folder} can be trusted. Use another "
+                            "checkpoint, or save this state again.") from None
     except OSError as error:
         raise ManifestError(f"{path} cannot be read ({error.strerror or error}), so nothing in {folder} can be "
                             "trusted. Use another checkpoint, or save this state again.") from None
@@ -110,7 +113,7 @@ def problem(folder: Path, manifest: dict[str, Any]) -> str | None:
     for name, entry in files.items():
         path = folder / name
         if not path.is_file():
-            return f"{path} is missing"
+            return f"{path} is {'not a regular file' if os.path.lexists(path) else 'missing'}"
         if path.stat().st_size != entry["size"]:
             return f"{path} is truncated or altered: {path.stat().st_size} bytes, the manifest says {entry['size']}"
     return None

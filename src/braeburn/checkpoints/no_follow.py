@@ -8,6 +8,11 @@ Every writer in braeburn's folders goes through these functions instead:
   over its name, which replaces a link there (the link, not its target);
 - a file appended to or locked (the metrics log, the lock file) is opened with ``O_NOFOLLOW``: a link there
   is refused with :class:`PlantedLinkError`, which names the link and the fix;
+- a file appended to or cut in place that another name shares (a hard link: ``cp -al`` of a run, ``ln`` of a file
+  outside) is refused the same way, with :class:`SharedFileError`: ``O_NOFOLLOW`` does not stop a hard link, and
+  a write into it would change the file under its other name too. Refused, not copied: the policy for a
+  symbolic link at these names, since a copy would put the contents of a file outside the run into the run's
+  folder;
 - a folder to be removed is unlinked when it is a link (its target is left alone);
 - a writer that is not braeburn's (Transformers' ``save_pretrained``, a tokenizer's), which follows links, writes
   into a fresh private folder inside the output folder (:func:`private_folder`); each file it wrote is then
@@ -54,6 +59,39 @@ class PlantedLinkError(OSError):
         return self.strerror
 
 
+class SharedFileError(PlantedLinkError):
+    """A file braeburn appends to or cuts in place has another name too (a hard link); nothing was written."""
+
+    def __init__(self, path: str | os.PathLike, names: int, fix: str | None = None):
+        path = Path(path)
+        fix = fix or (f"Make it a file of its own (cp {str(path)!r} {str(path) + '.copy'!r} && mv "
+                      f"{str(path) + '.copy'!r} {str(path)!r}: the other name keeps its contents), or use another "
+                      "folder")
+        OSError.__init__(self, errno.EMLINK, (
+            f"{path} is a hard link: {names} names share that file (cp -al and ln make them), so a write into it "
+            "would change it under its other names too. braeburn never appends to or cuts a file another name "
+            f"shares. {fix}."))
+
+
+def refuse_shared(fd: int, path: str | os.PathLike, fix: str | None = None) -> int:
+    """``fd``, or :class:`SharedFileError` (``fd`` closed) when the regular file it is open on has other names."""
+    found = os.fstat(fd)
+    if stat.S_ISREG(found.st_mode) and found.st_nlink > 1:
+        os.close(fd)
+        raise SharedFileError(path, found.st_nlink, fix)
+    return fd
+
+
+def check_unshared(path: str | os.PathLike, fix: str | None = None) -> None:
+    """:class:`SharedFileError` when ``path`` is a regular file that other names share; nothing there is fine."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(found.st_mode) and found.st_nlink > 1:
+        raise SharedFileError(path, found.st_nlink, fix)
+
+
 def open_fd(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
     """``os.open`` that refuses a link at ``path`` (:class:`PlantedLinkError`) instead of following it."""
     try:
@@ -95,13 +133,16 @@ class NotARegularFileError(OSError):
 
 
 def open_append(path: str | os.PathLike) -> IO[str]:
-    """``path`` opened for appending text (created when missing); a link there is refused."""
-    return os.fdopen(open_fd(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8")
+    """``path`` opened for appending text (created when missing); a symbolic link there, or a file that another
+    name shares (a hard link), is refused."""
+    fd = refuse_shared(open_fd(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), path)
+    return os.fdopen(fd, "a", encoding="utf-8")
 
 
 def open_update(path: str | os.PathLike) -> IO[bytes]:
-    """An existing ``path`` opened to read and write bytes (``r+b``); a link there is refused."""
-    return os.fdopen(open_fd(path, os.O_RDWR), "r+b")
+    """An existing ``path`` opened to read and write bytes (``r+b``); a symbolic link there, or a file that another
+    name shares (a hard link), is refused."""
+    return os.fdopen(refuse_shared(open_fd(path, os.O_RDWR), path), "r+b")
 
 
 def create_new(path: str | os.PathLike) -> IO[bytes]:
@@ -258,5 +299,7 @@ def _real_folders(top: Path, relative: Path) -> None:
             folder.mkdir()
 
 
-__all__ = ["MountInsideError", "NotARegularFileError", "check_no_mount_inside", "PlantedLinkError", "read_capped", "remove_tree_quietly", "create_new", "create_temporary", "open_append", "open_fd", "open_update", "private_folder",
-           "publish_files", "remove_file", "remove_tree", "write_atomic"]
+__all__ = ["MountInsideError", "NotARegularFileError", "PlantedLinkError", "SharedFileError", "check_no_mount_inside",
+           "check_unshared", "create_new", "create_temporary", "open_append", "open_fd", "open_update", "private_folder",
+           "publish_files", "read_capped", "refuse_shared", "remove_file", "remove_tree", "remove_tree_quietly",
+           "write_atomic"]

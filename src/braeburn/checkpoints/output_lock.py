@@ -260,7 +260,9 @@ def acquire(directory: str | os.PathLike, purpose: str = "training", *, state_fo
         return directory
     lock_file = _lock_file(directory, state_folder)
     fd, writable = _take(directory, lock_file, state_folder)
-    if writable:
+    if writable:  # (closing the file on refusal releases the lock)
+        no_follow.refuse_shared(fd, lock_file, f"Remove it (rm {str(lock_file)!r}: it only records which process "
+                                "holds the lock) once no run uses that folder")
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, _holder_record(purpose).encode())  # (os.pwrite does not exist on Windows)

@@ -20,10 +20,12 @@ the whole model as bytes); tensors on a device are copied to the host first, by 
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
 import re
+import stat
 import struct
 import sys
 from pathlib import Path
@@ -120,9 +122,30 @@ def _duplicate_name(path: Path) -> str | None:
     return None
 
 
+_NOT_REGULAR = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (reading it would wait for a writer, "
+                 "maybe forever)"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                (stat.S_ISSOCK, "a socket"))
+
+
+def require_regular_file(path: str | os.PathLike) -> None:
+    """:class:`MalformedFileError` naming ``path`` unless it is a regular file, checked before it is opened: a
+    named pipe would hang the read, a folder or a device holds no checkpoint. A link is followed, as the read
+    follows it: a manifest has refused one leading out of its checkpoint folder (:mod:`braeburn.checkpoints.manifest`), and
+    one inside is read as its target. A missing file is left to the caller's error."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+        raise MalformedFileError(f"{path} is {kind}, not a regular file, so nothing was read from it. A file written "
+                                 "by save_state() always is one: delete this checkpoint, or resume from another one.")
+
+
 def read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The tensors and metadata of the safetensors file ``path``; :class:`MalformedFileError` (naming the file and
-    what is wrong with it) when it is not one, whatever is wrong."""
+    what is wrong with it) when it is not one, whatever is wrong, or is not a regular file."""
+    require_regular_file(path)
     try:
         with safe_open(str(path), framework="pt", device="cpu") as file:
             metadata, names = file.metadata() or {}, list(file.keys())
@@ -134,6 +157,8 @@ def read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         raise
     except OSError as error:
         code = _errno(error)
+        if code == errno.ENODEV:  # (a file of /proc, say: the package maps files into memory)
+            raise _refuse(path, "it cannot be mapped into memory, which is how the package reads a file") from None
         raise (OSError(code, os.strerror(code), str(path)) if code is not None
                else OSError(f"cannot read {path}: {error}")) from None
     except (SafetensorError, ValueError, KeyError, TypeError, OverflowError, RecursionError, MemoryError,
@@ -141,4 +166,4 @@ def read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         raise _refuse(path, _reason(error)) from None
 
 
-__all__ = ["DuplicateName", "can_hold", "read", "unique_names", "write"]
+__all__ = ["DuplicateName", "can_hold", "read", "require_regular_file", "unique_names", "write"]

@@ -14,6 +14,7 @@ import json
 import os
 import pickle
 import random
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -282,6 +283,7 @@ def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu"
         raise FileNotFoundError(f"{path} is missing: load_state() expects a directory written by save_state() "
                                 "with the same prepared objects (same number of models, optimizers, "
                                 "schedulers and dataloaders)")
+    safetensors_file.require_regular_file(path)  # (torch.load of a named pipe would wait forever)
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:  # weights_only refused an object: loading it could run code
@@ -310,30 +312,74 @@ def model_pickle(index: int) -> str:
     return f"model_{index}.pt"
 
 
-def tied_names(state: dict[str, Any]) -> dict[str, str]:
-    """{name: the first name of the same tensor} for each later name of a tensor held twice (tied weights: the
-    same memory, offset, shape, strides and dtype). The first name is kept: a Transformers model's input
-    embedding, before its output layer, as ``from_pretrained`` expects."""
-    aliases: dict[str, str] = {}
-    first: dict[tuple, str] = {}
+def tied_groups(state: dict[str, Any]) -> list[list[str]]:
+    """The names of each tensor held under several names (tied weights: the same memory, offset, shape, strides and
+    dtype), in the state dict's order."""
+    groups: dict[tuple, list[str]] = {}
     for name, tensor in state.items():
-        if not isinstance(tensor, torch.Tensor) or not tensor.numel():
-            continue
-        view = (*_storage_of(tensor), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()),
-                tensor.dtype)
-        if view in first:
-            aliases[name] = first[view]
-        else:
-            first[view] = name
+        if isinstance(tensor, torch.Tensor) and tensor.numel():
+            view = (*_storage_of(tensor), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()),
+                    tensor.dtype)
+            groups.setdefault(view, []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def declared_ties(model: Any) -> list[str]:
+    """The names a model declares as tied copies of another weight, as Transformers' ``save_pretrained`` collects
+    them: the ``_tied_weights_keys`` of each of its modules (a ``{copy: source}`` dict in Transformers 5, a list in 4),
+    prefixed by the module's name; each a regular expression. Read by duck typing (no Transformers import): empty for
+    any model that declares none."""
+    named_modules = getattr(model, "named_modules", None)
+    if not callable(named_modules):
+        return []
+    patterns = []
+    for prefix, module in named_modules():
+        declared = getattr(module, "_tied_weights_keys", None) or ()
+        names = declared.keys() if isinstance(declared, dict) else declared
+        patterns += [f"{prefix}.{name}" if prefix else name for name in names if isinstance(name, str)]
+    return patterns
+
+
+def _declared(name: str, patterns: list[str]) -> bool:
+    for pattern in patterns:
+        try:
+            if re.search(pattern, name):
+                return True
+        except re.error:  # (not a regular expression: the name itself)
+            if pattern == name:
+                return True
+    return False
+
+
+def _kept_name(names: list[str], patterns: list[str]) -> str:
+    """The name of a tied group that is written, as Transformers' ``save_pretrained`` chooses it: the names the
+    model declares as tied copies are dropped (all of them but the last in sorted order, when it declares every
+    name); of the others, the first in the state dict's order (a model that declares nothing: its first name)."""
+    declared = [name for name in sorted(names) if _declared(name, patterns)]
+    dropped = set(declared if len(declared) < len(names) else declared[:-1])
+    return next(name for name in names if name not in dropped)
+
+
+def tied_names(state: dict[str, Any], model: Any = None) -> dict[str, str]:
+    """{name dropped: name kept} for each tensor held under several names (tied weights). The name kept is the one
+    Transformers' ``save_pretrained`` keeps for ``model`` (:func:`_kept_name`): for XLM-R, the input embedding
+    ``roberta.embeddings.word_embeddings.weight``, not ``lm_head.decoder.weight`` that comes first in its state
+    dict, so ``AutoModel.from_pretrained`` of the folder gets the trained embedding. Without a model, or for one
+    that declares no ties, the first name in the state dict's order."""
+    patterns = declared_ties(model) if model is not None else []
+    aliases: dict[str, str] = {}
+    for names in tied_groups(state):
+        kept = _kept_name(names, patterns)
+        aliases.update({name: kept for name in names if name != kept})
     return aliases
 
 
-def without_shared_memory(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Each tensor once (safetensors holds no two names for one memory), as Transformers writes tied weights: the
-    later names are left out, and loading ties them back (:func:`load_model_state`). A tensor overlapping another
-    without being the same view is written as a copy: the resumed model shares its memory again, since loading
-    copies into it."""
-    dropped = tied_names(state)
+def without_shared_memory(state: dict[str, torch.Tensor], model: Any = None) -> dict[str, torch.Tensor]:
+    """Each tensor once (safetensors holds no two names for one memory), as Transformers writes tied weights: one
+    name of each tied group is kept, the one ``save_pretrained`` keeps for ``model`` (:func:`tied_names`), and
+    loading ties the others back (:func:`load_model_state`). A tensor overlapping another without being the same
+    view is written as a copy: the resumed model shares its memory again, since loading copies into it."""
+    dropped = tied_names(state, model)
     kept = {name: tensor for name, tensor in state.items() if name not in dropped}
     users = collections.Counter(_storage_of(t) for t in kept.values() if t.numel())
     return {n: _own_memory(t, users[_storage_of(t)]) for n, t in kept.items()}
@@ -351,9 +397,9 @@ def _storage_of(tensor: torch.Tensor) -> tuple:
     return tensor.device, tensor.untyped_storage().data_ptr()
 
 
-def save_model_state(state: dict[str, Any], directory: Path, index: int) -> None:
+def save_model_state(state: dict[str, Any], directory: Path, index: int, model: Any = None) -> None:
     """A model's state dict as ``model.safetensors`` (``model_<i>.safetensors``); the torch.save file only
-    when safetensors cannot hold it.
+    when safetensors cannot hold it. ``model`` (whose state dict it is) chooses which name of tied weights is written.
 
     The metadata is ``{"format": "pt"}`` alone, as Transformers writes it: the package orders metadata entries
     at random, so a second entry would make two saves of one state differ in their bytes (and checksums)."""
@@ -361,15 +407,24 @@ def save_model_state(state: dict[str, Any], directory: Path, index: int) -> None
         save_file(state, directory, model_pickle(index))
         return
     metadata = {"format": "pt"}  # what from_pretrained checks for
-    _write(directory, model_file(index), without_shared_memory(state),
+    _write(directory, model_file(index), without_shared_memory(state, model),
            lambda kept, path: safetensors_file.write(kept, path, metadata))
+
+
+def model_source(directory: str | os.PathLike, index: int) -> Path:
+    """The file :func:`load_model_state` reads: ``model.safetensors`` (``model_<i>.safetensors``), or the
+    ``model_<i>.pt`` of a checkpoint written before."""
+    path = Path(directory) / model_file(index)
+    pickle_path = Path(directory) / model_pickle(index)
+    return pickle_path if not path.exists() and pickle_path.exists() else path
 
 
 def load_model_state(directory: str | os.PathLike, index: int,
                      model_state: dict[str, Any] | None = None) -> dict[str, Any]:
     """What :func:`save_model_state` wrote, or the ``model_<i>.pt`` of a checkpoint written before it. The tied
     names the file leaves out are filled in from ``model_state`` (the state dict of the model it is loaded into:
-    its own ties), or from the metadata of a file written before braeburn used the package."""
+    its own ties, whichever of their names the file holds), or from the metadata of a file written before braeburn
+    used the package."""
     path = Path(directory) / model_file(index)
     if not path.exists() and (Path(directory) / model_pickle(index)).exists():
         return load_file(directory, model_pickle(index))
@@ -379,9 +434,39 @@ def load_model_state(directory: str | os.PathLike, index: int,
     if ALIASES in metadata:
         aliases = _recorded_aliases(path, metadata[ALIASES], tensors)
     else:
-        aliases = {alias: name for alias, name in tied_names(model_state or {}).items()
-                   if alias not in tensors and name in tensors}
+        aliases = {}
+        for names in tied_groups(model_state or {}):
+            held = next((name for name in names if name in tensors), None)
+            aliases.update({name: held for name in names if held is not None and name not in tensors})
     return {**tensors, **{alias: tensors[name] for alias, name in aliases.items()}}
+
+
+def load_model_into(module: torch.nn.Module, directory: str | os.PathLike, index: int) -> None:
+    """:func:`load_model_state` into ``module``; :class:`StateMismatchError` naming the file, in one line, when its
+    weights (well formed) are another model's."""
+    from ..errors import StateMismatchError, one_line
+
+    weights = load_model_state(directory, index, module.state_dict())
+    try:
+        module.load_state_dict(weights)
+    except RuntimeError as error:
+        raise StateMismatchError(
+            f"{model_source(directory, index)} does not fit model {index} prepared ({type(module).__name__}): "
+            f"{one_line(error)}", "It was saved from another model: prepare that model (in the same order) before "
+            "load_state()") from error
+
+
+def load_optimizer_into(optimizer: Any, directory: str | os.PathLike, index: int) -> None:
+    """``optimizer_<i>.pt`` into ``optimizer``; :class:`StateMismatchError` naming the file when it does not fit."""
+    from ..errors import StateMismatchError, one_line
+
+    name = f"optimizer_{index}.pt"
+    try:
+        optimizer.load_state_dict(load_file(directory, name))
+    except (ValueError, KeyError) as error:
+        raise StateMismatchError(f"{Path(directory) / name} does not fit optimizer {index} prepared: "
+                                 f"{one_line(error)}", "It was saved for another optimizer or model: prepare those "
+                                 "(in the same order) before load_state()") from error
 
 
 def _recorded_aliases(path: Path, text: str, tensors: dict[str, torch.Tensor]) -> dict[str, str]:
@@ -402,5 +487,6 @@ def _recorded_aliases(path: Path, text: str, tensors: dict[str, torch.Tensor]) -
 
 __all__ = ["check_replaceable", "rng_state", "set_rng_state", "seed_everything", "atomic_directory", "prepare_staging", "publish",
            "staging_dir", "old_dir", "readable_dir", "fsync_dir", "save_file", "load_file",
-           "model_file", "model_pickle", "save_model_state", "load_model_state", "tied_names",
+           "model_file", "model_pickle", "model_source", "load_model_into", "load_optimizer_into",
+           "save_model_state", "load_model_state", "tied_names", "tied_groups", "declared_ties",
            "without_shared_memory"]

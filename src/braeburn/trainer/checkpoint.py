@@ -91,6 +91,13 @@ def run_of(folder: Path) -> str | None:
     return run if isinstance(run, str) else None
 
 
+def _written_by_transformers(folder: Path) -> bool:
+    """A checkpoint folder of Transformers' Trainer: its ``trainer_state.json``, and none of the files every braeburn
+    checkpoint holds (its manifest, the Accelerator's ``accelerator.pt``)."""
+    return ((folder / STATE_FILE).is_file() and not os.path.lexists(folder / MANIFEST)
+            and not os.path.lexists(folder / "accelerator.pt"))
+
+
 def _misnamed(folder: Path) -> str | None:
     """Says so when a verified checkpoint's folder is named ``checkpoint-N`` for another step than it holds."""
     named, held = step_of(folder), TrainerState.load(folder).global_step
@@ -281,6 +288,12 @@ class CheckpointManager:
         if not folder.is_dir():
             raise CheckpointError(f"resume_from_checkpoint={request!r}: no such folder. Pass a checkpoint-N folder "
                                   f"or 'latest' (the last complete checkpoint in output_dir).")
+        if _written_by_transformers(folder):
+            raise CheckpointError(
+                f"{folder} is a checkpoint of Transformers' Trainer ({STATE_FILE} without braeburn's {MANIFEST}), and "
+                "braeburn cannot resume one: its optimizer, scheduler and random states are in Transformers' files. "
+                "Resume it with Transformers' Trainer, or start a braeburn run from its weights "
+                f"(from_pretrained({str(folder)!r}) builds the model) without {option('resume_from_checkpoint')}.")
         self.verify(folder)
         misnamed = _misnamed(folder)
         return folder, [f"{misnamed}: resuming at the step it holds. Rename it to match, so that 'latest' and "
@@ -481,7 +494,8 @@ class CheckpointManager:
         try:
             accelerator.load_state(str(folder))
         except (RuntimeError, KeyError, ValueError) as error:
-            raise CheckpointError(f"Checkpoint {folder} does not fit this run: {error}. It was written for a "
+            detail = getattr(error, "detail", error)  # (the Accelerator's one line naming the file)
+            raise CheckpointError(f"Checkpoint {folder} does not fit this run: {detail}. It was written for a "
                                   "different model, optimizer or number of processes; resume with the same "
                                   "script and options, or start afresh in a new output_dir.") from error
         return state

@@ -98,7 +98,8 @@ def _why(error: OSError, name: str) -> str:
 def note(folder: Path, target: Path, names: list[str], newest: Path | None, left: int) -> str:
     """The line that says what was set aside, what stayed, and how to continue the run set aside."""
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    stayed = f" The {left} other entries, not braeburn's, stay where they are." if left else ""
+    stayed = ("" if not left else " The 1 other entry, not braeburn's, stays where it is." if left == 1
+              else f" The {left} other entries, not braeburn's, stay where they are.")
     resume = (f" To continue that run instead, stop this one and pass --resume_from_checkpoint {newest}."
               if newest is not None else "")
     return (f"braeburn: output_dir={str(folder)!r} held an earlier run ({shown}); braeburn's files of it moved to "

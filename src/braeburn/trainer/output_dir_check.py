@@ -10,7 +10,9 @@ folder. braeburn trains there as long as the names it writes are free or its own
   model's ``config.json``, the tokenizer's files).
 
 Any of them held by something braeburn did not write refuses the run at once, in one line naming it, why
-it is not braeburn's, and the fix, before anything is written or moved. Then, on a rerun (neither
+it is not braeburn's, and the fix, before anything is written or moved; so does, on a resume or with
+``overwrite_output_dir``, a ``metrics.jsonl`` that another name shares (a hard link: the appended records would
+change the file under that name too). Then, on a rerun (neither
 ``--resume_from_checkpoint`` nor ``--overwrite_output_dir``), braeburn's files of the earlier run are set
 aside (:mod:`.earlier_run`), and the names this run writes are recorded as braeburn's.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..checkpoints import ownership
+from ..checkpoints import no_follow, ownership
 from ..checkpoints.output_lock import LOCK_FILE
 from . import earlier_run
 from .checkpoint import CHECKPOINT_RE, STAGING_RE, CheckpointManager
@@ -76,7 +78,12 @@ def ready(trainer: "Trainer", set_aside: bool, say: Callable[[str], None]) -> No
     if clashes:
         name = next(iter(clashes))  # the record first, then what train() writes, then the final model's names
         raise ownership.refusal(out / name, clashes[name], needs[name])
+    if not set_aside:  # the run appends to its log as it is (a rerun sets it aside first)
+        no_follow.check_unshared(out / METRICS_FILE)
     trainer.checkpoints.clean_staging()  # what a killed save of braeburn's left (its record names it)
+    if ownership.owns(out, ownership.STAGING):  # what a killed save_model() left (its record names it)
+        no_follow.remove_tree(out / ownership.STAGING)
+        ownership.forget(out, [ownership.STAGING])
     ownership.prune(out)
     if set_aside:
         entries = ownership.movable(out)

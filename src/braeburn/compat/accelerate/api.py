@@ -315,7 +315,8 @@ class AccelerateCompat:
             return
         from ..transformers.files import save_weights
 
-        save_weights(state, save_directory, max_shard_size=max_shard_size, safe_serialization=safe_serialization)
+        save_weights(state, save_directory, max_shard_size=max_shard_size, safe_serialization=safe_serialization,
+                     model=self.unwrap_model(model))
 
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """``torch.save`` (or safetensors) on the main process only."""

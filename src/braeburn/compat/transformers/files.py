@@ -47,14 +47,15 @@ def _shards(state: dict[str, torch.Tensor], limit: int) -> list[dict[str, torch.
 
 
 def save_weights(state: dict[str, Any], save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
-                 safe_serialization: bool = True) -> list[Path]:
-    """Write ``state`` into ``save_directory``; returns the files written."""
+                 safe_serialization: bool = True, model: Any = None) -> list[Path]:
+    """Write ``state`` into ``save_directory``; returns the files written. ``model`` (whose state it is) chooses
+    which name of tied weights is written, as ``save_pretrained`` would (:func:`braeburn.checkpoints.state.tied_names`)."""
     folder = Path(save_directory)
     if folder.is_file():
         raise ValueError(f"save_directory={str(folder)!r} is a file; pass a folder")
     folder.mkdir(parents=True, exist_ok=True)
     # safetensors holds no two names for one memory: tied names written once (from_pretrained ties them back)
-    tensors = without_shared_memory({k: v for k, v in state.items() if isinstance(v, torch.Tensor)})
+    tensors = without_shared_memory({k: v for k, v in state.items() if isinstance(v, torch.Tensor)}, model)
     shards = _shards(tensors, parse_size(max_shard_size))
     stem, ext = ("model", "safetensors") if safe_serialization else ("pytorch_model", "bin")
     names = ([f"{stem}.{ext}"] if len(shards) == 1
@@ -95,7 +96,7 @@ def save_pretrained_files(folder: str | os.PathLike, model: Any, state: dict[str
         if callable(getattr(model, "save_pretrained", None)):
             model.save_pretrained(str(staging), state_dict=state, safe_serialization=True)
         else:
-            save_weights(state if state is not None else model.state_dict(), staging)
+            save_weights(state if state is not None else model.state_dict(), staging, model=model)
         if processing_class is not None and callable(getattr(processing_class, "save_pretrained", None)):
             processing_class.save_pretrained(str(staging))
         with no_follow.create_new(staging / "training_args.bin") as handle:
