@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from braeburn import Accelerator
-from braeburn.trainer import Trainer, TrainingConfig
+from braeburn import Trainer, TrainingConfig  # what users run (the public, composed Trainer)
 from tests.test_reliability_faults import checkpoint_steps, killed, load_weights, resumed_from, run_job
 from tests.test_trainer_loop import bitwise_equal, resume_with_accumulation
 

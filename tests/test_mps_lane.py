@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from braeburn import Accelerator
-from braeburn.trainer import Trainer, TrainingConfig
+from braeburn import Trainer, TrainingConfig  # what users run (the public, composed Trainer)
 
 pytestmark = [pytest.mark.requires("mps"), pytest.mark.usefixtures("no_launcher_env")]
 

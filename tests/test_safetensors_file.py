@@ -14,7 +14,7 @@ import safetensors.torch as safetensors_torch
 
 from braeburn.checkpoints import safetensors_file
 from braeburn.checkpoints import state as state_io
-from braeburn.accelerator.core import Accelerator
+from braeburn import Accelerator  # the public one: save_model is an Accelerate name (compat/accelerate)
 from braeburn.errors import MalformedFileError
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
