@@ -118,3 +118,20 @@ def test_the_public_classes_are_the_cores_with_a_peers_layer():
                          (braeburn.TrainingConfig, TrainingConfig), (braeburn.TrainingArguments, TrainingConfig)):
         assert issubclass(public, core) and public is not core
         assert public.__module__.startswith("braeburn.compat.")
+
+
+def test_a_trainer_takes_either_config_and_its_accumulation_stays(monkeypatch, tmp_path):
+    """braeburn's own Trainer takes the public TrainingConfig, and braeburn.Trainer braeburn's own: each builds its
+    Accelerator with the config's accumulation (ACCELERATE_GRADIENT_ACCUMULATION_STEPS does not replace it)."""
+    import torch
+
+    import braeburn
+    from braeburn.trainer.config import TrainingConfig
+    from braeburn.trainer.loop import Trainer
+
+    monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "3")
+    for trainer_class, config_class in ((Trainer, braeburn.TrainingConfig), (braeburn.Trainer, TrainingConfig)):
+        config = config_class(output_dir=str(tmp_path), use_cpu=True, gradient_accumulation_steps=2)
+        trainer = trainer_class(torch.nn.Linear(2, 1), config)
+        assert trainer.accelerator.gradient_accumulation_steps == 2
+        trainer.accelerator.end_training()

@@ -158,8 +158,9 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         return model, optimizer, loss_fn
 
     def _make_accelerator(self) -> Accelerator:
-        """The Accelerator the config asks for, when none was passed."""
-        return Accelerator(**self.config.accelerator_options())
+        """The Accelerator the config asks for, when none was passed: braeburn's, with braeburn's own options
+        (``braeburn.TrainingConfig`` spells its accelerator_options() for Accelerate's Accelerator)."""
+        return Accelerator(**TrainingConfig.accelerator_options(self.config))
 
     def _adapt_callback(self, callback: Any) -> Any:
         """A user's callback as the callback list takes it (a peer wraps callbacks written for its own Trainer)."""
