@@ -299,7 +299,21 @@ def _real_folders(top: Path, relative: Path) -> None:
             folder.mkdir()
 
 
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Make the renames inside ``folder`` durable (a power loss can otherwise undo a rename)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # some systems cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 __all__ = ["MountInsideError", "NotARegularFileError", "PlantedLinkError", "SharedFileError", "check_no_mount_inside",
-           "check_unshared", "create_new", "create_temporary", "open_append", "open_fd", "open_update", "private_folder",
+           "check_unshared", "create_new", "create_temporary", "fsync_dir", "open_append", "open_fd", "open_update", "private_folder",
            "publish_files", "read_capped", "refuse_shared", "remove_file", "remove_tree", "remove_tree_quietly",
            "write_atomic"]

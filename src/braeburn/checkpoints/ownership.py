@@ -158,7 +158,7 @@ def _save(folder: Path, entries: Mapping[str, str]) -> None:
         if temporary is not None:
             no_follow.remove_file(temporary)
         raise
-    _fsync_dir(folder)
+    no_follow.fsync_dir(folder)
 
 
 _TEMPORARY = re.compile(r"\." + re.escape(MARKER) + r"\.([0-9]+)\.[0-9a-f]{8}\.tmp$")  # create_temporary's names
@@ -190,19 +190,6 @@ def _alive(pid: int) -> bool:
     except (OSError, OverflowError):
         return True  # (another user's process, or a pid this system cannot have: leave it)
     return True
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # -- what is braeburn's ---------------------------------------------------------------------------
@@ -450,7 +437,7 @@ def publish(staging: str | os.PathLike, folder: str | os.PathLike, need: str, fi
             if kinds[name] == FOLDER and (folder / name).is_dir():
                 no_follow.remove_tree(folder / name)  # braeburn's own (claim proved it)
             os.replace(staging / name, folder / name)
-        _fsync_dir(folder)
+        no_follow.fsync_dir(folder)
     return names
 
 

@@ -147,18 +147,7 @@ def old_dir(output_dir: str | os.PathLike) -> Path:
     return target.parent / f".{target.name}.old"
 
 
-def fsync_dir(folder: Path) -> None:
-    """Make the renames inside ``folder`` durable (a power loss can otherwise undo a rename)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # some systems cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+fsync_dir = no_follow.fsync_dir  # (one definition, below both this module and ownership)
 
 
 def check_replaceable(output_dir: str | os.PathLike) -> None:
