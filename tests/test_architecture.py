@@ -83,6 +83,33 @@ def test_an_old_module_path_imports_the_same_module(old):
     assert sys.modules[old] is module
 
 
+OLD_PATH_THEN_USE = """
+import importlib, warnings
+import braeburn.checkpoints.state as state
+import braeburn.compat.transformers.arguments as arguments
+import braeburn.state, braeburn.trainer.hf_args  # old paths: the same modules
+warnings.simplefilter("error", ImportWarning)
+assert state.__spec__.name == "braeburn.checkpoints.state", state.__spec__
+assert arguments.__spec__.parent == arguments.__package__ == "braeburn.compat.transformers", arguments.__spec__
+state.enable_full_determinism()  # a relative import inside the function: no "__package__ != __spec__.parent"
+state.enable_full_determinism = None
+importlib.reload(braeburn.state)
+assert state.enable_full_determinism is not None  # reload ran the module's code again
+print("ok")
+"""
+
+
+def test_an_old_module_path_leaves_the_module_its_own_spec(tmp_path):
+    """Importing an old path gives the module under both names, but the module keeps its own __spec__: a relative
+    import inside its functions does not warn (an error under -W error), and importlib.reload runs its code again."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", OLD_PATH_THEN_USE], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
 TRAIN_WITH_THE_CORE = """
 import sys, torch
 from torch.utils.data import TensorDataset
