@@ -41,6 +41,28 @@ def test_the_graph_sees_an_import_inside_a_function(tmp_path):
     assert import_graph.core_to_compat(graph) == [("braeburn.core", "braeburn.compat.peer")]
 
 
+def test_the_graph_sees_string_imports_and_names_a_package_loads_lazily(tmp_path):
+    """importlib.import_module and __import__ with a literal name are imports, and so is a name taken from a package
+    whose __init__ loads it lazily (``from braeburn import Trainer`` loads compat/): the checks would miss a core
+    module reaching a peer's layer, or a circle, that way."""
+    package = tmp_path / "braeburn"
+    for folder in ("compat", "trainer", "plan"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text('_WHERE = {"Trainer": ".compat.peer"}\n_ALIASES = {"Other": "Trainer"}\n')
+    (package / "trainer" / "__init__.py").write_text('_WHERE = {"Trainer": "loop"}\n')
+    (package / "compat" / "peer.py").write_text("")
+    (package / "trainer" / "loop.py").write_text("from ..plan import rules\n")
+    (package / "plan" / "rules.py").write_text("def f():\n    from ..trainer import Trainer\n")
+    (package / "errors.py").write_text("def f():\n    from braeburn import Other\n")
+    (package / "warn.py").write_text('import importlib\ndef f():\n    importlib.import_module(".compat.peer", "braeburn")\n')
+    (package / "data.py").write_text('def f():\n    return __import__("braeburn.compat.peer")\n')
+    graph = import_graph.graph(package)
+    assert import_graph.cycles(graph) == [["braeburn.plan.rules", "braeburn.trainer.loop"]]
+    assert import_graph.core_to_compat(graph) == [(module, "braeburn.compat.peer") for module in
+                                                  ("braeburn.data", "braeburn.errors", "braeburn.warn")]
+
+
 def _doc_names() -> set[str]:
     """`from braeburn.x import a, b` statements and `braeburn.x.y` names in backticks, in the README and docs/."""
     names = set()
