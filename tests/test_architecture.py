@@ -132,6 +132,15 @@ def test_an_old_module_path_leaves_the_module_its_own_spec(tmp_path):
     assert done.stdout.strip() == "ok"
 
 
+def test_the_lightning_names_still_import_from_the_compat_path_they_had():
+    """braeburn.compat.lightning was a module defining Trainer and LightningArgumentError (braeburn.lightning
+    imported them from it); as a package it still gives both, the same classes as braeburn.lightning's."""
+    from braeburn import lightning
+    from braeburn.compat.lightning import LightningArgumentError, Trainer
+
+    assert Trainer is lightning.Trainer and LightningArgumentError is lightning.LightningArgumentError
+
+
 TRAIN_WITH_THE_CORE = """
 import sys, torch
 from torch.utils.data import TensorDataset
