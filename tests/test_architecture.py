@@ -141,6 +141,21 @@ def test_the_lightning_names_still_import_from_the_compat_path_they_had():
     assert Trainer is lightning.Trainer and LightningArgumentError is lightning.LightningArgumentError
 
 
+def test_the_options_callback_keeps_its_old_name_at_its_old_path(tmp_path):
+    """The built-in callback for options between steps was HfOptionsCallback in braeburn.trainer.hf_callbacks (the
+    docs named it); that name still gives the class, so trainer.remove_callback(HfOptionsCallback) still finds it."""
+    import torch
+
+    import braeburn
+    from braeburn.trainer.hf_callbacks import HfOptionsCallback
+    from braeburn.trainer.options_callback import OptionsCallback
+
+    assert HfOptionsCallback is OptionsCallback
+    trainer = braeburn.Trainer(torch.nn.Linear(2, 1), braeburn.TrainingArguments(output_dir=str(tmp_path), use_cpu=True))
+    assert isinstance(trainer.pop_callback(HfOptionsCallback), OptionsCallback)
+    trainer.accelerator.end_training()
+
+
 TRAIN_WITH_THE_CORE = """
 import sys, torch
 from torch.utils.data import TensorDataset
