@@ -3,6 +3,10 @@
     python benchmarks/import_graph.py          # counts; exit status 1 if a circle or a core -> compat import exists
 
 Every import counts, at module level or inside a function; imports under ``if TYPE_CHECKING:`` (type-only) do not.
+So do the imports that hide from a plain reading: ``importlib.import_module("braeburn.x")`` and ``__import__`` with
+a literal name, and a name taken from a package that loads it lazily (a ``_WHERE = {name: module}`` map in its
+``__init__.py``, as ``braeburn``, ``braeburn.trainer`` and others have): ``from braeburn import Trainer`` is an
+import of the module that defines ``braeburn.Trainer``.
 The core is every module except ``braeburn/__init__.py`` and ``braeburn/lightning.py`` (the public API, which wires
 the peers' names in), ``compat/`` (the peers' layer) and ``cli/`` (the command line, which reads peers' files).
 """
@@ -20,11 +24,59 @@ def _type_checking(node: ast.If) -> bool:
     t = node.test
     return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
 
-def imports(root: Path, path: Path, known: set[str]) -> set[str]:
+def _relative(package: str, name: str) -> str:
+    """An absolute module name for ``name`` (``.x``, ``..x`` or absolute) seen from ``package``."""
+    level = len(name) - len(name.lstrip("."))
+    if not level:
+        return name
+    base = package.split(".")
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([name[level:]] if name[level:] else []))
+
+
+def lazy_names(root: Path, files: dict[str, Path]) -> dict[str, str]:
+    """``package.name`` -> the module that defines it, from each package's ``_WHERE`` (and ``_ALIASES``) map."""
+    found = {}
+    for package, path in files.items():
+        if path.name != "__init__.py":
+            continue
+        maps = {}
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id in ("_WHERE", "_ALIASES"):
+                        try:
+                            maps[target.id] = ast.literal_eval(node.value)
+                        except ValueError:
+                            pass
+        where = maps.get("_WHERE", {})
+        for name, module in where.items():
+            found[f"{package}.{name}"] = _relative(package, module if module.startswith(".") else "." + module)
+        for alias, name in maps.get("_ALIASES", {}).items():
+            if name in where:
+                found[f"{package}.{alias}"] = found[f"{package}.{name}"]
+    return found
+
+
+def _string_import(node: ast.Call, package: str) -> str | None:
+    """The literal module name of ``importlib.import_module("...")`` or ``__import__("...")``, else None."""
+    func = node.func
+    called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    if called not in ("import_module", "__import__") or not node.args:
+        return None
+    first = node.args[0]
+    if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+        return None
+    return _relative(package, first.value)
+
+
+def imports(root: Path, path: Path, known: set[str], lazy: dict[str, str] | None = None) -> set[str]:
     name = module_name(root, path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text())
     skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _type_checking(node) for b in node.body for n in ast.walk(b)}
+    lazy = lazy or {}
     found = set()
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -32,14 +84,12 @@ def imports(root: Path, path: Path, known: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
+            mod = _relative(package, "." * node.level + (node.module or "")) if node.level else node.module or ""
             subs = [f"{mod}.{a.name}" for a in node.names]
-            targets = [t for t in subs if t in known] + ([mod] if any(t not in known for t in subs) else [])
+            targets = [lazy.get(t, t) for t in subs if t in known or t in lazy]
+            targets += [mod] if any(t not in known and t not in lazy for t in subs) else []
+        elif isinstance(node, ast.Call) and (literal := _string_import(node, package)):
+            targets = [literal]
         else:
             continue
         for t in targets:
@@ -51,8 +101,8 @@ def imports(root: Path, path: Path, known: set[str]) -> set[str]:
 
 def graph(root: Path) -> dict[str, set[str]]:
     files = {module_name(root, p): p for p in root.rglob("*.py")}
-    known = set(files)
-    return {m: imports(root, p, known) - {m} for m, p in files.items()}
+    known, lazy = set(files), lazy_names(root, files)
+    return {m: imports(root, p, known, lazy) - {m} for m, p in files.items()}
 
 def cycles(g: dict[str, set[str]]) -> list[list[str]]:
     index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]

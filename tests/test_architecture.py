@@ -41,6 +41,28 @@ def test_the_graph_sees_an_import_inside_a_function(tmp_path):
     assert import_graph.core_to_compat(graph) == [("braeburn.core", "braeburn.compat.peer")]
 
 
+def test_the_graph_sees_string_imports_and_names_a_package_loads_lazily(tmp_path):
+    """importlib.import_module and __import__ with a literal name are imports, and so is a name taken from a package
+    whose __init__ loads it lazily (``from braeburn import Trainer`` loads compat/): the checks would miss a core
+    module reaching a peer's layer, or a circle, that way."""
+    package = tmp_path / "braeburn"
+    for folder in ("compat", "trainer", "plan"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text('_WHERE = {"Trainer": ".compat.peer"}\n_ALIASES = {"Other": "Trainer"}\n')
+    (package / "trainer" / "__init__.py").write_text('_WHERE = {"Trainer": "loop"}\n')
+    (package / "compat" / "peer.py").write_text("")
+    (package / "trainer" / "loop.py").write_text("from ..plan import rules\n")
+    (package / "plan" / "rules.py").write_text("def f():\n    from ..trainer import Trainer\n")
+    (package / "errors.py").write_text("def f():\n    from braeburn import Other\n")
+    (package / "warn.py").write_text('import importlib\ndef f():\n    importlib.import_module(".compat.peer", "braeburn")\n')
+    (package / "data.py").write_text('def f():\n    return __import__("braeburn.compat.peer")\n')
+    graph = import_graph.graph(package)
+    assert import_graph.cycles(graph) == [["braeburn.plan.rules", "braeburn.trainer.loop"]]
+    assert import_graph.core_to_compat(graph) == [(module, "braeburn.compat.peer") for module in
+                                                  ("braeburn.data", "braeburn.errors", "braeburn.warn")]
+
+
 def _doc_names() -> set[str]:
     """`from braeburn.x import a, b` statements and `braeburn.x.y` names in backticks, in the README and docs/."""
     names = set()
@@ -81,6 +103,57 @@ def test_an_old_module_path_imports_the_same_module(old):
     module = importlib.import_module(old)
     assert module is importlib.import_module(braeburn._MOVED[old])
     assert sys.modules[old] is module
+
+
+OLD_PATH_THEN_USE = """
+import importlib, warnings
+import braeburn.checkpoints.state as state
+import braeburn.compat.transformers.arguments as arguments
+import braeburn.state, braeburn.trainer.hf_args  # old paths: the same modules
+warnings.simplefilter("error", ImportWarning)
+assert state.__spec__.name == "braeburn.checkpoints.state", state.__spec__
+assert arguments.__spec__.parent == arguments.__package__ == "braeburn.compat.transformers", arguments.__spec__
+state.enable_full_determinism()  # a relative import inside the function: no "__package__ != __spec__.parent"
+state.enable_full_determinism = None
+importlib.reload(braeburn.state)
+assert state.enable_full_determinism is not None  # reload ran the module's code again
+print("ok")
+"""
+
+
+def test_an_old_module_path_leaves_the_module_its_own_spec(tmp_path):
+    """Importing an old path gives the module under both names, but the module keeps its own __spec__: a relative
+    import inside its functions does not warn (an error under -W error), and importlib.reload runs its code again."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", OLD_PATH_THEN_USE], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_the_lightning_names_still_import_from_the_compat_path_they_had():
+    """braeburn.compat.lightning was a module defining Trainer and LightningArgumentError (braeburn.lightning
+    imported them from it); as a package it still gives both, the same classes as braeburn.lightning's."""
+    from braeburn import lightning
+    from braeburn.compat.lightning import LightningArgumentError, Trainer
+
+    assert Trainer is lightning.Trainer and LightningArgumentError is lightning.LightningArgumentError
+
+
+def test_the_options_callback_keeps_its_old_name_at_its_old_path(tmp_path):
+    """The built-in callback for options between steps was HfOptionsCallback in braeburn.trainer.hf_callbacks (the
+    docs named it); that name still gives the class, so trainer.remove_callback(HfOptionsCallback) still finds it."""
+    import torch
+
+    import braeburn
+    from braeburn.trainer.hf_callbacks import HfOptionsCallback
+    from braeburn.trainer.options_callback import OptionsCallback
+
+    assert HfOptionsCallback is OptionsCallback
+    trainer = braeburn.Trainer(torch.nn.Linear(2, 1), braeburn.TrainingArguments(output_dir=str(tmp_path), use_cpu=True))
+    assert isinstance(trainer.pop_callback(HfOptionsCallback), OptionsCallback)
+    trainer.accelerator.end_training()
 
 
 TRAIN_WITH_THE_CORE = """

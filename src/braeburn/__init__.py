@@ -87,11 +87,16 @@ class _MovedModules:
     def create_module(spec):
         import importlib
 
-        return importlib.import_module(_MOVED[spec.name])
+        module = importlib.import_module(_MOVED[spec.name])
+        spec.loader_state = module.__spec__  # the import system sets the old path's spec on the module next
+        return module
 
     @staticmethod
     def exec_module(module):
-        pass
+        # Give the module back its own spec: with the old path's, a relative import inside one of its functions
+        # warns (__package__ != __spec__.parent; an error under -W error) and importlib.reload does nothing.
+        if getattr(module.__spec__, "loader", None) is _MovedModules:
+            module.__spec__ = module.__spec__.loader_state
 
 
 def _install_moved_modules() -> None:

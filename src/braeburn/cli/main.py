@@ -1,7 +1,7 @@
 """Entry point of the `braeburn` command. Each verb lives in its own module under cli/.
 
-A verb module provides ``add_parser(subparsers)`` (which sets ``func`` to a callable taking the
-parsed arguments and returning the exit status). Verbs are imported only when named on the
+A verb module provides ``add_parser(parser)``, which adds the verb's flags to its own parser and sets ``func``
+to a callable taking the parsed arguments and returning the exit status. Verbs are imported only when named on the
 command line, so `braeburn doctor` does not pay for the imports of `braeburn bench`.
 """
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...trainer.callbacks import Callback
+from ...trainer.options_callback import OptionsCallback
 from ...trainer.state import TrainerState
 
 if TYPE_CHECKING:
@@ -236,4 +237,8 @@ def adapt_callback(callback: Any, trainer: "Trainer") -> Any:
     return HfCallbackAdapter(callback, trainer)
 
 
-__all__ = ["HfCallbackAdapter", "TrainerCallback", "TrainerControl", "adapt_callback", "is_hf_callback"]
+# The built-in callback for the options that act between steps, under the name it had here before the package was
+# laid out by concern (braeburn.trainer.hf_callbacks.HfOptionsCallback): trainer.remove_callback(HfOptionsCallback)
+HfOptionsCallback = OptionsCallback
+
+__all__ = ["HfCallbackAdapter", "HfOptionsCallback", "TrainerCallback", "TrainerControl", "adapt_callback", "is_hf_callback"]
