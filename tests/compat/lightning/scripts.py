@@ -74,10 +74,10 @@ class Classifier(pl.LightningModule):
 
 def quiet_trainer(root: Path, extension: bool, **kwargs: Any) -> Any:
     """Lightning's Trainer on the CPU, quiet, writing under ``root``; with braeburn's extension when asked."""
-    from braeburn.lightning import Braeburn
-
     callbacks = list(kwargs.pop("callbacks", []))
     if extension:
+        from braeburn.lightning import Braeburn
+
         callbacks.append(Braeburn())
     options = dict(accelerator="cpu", devices=1, enable_progress_bar=False, enable_model_summary=False,
                    default_root_dir=str(root), callbacks=callbacks)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...trainer.config import TrainingConfig
-from .callbacks import callback_errors
+from .callbacks import OWN_TRAINER, callback_errors
 from .spelling import PRECISIONS
 
 
@@ -44,6 +44,7 @@ def lightning_options(kwargs: dict[str, Any], launched: int | None = None) -> tu
     launcher started (LOCAL_WORLD_SIZE), None when this is a plain ``python script.py``."""
     given = dict(kwargs)
     errors = _type_errors(given)  # (a number of the wrong type is taken out: the checks below compare numbers)
+    errors += _batch_counts(given)
     errors += _unsupported(given)
     callbacks = given.get("callbacks")
     callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
@@ -131,6 +132,26 @@ def _count_errors(given: dict[str, Any]) -> list[str]:
             continue
         why = _AT_ZERO.get(name, "") if whole and value == 0 else ""
         errors.append(f"{name}={value!r}: must be {takes}{why}")
+    return errors
+
+
+# Lightning reads an int as a number of batches and a float as a fraction of the epoch: 1 is one batch, 1.0 all.
+_BATCH_COUNTS = {"limit_train_batches": "trains one batch per epoch", "limit_val_batches": "validates one batch",
+                 "val_check_interval": "validates after every training batch"}
+
+
+def _batch_counts(given: dict[str, Any]) -> list[str]:
+    """An int given to an argument whose default is the float 1.0: a count of batches in Lightning, never
+    "all" (1 == 1.0 in Python, so the check takes the type); taken out, as braeburn does not count them."""
+    errors = []
+    for name, what in _BATCH_COUNTS.items():
+        value = given.get(name)
+        if isinstance(value, Integral) and not isinstance(value, bool):
+            example = f" (at {value}, Lightning {what})" if value == 1 else ""
+            errors.append(f"{name}={value}: an int is a number of batches in Lightning{example}, which "
+                          f"braeburn.lightning.Trainer does not do; remove it (1.0, the default, is every batch), "
+                          f"or {OWN_TRAINER}")
+            del given[name]
     return errors
 
 
