@@ -301,10 +301,10 @@ def _metrics_every_step(tmp_path: Path) -> None:
 
 
 def refused_idiom(name: str, call: Callable[[Any, Path], Any], words: list[str],
-                  lightning: Callable[[Path], Any] | None = None) -> None:
+                  lightning: Callable[[Path], Any] | None = None, when: str = "by Trainer(...)") -> None:
     """braeburn.lightning.Trainer refuses ``call`` by name with the way out; Lightning runs it (``lightning``)."""
     @CATALOGUE.idiom(BRAEBURN_TRAINER + name, "refused",
-                     "refused by name; the way out: Lightning's own Trainer with `callbacks=[Braeburn()]`")
+                     f"refused {when}, by name; the way out: Lightning's own Trainer with `callbacks=[Braeburn()]`")
     def idiom(tmp_path: Path) -> None:
         from braeburn.lightning import Trainer
 
@@ -332,11 +332,11 @@ refused_idiom("Trainer(val_check_interval=1) (an int: after every batch)",
               lambda T, root: T(val_check_interval=1), ["val_check_interval=1", "every training batch"],
               lambda root: lightning_run(root, Classifier(), val_check_interval=1))
 refused_idiom("trainer.test(model, dataloaders)", lambda T, root: _fitted(T, root).test(Classifier()),
-              ["trainer.test()"])
+              ["trainer.test()"], when="when called (after fit, which it does not change)")
 refused_idiom("trainer.predict(model, dataloaders)", lambda T, root: _fitted(T, root).predict(Classifier()),
-              ["trainer.predict()"])
+              ["trainer.predict()"], when="when called (after fit, which it does not change)")
 refused_idiom("trainer.checkpoint_callback.best_model_path", lambda T, root: _fitted(T, root).checkpoint_callback,
-              ["trainer.checkpoint_callback", "load_from_checkpoint"])
+              ["trainer.checkpoint_callback", "load_from_checkpoint"], when="when read")
 refused_idiom("Trainer(callbacks=[ModelCheckpoint(...)])",
               lambda T, root: T(callbacks=[pl.callbacks.ModelCheckpoint(monitor="val_loss")]), ["ModelCheckpoint"])
 refused_idiom("Trainer(callbacks=[EarlyStopping(...)])",
