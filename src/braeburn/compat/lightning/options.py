@@ -97,19 +97,19 @@ def _type_errors(given: dict[str, Any]) -> list[str]:
 
 
 def _processes(devices: Any, launched: int | None) -> tuple[str | None, Any]:
-    """(an error or None, braeburn's devices): Lightning's devices=N starts N processes itself; braeburn's launcher
-    starts them, and each process then takes its own device."""
-    if isinstance(devices, bool) or not isinstance(devices, int) or devices <= 1:
+    """(an error or None, braeburn's devices): one process only. Lightning's DDP (devices=N, or N processes a
+    launcher started) hands each process a DistributedSampler(shuffle=True) over the training set, whatever the
+    DataLoader's own order, where braeburn would shard the loader as it is: the losses would differ from the first
+    step, so several processes are refused, naming the way out."""
+    several = devices if isinstance(devices, int) and not isinstance(devices, bool) and devices > 1 else None
+    if several is None and (launched is None or launched <= 1):
         return None, devices
-    if launched is None:
-        return (f"devices={devices}: Lightning starts {devices} processes itself; braeburn's are started by its "
-                f"launcher: run `braeburn launch --num-processes {devices} script.py` (or `braeburn launch --cpu "
-                f"--num-processes {devices} script.py` for processes on the CPU), keeping devices={devices}"), devices
-    if launched != devices:
-        return (f"devices={devices}, but the launcher started {launched} processes on this machine: start the "
-                f"script with `braeburn launch --num-processes {devices} script.py`, or pass devices={launched}"), \
-            devices
-    return None, "auto"  # each launched process takes its own device
+    how = f"devices={several}" if several is not None else f"{launched} processes started by a launcher"
+    return (f"{how}: Lightning's DDP gives each process a DistributedSampler(shuffle=True, seed=PL_GLOBAL_SEED or 0) "
+            "over the training set, whatever the DataLoader's own order, while braeburn.lightning.Trainer would "
+            "shard the DataLoader as it is, so the losses would differ from the first step; train one process with "
+            f"devices=1, or {OWN_TRAINER} and Trainer(devices={several or launched}), started as Lightning starts it "
+            "(python script.py)"), devices
 
 
 # The counts, checked here in Lightning's terms (braeburn's own config would name its own fields), and what each takes.
