@@ -115,6 +115,7 @@ def test_on_a_mac_the_extension_says_the_device_the_fallback_and_the_driver_memo
     assert "Apple-silicon GPU (mps), the best usable device here" in start
     assert "PYTORCH_ENABLE_MPS_FALLBACK=1 set before torch loaded" in start
     assert "32-true, not measured: a run of 5 steps is too short" in printed  # the measurement's cost gate
+    assert "Trainer(precision='bf16-mixed')" in printed and "mixed_precision=" not in printed  # Lightning's words
     summary = printed[printed.index("braeburn: fit summary"):]
     assert "3.0 GiB held by the driver" in summary and "in 5 steps" in summary
 
@@ -207,3 +208,34 @@ def test_on_the_cpu_lightnings_checkpoint_holds_nothing_of_braeburns(tmp_path):
     trainer = quiet_trainer(tmp_path, True, max_steps=2, logger=False)
     fit_printing(trainer, Classifier(), classification_data())
     assert "Braeburn" not in torch.load(next(tmp_path.rglob("*.ckpt")), weights_only=False)["callbacks"]
+
+
+class UsesOpsMpsLacks(Classifier):
+    """Each training step runs two ops MPS lacks, which torch runs on the CPU with its one-per-process warning."""
+
+    def __init__(self):
+        super().__init__()
+        from tests.test_mac import FakeMpsFallback
+
+        self.run_op = FakeMpsFallback()
+
+    def training_step(self, batch, batch_idx):
+        self.run_op("aten::angle")
+        self.run_op("aten::cumprod.out")
+        return super().training_step(batch, batch_idx)
+
+
+def test_on_a_mac_the_summary_counts_every_op_that_ran_on_the_cpu(lightning_on_a_mac, tmp_path):
+    before = torch.is_warn_always_enabled()
+    printed = fit_printing(mac_trainer(tmp_path, max_steps=3), UsesOpsMpsLacks(), classification_data())
+    summary = printed[printed.index("braeburn: fit summary"):]
+    assert "on the CPU aten::angle (3x), aten::cumprod.out (3x)" in summary
+    assert torch.is_warn_always_enabled() == before  # torch's warn-always put back at fit end
+
+
+def test_on_a_rosetta_python_lightning_trains_on_the_cpu_and_the_line_says_why_with_the_fix(fake_host, tmp_path):
+    fake_host("apple", machine="x86_64", rosetta=True, mps_built=False, mps_available=False)
+    printed = fit_printing(quiet_trainer(tmp_path, True, max_steps=1, logger=False), Classifier(),
+                           classification_data())
+    start = next(line for line in printed.splitlines() if line.startswith("braeburn: Lightning trains on"))
+    assert "mps is here but not usable" in start and "Rosetta" in start and "fix:" in start

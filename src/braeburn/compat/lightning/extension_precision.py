@@ -43,9 +43,10 @@ def why_not_measured(trainer: Any, found: tuple[str, ...]) -> str | None:
         return "the device leaves no precision to measure"
     if not trainer.lightning_module.automatic_optimization or len(trainer.optimizers) != 1:
         return "a trial times one optimizer under automatic optimization"
-    remaining = trainer.estimated_stepping_batches
-    remaining = 10**9 if not math.isfinite(remaining) else int(remaining)
-    return measure_reason(remaining, trainer.world_size, False, len(found), trainer.accumulate_grad_batches)
+    why = measure_reason(_remaining(trainer), trainer.world_size, False, len(found), trainer.accumulate_grad_batches)
+    # (the trial's advice names braeburn's option; a Lightning user passes the Trainer's)
+    return None if why is None else why.replace("mixed_precision='bf16' or 'fp16'",
+                                                "lightning.Trainer(precision='bf16-mixed') or '16-mixed'")
 
 
 def measure(trainer: Any, module: Any, kind: DeviceKind, found: tuple[str, ...]) -> tuple[str, str]:
