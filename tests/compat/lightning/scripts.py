@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -130,18 +129,3 @@ def both(tmp_path: Path, script: Callable[[Path, bool], dict[str, Any]]) -> tupl
     plain, _ = observe(tmp_path / "lightning", False, script)
     ours, printed = observe(tmp_path / "braeburn", True, script)
     return plain, ours, printed
-
-
-def in_folder(path: Path):
-    """chdir for a script that writes relative to the working folder."""
-    return contextlib.chdir(path) if hasattr(contextlib, "chdir") else _chdir(path)
-
-
-@contextlib.contextmanager
-def _chdir(path: Path):
-    before = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(before)

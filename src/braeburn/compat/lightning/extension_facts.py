@@ -88,7 +88,8 @@ class StepClock:
             self.counts[phase] += 1
 
     def line(self) -> str:
-        """``time       3.1 s = 2.0 s in 96 steps (20.8 ms/step) + 0.9 s between steps (...) + 0.2 s validation (3x)``"""
+        """``time       3.1 s = 2.0 s in 96 steps (20.8 ms/step: ...) + 0.9 s between steps (...) + 0.2 s validation
+        (3x)``"""
         total = time.perf_counter() - self.started
         steps, validation = self.seconds["steps"], self.seconds["validation"]
         count = self.counts["steps"]

@@ -218,7 +218,8 @@ class Trainer:
 
     @property
     def loggers(self) -> Any:
-        raise _not_here("trainer.loggers", "lists Lightning's loggers; braeburn writes metrics.jsonl in trainer.log_dir")
+        raise _not_here("trainer.loggers",
+                        "lists Lightning's loggers; braeburn writes metrics.jsonl in trainer.log_dir")
 
     @property
     def strategy(self) -> Any:
