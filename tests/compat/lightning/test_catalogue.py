@@ -337,6 +337,11 @@ refused_idiom("trainer.predict(model, dataloaders)", lambda T, root: _fitted(T, 
               ["trainer.predict()"], when="when called (after fit, which it does not change)")
 refused_idiom("trainer.checkpoint_callback.best_model_path", lambda T, root: _fitted(T, root).checkpoint_callback,
               ["trainer.checkpoint_callback", "load_from_checkpoint"], when="when read")
+refused_idiom("trainer.fit(model, DataLoader(..., shuffle=True))",
+              lambda T, root: T(accelerator="cpu", max_epochs=1, enable_progress_bar=False,
+                                default_root_dir=str(root)).fit(Classifier(), classification_data(16, 8, shuffle=True)),
+              ["shuffle=True", "shuffle=False"],
+              lambda root: lightning_run(root, Classifier()), when="by fit(), before anything is written")
 refused_idiom("Trainer(callbacks=[ModelCheckpoint(...)])",
               lambda T, root: T(callbacks=[pl.callbacks.ModelCheckpoint(monitor="val_loss")]), ["ModelCheckpoint"])
 refused_idiom("Trainer(callbacks=[EarlyStopping(...)])",

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
 from ...distributed import elastic
 from ...distributed import process_group as pg
@@ -131,6 +131,7 @@ class Trainer:
                              "train_dataloader(), or define train_dataloader() on the module")
         _check_sized(train_loader, "train_dataloaders", "train_dataloader()")
         _check_sized(val_loader, "val_dataloaders", "val_dataloader()")
+        _check_unshuffled(train_loader)
         with _bound(model, self), spelled(LightningSpelling(self.options.root, ckpt_path, self._precision)):
             _one_error(self._fit, model, train_loader, val_loader, ckpt_path)
 
@@ -347,6 +348,17 @@ def _check_sized(loader: Any, argument: str, hook: str, call: str = "fit") -> No
         "epoch, shards them over the processes and resumes mid-epoch by sample index, which a stream has none of. "
         "Give the DataLoader a map-style Dataset (with __len__ and __getitem__), or run this script with "
         "Lightning's own Trainer (from lightning import Trainer)"])
+
+
+def _check_unshuffled(loader: Any) -> None:
+    """Refuse a shuffled training DataLoader: Lightning draws its order from torch's random state as the run goes,
+    braeburn from its own seeded order (so that a resumed run sees the same batches): the batches would differ."""
+    if isinstance(loader, DataLoader) and isinstance(loader.sampler, RandomSampler):
+        raise LightningArgumentError([
+            "fit(train_dataloaders=...) is shuffled (DataLoader(shuffle=True)): Lightning's Trainer takes each "
+            "epoch's order from torch's random state as the run goes, braeburn.lightning.Trainer from its own seeded "
+            "order (so that a resumed run sees the same batches), so the batches and the losses would differ from "
+            f"the first step; pass shuffle=False, or {OWN_TRAINER}"])
 
 
 def _check_plateau(scheduler: Any, val_loader: Any) -> None:
