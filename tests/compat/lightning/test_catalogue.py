@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from tests.compat.catalogue import Catalogue, assert_identical, assert_refused
+from tests.compat.catalogue import Catalogue, assert_identical, assert_on_purpose, assert_refused
 from tests.compat.lightning.scripts import (Classifier, both, classification_data, csv_metrics, observe, pl,
                                             quiet_trainer)
 
@@ -298,6 +298,24 @@ def _metrics_every_step(tmp_path: Path) -> None:
     ours = ReadsMetrics()
     braeburn_trainer_run(tmp_path / "b", ours, log_every_n_steps=50)
     assert ours.seen == theirs.seen and theirs.seen[1] is not None
+
+
+@CATALOGUE.idiom(BRAEBURN_TRAINER + "Trainer(precision='16-mixed') on the CPU", "on purpose",
+                 "autocasts to float16, as asked, where Lightning switches to bf16-mixed (with a warning); one line "
+                 "at run time names precision='16-mixed' and precision='bf16-mixed' for Lightning's numbers")
+def _fp16_on_the_cpu(tmp_path: Path) -> None:
+    import contextlib
+    import io
+
+    from braeburn import errors
+
+    assert lightning_run(tmp_path / "l", Classifier(), precision="16-mixed", max_steps=1).precision == "bf16-mixed"
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(printed):
+        patch.setattr(errors, "_noted", set())  # (a note is printed once per process)
+        braeburn_trainer_run(tmp_path / "b", Classifier(), precision="16-mixed", max_steps=1)
+    line = assert_on_purpose(printed.getvalue().splitlines(), "precision='16-mixed'")
+    assert "precision='bf16-mixed'" in line
 
 
 def refused_idiom(name: str, call: Callable[[Any, Path], Any], words: list[str],

@@ -80,6 +80,7 @@ class Braeburn(_pl.Callback):
             print(f"braeburn: Lightning trains on {device_words(self.kind, host)}; precision "
                   f"{self.precision_words}{env_words}", flush=True)
         self._fallback = FallbackRecorder(count_every_call=self.kind.cpu_fallback_warns_once).start()
+        self.kind.reset_peak_memory()  # the summary's peak is this fit's (a counter, no numbers change)
         self._clock = StepClock()
         self._clock.start()
 

@@ -32,7 +32,12 @@ def candidates(kind: DeviceKind, host: HostFacts, optimizers: list[Any]) -> tupl
     fused = any(getattr(o, "defaults", {}).get("fused") for o in optimizers)
     if fused and not kind.fused_optimizers_honour_grad_scaler(host):
         found = tuple(c for c in found if not kind.precision_support(c, host).needs_grad_scaler)
-    return tuple(c for c in found if kind.precision_support(c, host).supported)
+    usable = []
+    for candidate in found:
+        support = kind.precision_support(candidate, host)
+        if support.supported and (support.grad_scaler_supported or not support.needs_grad_scaler):
+            usable.append(candidate)
+    return tuple(usable)
 
 
 def why_not_measured(trainer: Any, found: tuple[str, ...]) -> str | None:
