@@ -71,6 +71,15 @@ def test_import_braeburn_loads_no_lightning_and_the_extension_loads_the_one_inst
     assert out.stdout.strip().startswith("pytorch_lightning.")
 
 
+def test_without_lightning_the_extension_says_how_to_install_it():
+    code = ("import sys\nfor name in ('lightning', 'lightning.pytorch', 'pytorch_lightning'): sys.modules[name] = None\n"
+            "import braeburn.lightning\ntry:\n    braeburn.lightning.Braeburn\nexcept ImportError as error:\n"
+            "    print(type(error).__name__, error)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("LightningMissingError") and "pip install 'braeburn[lightning]'" in out.stdout
+
+
 # -- a (faked) Mac: Lightning's own MPS accelerator, answering as on a Mac, with CPU tensors --------------------
 
 

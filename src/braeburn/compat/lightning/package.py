@@ -24,7 +24,7 @@ class LightningMissingError(ImportError):
 def lightning_package() -> ModuleType:
     """``lightning.pytorch`` or ``pytorch_lightning``: the one the script imported, else the one installed."""
     for module, _ in _PACKAGES:
-        if module in sys.modules:
+        if sys.modules.get(module) is not None:
             return sys.modules[module]
     for module, name in _PACKAGES:
         try:
