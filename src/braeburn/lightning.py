@@ -1,11 +1,5 @@
-"""braeburn for Lightning's users (docs/migrating.md, "Lightning"):
-
-- ``Braeburn``: braeburn inside Lightning's own Trainer, ``lightning.Trainer(..., callbacks=[Braeburn()])``
-  (compat/lightning/extension.py; needs Lightning: ``pip install 'braeburn[lightning]'``);
-- ``Trainer``: Lightning's Trainer spelling run by braeburn's own Trainer (compat/lightning/trainer.py), where it
-  gives Lightning's results; what it cannot give is refused by name.
-
-Lightning is imported only when ``Braeburn`` is first used, never by ``import braeburn``."""
+"""Lightning's Trainer spelling for a LightningModule, run by braeburn: ``from braeburn.lightning import Trainer``
+(the code is in compat/lightning/; docs/migrating.md, "Lightning", says what is covered)."""
 
 from .compat.lightning.trainer import LightningArgumentError, Trainer
 
@@ -13,6 +7,9 @@ __all__ = ["Braeburn", "LightningArgumentError", "Trainer"]
 
 
 def __getattr__(name: str):
+    """``Braeburn``, braeburn inside Lightning's own Trainer: ``lightning.Trainer(..., callbacks=[Braeburn()])``
+    (compat/lightning/extension.py). It loads Lightning, so only when first used: ``import braeburn`` never does
+    (``pip install 'braeburn[lightning]'`` installs it)."""
     if name == "Braeburn":
         from .compat.lightning.extension import Braeburn
 
