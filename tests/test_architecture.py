@@ -28,6 +28,34 @@ def test_the_core_never_imports_a_peers_layer():
     assert import_graph.core_to_compat(GRAPH) == []
 
 
+LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
+
+
+def _imports_lightning(path: Path) -> bool:
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        if any(name.split(".")[0] in LIGHTNING_PACKAGES for name in names):
+            return True
+    return False
+
+
+def test_lightning_is_the_lightning_paths_own_extra_and_only_that_path_imports_it():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(spec.startswith(("pytorch-lightning", "lightning")) for spec in extras["lightning"])
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert not any(spec.startswith(("pytorch-lightning", "lightning")) for spec in dependencies)
+    package = ROOT / "src" / "braeburn"
+    assert [path for path in package.rglob("*.py") if _imports_lightning(path)] == []  # no import statement
+    loading = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
+                     if "import_module(" in path.read_text() and '"pytorch_lightning"' in path.read_text())
+    assert loading == ["compat/lightning/package.py"]  # loaded there, when braeburn.lightning.Braeburn is first used
+
+
 def test_the_graph_sees_an_import_inside_a_function(tmp_path):
     """The check would pass vacuously if it missed imports: a circle made of function-level imports is found."""
     package = tmp_path / "braeburn"

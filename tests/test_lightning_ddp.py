@@ -1,46 +1,30 @@
-"""braeburn.lightning.Trainer(devices=2) on 2 gloo processes (torchrun on CPU): DDP averages the two ranks'
-gradients, so each step is the hand-written loop's step on the two ranks' batches together (to float rounding:
-the mean is summed in another order)."""
+"""braeburn.lightning.Trainer under several processes: refused before anything is written. Lightning's DDP gives each
+process a DistributedSampler(shuffle=True) over the training set, whatever the DataLoader's own order, so sharding the
+loader as it is would give other losses from the first step (measured: under 2 processes Lightning shuffles an
+unshuffled loader, braeburn did not)."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
-from tests.conformance._two_processes import run_two_processes
+from braeburn.lightning import LightningArgumentError, Trainer
 
-from .lightning_modules import hand_loop, regression_data
-
-pytestmark = pytest.mark.slow  # one torchrun with 2 gloo processes
-
-SCRIPT = textwrap.dedent('''
-    import json, sys
-
-    import torch
-
-    from braeburn.lightning import Trainer
-    from tests.lightning_modules import Regression, regression_data
-
-    module = Regression("epoch")
-    options = dict(accelerator="cpu", devices=2, max_epochs=2, enable_progress_bar=False,
-                   default_root_dir=sys.argv[2] + "_out")
-    Trainer(**options, max_steps=1).fit(Regression("epoch"), regression_data(samples=24, batch_size=4))
-    trainer = Trainer(**options)  # a second run: version_1, the same folder on both processes
-    trainer.fit(module, regression_data(samples=24, batch_size=4))
-    with open(f"{sys.argv[2]}.{trainer.braeburn_trainer.accelerator.process_index}.json", "w") as out:
-        json.dump({"losses": module.losses, "world_size": trainer.world_size,
-                   "estimated": trainer.estimated_stepping_batches, "log_dir": trainer.log_dir}, out)
-''')
+from .lightning_modules import Regression, regression_data
 
 
-def test_two_processes_train_as_one_with_the_batches_together(tmp_path):
-    ranks = run_two_processes(SCRIPT, "lightning_ddp.py", "braeburn", tmp_path)
-    assert [rank["world_size"] for rank in ranks] == [2, 2]
-    assert [rank["estimated"] for rank in ranks] == [6, 6]  # each process's steps: 3 of the 6 batches, 2 epochs
-    logs = tmp_path / "braeburn_out" / "lightning_logs"
-    assert [rank["log_dir"] for rank in ranks] == [str(logs / "version_1")] * 2
-    assert (logs / "version_0" / "checkpoint-1").is_dir() and (logs / "version_1" / "checkpoint-6").is_dir()
-    together = [(a + b) / 2 for a, b in zip(ranks[0]["losses"], ranks[1]["losses"])]
-    expected = hand_loop(regression_data(samples=24, batch_size=8), epochs=2, interval="epoch")
-    assert together == pytest.approx(expected, rel=1e-5)
+@pytest.mark.parametrize("devices", [2, "auto", 1])
+def test_processes_a_launcher_started_are_refused_before_anything_is_written(devices, monkeypatch, tmp_path):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(LightningArgumentError) as caught:
+        Trainer(accelerator="cpu", devices=devices, max_epochs=1, default_root_dir=str(tmp_path)).fit(
+            Regression(), regression_data())
+    assert "DistributedSampler(shuffle=True" in str(caught.value)
+    assert "callbacks=[braeburn.lightning.Braeburn()]" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_devices_2_without_a_launcher_is_refused_with_the_way_out(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(LightningArgumentError, match=r"devices=2: Lightning's DDP .*Trainer\(devices=2\)"):
+        Trainer(accelerator="cpu", devices=2)

@@ -148,12 +148,12 @@ def test_an_unsupported_precision_names_lightnings_precision(tmp_path, no_launch
     assert speaks_lightning(message)
 
 
-def test_devices_n_messages_give_whole_launcher_commands():
+def test_devices_n_messages_speak_lightning():
     from braeburn.compat.lightning.options import lightning_options
 
     for launched in (None, 4):
         _, errors = lightning_options({"devices": 2}, launched=launched)
-        assert "`braeburn launch --num-processes 2 script.py`" in errors[0] and speaks_lightning(errors[0])
+        assert "Trainer(devices=" in errors[0] and speaks_lightning(errors[0])
 
 
 def _names_the_core_offers() -> tuple[set[str], set[str]]:

@@ -129,17 +129,15 @@ def test_configure_optimizers_shapes():
         step_loss({"logits": torch.zeros(1)}, "training_step")
 
 
-def test_devices_n_is_started_by_braeburn_launch():
+def test_several_processes_are_refused_naming_lightnings_ddp_sampler_and_the_way_out():
     from braeburn.compat.lightning.options import lightning_options
 
-    _, errors = lightning_options({"devices": 2})
-    assert "braeburn launch --num-processes 2 script.py" in errors[0] and "keeping devices=2" in errors[0]
-    _, errors = lightning_options({"devices": 2}, launched=4)
-    assert "the launcher started 4 processes" in errors[0]
-    options, errors = lightning_options({"devices": 2}, launched=2)
-    assert errors == [] and options.config.devices == "auto"  # each launched process takes its own device
-    options, _ = lightning_options({"devices": 1})
-    assert options.config.devices == 1
+    for given, launched in (({"devices": 2}, None), ({"devices": 2}, 2), ({"devices": 2}, 4), ({}, 2)):
+        _, errors = lightning_options(given, launched=launched)
+        assert len(errors) == 1 and "DistributedSampler(shuffle=True" in errors[0], (given, launched)
+        assert "callbacks=[braeburn.lightning.Braeburn()]" in errors[0]
+    options, errors = lightning_options({"devices": 1}, launched=1)
+    assert errors == [] and options.config.devices == 1
 
 
 def test_plateau_scheduler_reads_the_logged_monitor(tmp_path):

@@ -204,4 +204,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # run as `python -m`, this file is __main__, whose Catalogue class is not the one the catalogues were made of
+    from tests.compat import catalogue as _shared
+
+    sys.exit(_shared.main(sys.argv[1:]))

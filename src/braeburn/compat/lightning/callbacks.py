@@ -14,23 +14,24 @@ from typing import Any
 _LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
 _BASE = "Callback"  # Lightning's base class: its hooks do nothing; a subclass of it alone is the user's own code
 
-_OWN_TRAINER = "run this script with Lightning's own Trainer (from lightning import Trainer)"
+OWN_TRAINER = ("run this script with Lightning's own Trainer and braeburn's extension: from lightning import Trainer; "
+                "Trainer(..., callbacks=[braeburn.lightning.Braeburn()])")
 # What braeburn.lightning does instead of each of Lightning's callbacks, where it does something.
 _INSTEAD = {
     "ModelCheckpoint": "braeburn.lightning saves its own checkpoint at the end of every epoch, in "
                        "lightning_logs/version_N/checkpoint-<step> (the last one kept; Trainer(enable_checkpointing="
                        "False) turns them off), and fit(ckpt_path='last') resumes it: remove ModelCheckpoint. For "
-                       f"monitor=, save_top_k= or every_n_train_steps=, {_OWN_TRAINER}",
+                       f"monitor=, save_top_k= or every_n_train_steps=, {OWN_TRAINER}",
     "EarlyStopping": "braeburn.lightning trains to max_epochs or max_steps and does not stop early: remove "
-                     f"EarlyStopping and bound the run with Trainer(max_epochs=N), or {_OWN_TRAINER}",
+                     f"EarlyStopping and bound the run with Trainer(max_epochs=N), or {OWN_TRAINER}",
     "LearningRateMonitor": "braeburn already writes the learning rate with each log record of metrics.jsonl in the "
                            "run's version_N (every Trainer(log_every_n_steps=N) steps): remove LearningRateMonitor",
     "ProgressBar": "braeburn shows its own progress (Trainer(enable_progress_bar=False) turns it off): remove it",
     "ModelSummary": "braeburn prints no model summary: remove it",
     "Timer": f"braeburn.lightning has no time limit: bound the run with Trainer(max_steps=N) or max_epochs, or "
-             f"{_OWN_TRAINER}",
+             f"{OWN_TRAINER}",
     "GradientAccumulationScheduler": "for a fixed count, pass Trainer(accumulate_grad_batches=N) instead; for a "
-                                     f"schedule, {_OWN_TRAINER}",
+                                     f"schedule, {OWN_TRAINER}",
 }
 # Lightning's subclasses that take the way out of their family.
 _FAMILY = {"TQDMProgressBar": "ProgressBar", "RichProgressBar": "ProgressBar", "RichModelSummary": "ModelSummary"}
@@ -53,11 +54,12 @@ def callback_errors(callbacks: list[Any]) -> list[str]:
         if name is None:
             continue
         shown = name if type(callback).__name__ == name else f"{type(callback).__name__} (a {name})"
-        instead = _INSTEAD.get(_FAMILY.get(name, name), f"remove it, or {_OWN_TRAINER}")
+        instead = _INSTEAD.get(_FAMILY.get(name, name), f"remove it, or {OWN_TRAINER}")
         errors.append(f"callbacks=[{shown}]: Lightning's own {name} drives Lightning's Trainer (its loops, state and "
                       f"loggers), which braeburn.lightning does not run, so it would fail part way into training; "
                       f"{instead}")
     return errors
 
 
-__all__ = ["callback_errors", "lightning_class"]
+__all__ = ["OWN_TRAINER", "callback_errors", "lightning_class"]
+

@@ -79,16 +79,44 @@ def step_loss(returned: Any, hook: str) -> torch.Tensor | None:
     raise ValueError(f"{hook} returned {type(returned).__name__}: return the loss tensor or a dict with 'loss'")
 
 
+def batch_size_of(batch: Any) -> int:
+    """The batch size Lightning infers for ``self.log`` without ``batch_size=``: the first dimension of the first
+    tensor found in the batch (a 0-d tensor counts 1), as its ``extract_batch_size``; 1 when there is none."""
+    if isinstance(batch, torch.Tensor):
+        return 1 if batch.ndim == 0 else int(batch.size(0))
+    if isinstance(batch, (str, bytes)):
+        return 1
+    items = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, Sequence) else ()
+    for item in items:
+        if isinstance(item, (torch.Tensor, Mapping)) or (isinstance(item, Sequence) and not isinstance(item, str)):
+            return batch_size_of(item)
+    return 1
+
+
 class StepLogger:
-    """self.log's values. Training: the last step's value of each name (on_step), and the epoch's mean (on_epoch);
-    validation: the mean over the epoch's batches weighted by batch size (Lightning's defaults for each)."""
+    """self.log's values, reduced as Lightning reduces them. Training: the last step's value of each name (on_step),
+    and the epoch's mean (on_epoch); validation and ``on_train_epoch_end``: the epoch mean. Means are weighted by the
+    batch size (``batch_size=``, else the size Lightning infers from the batch). A name logged both on_step and
+    on_epoch is recorded as ``<name>_step`` and ``<name>_epoch`` (and ``<name>`` in callback_metrics), as in
+    Lightning."""
 
     def __init__(self, reduce_mean: Any = None) -> None:
         self.training = True
+        self.epoch_end = False  # in on_train_epoch_end: values go to the epoch, as Lightning's defaults there
+        self.batch_size = 1  # the current batch's, set by the loop before each step
         self.reduce_mean = reduce_mean  # sync_dist=True: averaged over the processes
         self.step_values: dict[str, torch.Tensor] = {}
         self.epoch_sums: dict[str, tuple[torch.Tensor, float]] = {}
-        self.callback_metrics: dict[str, float] = {}
+        self._metrics: dict[str, float] = {}
+        self._plain_names: dict[str, str] = {}  # <name>_step / <name>_epoch -> <name>
+
+    @property
+    def callback_metrics(self) -> dict[str, float]:
+        """The latest value of each name: step values as soon as they are logged (a read of the device then), as
+        Lightning's callback_metrics holds them from the first step."""
+        if self.step_values:
+            self._remember({name: float(value) for name, value in self.step_values.items()})
+        return self._metrics
 
     def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None,
             on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: Any = "mean",
@@ -99,14 +127,28 @@ class StepLogger:
         value = torch.as_tensor(value).detach().float()
         if sync_dist and self.reduce_mean is not None:
             value = self.reduce_mean(value)
-        on_step = self.training if on_step is None else on_step
-        on_epoch = (not self.training) if on_epoch is None else on_epoch
-        if on_step and self.training:
-            self.step_values[name] = value
-        if on_epoch or not self.training:
-            total, count = self.epoch_sums.get(name, (torch.zeros((), device=value.device), 0.0))
-            weight = float(batch_size or 1)
-            self.epoch_sums[name] = (total + value.mean() * weight, count + weight)
+        stepping = self.training and not self.epoch_end
+        on_step = stepping if on_step is None else on_step
+        on_epoch = (not stepping) if on_epoch is None else on_epoch
+        forked = on_step and on_epoch and stepping
+        if on_step and stepping:
+            self.step_values[self._name(name, "_step" if forked else "")] = value
+        if on_epoch or not stepping:
+            epoch_name = self._name(name, "_epoch" if forked else "")
+            total, count = self.epoch_sums.get(epoch_name, (torch.zeros((), device=value.device), 0.0))
+            weight = float(batch_size or self.batch_size or 1)
+            self.epoch_sums[epoch_name] = (total + value.mean() * weight, count + weight)
+
+    def _name(self, name: str, suffix: str) -> str:
+        if suffix:
+            self._plain_names[name + suffix] = name
+        return name + suffix
+
+    def _remember(self, values: dict[str, float]) -> None:
+        for name, value in values.items():
+            self._metrics[name] = value
+            if name in self._plain_names:
+                self._metrics[self._plain_names[name]] = value
 
     def log_dict(self, values: Mapping[str, Any], **options: Any) -> None:
         for name, value in values.items():
@@ -115,16 +157,16 @@ class StepLogger:
     def take_step_values(self) -> dict[str, float]:
         """The last logged step values (a read: waits for the device), cleared."""
         values = {name: float(value) for name, value in self.step_values.items()}
-        self.callback_metrics.update(values)
+        self._remember(values)
         self.step_values = {}
         return values
 
     def take_epoch_means(self) -> dict[str, float]:
         """Each name's mean over the epoch's logs (a read), cleared."""
         means = {name: float(total) / count for name, (total, count) in self.epoch_sums.items()}
-        self.callback_metrics.update(means)
+        self._remember(means)
         self.epoch_sums = {}
         return means
 
 
-__all__ = ["HOOKS", "StepLogger", "split_optimizers", "step_loss", "unsupported_hooks"]
+__all__ = ["HOOKS", "StepLogger", "batch_size_of", "split_optimizers", "step_loss", "unsupported_hooks"]

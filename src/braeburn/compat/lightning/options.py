@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...trainer.config import TrainingConfig
-from .callbacks import callback_errors
+from .callbacks import OWN_TRAINER, callback_errors
 from .spelling import PRECISIONS
 
 
@@ -44,6 +44,7 @@ def lightning_options(kwargs: dict[str, Any], launched: int | None = None) -> tu
     launcher started (LOCAL_WORLD_SIZE), None when this is a plain ``python script.py``."""
     given = dict(kwargs)
     errors = _type_errors(given)  # (a number of the wrong type is taken out: the checks below compare numbers)
+    errors += _batch_counts(given)
     errors += _unsupported(given)
     callbacks = given.get("callbacks")
     callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
@@ -96,19 +97,19 @@ def _type_errors(given: dict[str, Any]) -> list[str]:
 
 
 def _processes(devices: Any, launched: int | None) -> tuple[str | None, Any]:
-    """(an error or None, braeburn's devices): Lightning's devices=N starts N processes itself; braeburn's launcher
-    starts them, and each process then takes its own device."""
-    if isinstance(devices, bool) or not isinstance(devices, int) or devices <= 1:
+    """(an error or None, braeburn's devices): one process only. Lightning's DDP (devices=N, or N processes a
+    launcher started) hands each process a DistributedSampler(shuffle=True) over the training set, whatever the
+    DataLoader's own order, where braeburn would shard the loader as it is: the losses would differ from the first
+    step, so several processes are refused, naming the way out."""
+    several = devices if isinstance(devices, int) and not isinstance(devices, bool) and devices > 1 else None
+    if several is None and (launched is None or launched <= 1):
         return None, devices
-    if launched is None:
-        return (f"devices={devices}: Lightning starts {devices} processes itself; braeburn's are started by its "
-                f"launcher: run `braeburn launch --num-processes {devices} script.py` (or `braeburn launch --cpu "
-                f"--num-processes {devices} script.py` for processes on the CPU), keeping devices={devices}"), devices
-    if launched != devices:
-        return (f"devices={devices}, but the launcher started {launched} processes on this machine: start the "
-                f"script with `braeburn launch --num-processes {devices} script.py`, or pass devices={launched}"), \
-            devices
-    return None, "auto"  # each launched process takes its own device
+    how = f"devices={several}" if several is not None else f"{launched} processes started by a launcher"
+    return (f"{how}: Lightning's DDP gives each process a DistributedSampler(shuffle=True, seed=PL_GLOBAL_SEED or 0) "
+            "over the training set, whatever the DataLoader's own order, while braeburn.lightning.Trainer would "
+            "shard the DataLoader as it is, so the losses would differ from the first step; train one process with "
+            f"devices=1, or {OWN_TRAINER} and Trainer(devices={several or launched}), started as Lightning starts it "
+            "(python script.py)"), devices
 
 
 # The counts, checked here in Lightning's terms (braeburn's own config would name its own fields), and what each takes.
@@ -131,6 +132,26 @@ def _count_errors(given: dict[str, Any]) -> list[str]:
             continue
         why = _AT_ZERO.get(name, "") if whole and value == 0 else ""
         errors.append(f"{name}={value!r}: must be {takes}{why}")
+    return errors
+
+
+# Lightning reads an int as a number of batches and a float as a fraction of the epoch: 1 is one batch, 1.0 all.
+_BATCH_COUNTS = {"limit_train_batches": "trains one batch per epoch", "limit_val_batches": "validates one batch",
+                 "val_check_interval": "validates after every training batch"}
+
+
+def _batch_counts(given: dict[str, Any]) -> list[str]:
+    """An int given to an argument whose default is the float 1.0: a count of batches in Lightning, never
+    "all" (1 == 1.0 in Python, so the check takes the type); taken out, as braeburn does not count them."""
+    errors = []
+    for name, what in _BATCH_COUNTS.items():
+        value = given.get(name)
+        if isinstance(value, Integral) and not isinstance(value, bool):
+            example = f" (at {value}, Lightning {what})" if value == 1 else ""
+            errors.append(f"{name}={value}: an int is a number of batches in Lightning{example}, which "
+                          f"braeburn.lightning.Trainer does not do; remove it (1.0, the default, is every batch), "
+                          f"or {OWN_TRAINER}")
+            del given[name]
     return errors
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
 from ...distributed import elastic
 from ...distributed import process_group as pg
@@ -37,7 +37,8 @@ from ...trainer.scheduler_interval import is_plateau
 from ...trainer.write_faults import OutputDirError
 from ...warn import warn
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
-from .module import HOOKS, StepLogger, split_optimizers, step_loss, unsupported_hooks
+from .callbacks import OWN_TRAINER
+from .module import HOOKS, StepLogger, batch_size_of, split_optimizers, step_loss, unsupported_hooks
 from .options import lightning_options
 from .runs import (CheckpointPathError, checkpoint_to_resume, claim_run_folder, job_identity, logs_folder,
                              restarted_run_folder)
@@ -130,6 +131,7 @@ class Trainer:
                              "train_dataloader(), or define train_dataloader() on the module")
         _check_sized(train_loader, "train_dataloaders", "train_dataloader()")
         _check_sized(val_loader, "val_dataloaders", "val_dataloader()")
+        _check_unshuffled(train_loader)
         with _bound(model, self), spelled(LightningSpelling(self.options.root, ckpt_path, self._precision)):
             _one_error(self._fit, model, train_loader, val_loader, ckpt_path)
 
@@ -194,6 +196,36 @@ class Trainer:
             self._run.accelerator.print("validate: " + ", ".join(f"{k} {v:.6g}" for k, v in logged.items()))
         return [logged]
 
+    # -- what Lightning's Trainer has and braeburn.lightning.Trainer does not: refused by name, with the way out --
+    def test(self, *args: Any, **kwargs: Any) -> list[dict]:
+        raise _not_here("trainer.test()", "runs test_step over a test set with Lightning's loops")
+
+    def predict(self, *args: Any, **kwargs: Any) -> list[Any]:
+        raise _not_here("trainer.predict()", "runs predict_step with Lightning's loops")
+
+    @property
+    def checkpoint_callback(self) -> Any:
+        raise _not_here("trainer.checkpoint_callback", "is Lightning's ModelCheckpoint, whose .ckpt files "
+                        "LightningModule.load_from_checkpoint reads; braeburn's checkpoints are folders "
+                        "(version_N/checkpoint-S) that fit(ckpt_path=...) resumes and load_from_checkpoint cannot read")
+
+    @property
+    def checkpoint_callbacks(self) -> Any:
+        raise _not_here("trainer.checkpoint_callbacks", "lists Lightning's ModelCheckpoint callbacks")
+
+    @property
+    def early_stopping_callback(self) -> Any:
+        raise _not_here("trainer.early_stopping_callback", "is Lightning's EarlyStopping")
+
+    @property
+    def loggers(self) -> Any:
+        raise _not_here("trainer.loggers",
+                        "lists Lightning's loggers; braeburn writes metrics.jsonl in trainer.log_dir")
+
+    @property
+    def strategy(self) -> Any:
+        raise _not_here("trainer.strategy", "is Lightning's Strategy object")
+
     def _build(self, model: torch.nn.Module, train_loader: Any, val_loader: Any,
                new_run: bool = False) -> _LightningRun:
         """braeburn's Trainer for this fit (``new_run``: in a new run folder) or validate (no optimizer then, as
@@ -246,6 +278,11 @@ class Trainer:
         method = getattr(model, hook, None)
         if callable(method):
             method(*args)
+
+
+def _not_here(what: str, why: str) -> LightningArgumentError:
+    return LightningArgumentError([f"{what} is not in braeburn.lightning.Trainer (in Lightning it {why}); "
+                                   f"{OWN_TRAINER}"])
 
 
 def _rank_zero() -> bool:
@@ -313,6 +350,17 @@ def _check_sized(loader: Any, argument: str, hook: str, call: str = "fit") -> No
         "Lightning's own Trainer (from lightning import Trainer)"])
 
 
+def _check_unshuffled(loader: Any) -> None:
+    """Refuse a shuffled training DataLoader: Lightning draws its order from torch's random state as the run goes,
+    braeburn from its own seeded order (so that a resumed run sees the same batches): the batches would differ."""
+    if isinstance(loader, DataLoader) and isinstance(loader.sampler, RandomSampler):
+        raise LightningArgumentError([
+            "fit(train_dataloaders=...) is shuffled (DataLoader(shuffle=True)): Lightning's Trainer takes each "
+            "epoch's order from torch's random state as the run goes, braeburn.lightning.Trainer from its own seeded "
+            "order (so that a resumed run sees the same batches), so the batches and the losses would differ from "
+            f"the first step; pass shuffle=False, or {OWN_TRAINER}"])
+
+
 def _check_plateau(scheduler: Any, val_loader: Any) -> None:
     inner = scheduler.get("scheduler") if isinstance(scheduler, Mapping) else scheduler
     if is_plateau(inner) and val_loader is None:
@@ -353,6 +401,7 @@ class _LightningRun(BraeburnTrainer):
 
     def compute_loss(self, model: Any, batch: Any) -> torch.Tensor:
         """The loss the module's training_step returns (called through the wrapped forward, as the model)."""
+        self.lightning.logger.batch_size = batch_size_of(batch)
         loss = step_loss(model(batch, self.batch_idx, "training_step"), "training_step")
         self.batch_idx += 1
         if loss is None:
@@ -362,6 +411,7 @@ class _LightningRun(BraeburnTrainer):
 
     def _evaluation_step(self, model: torch.nn.Module, batch: Any, loss_only: bool,
                          ignore_keys: list[str] | None = None) -> tuple[Any, Any, Any]:
+        self.lightning.logger.batch_size = batch_size_of(batch)
         with torch.no_grad():
             loss = step_loss(model(batch, self.batch_idx, "validation_step"), "validation_step")
         self.batch_idx += 1
@@ -424,7 +474,12 @@ class _LightningHooks(Callback):
     def on_epoch_end(self, trainer: Any, state: Any) -> None:
         if self.nothing_to_train:
             return
-        self.lightning._call("on_train_epoch_end", self.module)
+        logger = self.lightning.logger
+        logger.epoch_end = True  # what on_train_epoch_end logs is the epoch's, as Lightning's defaults there
+        try:
+            self.lightning._call("on_train_epoch_end", self.module)
+        finally:
+            logger.epoch_end = False
         means = self.lightning.logger.take_epoch_means()  # self.log(..., on_epoch=True) in training_step
         if means:
             trainer.log(means)

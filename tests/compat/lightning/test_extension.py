@@ -1,0 +1,255 @@
+"""braeburn inside Lightning's own Trainer (``callbacks=[Braeburn()]``): a whole Lightning script gives Lightning's
+results with the extension on, and on a (faked) Mac the extension's facts apply."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.compat.catalogue import assert_identical
+from tests.compat.lightning.scripts import Classifier, classification_data, both, csv_metrics, pl, quiet_trainer
+from tests.test_mac import fake_mac  # noqa: F401  (a fixture)
+from tests.test_mac_silent_errors import FakeMpsGenerator, MpsDropout
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def whole_script(root: Path, extension: bool) -> dict:
+    """ModelCheckpoint, EarlyStopping, LearningRateMonitor, a CSVLogger, fit, test, predict, load_from_checkpoint."""
+    from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
+    from pytorch_lightning.loggers import CSVLogger
+
+    model = Classifier(scheduler="epoch")
+    checkpoint = ModelCheckpoint(monitor="val_loss", save_top_k=2, filename="{epoch}-{val_loss:.4f}")
+    trainer = quiet_trainer(root, extension, max_epochs=4, log_every_n_steps=2,
+                            logger=CSVLogger(str(root), name="csv"),
+                            callbacks=[checkpoint, EarlyStopping(monitor="val_loss", patience=1),
+                                       LearningRateMonitor(logging_interval="step")])
+    train, val = classification_data(40, 8), classification_data(20, 6, seed=1)  # a short last batch
+    trainer.fit(model, train, val)
+    tested = trainer.test(model, classification_data(12, 5, seed=2), verbose=False)
+    predicted = trainer.predict(model, classification_data(12, 5, seed=2))
+    best = Classifier.load_from_checkpoint(checkpoint.best_model_path)
+    return {"losses": model.losses, "metrics": dict(trainer.callback_metrics), "tested": tested,
+            "predicted": predicted, "best": Path(checkpoint.best_model_path).name,
+            "best_weights": [p.detach() for p in best.parameters()], "csv": csv_metrics(root),
+            "epochs": trainer.current_epoch, "stopped": trainer.early_stopping_callback.stopped_epoch}
+
+
+def test_a_whole_lightning_script_gives_lightnings_results_with_the_extension_on(tmp_path):
+    plain, ours, printed = both(tmp_path, whole_script)
+    assert plain.exit is None, plain.exit
+    assert_identical(plain, ours)  # bitwise: losses, metrics, files, test/predict results, the CSV rows
+    assert ours.extra["csv"] and any("lr-SGD" in row for row in ours.extra["csv"][:1])
+    assert "braeburn: Lightning trains on cpu" in printed
+    assert printed.count("braeburn: fit summary") == 1  # once, for fit (not for test or predict)
+    assert "  time " in printed and " in " in printed
+
+
+def test_the_extension_is_lightnings_callback_and_one_argument_turns_it_on():
+    from braeburn.lightning import Braeburn
+
+    assert isinstance(Braeburn(), pl.Callback)
+    with pytest.raises(ValueError, match="precision='fp16'.*'auto'.*'keep'"):
+        Braeburn(precision="fp16")
+
+
+def test_import_braeburn_loads_no_lightning_and_the_extension_loads_the_one_installed():
+    code = ("import sys, braeburn, braeburn.lightning; assert not any(m.split('.')[0] in ('lightning', "
+            "'pytorch_lightning') for m in sys.modules), 'loaded'; from braeburn.lightning import Braeburn; "
+            "print(Braeburn.__mro__[1].__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith("pytorch_lightning.")
+
+
+def test_without_lightning_the_extension_says_how_to_install_it():
+    code = ("import sys\nfor name in ('lightning', 'lightning.pytorch', 'pytorch_lightning'): sys.modules[name] = None\n"
+            "import braeburn.lightning\ntry:\n    braeburn.lightning.Braeburn\nexcept ImportError as error:\n"
+            "    print(type(error).__name__, error)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("LightningMissingError") and "pip install 'braeburn[lightning]'" in out.stdout
+
+
+# -- a (faked) Mac: Lightning's own MPS accelerator, answering as on a Mac, with CPU tensors --------------------
+
+
+@pytest.fixture
+def lightning_on_a_mac(fake_mac, monkeypatch):
+    """fake_mac (braeburn's MPS facts, torch.mps faked) and Lightning's MPSAccelerator available: Lightning's
+    accelerator="auto" chooses it, as on a Mac; its device is the CPU here."""
+    from lightning_fabric.accelerators import mps as fabric_mps
+    from pytorch_lightning.accelerators import mps
+
+    # (their answer is cached per process: the class's own is_available is replaced, as on a Mac it answers True)
+    monkeypatch.setattr(fabric_mps.MPSAccelerator, "is_available", staticmethod(lambda: True))
+    monkeypatch.setattr(mps.MPSAccelerator, "is_available", staticmethod(lambda: True))
+    monkeypatch.setattr(mps.MPSAccelerator, "get_parallel_devices", staticmethod(lambda devices: [torch.device("cpu")]))
+    monkeypatch.setattr(mps.MPSAccelerator, "setup_device", lambda self, device: None)
+    return fake_mac
+
+
+def mac_trainer(root: Path, **kwargs):
+    from braeburn.lightning import Braeburn
+
+    options = dict(accelerator="auto", devices=1, enable_progress_bar=False, enable_model_summary=False,
+                   default_root_dir=str(root), logger=False, callbacks=[Braeburn()])
+    options.update(kwargs)
+    return pl.Trainer(**options)
+
+
+def fit_printing(trainer, model, *loaders, **kwargs) -> str:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(model, *loaders, **kwargs)
+    return printed.getvalue()
+
+
+def test_on_a_mac_the_extension_says_the_device_the_fallback_and_the_driver_memory(lightning_on_a_mac, tmp_path):
+    lightning_on_a_mac.held = 3 * 2**30  # what the driver holds
+    trainer = mac_trainer(tmp_path, max_epochs=1)
+    assert type(trainer.accelerator).__name__ == "MPSAccelerator"
+    printed = fit_printing(trainer, Classifier(), classification_data())
+    start = next(line for line in printed.splitlines() if line.startswith("braeburn: Lightning trains on"))
+    assert "Apple-silicon GPU (mps), the best usable device here" in start
+    assert "PYTORCH_ENABLE_MPS_FALLBACK=1 set before torch loaded" in start
+    assert "32-true, not measured: a run of 5 steps is too short" in printed  # the measurement's cost gate
+    assert "Trainer(precision='bf16-mixed')" in printed and "mixed_precision=" not in printed  # Lightning's words
+    summary = printed[printed.index("braeburn: fit summary"):]
+    assert "3.0 GiB held by the driver" in summary and "in 5 steps" in summary
+
+
+def test_on_a_mac_where_torch_loaded_first_one_line_names_the_fix(lightning_on_a_mac, fake_host, monkeypatch,
+                                                                   tmp_path):
+    fake_host("apple", torch_loaded_before_braeburn=True, env={})  # `import lightning` before braeburn, no export
+    monkeypatch.delenv("PYTORCH_ENABLE_MPS_FALLBACK")
+    printed = fit_printing(mac_trainer(tmp_path, max_steps=1), Classifier(), classification_data())
+    warning = [line for line in printed.splitlines() if "PYTORCH_ENABLE_MPS_FALLBACK=1 must be set" in line]
+    assert len(warning) == 1
+    assert "torch was imported before braeburn" in warning[0] and "`import braeburn` first" in warning[0]
+    assert "braeburn launch" in warning[0]
+
+
+class FasterMixed(Classifier):
+    """A model whose steps take far longer in float32 than under autocast, as a Mac's may (far: the win must hold
+    beyond the spread of the rounds on a busy machine)."""
+
+    def training_step(self, batch, batch_idx):
+        mixed = torch.is_autocast_enabled("cpu")
+        time.sleep(0.001 if mixed else 0.02)
+        return super().training_step(batch, batch_idx)
+
+
+def test_on_a_mac_the_precision_is_chosen_by_measurement_and_set_in_lightnings_plugin(lightning_on_a_mac, tmp_path):
+    trainer = mac_trainer(tmp_path, max_steps=1100, limit_val_batches=0)
+    printed = fit_printing(trainer, FasterMixed(), classification_data(64, 8))
+    # Lightning's own MixedPrecision plugin, switched at train start (bf16 unless fp16 measured faster still)
+    assert trainer.precision in ("bf16-mixed", "16-mixed")
+    assert type(trainer.strategy.precision_plugin).__name__ == "MixedPrecision"
+    chosen = {"bf16-mixed": "bf16", "16-mixed": "fp16"}[trainer.precision]
+    line = next(line for line in printed.splitlines() if line.startswith("braeburn: precision"))
+    assert "timed on your model: float32" in line and f"auto: {chosen}, measured" in line
+    assert "precision='keep'" in line
+    assert f"precision  {trainer.precision}" in printed[printed.index("braeburn: fit summary"):]
+
+
+def test_an_explicit_precision_is_kept_on_a_mac(lightning_on_a_mac, tmp_path):
+    trainer = mac_trainer(tmp_path, max_steps=1100, precision="16-mixed", limit_val_batches=0)
+    printed = fit_printing(trainer, Classifier(), classification_data(64, 8))  # long enough to be measured
+    assert trainer.precision == "16-mixed"
+    assert "precision 16-mixed (as the Trainer was given it)" in printed
+    assert "timed on your model" not in printed
+
+
+class CheckpointedDropout(Classifier):
+    """A block checkpointed with torch.utils.checkpoint whose dropout draws from the (fake) MPS generator."""
+
+    def __init__(self, generator, checkpointed: bool):
+        super().__init__()
+        self.drop, self.checkpointed = MpsDropout(generator, 0.5), checkpointed
+        self.grads: list[torch.Tensor] = []
+
+    def forward(self, x):
+        block = lambda h: self.drop(torch.tanh(self.net[0](h)))  # noqa: E731
+        h = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if self.checkpointed else block(x)
+        return self.net[3](h)
+
+    def on_after_backward(self):
+        self.grads.append(self.net[0].weight.grad.clone())
+
+
+def test_on_a_mac_a_checkpointed_dropout_replays_the_mps_random_state(lightning_on_a_mac, monkeypatch, tmp_path):
+    fake = FakeMpsGenerator()
+    fake.install(monkeypatch)
+    runs = {}
+    for checkpointed in (False, True):
+        torch.manual_seed(0)
+        fake.generator.manual_seed(1)
+        model = CheckpointedDropout(fake.generator, checkpointed)
+        fit_printing(mac_trainer(tmp_path / str(checkpointed), max_steps=3), model, classification_data())
+        runs[checkpointed] = model.grads
+    for got, want in zip(runs[True], runs[False], strict=True):
+        torch.testing.assert_close(got, want)  # without the extension: new masks in the recompute, no error
+
+
+def test_on_a_mac_the_mps_generator_is_saved_in_lightnings_checkpoint_and_put_back(lightning_on_a_mac, monkeypatch,
+                                                                                   tmp_path):
+    fake = FakeMpsGenerator(seed=7)
+    fake.install(monkeypatch)
+    trainer = mac_trainer(tmp_path, max_steps=2)
+    fit_printing(trainer, Classifier(), classification_data())
+    path = next(tmp_path.rglob("*.ckpt"))
+    saved = torch.load(path, weights_only=False)["callbacks"]["Braeburn"]["device_rng"]
+    assert saved["kind"] == "mps" and torch.equal(saved["state"], fake.generator.get_state())
+    expected = fake.generator.get_state()
+    fake.generator.manual_seed(123)  # the generator moves on (another process, a restart)
+    resumed = mac_trainer(tmp_path / "again", max_steps=2)
+    fit_printing(resumed, Classifier(), classification_data(), ckpt_path=str(path))
+    assert torch.equal(fake.generator.get_state(), expected)  # put back at resume; nothing trained past max_steps
+
+
+def test_on_the_cpu_lightnings_checkpoint_holds_nothing_of_braeburns(tmp_path):
+    trainer = quiet_trainer(tmp_path, True, max_steps=2, logger=False)
+    fit_printing(trainer, Classifier(), classification_data())
+    assert "Braeburn" not in torch.load(next(tmp_path.rglob("*.ckpt")), weights_only=False)["callbacks"]
+
+
+class UsesOpsMpsLacks(Classifier):
+    """Each training step runs two ops MPS lacks, which torch runs on the CPU with its one-per-process warning."""
+
+    def __init__(self):
+        super().__init__()
+        from tests.test_mac import FakeMpsFallback
+
+        self.run_op = FakeMpsFallback()
+
+    def training_step(self, batch, batch_idx):
+        self.run_op("aten::angle")
+        self.run_op("aten::cumprod.out")
+        return super().training_step(batch, batch_idx)
+
+
+def test_on_a_mac_the_summary_counts_every_op_that_ran_on_the_cpu(lightning_on_a_mac, tmp_path):
+    before = torch.is_warn_always_enabled()
+    printed = fit_printing(mac_trainer(tmp_path, max_steps=3), UsesOpsMpsLacks(), classification_data())
+    summary = printed[printed.index("braeburn: fit summary"):]
+    assert "on the CPU aten::angle (3x), aten::cumprod.out (3x)" in summary
+    assert torch.is_warn_always_enabled() == before  # torch's warn-always put back at fit end
+
+
+def test_on_a_rosetta_python_lightning_trains_on_the_cpu_and_the_line_says_why_with_the_fix(fake_host, tmp_path):
+    fake_host("apple", machine="x86_64", rosetta=True, mps_built=False, mps_available=False)
+    printed = fit_printing(quiet_trainer(tmp_path, True, max_steps=1, logger=False), Classifier(),
+                           classification_data())
+    start = next(line for line in printed.splitlines() if line.startswith("braeburn: Lightning trains on"))
+    assert "mps is here but not usable" in start and "Rosetta" in start and "fix:" in start
