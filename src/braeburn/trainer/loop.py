@@ -116,6 +116,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self.state = TrainerState()
         self._prepared_model: torch.nn.Module | None = None
         self._eval_loaders: dict[int, tuple[Dataset, Any]] = {}
+        self._train_loader: Any = None  # prepared by train()
         self._train_forward: tuple[Any, PreparedForward | None] = (None, None)
         self._inputs_checked = False  # the first training batch is checked once (input_checks.py)
         self._shapes: set[tuple] = set()  # distinct training batch shapes: each costs kernel plans, or a graph
@@ -379,10 +380,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                 "stops with it")
 
     def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
-        # A generator of its own, so that starting an epoch does not draw from torch's global generator
-        # (DataLoader draws a worker seed at every iter()): a resumed run then draws the same dropout masks.
         config = self.config
-        generator = torch.Generator().manual_seed(config.seed if config.data_seed is None else config.data_seed)
+        generator = self._loader_generator()
         collate = self.collate_fn
         if self._pads_to_buckets:  # text batches padded to a few lengths: few kernel plans and graphs
             collate = BucketPadding(collate, position_limit(self.accelerator.unwrap_model(self.model)), coarse=True)
@@ -393,6 +392,14 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
                           num_workers=config.dataloader_num_workers, generator=generator,
                           drop_last=config.dataloader_drop_last and shuffle, **workers)
+
+    def _loader_generator(self) -> torch.Generator | None:
+        """The generator a DataLoader draws its worker seed from at every iter(). A hook: here one of its own, so
+        that starting an epoch or an evaluation draws nothing from torch's global generator (which the dropout masks
+        come from); the Transformers Trainer's DataLoaders draw from the global one (None), as Transformers' do. A
+        resumed run is exact either way (a resumed epoch's draw is undone: data/loader.py)."""
+        config = self.config
+        return torch.Generator().manual_seed(config.seed if config.data_seed is None else config.data_seed)
 
     @property
     def _pads_to_buckets(self) -> bool:
@@ -427,7 +434,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
             raise ValueError(f"train_dataset has {len(self.train_dataset)} samples: with per_device_train_batch_size="
                              f"{config.per_device_train_batch_size} and drop_last that is no batch at all. Pass more "
                              "data or a smaller batch size.")
-        loader = acc.prepare(loader)  # first: sharded, its length is this process's batches per epoch
+        loader = self._train_loader = acc.prepare(loader)  # first: sharded, its length is this process's batches
         steps_per_epoch = math.ceil(len(loader) / config.gradient_accumulation_steps)
         max_steps = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * steps_per_epoch)
         max_steps = self._short_run(max_steps)

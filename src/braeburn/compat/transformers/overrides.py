@@ -63,7 +63,8 @@ class HfOverridableMixin:
     def _micro_batch(self, model: torch.nn.Module, batch: Any) -> None:
         if self._overrides.training_step:  # a subclass's training_step: forward and backward
             self._overridden_training_step(model, batch)
-        else:
+            return
+        with loss_divided_by(self.accelerator, self.current_gradient_accumulation_steps):
             super()._micro_batch(model, batch)
 
     @property
@@ -75,7 +76,7 @@ class HfOverridableMixin:
         per-batch losses, as braeburn's own path does."""
         with backward_as_in_transformers(self.accelerator):
             loss = self.training_step(model, batch, None)
-        self._keep_loss(loss.detach().float() * self.config.gradient_accumulation_steps)
+        self._keep_loss(loss.detach().float() * self.current_gradient_accumulation_steps)
 
     def _batch_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         if self._overrides.compute_loss:  # a subclass overrode Transformers' compute_loss
@@ -147,7 +148,14 @@ class HfOverridableMixin:
 
     @property
     def current_gradient_accumulation_steps(self) -> int:
-        return self.config.gradient_accumulation_steps
+        """The micro-batches of this optimizer step: gradient_accumulation_steps, fewer in an epoch's last window
+        when the epoch's batches do not divide evenly. Transformers divides each micro-batch's loss by it, so the
+        last window's gradient is its batches' mean, not a fraction of it."""
+        steps, loader = self.config.gradient_accumulation_steps, self._train_loader
+        if steps == 1 or loader is None or not loader.batches_yielded:
+            return steps
+        window_start = (loader.batches_yielded - 1) // steps * steps
+        return min(steps, len(loader) - window_start)
 
     def training_step(self, model: torch.nn.Module, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
         """Forward and backward of one micro-batch; the loss returned is divided by gradient_accumulation_steps
@@ -188,17 +196,23 @@ class HfOverridableMixin:
 
 
 @contextlib.contextmanager
-def backward_as_in_transformers(accelerator: Any) -> Iterator[None]:
-    """Transformers' Trainer runs Accelerate with gradient_accumulation_steps=1 and divides the loss in its
-    training_step; inside a training_step, ``self.accelerator.backward(loss)`` therefore does not divide (braeburn's
-    Accelerator divides, as Accelerate's does with accumulation). The micro-batch's sync_gradients is decided
-    already (accumulate() ran), so only the division changes."""
-    steps = accelerator.gradient_accumulation_steps
-    accelerator.gradient_accumulation_steps = 1
+def loss_divided_by(accelerator: Any, steps: int) -> Iterator[None]:
+    """``accelerator.backward(loss)`` divides the loss by ``steps`` inside the block. The micro-batch's
+    sync_gradients is decided already (accumulate() ran), so only the division changes."""
+    configured = accelerator.gradient_accumulation_steps
+    accelerator.gradient_accumulation_steps = steps
     try:
         yield
     finally:
-        accelerator.gradient_accumulation_steps = steps
+        accelerator.gradient_accumulation_steps = configured
 
 
-__all__ = ["EvalLoopOutput", "HfOverridableMixin", "OVERRIDABLE", "Overrides", "backward_as_in_transformers"]
+def backward_as_in_transformers(accelerator: Any) -> contextlib.AbstractContextManager:
+    """Transformers' Trainer runs Accelerate with gradient_accumulation_steps=1 and divides the loss in its
+    training_step; inside a training_step, ``self.accelerator.backward(loss)`` therefore does not divide (braeburn's
+    Accelerator divides, as Accelerate's does with accumulation)."""
+    return loss_divided_by(accelerator, 1)
+
+
+__all__ = ["EvalLoopOutput", "HfOverridableMixin", "OVERRIDABLE", "Overrides", "backward_as_in_transformers",
+           "loss_divided_by"]

@@ -15,6 +15,8 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import Dataset
 
+from ...checkpoints.state import seed_everything
+from ...devices.registry import fallback_kind
 from ...trainer import loop as core
 from ...trainer.outputs import EvalPrediction, PredictionOutput, TrainOutput
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
@@ -58,8 +60,11 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
 
     # -- the core's hooks --------------------------------------------------------------------------------
     def _resolve_parts(self, model: Any, optimizer: Any, loss_fn: Any) -> tuple[Any, Any, Any]:
-        """``model_init``, ``optimizer_cls_and_kwargs`` and ``compute_loss_func``, Transformers' ways to give them."""
-        model = model if model is not None else _from_model_init(self.model_init)
+        """``model_init``, ``optimizer_cls_and_kwargs`` and ``compute_loss_func``, Transformers' ways to give them.
+        As Transformers' ``__init__``, the seed is set before ``model_init`` runs."""
+        if model is None:
+            seed_everything(self.config.seed, fallback_kind())  # torch.manual_seed seeds every device's generator
+            model = _from_model_init(self.model_init)
         optimizer, loss_fn = resolve_training_parts(model, optimizer=optimizer, loss_fn=loss_fn,
                                                     optimizer_cls_and_kwargs=self.optimizer_cls_and_kwargs,
                                                     compute_loss_func=self.compute_loss_func)
@@ -71,6 +76,11 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
 
     def _adapt_callback(self, callback: Any) -> Any:
         return adapt_callback(callback, self)
+
+    def _loader_generator(self) -> None:
+        """None: each DataLoader iteration (an epoch, an evaluation) draws its worker seed from torch's global
+        generator, as the Transformers Trainer's DataLoaders do, so the dropout masks after it are Transformers'."""
+        return None
 
     def _checkpoint_files(self) -> dict[str, bytes]:
         """A Transformers model's config.json beside the checkpoint's model.safetensors, and the tokenizer's files, as
@@ -87,7 +97,17 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None, **kwargs: Any) -> TrainOutput:
         """Train; resume from a checkpoint folder or "latest" (True) when asked. Returns the final step, loss and metrics."""
         _no_hf_extras(trial, kwargs)
+        if self.model_init is not None:
+            self._model_from_init_again()
         return super().train(resume_from_checkpoint)
+
+    def _model_from_init_again(self) -> None:
+        """Transformers' train() seeds again and calls ``model_init`` again, so a run starts from the same weights
+        and the same random numbers whatever drew from torch's generator since ``__init__``: the same here, the
+        new model's weights loaded into the Trainer's model."""
+        seed_everything(self.config.seed, self.accelerator.plan.device)
+        fresh = _from_model_init(self.model_init)
+        self.accelerator.unwrap_model(self.model).load_state_dict(fresh.state_dict())
 
     def predict(self, test_dataset: Dataset, ignore_keys: list[str] | None = None,
                 metric_key_prefix: str = "test") -> PredictionOutput:
