@@ -77,6 +77,9 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
     def _adapt_callback(self, callback: Any) -> Any:
         return adapt_callback(callback, self)
 
+    def _eval_losses(self) -> SampleLosses:
+        return SampleLosses(self.accelerator)
+
     def _loader_generator(self) -> None:
         """None: each DataLoader iteration (an epoch, an evaluation) draws its worker seed from torch's global
         generator, as the Transformers Trainer's DataLoaders do, so the dropout masks after it are Transformers'."""
@@ -115,6 +118,21 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
         output = super().predict(test_dataset, ignore_keys, metric_key_prefix)
         self._call_hf_hook("on_predict", metrics=output.metrics)
         return output
+
+
+class SampleLosses:
+    """Transformers' eval_loss: each batch's mean loss repeated for each of its samples, gathered from every
+    process (the duplicates that pad an uneven last batch dropped), and their float32 mean (numpy's, as there)."""
+
+    def __init__(self, accelerator: Any):
+        self.accelerator, self.count, self.parts = accelerator, 0, []
+
+    def add(self, loss: torch.Tensor, size: int) -> None:
+        self.parts.append(self.accelerator.gather_for_metrics(loss.detach().repeat(size)))
+        self.count += size
+
+    def mean(self) -> float:
+        return torch.cat(self.parts).cpu().numpy().mean().item()  # sync
 
 
 def _from_model_init(model_init: Callable | None) -> torch.nn.Module:
