@@ -61,7 +61,7 @@ class EvaluationMixin:
     def predict(self, test_dataset: Dataset, ignore_keys: list[str] | None = None,
                 metric_key_prefix: str = "test") -> PredictionOutput:
         """Predictions (logits, as numpy arrays) for ``test_dataset``, with labels and metrics when it has labels."""
-        output = self._evaluation_output(self._eval_loader(test_dataset), "Prediction", metric_key_prefix, False,
+        output = self._evaluation_output(self._test_loader(test_dataset), "Prediction", metric_key_prefix, False,
                                          ignore_keys)
         return PredictionOutput(output.predictions, output.label_ids, output.metrics)
 

@@ -408,6 +408,21 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         return self.config.pad_to_buckets and self.accelerator.plan.device.new_shapes_cost
 
     def _eval_loader(self, dataset: Dataset):
+        """The prepared loader evaluate() runs over. A hook: here the one loader of ``dataset``
+        (:meth:`_prepared_eval_loader`); the Transformers Trainer asks a subclass's get_eval_dataloader."""
+        return self._prepared_eval_loader(dataset)
+
+    def _test_loader(self, dataset: Dataset):
+        """The prepared loader predict() runs over; a hook, as :meth:`_eval_loader`."""
+        return self._prepared_eval_loader(dataset)
+
+    def _prepare_eval_loaders(self) -> None:
+        """Before a checkpoint is loaded, the loaders that evaluations during training will save. A hook: the
+        Transformers Trainer prepares none when a subclass makes them (get_eval_dataloader, at each evaluation)."""
+        if self.eval_dataset is not None and self.config.eval_strategy != "no":
+            self._prepared_eval_loader(self.eval_dataset)
+
+    def _prepared_eval_loader(self, dataset: Dataset):
         """Prepared once per dataset: the Accelerator saves every prepared loader, and a resumed run must
         prepare the same ones, in the same order, before loading a checkpoint."""
         key = id(dataset)
@@ -429,7 +444,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         if config.auto_find_batch_size:
             self.config.per_device_train_batch_size = self._find_train_batch_size()
         model = self.prepared_model()  # on the device before the optimizer sees its parameters
-        loader = self._loader(self.train_dataset, config.per_device_train_batch_size, shuffle=True)
+        loader = self._train_dataloader()
         if len(loader) == 0:
             raise ValueError(f"train_dataset has {len(self.train_dataset)} samples: with per_device_train_batch_size="
                              f"{config.per_device_train_batch_size} and drop_last that is no batch at all. Pass more "
@@ -444,8 +459,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self.optimizer = acc.prepare(self.optimizer)
         self.lr_scheduler = acc.prepare_scheduler(scheduler, once_per_step=True)  # the schedule counts optimizer steps
         self._scheduler_steps = self._scheduler_policy(scheduler, steps_per_epoch)
-        if self.eval_dataset is not None and config.eval_strategy != "no":
-            self._eval_loader(self.eval_dataset)  # prepared now, before a checkpoint is loaded
+        self._prepare_eval_loaders()  # prepared now, before a checkpoint is loaded
         self.state = TrainerState(max_steps=max_steps, steps_per_epoch=steps_per_epoch,
                                   num_epochs=math.ceil(max_steps / steps_per_epoch),
                                   per_device_train_batch_size=config.per_device_train_batch_size,
@@ -457,6 +471,11 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self._parameters = [p for p in model.parameters() if p.requires_grad]  # walked once, not every step
         self._compile_window = CompileWindow(acc)
         return loader
+
+    def _train_dataloader(self) -> Any:
+        """The training loader, shuffled (prepared by the caller). A hook: the Transformers Trainer asks a subclass's
+        get_train_dataloader."""
+        return self._loader(self.train_dataset, self.config.per_device_train_batch_size, shuffle=True)
 
     def _make_optimizer(self, model: torch.nn.Module | None = None) -> bool:
         """``self.optimizer``, built from the config (optim, learning_rate, weight_decay, ...) when none was given;
