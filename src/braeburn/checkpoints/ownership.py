@@ -457,5 +457,6 @@ def publish(staging: str | os.PathLike, folder: str | os.PathLike, need: str, fi
 
 
 __all__ = ["FILE", "FOLDER", "ForeignFileError", "KINDS", "MARKER", "MarkerError", "SET_ASIDE", "STAGING",
-           "adopt_saved", "braeburn_ran_here", "claim", "earlier_braeburn_run", "foreign", "forget", "may_write", "movable", "owns",
-           "prune", "publish", "recorded", "refusal", "saved_state", "set_aside_folders", "staged", "why_not"]
+           "adopt_saved", "braeburn_ran_here", "claim", "earlier_braeburn_run", "foreign", "forget", "may_write",
+           "movable", "owns", "prune", "publish", "recorded", "refusal", "saved_state", "set_aside_folders", "staged",
+           "why_not"]

@@ -152,7 +152,7 @@ class HfOverridableMixin:
     def _eval_loader(self, dataset: Any) -> Any:
         if not self._overrides.get_eval_dataloader:
             return super()._eval_loader(dataset)
-        return self._prepared_once(self.get_eval_dataloader(None if dataset is self.eval_dataset else dataset))
+        return self._prepared_once(self.get_eval_dataloader(dataset))
 
     def _test_loader(self, dataset: Any) -> Any:
         if not self._overrides.get_test_dataloader:
