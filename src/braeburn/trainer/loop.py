@@ -183,6 +183,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         if self.train_dataset is None:
             raise ValueError("Trainer.train() needs a train_dataset: pass Trainer(..., train_dataset=...)")
         self._saver.wait()  # an earlier train()'s last checkpoint is on disk before this one looks
+        if resume:
+            self.checkpoints.refuse_transformers_checkpoint(resume)
         self._check_output_dir(resume)
         train_loader = self._setup_training()
         if resume:

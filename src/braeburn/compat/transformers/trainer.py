@@ -22,7 +22,7 @@ from ...trainer.outputs import EvalPrediction, PredictionOutput, TrainOutput
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
 from .arguments import TrainingArguments
 from .callbacks import adapt_callback
-from .files import final_model_names, pretrained_config_files, processing_files
+from .files import TRAINING_ARGS, final_model_names, pretrained_config_files, processing_files, training_args_bytes
 from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
 
@@ -86,12 +86,17 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
         return None
 
     def _checkpoint_files(self) -> dict[str, bytes]:
-        """A Transformers model's config.json beside the checkpoint's model.safetensors, and the tokenizer's files, as
-        Transformers' Trainer writes them (none with FSDP, whose checkpoints hold shards: they would not load)."""
-        if not self.is_main_process or self.accelerator.plan.strategy == "fsdp":
+        """What Transformers' Trainer writes in every checkpoint beside the weights: ``training_args.bin`` (the
+        arguments, pickled as there), a Transformers model's config.json beside model.safetensors, and the tokenizer's
+        files (config.json and the tokenizer's files not with FSDP, whose checkpoints hold shards: they would not
+        load). Written through the checkpoint's staging folder, as braeburn's own files are."""
+        if not self.is_main_process:
             return {}
+        files = {TRAINING_ARGS: training_args_bytes(self.config)}
+        if self.accelerator.plan.strategy == "fsdp":
+            return files
         model = self.accelerator.unwrap_model(self._prepared_model)
-        return {**processing_files(self.processing_class), **pretrained_config_files(model)}
+        return {**files, **processing_files(self.processing_class), **pretrained_config_files(model)}
 
     def _final_model_names(self) -> list[str]:
         return final_model_names(self.model, self.processing_class)
