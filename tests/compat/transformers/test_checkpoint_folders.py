@@ -95,3 +95,15 @@ def test_resuming_a_transformers_checkpoint_is_refused_in_one_line(peer_env, tmp
     assert message.startswith(f"{out / 'checkpoint-4'} is a checkpoint of Transformers' Trainer"), message
     assert "\n" not in message and "from_pretrained(" in message and "in another --output_dir" in message
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint-2", "checkpoint-4"]  # nothing written
+
+
+def test_arguments_that_cannot_be_pickled_leave_only_training_args_bin_out(peer_env, tmp_path, capsys):
+    _reset_accelerate()
+    args = braeburn.TrainingArguments(output_dir=str(tmp_path / "run"), per_device_train_batch_size=4,
+                                      num_train_epochs=1, save_strategy="steps", save_steps=2, report_to="none",
+                                      disable_tqdm=True)
+    args.on_the_side = lambda: None  # a value a script set on the arguments
+    braeburn.Trainer(model=_bert(), args=args, train_dataset=Tokens(8)).train()
+    names = {p.name for p in (tmp_path / "run" / "checkpoint-2").iterdir()}
+    assert "training_args.bin" not in names and {"model.safetensors", "trainer_state.json"} <= names
+    assert "checkpoints hold no training_args.bin" in capsys.readouterr().err

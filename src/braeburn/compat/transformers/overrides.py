@@ -206,8 +206,12 @@ class HfOverridableMixin:
         steps, loader = self.config.gradient_accumulation_steps, self._train_loader
         if steps == 1 or loader is None or not loader.batches_yielded:
             return steps
+        try:
+            batches = len(loader)
+        except TypeError:  # an iterable dataset: no end of epoch known in advance
+            return steps
         window_start = (loader.batches_yielded - 1) // steps * steps
-        return min(steps, len(loader) - window_start)
+        return min(steps, batches - window_start)
 
     def training_step(self, model: torch.nn.Module, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
         """Forward and backward of one micro-batch; the loss returned is divided by gradient_accumulation_steps

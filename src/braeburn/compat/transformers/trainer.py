@@ -10,6 +10,7 @@ ACCELERATE_* variables act on a Trainer run as on Transformers'), and writes a T
 
 from __future__ import annotations
 
+import pickle
 from typing import Any, Callable
 
 import torch
@@ -17,6 +18,7 @@ from torch.utils.data import Dataset
 
 from ...checkpoints.state import seed_everything
 from ...devices.registry import fallback_kind
+from ...errors import note_once
 from ...trainer import loop as core
 from ...trainer.outputs import EvalPrediction, PredictionOutput, TrainOutput
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
@@ -92,7 +94,12 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
         load). Written through the checkpoint's staging folder, as braeburn's own files are."""
         if not self.is_main_process:
             return {}
-        files = {TRAINING_ARGS: training_args_bytes(self.config)}
+        try:
+            files = {TRAINING_ARGS: training_args_bytes(self.config)}
+        except (pickle.PicklingError, TypeError, AttributeError) as error:  # a value set on the arguments
+            note_once(f"checkpoints hold no {TRAINING_ARGS}: the training arguments cannot be pickled "
+                      f"({type(error).__name__}: {error}); the rest of each checkpoint is written")
+            files = {}
         if self.accelerator.plan.strategy == "fsdp":
             return files
         model = self.accelerator.unwrap_model(self._prepared_model)
@@ -137,7 +144,10 @@ class SampleLosses:
         self.count += size
 
     def mean(self) -> float:
-        return torch.cat(self.parts).cpu().numpy().mean().item()  # sync
+        losses = torch.cat(self.parts)
+        if losses.dtype == torch.bfloat16:  # numpy has no bfloat16: Transformers makes it float32 first
+            losses = losses.float()
+        return losses.cpu().numpy().mean().item()  # sync
 
 
 def _from_model_init(model_init: Callable | None) -> torch.nn.Module:
