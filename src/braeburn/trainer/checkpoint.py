@@ -91,7 +91,7 @@ def run_of(folder: Path) -> str | None:
     return run if isinstance(run, str) else None
 
 
-def _written_by_transformers(folder: Path) -> bool:
+def written_by_transformers(folder: Path) -> bool:
     """A checkpoint folder of Transformers' Trainer: its ``trainer_state.json``, and none of the files every braeburn
     checkpoint holds (its manifest, the Accelerator's ``accelerator.pt``)."""
     return ((folder / STATE_FILE).is_file() and not os.path.lexists(folder / MANIFEST)
@@ -303,7 +303,7 @@ class CheckpointManager:
             folder = max(found, key=step_of, default=None)
         else:
             folder = Path(request).expanduser().resolve()
-        if folder is None or not folder.is_dir() or not _written_by_transformers(folder):
+        if folder is None or not folder.is_dir() or not written_by_transformers(folder):
             return
         elsewhere = " in another --output_dir" if folder.parent.resolve() == self.output_dir else ""
         raise CheckpointError(
@@ -516,4 +516,4 @@ class CheckpointManager:
 
 
 __all__ = ["CheckpointCorruptError", "CheckpointError", "CheckpointManager", "MANIFEST", "SaveLog", "run_of",
-           "write_manifest"]
+           "write_manifest", "written_by_transformers"]

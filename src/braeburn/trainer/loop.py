@@ -184,7 +184,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
             raise ValueError("Trainer.train() needs a train_dataset: pass Trainer(..., train_dataset=...)")
         self._saver.wait()  # an earlier train()'s last checkpoint is on disk before this one looks
         if resume:
-            self.checkpoints.refuse_transformers_checkpoint(resume)
+            self._check_resumable(resume)
         self._check_output_dir(resume)
         train_loader = self._setup_training()
         if resume:
@@ -515,6 +515,11 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         if request is None:  # died before the first checkpoint: start again, over what the first attempt wrote
             self.config.overwrite_output_dir = True
         return request
+
+    def _check_resumable(self, request: str) -> None:
+        """Before anything is written: a checkpoint this Trainer cannot resume is refused. A hook: here a checkpoint
+        of Transformers' Trainer; the Transformers Trainer resumes one (into another output_dir)."""
+        self.checkpoints.refuse_transformers_checkpoint(request)
 
     def _resume(self, request: str, loader) -> None:
         folder, warnings = self.checkpoints.resolve(request)

@@ -1,7 +1,7 @@
 """braeburn.Trainer's checkpoint folders carry what a Transformers user's tools read from a Transformers checkpoint
 (training_args.bin, trainer_state.json, model.safetensors, config.json), and differ from Transformers' only in the
-file names docs/migrating.md lists; a checkpoint written by transformers.Trainer, handed to a braeburn resume, is
-refused in one line that says what it is and the way out."""
+file names docs/migrating.md lists; a checkpoint written by transformers.Trainer resumes into another folder as
+Transformers resumes it, and in its own output_dir is refused in one line that gives the way out."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import braeburn  # noqa: E402
 import transformers  # noqa: E402
 from braeburn.trainer.checkpoint import CheckpointError  # noqa: E402
 
-from .test_same_seed import _reset_accelerate, peer_env  # noqa: E402,F401  (peer_env: the fixture)
+from .test_same_seed import _losses, _reset_accelerate, peer_env  # noqa: E402,F401  (peer_env: the fixture)
+from .test_same_seed import _trainer as _same_seed_trainer  # noqa: E402
 
 MIGRATING = Path(__file__).resolve().parents[3] / "docs" / "migrating.md"
 
@@ -81,8 +82,9 @@ def test_checkpoints_carry_what_transformers_tools_read(peer_env, tmp_path):
 
 
 @pytest.mark.parametrize("request_", ["path", "latest"])
-def test_resuming_a_transformers_checkpoint_is_refused_in_one_line(peer_env, tmp_path, request_):
-    """run_glue's way: the same --output_dir, and --resume_from_checkpoint with a folder in it (or True)."""
+def test_resuming_a_transformers_checkpoint_in_its_own_output_dir_is_refused_in_one_line(peer_env, tmp_path, request_):
+    """run_glue's way: the same --output_dir, and --resume_from_checkpoint with a folder in it (or True), where
+    braeburn's checkpoints would take Transformers' names: one line says to resume it into another folder."""
     out = tmp_path / "run"
     _train(transformers, out)
     _reset_accelerate()
@@ -93,7 +95,7 @@ def test_resuming_a_transformers_checkpoint_is_refused_in_one_line(peer_env, tmp
         trainer.train(resume_from_checkpoint=str(out / "checkpoint-4") if request_ == "path" else True)
     message = str(error.value)
     assert message.startswith(f"{out / 'checkpoint-4'} is a checkpoint of Transformers' Trainer"), message
-    assert "\n" not in message and "from_pretrained(" in message and "in another --output_dir" in message
+    assert "\n" not in message and "--output_dir <a new folder> --resume_from_checkpoint" in message
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint-2", "checkpoint-4"]  # nothing written
 
 
@@ -107,3 +109,19 @@ def test_arguments_that_cannot_be_pickled_leave_only_training_args_bin_out(peer_
     names = {p.name for p in (tmp_path / "run" / "checkpoint-2").iterdir()}
     assert "training_args.bin" not in names and {"model.safetensors", "trainer_state.json"} <= names
     assert "checkpoints hold no training_args.bin" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("step", [3, 5], ids=["mid-epoch", "epoch-end"])
+def test_a_transformers_checkpoint_resumes_into_another_folder_as_transformers_resumes_it(peer_env, tmp_path, step):
+    """Transformers' run of a dropout model (shuffled, accumulation 2, evaluated each epoch), checkpointed at every
+    step; its checkpoint-3 (inside epoch 1) or checkpoint-5 (its last step, before the epoch's evaluation) resumed by
+    transformers.Trainer and by braeburn.Trainer, each into a folder of its own: the same losses after it."""
+    _same_seed_trainer(transformers, tmp_path / "peer", save_strategy="steps", save_steps=1).train()
+    checkpoint = str(tmp_path / "peer" / f"checkpoint-{step}")
+    runs = {}
+    for name, lib in (("transformers", transformers), ("braeburn", braeburn)):
+        trainer = _same_seed_trainer(lib, tmp_path / name, save_strategy="epoch")
+        trainer.train(resume_from_checkpoint=checkpoint)
+        runs[name] = ([(s, loss) for s, loss in _losses(trainer) if s > step], _losses(trainer, "eval_loss")[-1:])
+        assert trainer.state.global_step == 10 and (tmp_path / name / "checkpoint-10").is_dir()
+    assert runs["braeburn"] == runs["transformers"] and len(runs["braeburn"][0]) == 10 - step

@@ -20,9 +20,11 @@ from ...checkpoints.state import seed_everything
 from ...devices.registry import fallback_kind
 from ...errors import note_once
 from ...trainer import loop as core
+from ...trainer.checkpoint import CheckpointError
 from ...trainer.outputs import EvalPrediction, PredictionOutput, TrainOutput
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
 from .arguments import TrainingArguments
+from . import hf_checkpoint
 from .callbacks import adapt_callback
 from .files import TRAINING_ARGS, final_model_names, pretrained_config_files, processing_files, training_args_bytes
 from .overrides import HfOverridableMixin, Overrides
@@ -107,6 +109,22 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
 
     def _final_model_names(self) -> list[str]:
         return final_model_names(self.model, self.processing_class)
+
+    def _check_resumable(self, request: str) -> None:
+        """A checkpoint of Transformers' Trainer resumes (hf_checkpoint.py) when named by its path, with another
+        output_dir; otherwise one line says how."""
+        refusal = hf_checkpoint.refusal(request, self.output_dir)
+        if refusal is not None:
+            raise CheckpointError(refusal)
+        if hf_checkpoint.resumable(request, self.output_dir) is None:
+            super()._check_resumable(request)
+
+    def _resume(self, request: str, loader: Any) -> None:
+        folder = hf_checkpoint.resumable(request, self.output_dir)
+        if folder is None:
+            super()._resume(request, loader)
+        else:
+            hf_checkpoint.resume(self, folder, loader)
 
     # -- Transformers' signatures ------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None, **kwargs: Any) -> TrainOutput:
