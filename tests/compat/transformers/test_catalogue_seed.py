@@ -58,6 +58,19 @@ def overrides_called(tmp_path: Path) -> None:
     assert_identical(seen["transformers"], seen["braeburn"])
 
 
+@CATALOGUE.idiom("trainer.train(resume_from_checkpoint=<a checkpoint transformers.Trainer wrote>), another output_dir",
+                 "identical", "resumed as Transformers resumes it: every loss after it and the last eval_loss bitwise")
+def transformers_checkpoint_resumed(tmp_path: Path) -> None:
+    _trainer(transformers, tmp_path / "written", save_strategy="steps", save_steps=3).train()
+    seen = {}
+    for name, lib in PEERS:
+        trainer = _trainer(lib, tmp_path / name)
+        trainer.train(resume_from_checkpoint=str(tmp_path / "written" / "checkpoint-3"))
+        seen[name] = Observation(losses=[record for record in _losses(trainer) if record[0] > 3],
+                                 metrics={"eval_loss": _losses(trainer, "eval_loss")[-1:]})
+    assert_identical(seen["transformers"], seen["braeburn"])
+
+
 @pytest.mark.parametrize("idiom", CATALOGUE.params())
 def test_idiom(idiom, peer_env, tmp_path):
     idiom.run(tmp_path)
