@@ -137,9 +137,10 @@ def test_a_rerun_after_a_killed_save_model_counts_only_the_users_entries(tmp_pat
     assert (said in note[0]) and ("other entr" in note[0]) == bool(users), note[0]
 
 
-def test_a_checkpoint_of_transformers_trainer_is_refused_in_one_line_saying_braeburn_cannot_resume_it(tmp_path):
-    """What Transformers' Trainer writes in a checkpoint (no manifest.json: braeburn's mark), handed to a resume:
-    not "manifest.json is missing ... incomplete", but that it is Transformers' and what to do."""
+def test_a_checkpoint_of_transformers_trainer_that_cannot_be_read_is_refused_in_one_line(tmp_path):
+    """What Transformers' Trainer writes in a checkpoint (no manifest.json: braeburn's mark), its files unreadable,
+    handed to a resume: not "manifest.json is missing ... incomplete", but that it is Transformers', which file
+    cannot be read, and what to do (a readable one resumes: tests/compat/transformers/test_checkpoint_folders.py)."""
     folder = tmp_path / "checkpoint-2"
     folder.mkdir()
     for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin"):
@@ -149,7 +150,7 @@ def test_a_checkpoint_of_transformers_trainer_is_refused_in_one_line_saying_brae
         trainer(tmp_path / "out").train(resume_from_checkpoint=str(folder))
     message = str(error.value)
     assert message.startswith(f"{folder} is a checkpoint of Transformers' Trainer") and "\n" not in message
-    assert "braeburn cannot resume one" in message and f"from_pretrained({str(folder)!r})" in message
+    assert "model.safetensors cannot be read" in message and f"from_pretrained({str(folder)!r})" in message
     assert "incomplete" not in message and not (tmp_path / "out" / "checkpoint-4").exists()
 
 

@@ -238,6 +238,12 @@ class Accelerator(CompileMixin):
         return float64_batch_reason(self.plan.device.float64_cast_reason(), self._float64_model)
 
     def _prepare_dataloader(self, loader: torch.utils.data.DataLoader) -> DeviceDataLoader:
+        prepared = self._device_loader(loader)
+        self._dataloaders.append(prepared)
+        return prepared
+
+    def _device_loader(self, loader: torch.utils.data.DataLoader) -> DeviceDataLoader:
+        """``loader`` prepared, but not saved by save_state: for a loader made anew for each use."""
         if self._data_seed is None:
             # torch.manual_seed's seed, read without drawing from the generator: a draw here would shift every
             # later random number (the model's init, dropout) away from Accelerate's run with the same seed.
@@ -247,7 +253,6 @@ class Accelerator(CompileMixin):
                                     num_processes=self.num_processes, process_index=self.process_index,
                                     seed=self._data_seed, tracker=self._tracker, host=current_host(),
                                     float64_to_float32=self._float64_batch_reason)
-        self._dataloaders.append(prepared)
         return prepared
 
     def prepare_scheduler(self, scheduler: Any, *, once_per_step: bool = False) -> AcceleratedScheduler:

@@ -369,6 +369,21 @@ def claim(folder: str | os.PathLike, entries: Mapping[str, str], need: str | Non
             _save(folder, {**current, **entries})
 
 
+def adopt_saved(folder: str | os.PathLike) -> None:
+    """Record the files of a state braeburn has just saved in ``folder`` (its manifest vouches for each) as
+    braeburn's, so that a writer asked for that very folder may replace them: a Trainer subclass's save_model()
+    into the checkpoint, called as Transformers' checkpoints call it. Nothing is recorded for a folder whose
+    manifest does not vouch for all of it."""
+    folder = Path(folder)
+    if not saved_state(folder):
+        return
+    names = {name: FILE for name in manifest_io.listed_files(folder) if "/" not in name and name != MARKER
+             and _valid_name(name)}
+    with _LOCK:
+        current = _load(folder) or {}
+        _save(folder, {**current, **names})
+
+
 def forget(folder: str | os.PathLike, names: Iterable[str]) -> None:
     """Drop ``names`` from ``folder``'s record (braeburn removed or moved them). Never fails: a record that
     keeps a name no longer there (the disk was full) vouches for nothing, and :func:`prune` drops it later."""
@@ -442,5 +457,6 @@ def publish(staging: str | os.PathLike, folder: str | os.PathLike, need: str, fi
 
 
 __all__ = ["FILE", "FOLDER", "ForeignFileError", "KINDS", "MARKER", "MarkerError", "SET_ASIDE", "STAGING",
-           "braeburn_ran_here", "claim", "earlier_braeburn_run", "foreign", "forget", "may_write", "movable", "owns",
-           "prune", "publish", "recorded", "refusal", "saved_state", "set_aside_folders", "staged", "why_not"]
+           "adopt_saved", "braeburn_ran_here", "claim", "earlier_braeburn_run", "foreign", "forget", "may_write",
+           "movable", "owns", "prune", "publish", "recorded", "refusal", "saved_state", "set_aside_folders", "staged",
+           "why_not"]

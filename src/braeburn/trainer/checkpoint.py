@@ -91,7 +91,7 @@ def run_of(folder: Path) -> str | None:
     return run if isinstance(run, str) else None
 
 
-def _written_by_transformers(folder: Path) -> bool:
+def written_by_transformers(folder: Path) -> bool:
     """A checkpoint folder of Transformers' Trainer: its ``trainer_state.json``, and none of the files every braeburn
     checkpoint holds (its manifest, the Accelerator's ``accelerator.pt``)."""
     return ((folder / STATE_FILE).is_file() and not os.path.lexists(folder / MANIFEST)
@@ -288,16 +288,30 @@ class CheckpointManager:
         if not folder.is_dir():
             raise CheckpointError(f"resume_from_checkpoint={request!r}: no such folder. Pass a checkpoint-N folder "
                                   f"or 'latest' (the last complete checkpoint in output_dir).")
-        if _written_by_transformers(folder):
-            raise CheckpointError(
-                f"{folder} is a checkpoint of Transformers' Trainer ({STATE_FILE} without braeburn's {MANIFEST}), and "
-                "braeburn cannot resume one: its optimizer, scheduler and random states are in Transformers' files. "
-                "Resume it with Transformers' Trainer, or start a braeburn run from its weights "
-                f"(from_pretrained({str(folder)!r}) builds the model) without {option('resume_from_checkpoint')}.")
+        self.refuse_transformers_checkpoint(request)
         self.verify(folder)
         misnamed = _misnamed(folder)
         return folder, [f"{misnamed}: resuming at the step it holds. Rename it to match, so that 'latest' and "
                         "save_total_limit order it right."] if misnamed else []
+
+    def refuse_transformers_checkpoint(self, request: str) -> None:
+        """A resume from a checkpoint of Transformers' Trainer (a path, or "latest" in a folder where the newest
+        checkpoint-N is one), refused in one line that says so and what to do, before anything else looks at the
+        folder (the output folder's check would call its folders foreign, the manifest check incomplete)."""
+        if request == "latest":
+            found = [p for p in self.output_dir.glob("checkpoint-*") if CHECKPOINT_RE.match(p.name) and p.is_dir()]
+            folder = max(found, key=step_of, default=None)
+        else:
+            folder = Path(request).expanduser().resolve()
+        if folder is None or not folder.is_dir() or not written_by_transformers(folder):
+            return
+        elsewhere = " in another --output_dir" if folder.parent.resolve() == self.output_dir else ""
+        raise CheckpointError(
+            f"{folder} is a checkpoint of Transformers' Trainer ({STATE_FILE} without braeburn's {MANIFEST}), and "
+            "braeburn cannot resume one: its optimizer, scheduler and random states are in Transformers' files. "
+            "Resume it with Transformers' Trainer, or start a braeburn run from its weights "
+            f"(from_pretrained({str(folder)!r}) builds the model){elsewhere} without "
+            f"{option('resume_from_checkpoint')}.")
 
     def best(self, recorded: str) -> Path:
         """The best checkpoint to load at the end (``load_best_model_at_end``), checked like a resume:
@@ -502,4 +516,4 @@ class CheckpointManager:
 
 
 __all__ = ["CheckpointCorruptError", "CheckpointError", "CheckpointManager", "MANIFEST", "SaveLog", "run_of",
-           "write_manifest"]
+           "write_manifest", "written_by_transformers"]

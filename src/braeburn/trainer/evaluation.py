@@ -22,6 +22,22 @@ from .batches import (batch_inputs, can_return_loss, compute_loss, ignored_outpu
 from .outputs import EvalLoopOutput, EvalPrediction, PredictionOutput, concat_padded, to_numpy
 
 
+class LossSum:
+    """An evaluation's loss: each batch's mean loss weighted by its size, summed on the device, over every process."""
+
+    def __init__(self, accelerator: Any):
+        self.accelerator, self.count = accelerator, 0
+        self.total = torch.zeros((), device=accelerator.device)
+
+    def add(self, loss: torch.Tensor, size: int) -> None:
+        self.total += loss.float() * size
+        self.count += size
+
+    def mean(self) -> float:
+        total = self.accelerator.reduce(self.total, "sum")
+        return float(total) / (self.count * self.accelerator.num_processes)  # sync
+
+
 class EvaluationMixin:
     """evaluate(), predict() and the best-checkpoint bookkeeping of the Trainer."""
 
@@ -45,7 +61,7 @@ class EvaluationMixin:
     def predict(self, test_dataset: Dataset, ignore_keys: list[str] | None = None,
                 metric_key_prefix: str = "test") -> PredictionOutput:
         """Predictions (logits, as numpy arrays) for ``test_dataset``, with labels and metrics when it has labels."""
-        output = self._evaluation_output(self._eval_loader(test_dataset), "Prediction", metric_key_prefix, False,
+        output = self._evaluation_output(self._test_loader(test_dataset), "Prediction", metric_key_prefix, False,
                                          ignore_keys)
         return PredictionOutput(output.predictions, output.label_ids, output.metrics)
 
@@ -76,13 +92,11 @@ class EvaluationMixin:
         model = self.prepared_model()
         was_training = model.training
         model.eval()
-        loss_sum, count, predictions, labels = torch.zeros((), device=acc.device), 0, [], []
+        losses, predictions, labels = self._eval_losses(), [], []
         for batch in loader:
             loss, logits, batch_labels = self._evaluation_step(model, batch, not keep_predictions, ignore_keys)
             if loss is not None:
-                size = _batch_size(batch) or 1  # Transformers' find_batch_size: the first tensor's length
-                loss_sum += loss.float() * size
-                count += size
+                losses.add(loss, _batch_size(batch) or 1)  # Transformers' find_batch_size: the first tensor's length
             if keep_predictions and logits is not None:
                 if self.preprocess_logits_for_metrics is not None:
                     logits = self.preprocess_logits_for_metrics(logits, batch_labels)
@@ -90,8 +104,14 @@ class EvaluationMixin:
                 if batch_labels is not None:
                     labels.append(_to_cpu(acc.gather_for_metrics(batch_labels)))
         model.train(was_training)
-        samples = len(loader.dataset) if hasattr(loader, "dataset") else count
-        return self._prediction_output(prefix, loss_sum, count, predictions, labels, started, samples)
+        samples = len(loader.dataset) if hasattr(loader, "dataset") else losses.count
+        return self._prediction_output(prefix, losses, predictions, labels, started, samples)
+
+    def _eval_losses(self) -> LossSum:
+        """What turns an evaluation's batch losses into its ``eval_loss``. A hook: here a sum weighted by batch size,
+        kept on the device (one sync at the end); the Transformers Trainer takes the float32 mean of every sample's
+        loss, as Transformers does."""
+        return LossSum(self.accelerator)
 
     def _evaluation_step(self, model: torch.nn.Module, batch: Any, loss_only: bool,
                          ignore_keys: list[str] | None = None) -> tuple[Any, Any, Any]:
@@ -124,11 +144,10 @@ class EvaluationMixin:
         outputs = model(*args, **kwargs)
         return _eval_loss(outputs, labels, self.loss_fn, loss_without_labels), outputs
 
-    def _prediction_output(self, prefix, loss_sum, count, predictions, labels, started, samples) -> PredictionOutput:
+    def _prediction_output(self, prefix, losses, predictions, labels, started, samples) -> PredictionOutput:
         metrics: dict[str, float] = {}
-        if count:
-            total = self.accelerator.reduce(loss_sum, "sum")
-            metrics[f"{prefix}_loss"] = float(total) / (count * self.accelerator.num_processes)  # sync
+        if losses.count:
+            metrics[f"{prefix}_loss"] = losses.mean()  # sync
         preds, label_ids = to_numpy(concat_padded(predictions)), to_numpy(concat_padded(labels))
         if self.compute_metrics is not None and preds is not None and label_ids is not None:
             for key, value in self.compute_metrics(EvalPrediction(preds, label_ids)).items():

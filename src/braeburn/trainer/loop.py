@@ -116,6 +116,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self.state = TrainerState()
         self._prepared_model: torch.nn.Module | None = None
         self._eval_loaders: dict[int, tuple[Dataset, Any]] = {}
+        self._train_loader: Any = None  # prepared by train()
         self._train_forward: tuple[Any, PreparedForward | None] = (None, None)
         self._inputs_checked = False  # the first training batch is checked once (input_checks.py)
         self._shapes: set[tuple] = set()  # distinct training batch shapes: each costs kernel plans, or a graph
@@ -182,6 +183,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         if self.train_dataset is None:
             raise ValueError("Trainer.train() needs a train_dataset: pass Trainer(..., train_dataset=...)")
         self._saver.wait()  # an earlier train()'s last checkpoint is on disk before this one looks
+        if resume:
+            self._check_resumable(resume)
         self._check_output_dir(resume)
         train_loader = self._setup_training()
         if resume:
@@ -379,10 +382,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                 "stops with it")
 
     def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
-        # A generator of its own, so that starting an epoch does not draw from torch's global generator
-        # (DataLoader draws a worker seed at every iter()): a resumed run then draws the same dropout masks.
         config = self.config
-        generator = torch.Generator().manual_seed(config.seed if config.data_seed is None else config.data_seed)
+        generator = self._loader_generator()
         collate = self.collate_fn
         if self._pads_to_buckets:  # text batches padded to a few lengths: few kernel plans and graphs
             collate = BucketPadding(collate, position_limit(self.accelerator.unwrap_model(self.model)), coarse=True)
@@ -394,6 +395,14 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                           num_workers=config.dataloader_num_workers, generator=generator,
                           drop_last=config.dataloader_drop_last and shuffle, **workers)
 
+    def _loader_generator(self) -> torch.Generator | None:
+        """The generator a DataLoader draws its worker seed from at every iter(). A hook: here one of its own, so
+        that starting an epoch or an evaluation draws nothing from torch's global generator (which the dropout masks
+        come from); the Transformers Trainer's DataLoaders draw from the global one (None), as Transformers' do. A
+        resumed run is exact either way (a resumed epoch's draw is undone: data/loader.py)."""
+        config = self.config
+        return torch.Generator().manual_seed(config.seed if config.data_seed is None else config.data_seed)
+
     @property
     def _pads_to_buckets(self) -> bool:
         """Only where each new shape costs a kernel plan or a graph (CUDA, MPS): on the CPU a new length costs
@@ -401,6 +410,21 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         return self.config.pad_to_buckets and self.accelerator.plan.device.new_shapes_cost
 
     def _eval_loader(self, dataset: Dataset):
+        """The prepared loader evaluate() runs over. A hook: here the one loader of ``dataset``
+        (:meth:`_prepared_eval_loader`); the Transformers Trainer asks a subclass's get_eval_dataloader."""
+        return self._prepared_eval_loader(dataset)
+
+    def _test_loader(self, dataset: Dataset):
+        """The prepared loader predict() runs over; a hook, as :meth:`_eval_loader`."""
+        return self._prepared_eval_loader(dataset)
+
+    def _prepare_eval_loaders(self) -> None:
+        """Before a checkpoint is loaded, the loaders that evaluations during training will save. A hook: the
+        Transformers Trainer prepares none when a subclass makes them (get_eval_dataloader, at each evaluation)."""
+        if self.eval_dataset is not None and self.config.eval_strategy != "no":
+            self._prepared_eval_loader(self.eval_dataset)
+
+    def _prepared_eval_loader(self, dataset: Dataset):
         """Prepared once per dataset: the Accelerator saves every prepared loader, and a resumed run must
         prepare the same ones, in the same order, before loading a checkpoint."""
         key = id(dataset)
@@ -422,12 +446,12 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         if config.auto_find_batch_size:
             self.config.per_device_train_batch_size = self._find_train_batch_size()
         model = self.prepared_model()  # on the device before the optimizer sees its parameters
-        loader = self._loader(self.train_dataset, config.per_device_train_batch_size, shuffle=True)
+        loader = self._train_dataloader()
         if len(loader) == 0:
             raise ValueError(f"train_dataset has {len(self.train_dataset)} samples: with per_device_train_batch_size="
                              f"{config.per_device_train_batch_size} and drop_last that is no batch at all. Pass more "
                              "data or a smaller batch size.")
-        loader = acc.prepare(loader)  # first: sharded, its length is this process's batches per epoch
+        loader = self._train_loader = acc.prepare(loader)  # first: sharded, its length is this process's batches
         steps_per_epoch = math.ceil(len(loader) / config.gradient_accumulation_steps)
         max_steps = config.max_steps if config.max_steps > 0 else math.ceil(config.num_train_epochs * steps_per_epoch)
         max_steps = self._short_run(max_steps)
@@ -437,8 +461,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self.optimizer = acc.prepare(self.optimizer)
         self.lr_scheduler = acc.prepare_scheduler(scheduler, once_per_step=True)  # the schedule counts optimizer steps
         self._scheduler_steps = self._scheduler_policy(scheduler, steps_per_epoch)
-        if self.eval_dataset is not None and config.eval_strategy != "no":
-            self._eval_loader(self.eval_dataset)  # prepared now, before a checkpoint is loaded
+        self._prepare_eval_loaders()  # prepared now, before a checkpoint is loaded
         self.state = TrainerState(max_steps=max_steps, steps_per_epoch=steps_per_epoch,
                                   num_epochs=math.ceil(max_steps / steps_per_epoch),
                                   per_device_train_batch_size=config.per_device_train_batch_size,
@@ -450,6 +473,11 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self._parameters = [p for p in model.parameters() if p.requires_grad]  # walked once, not every step
         self._compile_window = CompileWindow(acc)
         return loader
+
+    def _train_dataloader(self) -> Any:
+        """The training loader, shuffled (prepared by the caller). A hook: the Transformers Trainer asks a subclass's
+        get_train_dataloader."""
+        return self._loader(self.train_dataset, self.config.per_device_train_batch_size, shuffle=True)
 
     def _make_optimizer(self, model: torch.nn.Module | None = None) -> bool:
         """``self.optimizer``, built from the config (optim, learning_rate, weight_decay, ...) when none was given;
@@ -487,6 +515,11 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         if request is None:  # died before the first checkpoint: start again, over what the first attempt wrote
             self.config.overwrite_output_dir = True
         return request
+
+    def _check_resumable(self, request: str) -> None:
+        """Before anything is written: a checkpoint this Trainer cannot resume is refused. A hook: here a checkpoint
+        of Transformers' Trainer; the Transformers Trainer resumes one (into another output_dir)."""
+        self.checkpoints.refuse_transformers_checkpoint(request)
 
     def _resume(self, request: str, loader) -> None:
         folder, warnings = self.checkpoints.resolve(request)

@@ -41,6 +41,8 @@ class SavingMixin:
             saved = copy.deepcopy(state)  # on_save, when the write completes, sees the step that was saved
             self._saver.submit(snapshot, state, lambda folder, error: self._after_save(folder, error, previous, saved),
                                files)
+            if self._save_is_watched:  # written before training goes on, so that on_save follows the save
+                self._saver.wait()
             return
         try:
             folder = self.checkpoints.save(self.accelerator, state, files)
@@ -60,6 +62,17 @@ class SavingMixin:
         Trainer adds a Transformers model's config.json and the tokenizer's files, so the folder loads with
         ``from_pretrained``."""
         return {}
+
+    @property
+    def _save_is_watched(self) -> bool:
+        """Whether user code runs at each checkpoint (an on_save, a save_model override), so that the write must
+        complete before training goes on. A hook: never here (on_save follows a background write when it ends);
+        the Transformers Trainer says when a user's callback or subclass watches."""
+        return False
+
+    def _checkpoint_written(self, folder: Path) -> None:
+        """A checkpoint is on disk, before on_save. A hook: nothing here; the Transformers Trainer calls a subclass's
+        save_model into the folder, as Transformers' checkpoint does."""
 
     def _final_model_names(self) -> list[str]:
         """The names a save of the final model writes into output_dir, which the run checks are free or braeburn's
@@ -95,6 +108,7 @@ class SavingMixin:
             self.accelerator.print(f"braeburn: warning: {error}")
             return
         self._save_log.record(None)
+        self._checkpoint_written(folder)
         if self.is_main_process:
             self.checkpoints.rotate(keep=self.state.best_checkpoint, run_id=self.state.run_id)
         self.callbacks.on_save(self, saved if saved is not None else self.state, folder)

@@ -55,8 +55,12 @@ class TrainerState:
         self.should_save = self.should_save or save
 
     def to_dict(self) -> dict[str, Any]:
+        """braeburn's fields, and Transformers' names of those a Transformers user's tools read from
+        ``trainer_state.json`` (``best_model_checkpoint``, ``num_train_epochs``, ``train_batch_size``; not read back)."""
         data = asdict(self)
-        return {f.name: data[f.name] for f in fields(self) if not f.metadata.get("transient")}
+        own = {f.name: data[f.name] for f in fields(self) if not f.metadata.get("transient")}
+        return {**own, "best_model_checkpoint": self.best_checkpoint, "num_train_epochs": self.num_epochs,
+                "train_batch_size": self.per_device_train_batch_size}
 
     def save(self, folder: Path) -> Path:
         path = Path(folder) / STATE_FILE

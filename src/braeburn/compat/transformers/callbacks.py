@@ -228,6 +228,14 @@ def _overrides(callback: Any, hook: str) -> bool:
     return owner is not None and owner.__name__ != "TrainerCallback"
 
 
+def watches_saves(callback: Any) -> bool:
+    """Whether a user's callback (a Transformers-style one wrapped, or braeburn's) has its own on_save."""
+    if isinstance(callback, HfCallbackAdapter):
+        return _overrides(callback.inner, "on_save")
+    own = getattr(type(callback), "on_save", None)
+    return own is not None and own is not Callback.on_save and not type(callback).__module__.startswith("braeburn.")
+
+
 def adapt_callback(callback: Any, trainer: "Trainer") -> Any:
     """A Transformers-style callback (instance or class, as Transformers takes) wrapped; others as they are."""
     if not is_hf_callback(callback):
@@ -241,4 +249,5 @@ def adapt_callback(callback: Any, trainer: "Trainer") -> Any:
 # laid out by concern (braeburn.trainer.hf_callbacks.HfOptionsCallback): trainer.remove_callback(HfOptionsCallback)
 HfOptionsCallback = OptionsCallback
 
-__all__ = ["HfCallbackAdapter", "HfOptionsCallback", "TrainerCallback", "TrainerControl", "adapt_callback", "is_hf_callback"]
+__all__ = ["HfCallbackAdapter", "HfOptionsCallback", "TrainerCallback", "TrainerControl", "adapt_callback",
+           "is_hf_callback", "watches_saves"]

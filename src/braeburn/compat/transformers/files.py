@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import json
 import os
 import re
@@ -73,7 +74,15 @@ def save_weights(state: dict[str, Any], save_directory: str | os.PathLike, max_s
     return [folder / name for name in names]
 
 
-FINAL_MODEL = ("model.safetensors", "training_args.bin")  # what save_model() writes for any model
+TRAINING_ARGS = "training_args.bin"
+FINAL_MODEL = ("model.safetensors", TRAINING_ARGS)  # what save_model() writes for any model
+
+
+def training_args_bytes(training_args: Any) -> bytes:
+    """``training_args.bin`` as Transformers writes it: ``torch.save`` of the arguments."""
+    buffer = io.BytesIO()
+    torch.save(training_args, buffer)
+    return buffer.getvalue()
 
 
 def final_model_names(model: Any, processing_class: Any) -> list[str]:
@@ -99,8 +108,8 @@ def save_pretrained_files(folder: str | os.PathLike, model: Any, state: dict[str
             save_weights(state if state is not None else model.state_dict(), staging, model=model)
         if processing_class is not None and callable(getattr(processing_class, "save_pretrained", None)):
             processing_class.save_pretrained(str(staging))
-        with no_follow.create_new(staging / "training_args.bin") as handle:
-            torch.save(training_args, handle)
+        with no_follow.create_new(staging / TRAINING_ARGS) as handle:
+            handle.write(training_args_bytes(training_args))
         return sorted(p.name for p in staging.iterdir())
 
 

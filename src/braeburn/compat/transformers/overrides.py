@@ -13,6 +13,11 @@ called where Transformers calls them:
 - ``evaluation_loop(dataloader, description, ...)`` from ``evaluate()``/``predict()``, which calls
   ``prediction_step(model, inputs, prediction_loss_only, ignore_keys)`` for each batch.
 - ``log(logs, start_time)`` for every logging step and evaluation.
+- ``get_train_dataloader()`` when training starts; ``get_eval_dataloader(eval_dataset)`` at each evaluation and
+  ``get_test_dataloader(test_dataset)`` at each ``predict()``: the loader returned is prepared (on the device)
+  unless it is already.
+- ``save_model(checkpoint_folder, _internal_call=True)`` at each checkpoint, once it is on disk and before
+  ``on_save``; its files join the checkpoint's manifest.
 
 Each default is braeburn's own (the core Trainer's hook). The per-step methods cost nothing when not
 overridden: :class:`Overrides` is worked out once per Trainer, and each hook takes braeburn's own path (no
@@ -26,16 +31,22 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from ...checkpoints import ownership
+from ...data.loader import DeviceDataLoader
 from ...trainer.batches import batch_inputs, compute_loss
+from ...trainer.checkpoint import step_of, write_manifest
+from .callbacks import watches_saves
 from ...trainer.outputs import EvalLoopOutput
 
 # The methods a subclass may replace; Overrides has one flag per name.
 OVERRIDABLE = ("training_step", "compute_loss", "create_optimizer", "create_scheduler", "prediction_step",
-               "evaluation_loop", "log")
+               "evaluation_loop", "log", "get_train_dataloader", "get_eval_dataloader", "get_test_dataloader",
+               "save_model")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +60,10 @@ class Overrides:
     prediction_step: bool = False
     evaluation_loop: bool = False
     log: bool = False
+    get_train_dataloader: bool = False
+    get_eval_dataloader: bool = False
+    get_test_dataloader: bool = False
+    save_model: bool = False
 
     @classmethod
     def of(cls, trainer_type: type, base: type) -> Overrides:
@@ -63,7 +78,8 @@ class HfOverridableMixin:
     def _micro_batch(self, model: torch.nn.Module, batch: Any) -> None:
         if self._overrides.training_step:  # a subclass's training_step: forward and backward
             self._overridden_training_step(model, batch)
-        else:
+            return
+        with loss_divided_by(self.accelerator, self.current_gradient_accumulation_steps):
             super()._micro_batch(model, batch)
 
     @property
@@ -75,7 +91,7 @@ class HfOverridableMixin:
         per-batch losses, as braeburn's own path does."""
         with backward_as_in_transformers(self.accelerator):
             loss = self.training_step(model, batch, None)
-        self._keep_loss(loss.detach().float() * self.config.gradient_accumulation_steps)
+        self._keep_loss(loss.detach().float() * self.current_gradient_accumulation_steps)
 
     def _batch_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         if self._overrides.compute_loss:  # a subclass overrode Transformers' compute_loss
@@ -130,6 +146,43 @@ class HfOverridableMixin:
         else:
             super()._record_train_metrics(metrics)
 
+    def _train_dataloader(self) -> Any:
+        return self.get_train_dataloader() if self._overrides.get_train_dataloader else super()._train_dataloader()
+
+    def _eval_loader(self, dataset: Any) -> Any:
+        if not self._overrides.get_eval_dataloader:
+            return super()._eval_loader(dataset)
+        return self._prepared_once(self.get_eval_dataloader(dataset))
+
+    def _test_loader(self, dataset: Any) -> Any:
+        if not self._overrides.get_test_dataloader:
+            return super()._test_loader(dataset)
+        return self._prepared_once(self.get_test_dataloader(dataset))
+
+    def _prepare_eval_loaders(self) -> None:
+        if not self._overrides.get_eval_dataloader:  # else the subclass makes one at each evaluation
+            super()._prepare_eval_loaders()
+
+    def _prepared_once(self, loader: Any) -> Any:
+        """A loader a subclass made for one evaluation, prepared for it (not saved in checkpoints: a resumed run
+        would not have made it yet)."""
+        return loader if isinstance(loader, DeviceDataLoader) else self.accelerator._device_loader(loader)
+
+    @property
+    def _save_is_watched(self) -> bool:
+        return self._overrides.save_model or any(watches_saves(c) for c in self.callbacks.callbacks)
+
+    def _checkpoint_written(self, folder: Path) -> None:
+        """A subclass's save_model into the checkpoint, as Transformers' checkpoint calls it; what it wrote joins
+        the checkpoint's manifest, so that a resume reads it as braeburn's own."""
+        if not self._overrides.save_model:
+            return
+        if self.is_main_process:
+            ownership.adopt_saved(folder)  # its files are braeburn's: save_model() may replace them
+        self.save_model(str(folder), _internal_call=True)
+        if self.is_main_process:
+            write_manifest(folder, step_of(folder))
+
     # -- training ----------------------------------------------------------------------------------------
     def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
         self.create_optimizer()
@@ -147,7 +200,18 @@ class HfOverridableMixin:
 
     @property
     def current_gradient_accumulation_steps(self) -> int:
-        return self.config.gradient_accumulation_steps
+        """The micro-batches of this optimizer step: gradient_accumulation_steps, fewer in an epoch's last window
+        when the epoch's batches do not divide evenly. Transformers divides each micro-batch's loss by it, so the
+        last window's gradient is its batches' mean, not a fraction of it."""
+        steps, loader = self.config.gradient_accumulation_steps, self._train_loader
+        if steps == 1 or loader is None or not loader.batches_yielded:
+            return steps
+        try:
+            batches = len(loader)
+        except TypeError:  # an iterable dataset: no end of epoch known in advance
+            return steps
+        window_start = (loader.batches_yielded - 1) // steps * steps
+        return min(steps, batches - window_start)
 
     def training_step(self, model: torch.nn.Module, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
         """Forward and backward of one micro-batch; the loss returned is divided by gradient_accumulation_steps
@@ -188,17 +252,23 @@ class HfOverridableMixin:
 
 
 @contextlib.contextmanager
-def backward_as_in_transformers(accelerator: Any) -> Iterator[None]:
-    """Transformers' Trainer runs Accelerate with gradient_accumulation_steps=1 and divides the loss in its
-    training_step; inside a training_step, ``self.accelerator.backward(loss)`` therefore does not divide (braeburn's
-    Accelerator divides, as Accelerate's does with accumulation). The micro-batch's sync_gradients is decided
-    already (accumulate() ran), so only the division changes."""
-    steps = accelerator.gradient_accumulation_steps
-    accelerator.gradient_accumulation_steps = 1
+def loss_divided_by(accelerator: Any, steps: int) -> Iterator[None]:
+    """``accelerator.backward(loss)`` divides the loss by ``steps`` inside the block. The micro-batch's
+    sync_gradients is decided already (accumulate() ran), so only the division changes."""
+    configured = accelerator.gradient_accumulation_steps
+    accelerator.gradient_accumulation_steps = steps
     try:
         yield
     finally:
-        accelerator.gradient_accumulation_steps = steps
+        accelerator.gradient_accumulation_steps = configured
 
 
-__all__ = ["EvalLoopOutput", "HfOverridableMixin", "OVERRIDABLE", "Overrides", "backward_as_in_transformers"]
+def backward_as_in_transformers(accelerator: Any) -> contextlib.AbstractContextManager:
+    """Transformers' Trainer runs Accelerate with gradient_accumulation_steps=1 and divides the loss in its
+    training_step; inside a training_step, ``self.accelerator.backward(loss)`` therefore does not divide (braeburn's
+    Accelerator divides, as Accelerate's does with accumulation)."""
+    return loss_divided_by(accelerator, 1)
+
+
+__all__ = ["EvalLoopOutput", "HfOverridableMixin", "OVERRIDABLE", "Overrides", "backward_as_in_transformers",
+           "loss_divided_by"]

@@ -10,17 +10,23 @@ ACCELERATE_* variables act on a Trainer run as on Transformers'), and writes a T
 
 from __future__ import annotations
 
+import pickle
 from typing import Any, Callable
 
 import torch
 from torch.utils.data import Dataset
 
+from ...checkpoints.state import seed_everything
+from ...devices.registry import fallback_kind
+from ...errors import note_once
 from ...trainer import loop as core
+from ...trainer.checkpoint import CheckpointError
 from ...trainer.outputs import EvalPrediction, PredictionOutput, TrainOutput
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
 from .arguments import TrainingArguments
+from . import hf_checkpoint
 from .callbacks import adapt_callback
-from .files import final_model_names, pretrained_config_files, processing_files
+from .files import TRAINING_ARGS, final_model_names, pretrained_config_files, processing_files, training_args_bytes
 from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
 
@@ -58,8 +64,11 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
 
     # -- the core's hooks --------------------------------------------------------------------------------
     def _resolve_parts(self, model: Any, optimizer: Any, loss_fn: Any) -> tuple[Any, Any, Any]:
-        """``model_init``, ``optimizer_cls_and_kwargs`` and ``compute_loss_func``, Transformers' ways to give them."""
-        model = model if model is not None else _from_model_init(self.model_init)
+        """``model_init``, ``optimizer_cls_and_kwargs`` and ``compute_loss_func``, Transformers' ways to give them.
+        As Transformers' ``__init__``, the seed is set before ``model_init`` runs."""
+        if model is None:
+            seed_everything(self.config.seed, fallback_kind())  # torch.manual_seed seeds every device's generator
+            model = _from_model_init(self.model_init)
         optimizer, loss_fn = resolve_training_parts(model, optimizer=optimizer, loss_fn=loss_fn,
                                                     optimizer_cls_and_kwargs=self.optimizer_cls_and_kwargs,
                                                     compute_loss_func=self.compute_loss_func)
@@ -72,22 +81,66 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
     def _adapt_callback(self, callback: Any) -> Any:
         return adapt_callback(callback, self)
 
+    def _eval_losses(self) -> SampleLosses:
+        return SampleLosses(self.accelerator)
+
+    def _loader_generator(self) -> None:
+        """None: each DataLoader iteration (an epoch, an evaluation) draws its worker seed from torch's global
+        generator, as the Transformers Trainer's DataLoaders do, so the dropout masks after it are Transformers'."""
+        return None
+
     def _checkpoint_files(self) -> dict[str, bytes]:
-        """A Transformers model's config.json beside the checkpoint's model.safetensors, and the tokenizer's files, as
-        Transformers' Trainer writes them (none with FSDP, whose checkpoints hold shards: they would not load)."""
-        if not self.is_main_process or self.accelerator.plan.strategy == "fsdp":
+        """What Transformers' Trainer writes in every checkpoint beside the weights: ``training_args.bin`` (the
+        arguments, pickled as there), a Transformers model's config.json beside model.safetensors, and the tokenizer's
+        files (config.json and the tokenizer's files not with FSDP, whose checkpoints hold shards: they would not
+        load). Written through the checkpoint's staging folder, as braeburn's own files are."""
+        if not self.is_main_process:
             return {}
+        try:
+            files = {TRAINING_ARGS: training_args_bytes(self.config)}
+        except (pickle.PicklingError, TypeError, AttributeError) as error:  # a value set on the arguments
+            note_once(f"checkpoints hold no {TRAINING_ARGS}: the training arguments cannot be pickled "
+                      f"({type(error).__name__}: {error}); the rest of each checkpoint is written")
+            files = {}
+        if self.accelerator.plan.strategy == "fsdp":
+            return files
         model = self.accelerator.unwrap_model(self._prepared_model)
-        return {**processing_files(self.processing_class), **pretrained_config_files(model)}
+        return {**files, **processing_files(self.processing_class), **pretrained_config_files(model)}
 
     def _final_model_names(self) -> list[str]:
         return final_model_names(self.model, self.processing_class)
+
+    def _check_resumable(self, request: str) -> None:
+        """A checkpoint of Transformers' Trainer resumes (hf_checkpoint.py) when named by its path, with another
+        output_dir; otherwise one line says how."""
+        refusal = hf_checkpoint.refusal(request, self.output_dir)
+        if refusal is not None:
+            raise CheckpointError(refusal)
+        if hf_checkpoint.resumable(request, self.output_dir) is None:
+            super()._check_resumable(request)
+
+    def _resume(self, request: str, loader: Any) -> None:
+        folder = hf_checkpoint.resumable(request, self.output_dir)
+        if folder is None:
+            super()._resume(request, loader)
+        else:
+            hf_checkpoint.resume(self, folder, loader)
 
     # -- Transformers' signatures ------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None, **kwargs: Any) -> TrainOutput:
         """Train; resume from a checkpoint folder or "latest" (True) when asked. Returns the final step, loss and metrics."""
         _no_hf_extras(trial, kwargs)
+        if self.model_init is not None:
+            self._model_from_init_again()
         return super().train(resume_from_checkpoint)
+
+    def _model_from_init_again(self) -> None:
+        """Transformers' train() seeds again and calls ``model_init`` again, so a run starts from the same weights
+        and the same random numbers whatever drew from torch's generator since ``__init__``: the same here, the
+        new model's weights loaded into the Trainer's model."""
+        seed_everything(self.config.seed, self.accelerator.plan.device)
+        fresh = _from_model_init(self.model_init)
+        self.accelerator.unwrap_model(self.model).load_state_dict(fresh.state_dict())
 
     def predict(self, test_dataset: Dataset, ignore_keys: list[str] | None = None,
                 metric_key_prefix: str = "test") -> PredictionOutput:
@@ -95,6 +148,24 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
         output = super().predict(test_dataset, ignore_keys, metric_key_prefix)
         self._call_hf_hook("on_predict", metrics=output.metrics)
         return output
+
+
+class SampleLosses:
+    """Transformers' eval_loss: each batch's mean loss repeated for each of its samples, gathered from every
+    process (the duplicates that pad an uneven last batch dropped), and their float32 mean (numpy's, as there)."""
+
+    def __init__(self, accelerator: Any):
+        self.accelerator, self.count, self.parts = accelerator, 0, []
+
+    def add(self, loss: torch.Tensor, size: int) -> None:
+        self.parts.append(self.accelerator.gather_for_metrics(loss.detach().repeat(size)))
+        self.count += size
+
+    def mean(self) -> float:
+        losses = torch.cat(self.parts)
+        if losses.dtype == torch.bfloat16:  # numpy has no bfloat16: Transformers makes it float32 first
+            losses = losses.float()
+        return losses.cpu().numpy().mean().item()  # sync
 
 
 def _from_model_init(model_init: Callable | None) -> torch.nn.Module:
