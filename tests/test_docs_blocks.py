@@ -28,7 +28,7 @@ NOT_YET_RUN = {
     ("docs/benchmarks.md", "python benchmarks/recipes.py --cpu --recipes gpt2"):
         "trains a BPE tokenizer, then runs three trainers: over 4 min on a busy 2-core CPU, even with --max-steps 3",
     ("docs/benchmarks.md", "python benchmarks/recipes.py --cpu --recipes digits --rounds 10"):
-        "thirty whole runs, about six minutes on a 2-core CPU; tests/test_recipe_digits.py runs the same script, "
+        "thirty whole runs, about six minutes on a 2-core CPU; tests/benchmarks/test_recipe_digits.py runs the same script, "
         "one round of 46 steps",
 }
 
