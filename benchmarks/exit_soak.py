@@ -8,7 +8,7 @@ tests/accelerator/test_accelerator_ddp.py's script. A retry hides such a fault; 
     python benchmarks/exit_soak.py --runs 100 --load 2        # with 2 CPU burners beside it
     python benchmarks/exit_soak.py --runs 100 --out soak/     # keep the logs (and core files) of failed runs
     python benchmarks/exit_soak.py --runs 100 --job trainer   # Trainer: train(), evaluate(), predict(), then exit
-    python benchmarks/exit_soak.py --runs 100 --job race      # the abort made certain (tests/distributed/exit_abort_job.py)
+    python benchmarks/exit_soak.py --runs 100 --job race      # the abort made certain (exit_abort_job.py)
     python benchmarks/exit_soak.py --runs 20 --job race-torch # the same torn down by torch alone: every run aborts
 
 Every run is a fresh `python -m torch.distributed.run --nproc_per_node 2` on a free port, in its own folder.
@@ -72,9 +72,9 @@ def _backtraces(folder: Path) -> None:
 
 
 def _job_arguments(job: str, folder: Path) -> list[str]:
-    if job.startswith("race"):  # tests/distributed/exit_abort_job.py: the abort made certain, torn down by braeburn or torch
+    if job.startswith("race"):  # exit_abort_job.py: the abort made certain, torn down by braeburn or torch
         return ["torch" if job == "race-torch" else "braeburn"]
-    if job == "trainer":  # tests/trainer/eval_after_train_job.py OUT: the group is torn down at exit, every rank meeting
+    if job == "trainer":  # eval_after_train_job.py OUT: the group is torn down at exit, every rank meeting
         return [str(folder)]
     return ["4", str(folder / "two.pt"), str(folder / "state")]  # the test's (batch, out, state_dir)
 
@@ -93,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=100, help="how many jobs to run (default 100)")
     parser.add_argument("--load", type=int, default=0, help="CPU burners to run beside the jobs (default 0)")
     parser.add_argument("--job", choices=("accelerator", "trainer", "race", "race-torch"), default="accelerator",
-                        help="accelerator: tests/accelerator/test_accelerator_ddp.py's script (end_training() tears the group "
-                             "down); trainer: tests/trainer/eval_after_train_job.py (torn down at exit); race: "
-                             "tests/distributed/exit_abort_job.py, the abort at exit made certain, braeburn's teardown; "
-                             "race-torch: the same with torch's own teardown (every run aborts)")
+                        help="accelerator: tests/accelerator/test_accelerator_ddp.py's script (end_training() tears "
+                             "the group down); trainer: tests/trainer/eval_after_train_job.py (torn down at exit); "
+                             "race: tests/distributed/exit_abort_job.py, the abort at exit made certain, braeburn's "
+                             "teardown; race-torch: the same with torch's own teardown (every run aborts)")
     parser.add_argument("--script", type=Path, default=None,
                         help="a script taking the job's arguments instead of the job's own")
     parser.add_argument("--out", type=Path, default=None, help="where to keep failed runs (default: a temp folder)")

@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     results = Results()
     os.chdir(ROOT)
-    code = int(pytest.main(["tests/devices/test_mps_lane.py", "-q", "-rs", "-p", "no:cacheprovider"], plugins=[results]))
+    code = int(pytest.main(["tests/devices/test_mps_lane.py", "-q", "-rs", "-p", "no:cacheprovider"],
+                           plugins=[results]))
     text = report(results, code)
     Path(args.out).write_text(text)
     print(f"\n{text}\nreport written to {Path(args.out).resolve()}")

@@ -41,7 +41,7 @@ def test_tiny_mlp_and_cnn_on_the_cpu(capsys):
 
 
 def test_a_long_bench_says_what_it_is_doing_on_stderr(capsys):
-    """Issue 31: `--workload all` ran minutes with no output. Progress goes to stderr; stdout stays the JSON."""
+    """`--workload all` ran minutes with no output. Progress goes to stderr; stdout stays the JSON."""
     code = main(["bench", "--json", "--devices", "cpu", "--size", "tiny", "--workload", "mlp", "--steps", "2",
                  "--warmup", "1"])
     captured = capsys.readouterr()

@@ -172,7 +172,7 @@ def _timed(side, device, times, precision="no"):
 
 
 def test_a_speed_difference_inside_the_steps_spread_is_no_clear_difference():
-    """Issue 31: the same check said 5.20x faster, 2.64x faster and 155x slower in three runs; a ratio the steps'
+    """The same check said 5.20x faster, 2.64x faster and 155x slower in three runs; a ratio the steps'
     own spread covers is reported as no clear difference, with the range."""
     reference = _timed("reference", "cpu", [9.0, 0.010, 0.020, 0.012, 0.030])
     accelerator = _timed("accelerator", "cpu", [9.0, 0.011, 0.025, 0.009, 0.014], "bf16")

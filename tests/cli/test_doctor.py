@@ -86,7 +86,7 @@ def test_no_verb_prints_help(capsys):
 
 
 def test_an_80_column_terminal_shows_every_variable_name_whole():
-    """Issue 32/31: `doctor` in 80 columns cut the names a user copies into `export` (PYTORCH_MPS_HIGH_…)."""
+    """`doctor` in 80 columns cut the names a user copies into `export` (PYTORCH_MPS_HIGH_…)."""
     done = subprocess.run([sys.executable, "-m", "braeburn.cli.main", "doctor"], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "COLUMNS": "80", "BRAEBURN_DEVICE": "cpu"})
     for name in ("PYTORCH_MPS_HIGH_WATERMARK_RATIO", "PYTORCH_MPS_LOW_WATERMARK_RATIO", "PYTORCH_ENABLE_MPS_FALLBACK",

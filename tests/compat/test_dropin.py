@@ -224,7 +224,7 @@ def test_subclass_training_step_and_optimizer_and_eval_overrides(no_launcher_env
 
 
 def test_fp16_and_bf16_together_are_one_error_not_three(tmp_path):
-    """Issue 31: --fp16 --bf16 also gave two errors about a --mixed_precision auto the user never passed."""
+    """--fp16 --bf16 also gave two errors about a --mixed_precision auto the user never passed."""
     with pytest.raises(ConfigError) as caught:
         parse_config(TrainingConfig, argv=["--bf16", "--fp16", "--output_dir", str(tmp_path)], exit_on_error=False,
                      check_plan=False)

@@ -1,4 +1,4 @@
-"""Issue 32, item 13, made certain: the abort at exit of a 2-process gloo job, and braeburn's protection.
+"""The abort at exit of a 2-process gloo job, made certain, and braeburn's protection.
 
 A gloo worker thread lets go of a collective's tensors after the caller has been woken, and that takes the
 GIL. A DDP model keeps the default group, and so its worker threads, alive until the process ends (torch
@@ -10,8 +10,8 @@ pthread_exit, whose forced unwind through a noexcept C++ destructor aborts the p
 without an active exception". On a loaded machine the same happens by chance, when a worker is descheduled
 at the wrong moment.
 
-    python -m torch.distributed.run --nproc_per_node 2 tests/distributed/exit_abort_job.py torch      # rank 0 aborts (-6)
-    python -m torch.distributed.run --nproc_per_node 2 tests/distributed/exit_abort_job.py braeburn   # exits 0
+    python -m torch.distributed.run --nproc_per_node 2 tests/distributed/exit_abort_job.py torch     # rank 0 aborts
+    python -m torch.distributed.run --nproc_per_node 2 tests/distributed/exit_abort_job.py braeburn  # exits 0
 
 ``torch`` makes the process group with torch.distributed; ``braeburn`` with braeburn (as the Accelerator and the
 Trainer do), which tears it down at exit and first waits, with the GIL free, until gloo's workers have parked.

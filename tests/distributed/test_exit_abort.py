@@ -1,4 +1,4 @@
-"""Issue 32, item 13: the abort of a 2-process gloo job at exit, made certain by tests/distributed/exit_abort_job.py, and
+"""The abort of a 2-process gloo job at exit, made certain by tests/distributed/exit_abort_job.py, and
 braeburn's collectives kept clear of it. The repeated run of the suite's own job is benchmarks/exit_soak.py."""
 
 from __future__ import annotations

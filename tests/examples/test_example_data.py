@@ -216,7 +216,7 @@ def test_report_and_confusion_matrix_png(tmp_path):
 
 
 def test_a_hub_name_loads_from_the_hub_when_online_and_a_folder_never_does(tmp_path, monkeypatch):
-    """Issue 31: the text example refused run_glue's own model names even online. A hub name now goes to the hub
+    """The text example refused run_glue's own model names even online. A hub name now goes to the hub
     (local_files_only=False) unless HF_HUB_OFFLINE is set; a local folder is always read offline."""
     transformers = pytest.importorskip("transformers")
     asked = []

@@ -277,7 +277,7 @@ def test_mrpc_download_without_datasets_or_network_says_in_one_line_where_to_put
 
 
 def test_text_example_with_a_missing_file_is_one_line_not_a_traceback(tmp_path):
-    """Issue 31: a mistyped --train_file printed open()'s 22-line traceback."""
+    """A mistyped --train_file printed open()'s 22-line traceback."""
     valid = tmp_path / "valid.csv"
     valid.write_text("sentence,label\nhello,1\nbye,0\n")
     command = [sys.executable, str(EXAMPLES / "text_classification.py"), "--cpu", "--do_train", "--output_dir",
@@ -316,7 +316,7 @@ def _seconds_to_first_progress_line(command: list[str], log: Path, timeout: floa
 @pytest.mark.slow  # two example runs, a minute on 2 loaded cores
 @pytest.mark.parametrize("example", ["image", "text"])
 def test_an_example_writing_to_a_file_speaks_within_30_seconds_of_training(tmp_path, example):
-    """Issue 31: with output to a log file (a scheduler, nohup, CI) the first line came after minutes. The start
+    """With output to a log file (a scheduler, nohup, CI) the first line came after minutes. The start
     banner says what will run, and a progress line follows within 30 seconds of training, whatever logging_steps."""
     if example == "image":
         command = [sys.executable, str(EXAMPLES / "image_classification.py"), "--cpu", "--max_steps", "2000",

@@ -59,7 +59,7 @@ def test_a_record_of_this_model_wins_and_expects_warm_caches():
 
 
 def test_the_gpt2_recipe_compiles_mrpc_stays_eager_and_a_warm_cache_compiles_shorter_runs():
-    """Issue 28's numbers: GPT-2 small at 50.2 ms/step with 4,987 steps to go stayed eager under the old rule."""
+    """Measured numbers: GPT-2 small at 50.2 ms/step with 4,987 steps to go stayed eager under the old rule."""
     gpt2 = estimate(Named("gpt2"), "key", {})
     assert decide(**AUTO, remaining_steps=4987, eager_step_seconds=0.0502, estimate=gpt2).compile
     assert not decide(**AUTO, remaining_steps=4987, eager_step_seconds=0.0502).compile  # the old 30%/45 s guess

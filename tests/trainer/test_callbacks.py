@@ -150,7 +150,7 @@ def test_report_to_tensorboard_without_the_package_is_refused(monkeypatch):
 
 
 def test_a_banner_says_what_the_run_is_about_to_do(tmp_path, cpu_only, capsys):
-    """Issue 31: with output to a file, nothing said what was about to happen before the first log line."""
+    """With output to a file, nothing said what was about to happen before the first log line."""
     from torch.utils.data import TensorDataset
 
     from braeburn import Trainer, TrainingConfig
@@ -179,7 +179,7 @@ def test_without_a_terminal_a_line_comes_between_far_apart_logs(tmp_path, monkey
 
 
 def test_on_a_terminal_every_log_stays_on_screen(tmp_path):
-    """Issue 31: in a terminal only the last loss and evaluation stayed visible (in the bar)."""
+    """In a terminal only the last loss and evaluation stayed visible (in the bar)."""
     stream = io.StringIO()
     progress, state = ProgressCallback(stream=stream, rich_bar=True), TrainerState(max_steps=4)
     progress.on_train_begin(fake_trainer(tmp_path), state)

@@ -347,7 +347,7 @@ def test_training_forwards_keep_the_models_dtype_only_where_the_model_computes_t
 
 
 def test_transformers_output_is_held_back_and_put_back():
-    """Issue 31: Transformers' load report and progress bars are noise in a braeburn run unless --log_level info."""
+    """Transformers' load report and progress bars are noise in a braeburn run unless --log_level info."""
     logging = pytest.importorskip("transformers").utils.logging
     from braeburn.compat.transformers.files import transformers_quiet
 

@@ -1,4 +1,4 @@
-"""Issue 32: checkpoints are never harmed or trusted blindly. Rotation deletes only this run's checkpoints,
+"""Checkpoints are never harmed or trusted blindly. Rotation deletes only this run's checkpoints,
 "latest" never resumes another run's, the best model is loaded only from a verified checkpoint of this
 run, and a run none of whose saves succeeded says so and fails."""
 

@@ -1,4 +1,4 @@
-"""Issue 32, items 6-8 and 10: no silent wrong result after train() or on resume.
+"""No silent wrong result after train() or on resume.
 
 - evaluate()/predict() after train() on 2 processes cover the whole dataset (a real gloo job);
 - a resume with another batch size, accumulation or world size trains the remaining samples and says so;

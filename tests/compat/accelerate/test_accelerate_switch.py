@@ -1,4 +1,4 @@
-"""Issue 30, the crashes and refusals that blocked an Accelerate script's switch: what the script compares
+"""The crashes and refusals that blocked an Accelerate script's switch: what the script compares
 against (``DistributedType.XLA``) and what it passes at harmless values (``DataLoaderConfiguration()``, kwargs
 handlers, a tracker of its own) work under braeburn as under Accelerate; what braeburn cannot honour is refused
 as such, not as something "this machine" cannot do."""

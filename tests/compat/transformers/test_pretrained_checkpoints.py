@@ -1,4 +1,4 @@
-"""Issue 31: what users keep after a run. A ``checkpoint-N`` folder of a Transformers model loads with
+"""What users keep after a run. A ``checkpoint-N`` folder of a Transformers model loads with
 ``from_pretrained`` (config.json + model.safetensors, as Transformers' Trainer writes it), model weights are
 never a pickle, and a checkpoint written before (``model_0.pt``) still resumes exactly."""
 
