@@ -20,9 +20,11 @@ GRAPH = import_graph.graph(ROOT / "src" / "braeburn")
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 # tests/ mirrors src/braeburn/ (docs/architecture.md, "Where to add"): these alone stay at its top, as they span the
-# whole package: shared fixtures, the layout's own checks, the docs' checks and the error rules every part follows.
+# whole package: shared fixtures, the layout's own checks, the docs' checks, and the error and warning rules every
+# part follows (errors.py, warn.py: modules at the top of the package).
 TOP_OF_TESTS = {"__init__.py", "conftest.py", "full_disk.py", "doc_blocks.py", "test_architecture.py",
-                "test_docs_blocks.py", "test_docs_citations.py", "test_bad_input.py", "test_clear_errors.py"}
+                "test_docs_blocks.py", "test_docs_citations.py", "test_bad_input.py", "test_clear_errors.py",
+                "test_warn.py"}
 # Folders of the repository outside the package whose own code has tests (tests/examples/, tests/benchmarks/).
 OTHER_CODE = ("examples", "benchmarks")
 
