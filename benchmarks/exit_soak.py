@@ -2,13 +2,13 @@
 
 Issue 32, item 13: rank 1 of a 2-process gloo job sometimes died after its work was done with
 "terminate called without an active exception" (SIGABRT), once in CI and in 2 of 82 runs of
-tests/test_accelerator_ddp.py's script. A retry hides such a fault; this loop measures it.
+tests/accelerator/test_accelerator_ddp.py's script. A retry hides such a fault; this loop measures it.
 
     python benchmarks/exit_soak.py --runs 100                 # the test's script, as the test runs it
     python benchmarks/exit_soak.py --runs 100 --load 2        # with 2 CPU burners beside it
     python benchmarks/exit_soak.py --runs 100 --out soak/     # keep the logs (and core files) of failed runs
     python benchmarks/exit_soak.py --runs 100 --job trainer   # Trainer: train(), evaluate(), predict(), then exit
-    python benchmarks/exit_soak.py --runs 100 --job race      # the abort made certain (tests/exit_abort_job.py)
+    python benchmarks/exit_soak.py --runs 100 --job race      # the abort made certain (exit_abort_job.py)
     python benchmarks/exit_soak.py --runs 20 --job race-torch # the same torn down by torch alone: every run aborts
 
 Every run is a fresh `python -m torch.distributed.run --nproc_per_node 2` on a free port, in its own folder.
@@ -36,11 +36,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _test_script() -> str:
-    """The 2-process script of tests/test_accelerator_ddp.py, verbatim."""
-    source = (ROOT / "tests" / "test_accelerator_ddp.py").read_text()
+    """The 2-process script of tests/accelerator/test_accelerator_ddp.py, verbatim."""
+    source = (ROOT / "tests" / "accelerator" / "test_accelerator_ddp.py").read_text()
     found = re.search(r"SCRIPT = textwrap\.dedent\('''(.*?)'''\)", source, re.S)
     if not found:
-        raise SystemExit("exit_soak: SCRIPT not found in tests/test_accelerator_ddp.py")
+        raise SystemExit("exit_soak: SCRIPT not found in tests/accelerator/test_accelerator_ddp.py")
     return textwrap.dedent(found.group(1))
 
 
@@ -72,9 +72,9 @@ def _backtraces(folder: Path) -> None:
 
 
 def _job_arguments(job: str, folder: Path) -> list[str]:
-    if job.startswith("race"):  # tests/exit_abort_job.py: the abort made certain, torn down by braeburn or torch
+    if job.startswith("race"):  # exit_abort_job.py: the abort made certain, torn down by braeburn or torch
         return ["torch" if job == "race-torch" else "braeburn"]
-    if job == "trainer":  # tests/eval_after_train_job.py OUT: the group is torn down at exit, every rank meeting
+    if job == "trainer":  # eval_after_train_job.py OUT: the group is torn down at exit, every rank meeting
         return [str(folder)]
     return ["4", str(folder / "two.pt"), str(folder / "state")]  # the test's (batch, out, state_dir)
 
@@ -93,17 +93,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=100, help="how many jobs to run (default 100)")
     parser.add_argument("--load", type=int, default=0, help="CPU burners to run beside the jobs (default 0)")
     parser.add_argument("--job", choices=("accelerator", "trainer", "race", "race-torch"), default="accelerator",
-                        help="accelerator: tests/test_accelerator_ddp.py's script (end_training() tears the group "
-                             "down); trainer: tests/eval_after_train_job.py (torn down at exit); race: "
-                             "tests/exit_abort_job.py, the abort at exit made certain, braeburn's teardown; "
-                             "race-torch: the same with torch's own teardown (every run aborts)")
+                        help="accelerator: tests/accelerator/test_accelerator_ddp.py's script (end_training() tears "
+                             "the group down); trainer: tests/trainer/eval_after_train_job.py (torn down at exit); "
+                             "race: tests/distributed/exit_abort_job.py, the abort at exit made certain, braeburn's "
+                             "teardown; race-torch: the same with torch's own teardown (every run aborts)")
     parser.add_argument("--script", type=Path, default=None,
                         help="a script taking the job's arguments instead of the job's own")
     parser.add_argument("--out", type=Path, default=None, help="where to keep failed runs (default: a temp folder)")
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="braeburn-exit-soak-"))
     out.mkdir(parents=True, exist_ok=True)
-    jobs = {"trainer": "eval_after_train_job.py", "race": "exit_abort_job.py", "race-torch": "exit_abort_job.py"}
+    jobs = {"trainer": "trainer/eval_after_train_job.py", "race": "distributed/exit_abort_job.py",
+            "race-torch": "distributed/exit_abort_job.py"}
     script = args.script or (ROOT / "tests" / jobs[args.job] if args.job in jobs else out / "train_ddp.py")
     if args.script is None and args.job == "accelerator":
         script.write_text(_test_script())

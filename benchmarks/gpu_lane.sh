@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU lane: the whole test suite on a CUDA machine, where the tests marked requires("cuda") run
-# instead of being skipped (tests/test_gpu_lane.py: compile, bf16 autocast, fused AdamW, channels-last,
+# instead of being skipped (tests/devices/test_gpu_lane.py: compile, bf16 autocast, fused AdamW, channels-last,
 # checkpoint round-trips and exact resume on the GPU, the examples on the GPU, NCCL on two GPUs).
 #
 #   bash benchmarks/gpu_lane.sh            from the repository root; braeburn installed or not (src/ is put

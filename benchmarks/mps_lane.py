@@ -3,7 +3,7 @@
     python benchmarks/mps_lane.py                     # report in outputs/mps-lane-report.md
     python benchmarks/mps_lane.py --out report.md
 
-Runs tests/test_mps_lane.py (each test carries requires("mps"); where MPS is not usable, every one is skipped
+Runs tests/devices/test_mps_lane.py (each test carries requires("mps"); where MPS is not usable, every one is skipped
 and the report says why) and writes: braeburn, Python, torch and macOS versions, the chip and its memory,
 whether MPS is usable, each claim's outcome (with the first line of a failure), and the precision that
 mixed_precision="auto" measured, and the facts braeburn read about the Mac next to what the system itself says
@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     results = Results()
     os.chdir(ROOT)
-    code = int(pytest.main(["tests/test_mps_lane.py", "-q", "-rs", "-p", "no:cacheprovider"], plugins=[results]))
+    code = int(pytest.main(["tests/devices/test_mps_lane.py", "-q", "-rs", "-p", "no:cacheprovider"],
+                           plugins=[results]))
     text = report(results, code)
     Path(args.out).write_text(text)
     print(f"\n{text}\nreport written to {Path(args.out).resolve()}")

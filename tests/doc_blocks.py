@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 REASONS = {
-    "needs a GPU": "CUDA (the suite runs on a CPU machine; tests/test_gpu_lane.py and benchmarks/gpu_lane.sh run "
-                   "what the GPU machine checks)",
+    "needs a GPU": "CUDA (the suite runs on a CPU machine; tests/devices/test_gpu_lane.py and "
+                   "benchmarks/gpu_lane.sh run what the GPU machine checks)",
     "needs a Mac": "Apple silicon (MPS)",
     "needs several machines": "a job across machines",
     "needs the network": "downloads packages or models",

@@ -19,6 +19,15 @@ spec.loader.exec_module(import_graph)
 GRAPH = import_graph.graph(ROOT / "src" / "braeburn")
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
+# tests/ mirrors src/braeburn/ (docs/architecture.md, "Where to add"): these alone stay at its top, as they span the
+# whole package: shared fixtures, the layout's own checks, the docs' checks, and the error and warning rules every
+# part follows (errors.py, warn.py: modules at the top of the package).
+TOP_OF_TESTS = {"__init__.py", "conftest.py", "full_disk.py", "doc_blocks.py", "test_architecture.py",
+                "test_docs_blocks.py", "test_docs_citations.py", "test_bad_input.py", "test_clear_errors.py",
+                "test_warn.py"}
+# Folders of the repository outside the package whose own code has tests (tests/examples/, tests/benchmarks/).
+OTHER_CODE = ("examples", "benchmarks")
+
 
 def test_no_import_circles():
     assert import_graph.cycles(GRAPH) == []
@@ -236,3 +245,49 @@ def test_a_trainer_takes_either_config_and_its_accumulation_stays(monkeypatch, t
         trainer = trainer_class(torch.nn.Linear(2, 1), config)
         assert trainer.accelerator.gradient_accumulation_steps == 2
         trainer.accelerator.end_training()
+
+
+def misplaced_test_files(tests: Path, repository: Path) -> list[str]:
+    """The .py files under ``tests`` not in a folder named for a folder of ``src/braeburn/`` (``compat/<peer>/``
+    included) or for one of OTHER_CODE, nor on the short list of what stays at the top; and the folders holding
+    them that are not packages (every folder of tests/ has an __init__.py, so two files of one name never clash)."""
+    package, problems = repository / "src" / "braeburn", []
+    for path in sorted(tests.rglob("*.py")):
+        folder = path.parent.relative_to(tests)
+        if folder == Path("."):
+            placed = path.name in TOP_OF_TESTS
+        elif folder.parts[0] in OTHER_CODE:
+            placed = len(folder.parts) == 1 and (repository / folder).is_dir()
+        else:
+            placed = (package / folder).is_dir() and "__pycache__" not in folder.parts
+        if folder == Path(".") and not placed:
+            problems.append(f"{path.name}: at the top of tests/, which holds only TOP_OF_TESTS")
+        elif not placed and path.name != "__init__.py":
+            problems.append(f"{path.relative_to(tests)}: no folder of src/braeburn/ is named {folder}")
+        if not (path.parent / "__init__.py").is_file():
+            problems.append(f"{folder}/: no __init__.py")
+    return sorted(set(problems))
+
+
+def test_every_test_file_lives_in_the_folder_of_the_concern_it_tests():
+    assert misplaced_test_files(ROOT / "tests", ROOT) == []
+
+
+def test_the_layout_check_finds_a_test_outside_the_mirror(tmp_path):
+    """The check would pass vacuously if it looked at nothing: a flat test, a folder no src folder names, a folder
+    without __init__.py and a peer braeburn has no layer for are each found; a mirrored file passes."""
+    for folder in ("src/braeburn/trainer", "src/braeburn/compat/accelerate", "examples"):
+        (tmp_path / folder).mkdir(parents=True)
+    files = {"__init__.py": "", "conftest.py": "", "test_issue_notes.py": "", "trainer/__init__.py": "",
+             "trainer/test_loop.py": "", "compat/__init__.py": "", "compat/accelerate/__init__.py": "",
+             "compat/accelerate/test_api.py": "", "compat/deepspeed/__init__.py": "", "compat/deepspeed/test_x.py": "",
+             "misc/__init__.py": "", "misc/test_misc.py": "", "examples/test_examples.py": ""}
+    for name, text in files.items():
+        (tmp_path / "tests" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "tests" / name).write_text(text)
+    assert misplaced_test_files(tmp_path / "tests", tmp_path) == [
+        "compat/deepspeed/test_x.py: no folder of src/braeburn/ is named compat/deepspeed",
+        "examples/: no __init__.py",
+        "misc/test_misc.py: no folder of src/braeburn/ is named misc",
+        "test_issue_notes.py: at the top of tests/, which holds only TOP_OF_TESTS",
+    ]

@@ -28,8 +28,8 @@ NOT_YET_RUN = {
     ("docs/benchmarks.md", "python benchmarks/recipes.py --cpu --recipes gpt2"):
         "trains a BPE tokenizer, then runs three trainers: over 4 min on a busy 2-core CPU, even with --max-steps 3",
     ("docs/benchmarks.md", "python benchmarks/recipes.py --cpu --recipes digits --rounds 10"):
-        "thirty whole runs, about six minutes on a 2-core CPU; tests/test_recipe_digits.py runs the same script, "
-        "one round of 46 steps",
+        "thirty whole runs, about six minutes on a 2-core CPU; tests/benchmarks/test_recipe_digits.py runs the same "
+        "script, one round of 46 steps",
 }
 
 TRAIN_PY = '''"""The reader's own train.py, as the docs' commands name it: a tiny Trainer run that takes any arguments."""

@@ -7,7 +7,11 @@ of braeburn's code printed under it only puzzles the reader: a :class:`BraeburnW
 
 from __future__ import annotations
 
+import threading
 import warnings
+
+_BEFORE_BRAEBURN = warnings.formatwarning  # what formatted warnings when braeburn.warn was imported
+_formatting = threading.local()
 
 
 class BraeburnWarning(UserWarning):
@@ -18,7 +22,13 @@ def _one_line(message, category, filename, lineno, line=None) -> str:
     if isinstance(category, type) and issubclass(category, BraeburnWarning):
         text = str(message)
         return (text if text.startswith("braeburn") else f"braeburn: {text}") + "\n"
-    return _one_line.previous(message, category, filename, lineno, line)
+    if getattr(_formatting, "inside", False):  # the formatter before this one kept this one as its own default
+        return _BEFORE_BRAEBURN(message, category, filename, lineno, line)  # (Lightning's does): no endless loop
+    _formatting.inside = True
+    try:
+        return _one_line.previous(message, category, filename, lineno, line)
+    finally:
+        _formatting.inside = False
 
 
 _one_line.previous = warnings.formatwarning

@@ -42,7 +42,7 @@ class FamilyGain:
 
 FAMILY_GAINS: dict[str, FamilyGain] = {
     # benchmarks/compile_gains.py on an H100, bf16, torch 2.11 (benchmarks/results/h100-compile-gains/gains.json);
-    # tests/test_compile_gains.py fails when the two differ.
+    # tests/plan/test_compile_gains.py fails when the two differ.
     "gpt2": FamilyGain(gain=0.57, cold_seconds=52.2, warm_seconds=7.3),  # GPT-2 small, batch 8 x 1,024
     "bert": FamilyGain(gain=0.32, cold_seconds=48.6, warm_seconds=5.5),  # BERT-base, batch 32 x 128
     "llama": FamilyGain(gain=0.56, cold_seconds=46.5, warm_seconds=7.0),  # 12 layers x 768, batch 8 x 1,024

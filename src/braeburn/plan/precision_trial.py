@@ -17,7 +17,7 @@ state back, and trains in what :func:`decide` picks. The choice must survive a s
   minus fastest), and at least ``MIN_GAIN``. Within the spread a second run could reverse the order, so float32
   stays. With 4 rounds of 4 steps and per-step noise of 5% (plus 1 step in 20 slowed by 30%), 1,000 simulated
   trials picked a mixed precision of float32's own cost 4 times (0.4%), and one 25% faster all 1,000 times
-  (``tests/test_precision_trial.py::test_the_rates_the_docs_state_over_1000_simulated_trials`` repeats both and
+  (``tests/plan/test_precision_trial.py::test_the_rates_the_docs_state_over_1000_simulated_trials`` repeats both and
   holds them to at most 1% and at least 99.5%).
 - **Only where it pays** (:func:`measure_reason`, :func:`stop_after_first_round`): the trial costs
   :func:`trial_steps` steps that do not train the run. It starts only where the smallest gain it can choose

@@ -1,7 +1,7 @@
 """Every option rule in one pure function: options + host facts -> a Plan, or every error at once.
 
 No I/O happens here: the caller reads the environment and the host facts and passes them in,
-so the whole rule table is tested on any machine with faked facts (tests/test_plan.py).
+so the whole rule table is tested on any machine with faked facts (tests/plan/test_rules.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,44 @@
+"""benchmarks/peers.py's variants: each knob reaches what it names.
+
+Run in a child process, so the global attention-backend and inductor settings stay out of this one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD = """
+import json, sys, torch
+sys.path.insert(0, "benchmarks")
+import peers
+args = peers.argparse.Namespace(sdpa=sys.argv[1], gpt2_dropout=0.0, compile_mode="max-autotune-no-cudagraphs",
+                                inductor=["coordinate_descent_tuning=True"])
+peers._apply_knobs(args)
+import torch._inductor.config as inductor_config
+cfg = peers.WORKLOADS["gpt2-small"](True).make_model().config
+print(json.dumps({"flash": torch.backends.cuda.flash_sdp_enabled(),
+                  "efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+                  "cudnn": torch.backends.cuda.cudnn_sdp_enabled(), "math": torch.backends.cuda.math_sdp_enabled(),
+                  "coordinate": inductor_config.coordinate_descent_tuning, "mode": peers.KNOBS["compile_mode"],
+                  "dropout": [cfg.resid_pdrop, cfg.embd_pdrop, cfg.attn_pdrop]}))
+"""
+
+
+def _knobs(sdpa: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", CHILD, sdpa], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_each_variant_sets_the_backend_dropout_compile_mode_and_inductor_setting_it_names():
+    flash = _knobs("flash")
+    assert (flash["flash"], flash["efficient"], flash["cudnn"], flash["math"]) == (True, False, False, False)
+    assert flash["coordinate"] is True and flash["mode"] == "max-autotune-no-cudagraphs"
+    assert flash["dropout"] == [0.0, 0.0, 0.0]
+    efficient = _knobs("efficient")
+    assert (efficient["flash"], efficient["efficient"], efficient["cudnn"]) == (False, True, False)
