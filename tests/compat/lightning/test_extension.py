@@ -16,8 +16,8 @@ import torch
 
 from tests.compat.catalogue import assert_identical
 from tests.compat.lightning.scripts import Classifier, classification_data, both, csv_metrics, pl, quiet_trainer
-from tests.test_mac import fake_mac  # noqa: F401  (a fixture)
-from tests.test_mac_silent_errors import FakeMpsGenerator, MpsDropout
+from tests.devices.test_mac import fake_mac  # noqa: F401  (a fixture)
+from tests.devices.test_mac_silent_errors import FakeMpsGenerator, MpsDropout
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -229,7 +229,7 @@ class UsesOpsMpsLacks(Classifier):
 
     def __init__(self):
         super().__init__()
-        from tests.test_mac import FakeMpsFallback
+        from tests.devices.test_mac import FakeMpsFallback
 
         self.run_op = FakeMpsFallback()
 
