@@ -36,7 +36,7 @@ class EvaluationMixin:
                                          ignore_keys)
         metrics = output.metrics
         if self.state.max_steps:
-            metrics["epoch"] = round(self.state.epoch_progress, 4)
+            metrics["epoch"] = self._logged_epoch()
         self._update_best(metrics)
         self._emit_log(dict(metrics))
         self.callbacks.on_evaluate(self, self.state, metrics)

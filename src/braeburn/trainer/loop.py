@@ -70,6 +70,9 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     """
 
     stop_past_max_steps = False  # a resume past max_steps: ResumeError; True: restored, nothing trained (resume.py)
+    ends_epoch_at_stop = False  # a stop part way through an epoch: True also calls on_epoch_end (Transformers' order)
+    flow_at_max_steps = False  # True: the last step evaluates and saves with the steps strategies (Transformers')
+    grad_norm_unclipped = False  # max_grad_norm=0: True still computes the gradient norm (one more pass), to log it
 
     def __init__(self, model: torch.nn.Module | None = None, config: TrainingConfig | None = None, *,
                  train_dataset: Dataset | None = None, eval_dataset: Dataset | None = None,
@@ -128,7 +131,12 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self._phases = PhaseClock()  # where train()'s time went (phase_clock.py); new at each train()
         builtins = [ProgressCallback(disable=self.config.disable_tqdm), self._metrics_log, self._plot, self.signals,
                     OptionsCallback(), self._step_breakdown]
-        return CallbackList(builtins + [self._adapt_callback(c) for c in user_callbacks])
+        return CallbackList(self._order_callbacks(builtins, [self._adapt_callback(c) for c in user_callbacks]))
+
+    def _order_callbacks(self, builtins: list[Any], users: list[Any]) -> list[Any]:
+        """braeburn's callbacks first, then the user's. A hook: a peer's Trainer runs its options' actions (the
+        logs, evaluations and best-model load that OptionsCallback does) after the user's hooks, as it does."""
+        return builtins + users
 
     @property
     def is_main_process(self) -> bool:
@@ -199,6 +207,9 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
             self.signals.settle(self.state)  # a signal on any rank during the last step: all ranks save and stop
             self._metrics_log.write_record({"step": self.state.global_step, "run": self._run_record()})
             self._save_at_stop()
+            seconds = time.perf_counter() - started  # the summary is logged before on_train_end, as Transformers'
+            metrics = self._train_metrics(seconds, self.state.global_step - start_step,
+                                          self.state.samples_seen - start_samples)
         finally:
             seconds = time.perf_counter() - started
             try:
@@ -220,8 +231,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         failure = self._save_log.failure(self.state.last_checkpoint, self.state.global_step)
         if failure is not None:  # the final weights are on no disk: a job must not report success (exit 1)
             raise failure
-        metrics = {**self._last_eval_metrics(), **self._train_metrics(seconds, self.state.global_step - start_step,
-                                                                        samples)}
+        metrics = {**self._eval_metrics_in_train_output(), **metrics}
         return TrainOutput(self.state.global_step, metrics["train_loss"], metrics)
 
     def _train_epochs(self, loader) -> None:
@@ -234,7 +244,11 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         for epoch in range(loader.epoch, state.num_epochs):  # loader.epoch: 0, or where a resumed run stopped
             loader.set_epoch(epoch)
             self.callbacks.on_epoch_begin(self, state)
+            step_begun = False
             for batch in loader:  # already on the device (a resumed epoch skips the batches done)
+                if not step_begun:
+                    self.callbacks.on_step_begin(self, state)
+                    step_begun = True
                 with acc.accumulate(model):
                     self._micro_batch(model, batch)  # forward and backward
                     if acc.sync_gradients:
@@ -242,6 +256,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                 state.samples_seen += batch_samples(batch, loader, self._samples_per_batch, acc.num_processes)
                 if not acc.sync_gradients:
                     continue
+                step_begun = False
                 state.global_step += 1
                 state.epoch = epoch + loader.batches_yielded / len(loader)  # Transformers' fractional epoch
                 if window.pending:  # compile=auto decides from the measured eager steps (two syncs, once)
@@ -255,6 +270,9 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
             if _epoch_finished(loader, epoch) and state.epochs_ended <= epoch:  # a resume at its end: done already
                 state.epochs_ended = epoch + 1
                 self._scheduler_steps.after_epoch(epoch)  # before the epoch's checkpoint, which holds its state
+                self.callbacks.on_epoch_end(self, state)
+                self._evaluate_and_save(step_end=False)
+            elif self.ends_epoch_at_stop:  # stopped part way through: the epoch's end as Transformers has it
                 self.callbacks.on_epoch_end(self, state)
                 self._evaluate_and_save(step_end=False)
             if state.should_stop or state.global_step >= state.max_steps:
@@ -329,7 +347,10 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         if self._window_has_grads:  # with nan_policy="skip" a window can hold no gradient at all
             if self.config.max_grad_norm > 0:
                 self._grad_norm = self.accelerator.clip_grad_norm_(self._parameters, self.config.max_grad_norm)
+            elif self.grad_norm_unclipped:
+                self._grad_norm = self.accelerator.clip_grad_norm_(self._parameters, math.inf)  # measures only
             optimizer.step()
+            self.callbacks.on_optimizer_step(self, self.state)
             self._step_lr = scheduler.get_last_lr()[0]  # the rate this step used: Transformers logs it
             self._scheduler_steps.after_optimizer_step(self.state.global_step + 1)
         optimizer.zero_grad(set_to_none=True)
@@ -341,11 +362,13 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self._saver.poll()  # a background save that has finished since: its on_save fires now
         strategy_now = "steps" if step_end else "epoch"
         eval_every = config.eval_steps or config.logging_steps
-        if config.eval_strategy == strategy_now and (not step_end or state.global_step % eval_every == 0):
+        last = step_end and self.flow_at_max_steps and state.global_step >= state.max_steps
+        if config.eval_strategy == strategy_now and (not step_end or state.global_step % eval_every == 0 or last):
             with self._phases.timed(EVALUATION):
                 metrics = self.evaluate()
             self._scheduler_steps.after_evaluate(metrics)  # ReduceLROnPlateau's step, as Transformers
-        wants_save = config.save_strategy == strategy_now and (not step_end or state.global_step % config.save_steps == 0)
+        wants_save = config.save_strategy == strategy_now and (not step_end or state.global_step % config.save_steps == 0
+                                                               or last)
         if wants_save or state.should_save:
             self._save()
 
@@ -378,7 +401,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                 f"output_dir={str(self.output_dir)!r} could not be locked by rank 0 (its error says why); this rank "
                 "stops with it")
 
-    def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
+    def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool, train: bool | None = None) -> DataLoader:
         # A generator of its own, so that starting an epoch does not draw from torch's global generator
         # (DataLoader draws a worker seed at every iter()): a resumed run then draws the same dropout masks.
         config = self.config
@@ -392,7 +415,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
             if config.dataloader_num_workers > 0 else {}
         return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
                           num_workers=config.dataloader_num_workers, generator=generator,
-                          drop_last=config.dataloader_drop_last and shuffle, **workers)
+                          drop_last=config.dataloader_drop_last and (shuffle if train is None else train), **workers)
 
     @property
     def _pads_to_buckets(self) -> bool:
@@ -422,7 +445,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         if config.auto_find_batch_size:
             self.config.per_device_train_batch_size = self._find_train_batch_size()
         model = self.prepared_model()  # on the device before the optimizer sees its parameters
-        loader = self._loader(self.train_dataset, config.per_device_train_batch_size, shuffle=True)
+        loader = self._loader(self.train_dataset, config.per_device_train_batch_size,
+                              shuffle=getattr(config, "shuffles_training", True), train=True)
         if len(loader) == 0:
             raise ValueError(f"train_dataset has {len(self.train_dataset)} samples: with per_device_train_batch_size="
                              f"{config.per_device_train_batch_size} and drop_last that is no batch at all. Pass more "
@@ -502,6 +526,10 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                                + (f"; {moved}" if moved else ""))
 
     # -- the end ---------------------------------------------------------------------------------
+    def _eval_metrics_in_train_output(self) -> dict[str, float]:
+        """The last evaluation's metrics, which braeburn's train() also returns (a peer's Trainer may not)."""
+        return self._last_eval_metrics()
+
     def _last_eval_metrics(self) -> dict[str, float]:
         for record in reversed(self.state.log_history):
             if any(key.startswith("eval_") for key in record):

@@ -30,6 +30,7 @@ class TrainerState:
     gradient_accumulation_steps: int = 0
     learning_rate: float | None = None
     train_samples: int = 0  # len(train_dataset) (0: not known): a resume on another number of samples says so
+    total_flos: float = 0.0  # Transformers' count of the floating-point operations trained (its Trainer fills it)
     best_metric: float | None = None
     best_checkpoint: str | None = None
     last_checkpoint: str | None = None

@@ -45,6 +45,7 @@ _DS = "braeburn has no DeepSpeed: use --strategy fsdp to shard parameters, gradi
 _HUB = "braeburn does not upload; after training run `huggingface-cli upload` on output_dir (save_model() writes it)"
 _DDP = ("braeburn configures DistributedDataParallel itself (find_unused_parameters off, default buckets, "
         "buffers broadcast only for models with running statistics such as BatchNorm)")
+SAMPLING_STRATEGIES = ("random", "sequential")
 _LOG_NODE = "braeburn logs and saves on the main process only"
 
 
@@ -98,7 +99,6 @@ class UnsupportedFields:
     dataloader_pin_memory: bool = _no(True, "braeburn pins host memory exactly where the device gains from it "
                                       "(CUDA), so it cannot be turned off")
     dataloader_in_order: bool = _no(True, "batches always arrive in order")
-    train_sampling_strategy: str = _no("random", "pass your own DataLoader sampler through an Accelerator loop")
     length_column_name: str = _no("length", "length grouping is not supported")
     group_by_length: bool = _no(False, "length grouping is not supported; braeburn's collators pad to length "
                                 "buckets instead")
@@ -249,8 +249,20 @@ class TrainingArguments(TrainingConfig, HfArgumentsMixin, UnsupportedFields):
     Transformers' names, with every other field of Transformers' class refused when set (UnsupportedFields) and
     what scripts read off it (HfArgumentsMixin). ``braeburn.TrainingConfig`` is this class too."""
 
+    train_sampling_strategy: str = "random"
+    """The order of the training samples: random (shuffled each epoch) or sequential (the dataset's order)."""
+
     def _peer_errors(self) -> list[OptionError]:
-        return unsupported_errors(self)
+        errors = unsupported_errors(self)
+        if self.train_sampling_strategy not in SAMPLING_STRATEGIES:
+            errors.append(OptionError("train_sampling_strategy", self.train_sampling_strategy,
+                                      f"choose {' or '.join(SAMPLING_STRATEGIES)} (length grouping and other "
+                                      "samplers: pass your own DataLoader through an Accelerator loop)"))
+        return errors
+
+    @property
+    def shuffles_training(self) -> bool:
+        return self.train_sampling_strategy != "sequential"
 
     def to_dict(self) -> dict[str, Any]:
         return {name: value for name, value in super().to_dict().items() if name not in UNSUPPORTED_INSTEAD}

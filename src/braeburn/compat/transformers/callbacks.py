@@ -139,6 +139,8 @@ def is_hf_callback(callback: Any) -> bool:
 class HfCallbackAdapter(Callback):
     """Calls a Transformers-style callback's hooks from braeburn's, then applies its TrainerControl."""
 
+    peer_view = True  # on_log gets the keys Transformers logs (CallbackList.on_log)
+
     def __init__(self, inner: Any, trainer: "Trainer"):
         for hook, when in REFUSED_HOOKS.items():
             if _overrides(inner, hook):
@@ -182,8 +184,12 @@ class HfCallbackAdapter(Callback):
 
     def on_train_begin(self, trainer: "Trainer", state: TrainerState) -> None:
         self.call("on_train_begin")
-        if state.global_step < state.max_steps:
-            self.call("on_step_begin")
+
+    def on_step_begin(self, trainer: "Trainer", state: TrainerState) -> None:
+        self.call("on_step_begin")
+
+    def on_optimizer_step(self, trainer: "Trainer", state: TrainerState) -> None:
+        self.call("on_optimizer_step")
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
         self.call("on_train_end")
@@ -195,10 +201,7 @@ class HfCallbackAdapter(Callback):
         self.call("on_epoch_end")
 
     def on_step_end(self, trainer: "Trainer", state: TrainerState) -> None:
-        self.call("on_optimizer_step")
         self.call("on_step_end")
-        if state.global_step < state.max_steps and not state.should_stop:
-            self.call("on_step_begin")  # the next step's begin: nothing runs in between
 
     def on_log(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float]) -> None:
         self.call("on_log", logs=logs)

@@ -21,11 +21,12 @@ from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
 from .arguments import TrainingArguments
 from .callbacks import adapt_callback
 from .files import final_model_names, pretrained_config_files, processing_files
+from .logs import HfLogsMixin
 from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
 
 
-class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
+class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.Trainer):
     """Train ``model`` on ``train_dataset`` as ``args`` says; see docs/trainer.md.
 
     Transformers' arguments work as there (``args=``, ``data_collator=``, ``processing_class=``,
@@ -87,6 +88,8 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None, **kwargs: Any) -> TrainOutput:
         """Train; resume from a checkpoint folder or "latest" (True) when asked. Returns the final step, loss and metrics."""
         _no_hf_extras(trial, kwargs)
+        if self.config.gradient_accumulation_steps > 1 and self.accelerator.is_main_process:
+            self.accelerator.print(ACCUMULATION_NOTE.format(self.config.gradient_accumulation_steps))
         return super().train(resume_from_checkpoint)
 
     def predict(self, test_dataset: Dataset, ignore_keys: list[str] | None = None,
@@ -95,6 +98,13 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
         output = super().predict(test_dataset, ignore_keys, metric_key_prefix)
         self._call_hf_hook("on_predict", metrics=output.metrics)
         return output
+
+
+ACCUMULATION_NOTE = (
+    "braeburn: gradient_accumulation_steps={0}: each micro-batch's loss is divided by {0} (the window's mean, as "
+    "Accelerate does); Transformers 5 differs on purpose here: it hands a model whose forward takes **kwargs the "
+    "window's label count (num_items_in_batch) and does not divide, so its losses and gradients are a token-weighted "
+    "mean (its language models) or the window's sum (models that ignore the count)")
 
 
 def _from_model_init(model_init: Callable | None) -> torch.nn.Module:
