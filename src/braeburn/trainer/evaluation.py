@@ -131,7 +131,7 @@ class EvaluationMixin:
             metrics[f"{prefix}_loss"] = float(total) / (count * self.accelerator.num_processes)  # sync
         preds, label_ids = to_numpy(concat_padded(predictions)), to_numpy(concat_padded(labels))
         if self.compute_metrics is not None and preds is not None and label_ids is not None:
-            for key, value in self.compute_metrics(EvalPrediction(preds, label_ids)).items():
+            for key, value in _metrics_dict(self.compute_metrics(EvalPrediction(preds, label_ids))).items():
                 metrics[key if key.startswith(f"{prefix}_") else f"{prefix}_{key}"] = float(value)
         seconds = time.perf_counter() - started
         metrics[f"{prefix}_runtime"] = seconds
@@ -179,4 +179,11 @@ def _batch_size(batch: Any) -> int | None:
         if isinstance(item, (Mapping, list, tuple)) and (found := _batch_size(item)) is not None:
             return found
     return None
+
+
+def _metrics_dict(result: Any) -> dict:
+    if isinstance(result, dict):
+        return result
+    raise TypeError(f"compute_metrics returned a {type(result).__name__} ({str(result)[:60]}), not a dict: evaluate() "
+                    "names each metric by its key (eval_<key>); return a dict such as {\"accuracy\": 0.9}")
 

@@ -61,12 +61,17 @@ class LogWindowMixin:
             return None
         self._check_finite()
         losses = self._window_checked
-        mean = float(losses.mean())  # sync
+        mean, window_total = self._window_mean(losses)  # sync
         total, count = self._loss_total
-        self._loss_total = (total + mean * len(losses), count + len(losses))
+        self._loss_total = (total + window_total, count + len(losses))
         self._window_losses, self._window_checked = [], torch.empty(0)
         self._window_first_step = self.state.global_step + 1
         return mean
+
+    def _window_mean(self, losses: torch.Tensor) -> tuple[float, float]:
+        """The window's mean loss and its total (one sync). A hook: a peer that adds its losses one by one does so."""
+        mean = float(losses.mean())
+        return mean, mean * len(losses)
 
     @property
     def has_unlogged_losses(self) -> bool:

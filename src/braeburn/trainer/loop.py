@@ -101,6 +101,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self.processing_class = processing_class
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.accelerator = accelerator or self._make_accelerator()
+        if not getattr(self.config, "dataloader_pin_memory", True):  # Transformers' dataloader_pin_memory=False
+            self.accelerator.pin_memory_allowed = False
         plan = self.accelerator.plan  # compile=True, asked: refused with checkpointing that needs a replay
         prepare_model_options(model, self.config, plan.device, current_host(), plan.compile and not plan.compile_auto)
         self.accelerator.defer_compile = True  # compiled (or not) once the first steps are measured

@@ -96,8 +96,6 @@ class UnsupportedFields:
     ignore_data_skip: bool = _no(False, "a braeburn resume skips the batches done without loading them, and "
                                  "always continues exactly where the run stopped")
     restore_callback_states_from_checkpoint: bool = _no(False, "keep callback state in your callback")
-    dataloader_pin_memory: bool = _no(True, "braeburn pins host memory exactly where the device gains from it "
-                                      "(CUDA), so it cannot be turned off")
     dataloader_in_order: bool = _no(True, "batches always arrive in order")
     length_column_name: str = _no("length", "length grouping is not supported")
     group_by_length: bool = _no(False, "length grouping is not supported; braeburn's collators pad to length "
@@ -251,6 +249,13 @@ class TrainingArguments(TrainingConfig, HfArgumentsMixin, UnsupportedFields):
 
     train_sampling_strategy: str = "random"
     """The order of the training samples: random (shuffled each epoch) or sequential (the dataset's order)."""
+    dataloader_pin_memory: bool = True
+    """Pin batches in host memory where the device gains from it (CUDA); false never pins."""
+    # Transformers' defaults where braeburn's core TrainingConfig has its own (docs/migrating.md).
+    logging_steps: int = 500
+    """Read the loss (a host-device sync) and log every this many optimizer steps."""
+    save_strategy: str = "steps"
+    """When to save a checkpoint: no, steps (every save_steps, and at the last step) or epoch."""
 
     def _peer_errors(self) -> list[OptionError]:
         errors = unsupported_errors(self)
@@ -275,5 +280,45 @@ class TrainingArguments(TrainingConfig, HfArgumentsMixin, UnsupportedFields):
         return accumulation_as_plugin(super().accelerator_options())
 
 
+def from_transformers_arguments(args: Any) -> TrainingArguments:
+    """A ``transformers.TrainingArguments`` as braeburn's: every field the script set (those that differ from a fresh
+    one's) copied by name; a field braeburn does not have is refused, as braeburn's own TrainingArguments refuses it."""
+    fresh = type(args)(output_dir=args.output_dir)
+    ours = {spec.name for spec in dataclasses.fields(TrainingArguments)}
+    values: dict[str, Any] = {"output_dir": args.output_dir}
+    unknown = []
+    for spec in dataclasses.fields(args):
+        value, default = getattr(args, spec.name, None), getattr(fresh, spec.name, None)
+        if not spec.init or value == default:
+            continue
+        if spec.name not in ours:
+            unknown.append(spec.name)
+            continue
+        values[spec.name] = _plain(value)
+    if unknown:
+        from ...trainer._argparse import ConfigError
+
+        raise ConfigError([OptionError(name, getattr(args, name), "is a Transformers option braeburn's Trainer does "
+                                       "not have; leave it at its default, or build braeburn.TrainingArguments")
+                           for name in unknown])
+    if values.get("report_to") == []:
+        values["report_to"] = "none"
+    return TrainingArguments(**values)
+
+
+def _plain(value: Any) -> Any:
+    """An enum as its value (Transformers' strategies and names are enums of text)."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def is_transformers_arguments(args: Any) -> bool:
+    return any(cls.__module__.startswith("transformers.") and cls.__name__ == "TrainingArguments"
+               for cls in type(args).__mro__)
+
+
 __all__ = ["UNSUPPORTED_INSTEAD", "HfArgumentsMixin", "ParallelMode", "TrainingArguments", "UnsupportedFields",
-           "is_unsupported", "unsupported_errors"]
+           "from_transformers_arguments", "is_transformers_arguments", "is_unsupported", "unsupported_errors"]

@@ -48,6 +48,14 @@ class HfLogsMixin:
         ordered.update((key, value) for key, value in logs.items() if key not in ordered)
         super()._emit_log(ordered, start_time)
 
+    def _window_mean(self, losses: Any) -> tuple[float, float]:
+        """As Transformers adds them: one float32 sum, a step at a time, read once and divided in double precision."""
+        total = losses.new_zeros(())
+        for loss in losses:
+            total = total + loss
+        window_total = float(total)  # sync
+        return window_total / len(losses), window_total
+
     def _record(self, logs: dict[str, float]) -> None:
         extras, self._braeburn_extras = getattr(self, "_braeburn_extras", {}), {}
         self.state.log_history.append({**logs, "step": self.state.global_step})

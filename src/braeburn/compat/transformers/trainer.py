@@ -18,7 +18,7 @@ from torch.utils.data import Dataset
 from ...trainer import loop as core
 from ...trainer.outputs import EvalPrediction, PredictionOutput, TrainOutput
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
-from .arguments import TrainingArguments
+from .arguments import TrainingArguments, from_transformers_arguments, is_transformers_arguments
 from .callbacks import adapt_callback
 from .files import final_model_names, pretrained_config_files, processing_files
 from .logs import HfLogsMixin
@@ -49,6 +49,8 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.Trainer):
         self._overrides = Overrides.of(type(self), Trainer)  # once: the loop's fast path when none is overridden
         self.model_init, self.compute_loss_func = model_init, compute_loss_func
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
+        if is_transformers_arguments(args):  # the script kept `from transformers import TrainingArguments`
+            args = from_transformers_arguments(args)
         super().__init__(model, config or args or TrainingArguments(), train_dataset=train_dataset,
                          eval_dataset=eval_dataset, collate_fn=collate_fn or data_collator,
                          processing_class=processing_class or tokenizer, loss_fn=loss_fn,
