@@ -70,7 +70,8 @@ def make_collate(model: Any, config: Any, data_collator: Callable | None, proces
     keep = forward_arguments(model) if config.remove_unused_columns else None
     if keep is None and collate is data_collator:
         return data_collator  # nothing to change: braeburn's own path (None: torch's default_collate)
-    keep = None if keep is None else keep | set(config.label_names or LABEL_KEYS)
+    # label and label_ids are kept whatever label_names says, as Transformers keeps them (collators rename them)
+    keep = None if keep is None else keep | set(LABEL_KEYS) | set(config.label_names or ())
     inner = collate or _default_collator
 
     def collate_fn(features: list[Any]) -> Any:

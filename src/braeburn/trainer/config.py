@@ -22,6 +22,10 @@ from ._argparse import ConfigError, parse_dataclasses
 
 SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "constant", "constant_with_warmup", "cosine_with_min_lr",
               "polynomial", "inverse_sqrt")
+BY_OPTIMIZERS = {"reduce_lr_on_plateau": "torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer) with "
+                                         "--eval_strategy epoch",
+                 "warmup_stable_decay": "transformers.get_wsd_schedule(optimizer, num_warmup_steps, "
+                                        "num_decay_steps, num_training_steps=...)"}
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw", "sgd", "adagrad", "rmsprop")
 LOGGING_STRATEGIES = ("no", "steps", "epoch")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
@@ -272,9 +276,13 @@ class TrainingConfig:
         need(self.eval_steps is None or self.eval_steps >= 1, "eval_steps", "must be >= 1 (or unset)")
         need(self.save_total_limit is None or self.save_total_limit >= 1, "save_total_limit",
              "must be >= 1, or unset to keep every checkpoint")
+        need(self.lr_scheduler_type not in BY_OPTIMIZERS, "lr_scheduler_type", "is not built from the config here; "
+             "pass the scheduler yourself: Trainer(optimizers=(optimizer, scheduler)), e.g. "
+             f"{BY_OPTIMIZERS.get(self.lr_scheduler_type, '')} (it steps as Transformers steps it)")
         for name, choices in (("lr_scheduler_type", SCHEDULERS), ("eval_strategy", STRATEGIES),
                               ("save_strategy", STRATEGIES), ("nan_policy", NAN_POLICIES)):
-            need(getattr(self, name) in choices, name, f"choose one of {', '.join(choices)}")
+            need(getattr(self, name) in choices or getattr(self, name) in BY_OPTIMIZERS, name,
+                 f"choose one of {', '.join(choices)}")
         need("tensorboard" not in (self.report_to or []) or tensorboard_installed(), "report_to",
              "needs the tensorboard package, which is not installed; pip install tensorboard, or pass "
              "--report_to all (TensorBoard when installed) or none")

@@ -202,6 +202,9 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self._precision_record = choose_precision(self, train_loader)  # "auto" on MPS: timed here, state restored
         self._reset_window()
         self._phases = PhaseClock()
+        state = self.state  # the cadences, as Transformers' state carries them (eval_steps unset: its 500)
+        state.logging_steps, state.save_steps = config.logging_steps, config.save_steps
+        state.eval_steps = config.eval_steps or (config.logging_steps if config.eval_strategy == "steps" else 500)
         started, start_step, start_samples = time.perf_counter(), self.state.global_step, self.state.samples_seen
         self.callbacks.on_train_begin(self, self.state)
         try:

@@ -36,6 +36,10 @@ class TrainerState:
     last_checkpoint: str | None = None
     run_id: str | None = None  # the run that wrote a checkpoint: rotation deletes only this run's (a resume keeps it)
     log_history: list[dict[str, Any]] = field(default_factory=list)
+    # Not saved: the cadences Transformers' TrainerState carries (set by train() from the config; its defaults).
+    logging_steps: int = field(default=500, metadata={"transient": True})
+    eval_steps: int = field(default=500, metadata={"transient": True})
+    save_steps: int = field(default=500, metadata={"transient": True})
     # Not saved: requests from callbacks to the loop, and why.
     should_stop: bool = field(default=False, metadata={"transient": True})
     should_save: bool = field(default=False, metadata={"transient": True})
@@ -45,6 +49,16 @@ class TrainerState:
     def epoch_progress(self) -> float:
         """Epochs done as a fraction (1.5 = half way through the second epoch)."""
         return self.global_step / self.steps_per_epoch if self.steps_per_epoch else 0.0
+
+    @property
+    def num_train_epochs(self) -> int:
+        """Transformers' name of num_epochs."""
+        return self.num_epochs
+
+    @property
+    def train_batch_size(self) -> int:
+        """Transformers' name of per_device_train_batch_size."""
+        return self.per_device_train_batch_size
 
     @property
     def best_model_checkpoint(self) -> str | None:

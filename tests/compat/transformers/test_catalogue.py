@@ -61,9 +61,6 @@ register("warmup_steps=0.3 (a ratio below 1)", args=dict(warmup_steps=0.3, max_s
 register("warmup_steps=2", args=dict(warmup_steps=2, max_steps=6))
 for _kind in ("cosine", "cosine_with_restarts", "constant_with_warmup", "polynomial", "inverse_sqrt"):
     register(f"lr_scheduler_type='{_kind}'", args=dict(lr_scheduler_type=_kind, warmup_steps=1, max_steps=5))
-register("gradient_accumulation_steps=2", args=dict(gradient_accumulation_steps=2, max_steps=3))
-register("gradient_accumulation_steps=3 with a partial last window", args=dict(gradient_accumulation_steps=3,
-                                                                              num_train_epochs=1))
 register("max_grad_norm=0 (no clipping, grad_norm still logged)", args=dict(max_grad_norm=0.0, max_steps=3))
 register("max_grad_norm=0.01", args=dict(max_grad_norm=0.01, max_steps=3))
 register("weight_decay=0.1", args=dict(weight_decay=0.1, max_steps=4))
@@ -76,12 +73,188 @@ register("per_device_train_batch_size=8, dataloader_drop_last=True",
          args=dict(per_device_train_batch_size=6, dataloader_drop_last=True, num_train_epochs=1))
 register("dataloader_pin_memory=False", args=dict(dataloader_pin_memory=False, max_steps=2))
 register("train_sampling_strategy='sequential'", args=dict(max_steps=4))
-register("save_strategy='steps', save_steps=2", args=dict(save_strategy="steps", save_steps=2, max_steps=5))
-register("save_strategy='epoch'", args=dict(save_strategy="epoch"))
-register("save_total_limit=1", args=dict(save_strategy="steps", save_steps=1, save_total_limit=1, max_steps=3))
-register("save_only_model=True", args=dict(save_strategy="steps", save_steps=2, save_only_model=True, max_steps=4))
 register("report_to='none'", args=dict(report_to="none", max_steps=2))
 register("report_to=[] (an empty list)", args=dict(report_to=[], max_steps=2))
+
+
+
+# -- saving: the checkpoint folders (their files and on_save's moment are the seed catalogue's) ------------------
+def saves(args: dict):
+    def check(tmp_path):
+        peer, ours, _ = train_both(tmp_path, args)
+        for seen in (peer, ours):
+            seen.calls = [call for call in seen.calls if not call.startswith("on_save")]
+        assert_identical(peer, ours)
+    return check
+
+
+SAVES = "bitwise, and the same checkpoint-N folders (on_save's moment is left out here)"
+idiom("save_strategy='steps', save_steps=2", "identical", SAVES)(saves(dict(save_strategy="steps", save_steps=2,
+                                                                            max_steps=5)))
+idiom("save_strategy='epoch'", "identical", SAVES)(saves(dict(save_strategy="epoch")))
+idiom("save_total_limit=1", "identical", SAVES)(saves(dict(save_strategy="steps", save_steps=1, save_total_limit=1,
+                                                            max_steps=3)))
+idiom("TrainingArguments defaults: save_strategy='steps', logging_steps=500 (one checkpoint, at the last step)",
+      "identical", SAVES)(saves(dict(save_strategy="steps", logging_steps=500)))
+
+
+@idiom("TrainingArguments(output_dir=...) defaults", "identical", "the same values for the fields run_glue reads")
+def _defaults(tmp_path):
+    import transformers
+
+    import braeburn
+
+    names = ("logging_steps", "save_strategy", "save_steps", "eval_strategy", "eval_steps", "logging_strategy",
+             "lr_scheduler_type", "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm", "num_train_epochs",
+             "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "optim",
+             "dataloader_pin_memory", "save_only_model", "train_sampling_strategy", "load_best_model_at_end")
+    theirs = transformers.TrainingArguments(output_dir=str(tmp_path))
+    ours = braeburn.TrainingArguments(output_dir=str(tmp_path))
+    plain = lambda value: getattr(value, "value", value)  # noqa: E731 - Transformers' enums of text
+    assert {n: plain(getattr(theirs, n)) for n in names} == {n: getattr(ours, n) for n in names}
+
+
+# -- the Trainer's arguments -----------------------------------------------------------------------------------
+register("compute_metrics returning a dict (EvalPrediction unpacked as a tuple)",
+         args=dict(eval_strategy="epoch", num_train_epochs=1), compute_metrics=_runs.accuracy)
+register("compute_metrics reading eval_pred.predictions / .label_ids",
+         args=dict(eval_strategy="epoch", num_train_epochs=1),
+         compute_metrics=lambda p: {"mean_label": float(p.label_ids.mean()),
+                                    "first": float(p.predictions[0, 0])})
+register("preprocess_logits_for_metrics (argmax before compute_metrics)",
+         args=dict(eval_strategy="epoch", num_train_epochs=1),
+         preprocess_logits_for_metrics=lambda logits, labels: logits.argmax(-1),
+         compute_metrics=lambda p: {"accuracy": float((p.predictions == p.label_ids).mean())})
+register("data_collator=None with processing_class (padding collator)",
+         args=dict(max_steps=3), data_collator=None, processing_class=per_run(lambda run: run.tok))
+register("data_collator=a function", args=dict(max_steps=3),
+         data_collator=per_run(lambda run: (lambda features: run.tok.pad(
+             [{"labels": f["label"], **{k: f[k] for k in ("input_ids", "token_type_ids", "attention_mask")}}
+              for f in features],
+             return_tensors="pt"))))
+register("remove_unused_columns=True drops the raw text columns", args=dict(remove_unused_columns=True, max_steps=2))
+register("label_names=['labels']", args=dict(label_names=["labels"], eval_strategy="epoch", num_train_epochs=1))
+@idiom("optimizers=(AdamW, LambdaLR)", "identical", BITWISE)
+def _with_optimizers(tmp_path):
+    seen = []
+    for name in _runs.LIBS:
+        run = Run(name, tmp_path)
+        model = run.model()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+        trainer = run.trainer(run.args(max_steps=4), model=model, optimizers=(optimizer, scheduler))
+        result, error = run.quietly(trainer.train)
+        seen.append(_runs.observe(run, trainer, result, error))
+    assert_identical(*seen)
+
+
+def _list_rows(run: Run) -> list[dict]:
+    keep = ("input_ids", "token_type_ids", "attention_mask", "label")
+    return [{k: (v[:5] if isinstance(v, list) else v) for k, v in row.items() if k in keep} for row in run.train]
+
+
+register("list features of one length, no data_collator (default_data_collator)", args=dict(max_steps=3),
+         data_collator=None, train_dataset=per_run(_list_rows), eval_dataset=None)
+
+
+@idiom("evaluate(metric_key_prefix='val') and predict() after train()", "identical", BITWISE)
+def _evaluate_predict(tmp_path):
+    def after(run, trainer):
+        metrics = trainer.evaluate(metric_key_prefix="val")
+        output = trainer.predict(run.evals)
+        return {"evaluate": _runs.train_output_view((0, 0, metrics))["metrics"],
+                "predict": (output.predictions.tolist(), output.label_ids.tolist(),
+                            _runs.train_output_view((0, 0, output.metrics))["metrics"])}
+
+    peer, ours, _ = train_both(tmp_path, dict(max_steps=2), after, compute_metrics=_runs.accuracy)
+    assert_identical(peer, ours)
+
+
+@idiom("trainer.state fields after train()", "identical", "global_step, max_steps, epoch, num_train_epochs, "
+       "logging_steps, eval_steps, save_steps, train_batch_size, total_flos, best_metric")
+def _state(tmp_path):
+    fields = ("global_step", "max_steps", "epoch", "num_train_epochs", "logging_steps", "eval_steps", "save_steps",
+              "train_batch_size", "total_flos", "best_metric", "best_model_checkpoint")
+    after = lambda run, trainer: {name: getattr(trainer.state, name) for name in fields}  # noqa: E731
+    peer, ours, _ = train_both(tmp_path, dict(max_steps=3), after)
+    assert_identical(peer, ours)
+
+
+@idiom("transformers.TrainingArguments passed to braeburn.Trainer", "identical",
+       "bitwise: its fields are taken by name (one braeburn lacks, set away from its default, is refused)")
+def _transformers_arguments(tmp_path):
+    import transformers
+
+    seen = []
+    for name in _runs.LIBS:
+        run = Run(name, tmp_path)
+        args = transformers.TrainingArguments(output_dir=str(run.folder / "out"), max_steps=3, logging_steps=1,
+                                              use_cpu=True, learning_rate=1e-3, per_device_train_batch_size=4,
+                                              train_sampling_strategy="sequential", save_strategy="no",
+                                              disable_tqdm=True)
+        trainer = run.trainer(args)
+        result, error = run.quietly(trainer.train)
+        seen.append(_runs.observe(run, trainer, result, error))
+    assert_identical(*seen)
+
+
+# -- different on purpose ---------------------------------------------------------------------------------------
+def _accumulation(steps: int, epochs: float):
+    def check(tmp_path):
+        peer, ours, runs = train_both(tmp_path, dict(gradient_accumulation_steps=steps, num_train_epochs=epochs))
+        assert peer.losses != ours.losses  # the difference the line names
+        assert_on_purpose(runs[1].printed.splitlines(), f"gradient_accumulation_steps={steps}")
+    return check
+
+
+ACCUMULATION = ("each micro-batch's loss is divided by the window's length (Accelerate's mean); Transformers 5 hands "
+                "models that take **kwargs num_items_in_batch and does not divide (the window's sum for a classifier)")
+idiom("gradient_accumulation_steps=2", "on purpose", ACCUMULATION)(_accumulation(2, 1))
+idiom("gradient_accumulation_steps=3 with a partial last window", "on purpose", ACCUMULATION)(_accumulation(3, 1))
+
+
+# -- refused before training, with the way out ------------------------------------------------------------------
+def refused(args: dict, idiom_words, way_out, **trainer_kwargs):
+    def check(tmp_path):
+        run = Run("braeburn", tmp_path)
+        _, error = run.quietly(lambda: run.trainer(run.args(**args), record=False, **trainer_kwargs).train())
+        assert error is not None, "braeburn ran the idiom"
+        assert_refused(error, idiom_words, way_out)
+        assert not (run.folder / "out" / "metrics.jsonl").exists()  # before training
+    return check
+
+
+idiom("lr_scheduler_type='reduce_lr_on_plateau'", "refused", "pass optimizers=(optimizer, ReduceLROnPlateau(optimizer))")(
+    refused(dict(lr_scheduler_type="reduce_lr_on_plateau", eval_strategy="epoch"),
+            ["reduce_lr_on_plateau"], ["optimizers=(optimizer, scheduler)", "ReduceLROnPlateau"]))
+idiom("lr_scheduler_type='warmup_stable_decay'", "refused", "pass optimizers=(optimizer, get_wsd_schedule(...))")(
+    refused(dict(lr_scheduler_type="warmup_stable_decay"), ["warmup_stable_decay"],
+            ["optimizers=(optimizer, scheduler)", "get_wsd_schedule"]))
+idiom("save_only_model=True", "refused", "checkpoints hold the full state; --save_total_limit bounds the disk and "
+      "trainer.save_model() writes the weights")(
+    refused(dict(save_only_model=True), ["save_only_model"], ["save_total_limit", "save_model()"]))
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
+idiom("a streaming IterableDataset as train_dataset", "refused", "pass a map-style dataset (with __len__)")(
+    refused(dict(max_steps=3), ["IterableDataset"], ["map-style dataset"],
+            train_dataset=_Stream([{"input_ids": [2, 3], "label": 0}])))
+
+
+@idiom("compute_metrics returning a list", "refused", "return a dict of named metrics (Transformers fails with a "
+       "TypeError inside its loop)")
+def _metrics_list(tmp_path):
+    run = Run("braeburn", tmp_path)
+    trainer = run.trainer(run.args(), record=False, compute_metrics=lambda p: [0.5])
+    _, error = run.quietly(trainer.evaluate)
+    assert_refused(error, ["compute_metrics returned a list"], ["return a dict"])
 
 
 # -- the test: one per idiom (last, so that every idiom above is registered) -----------------------------------

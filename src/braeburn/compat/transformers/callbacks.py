@@ -89,26 +89,6 @@ class HfStateView:
     def is_local_process_zero(self) -> bool:
         return self._trainer.accelerator.is_local_main_process
 
-    @property
-    def num_train_epochs(self) -> int:
-        return self._state.num_epochs
-
-    @property
-    def logging_steps(self) -> int:
-        return self._trainer.config.logging_steps
-
-    @property
-    def eval_steps(self) -> int:
-        return self._trainer.config.eval_steps or self._trainer.config.logging_steps
-
-    @property
-    def save_steps(self) -> int:
-        return self._trainer.config.save_steps
-
-    @property
-    def train_batch_size(self) -> int:
-        return self._trainer.config.per_device_train_batch_size
-
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
