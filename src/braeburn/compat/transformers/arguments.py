@@ -1,7 +1,8 @@
 """Transformers' ``TrainingArguments`` spelled on braeburn's ``TrainingConfig``.
 
-:class:`TrainingArguments` (``braeburn.TrainingArguments``, and ``braeburn.TrainingConfig``) is braeburn's
-:class:`~braeburn.trainer.config.TrainingConfig` with two more pieces:
+:class:`TrainingArguments` (``braeburn.TrainingArguments``) is braeburn's
+:class:`~braeburn.trainer.config.TrainingConfig` with Transformers' defaults and two more pieces
+(``braeburn.TrainingConfig``, :class:`TrainingConfig` here, is the same with braeburn's own defaults):
 
 - :class:`UnsupportedFields`: every Transformers field braeburn cannot honour, at Transformers'
   default. Setting one to anything else is an error naming what to use instead (never ignored).
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ...plan.rules import OptionError
-from ...trainer.config import TrainingConfig
+from ...trainer.config import TrainingConfig as CoreConfig
 
 
 # The reason for each refused field is kept out of its metadata on purpose: Transformers' HfArgumentParser
@@ -242,10 +243,11 @@ class HfArgumentsMixin:
 
 
 @dataclass
-class TrainingArguments(TrainingConfig, HfArgumentsMixin, UnsupportedFields):
+class TrainingArguments(CoreConfig, HfArgumentsMixin, UnsupportedFields):
     """How to train, as Transformers' ``TrainingArguments`` says it: braeburn's TrainingConfig, whose fields carry
     Transformers' names, with every other field of Transformers' class refused when set (UnsupportedFields) and
-    what scripts read off it (HfArgumentsMixin). ``braeburn.TrainingConfig`` is this class too."""
+    what scripts read off it (HfArgumentsMixin), and Transformers' defaults. ``braeburn.TrainingConfig`` is this
+    class with braeburn's own defaults (:class:`TrainingConfig` below)."""
 
     train_sampling_strategy: str = "random"
     """The order of the training samples: random (shuffled each epoch) or sequential (the dataset's order)."""
@@ -278,6 +280,17 @@ class TrainingArguments(TrainingConfig, HfArgumentsMixin, UnsupportedFields):
         from ..accelerate.accelerator import accumulation_as_plugin  # (torch: not at import, for a fast --help)
 
         return accumulation_as_plugin(super().accelerator_options())
+
+
+@dataclass
+class TrainingConfig(TrainingArguments):
+    """``braeburn.TrainingConfig``: the fields of :class:`TrainingArguments`, with braeburn's own defaults where they
+    differ from Transformers' (a log every 50 steps, a checkpoint every epoch; docs/migrating.md)."""
+
+    logging_steps: int = 50
+    """Read the loss (a host-device sync) and log every this many optimizer steps."""
+    save_strategy: str = "epoch"
+    """When to save a checkpoint: no, steps (every save_steps) or epoch."""
 
 
 def from_transformers_arguments(args: Any) -> TrainingArguments:
@@ -320,5 +333,6 @@ def is_transformers_arguments(args: Any) -> bool:
                for cls in type(args).__mro__)
 
 
-__all__ = ["UNSUPPORTED_INSTEAD", "HfArgumentsMixin", "ParallelMode", "TrainingArguments", "UnsupportedFields",
+__all__ = ["UNSUPPORTED_INSTEAD", "HfArgumentsMixin", "ParallelMode", "TrainingArguments", "TrainingConfig",
+           "UnsupportedFields",
            "from_transformers_arguments", "is_transformers_arguments", "is_unsupported", "unsupported_errors"]
