@@ -267,7 +267,9 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                 if window.pending:  # compile=auto decides from the measured eager steps (two syncs, once)
                     model = self._prepared_model = window.after_step(state.global_step, model, self._shapes)
                 self.callbacks.on_step_end(self, state)
-                if config.logging_strategy == "steps" and state.global_step % config.logging_steps == 0:
+                on_cadence = config.logging_strategy == "steps" and state.global_step % config.logging_steps == 0
+                if on_cadence or state.should_log:  # should_log: a callback asked during on_step_end
+                    state.should_log = False
                     self.log_now()
                 self._evaluate_and_save(step_end=True)
                 if state.should_stop or state.global_step >= state.max_steps:

@@ -43,6 +43,7 @@ class TrainerState:
     # Not saved: requests from callbacks to the loop, and why.
     should_stop: bool = field(default=False, metadata={"transient": True})
     should_save: bool = field(default=False, metadata={"transient": True})
+    should_log: bool = field(default=False, metadata={"transient": True})  # log after this step's on_step_end
     stop_reason: str = field(default="", metadata={"transient": True})
 
     @property

@@ -130,6 +130,7 @@ class HfCallbackAdapter(Callback):
         self.control = TrainerControl()
         self.view = HfStateView(trainer)
         self._best_before: float | None = None
+        self._in_step_end = False
 
     def call(self, hook: str, **extra: Any) -> None:
         method = getattr(self.inner, hook, None)
@@ -155,7 +156,9 @@ class HfCallbackAdapter(Callback):
             trainer.state.should_save = True
         if control.should_log:
             control.should_log = False
-            if trainer.has_unlogged_losses:
+            if self._in_step_end:  # the loop logs after every callback's on_step_end, as Transformers does
+                trainer.state.should_log = True
+            elif trainer.has_unlogged_losses:
                 trainer.log_now()
         if control.should_evaluate:
             control.should_evaluate = False
@@ -181,7 +184,11 @@ class HfCallbackAdapter(Callback):
         self.call("on_epoch_end")
 
     def on_step_end(self, trainer: "Trainer", state: TrainerState) -> None:
-        self.call("on_step_end")
+        self._in_step_end = True
+        try:
+            self.call("on_step_end")
+        finally:
+            self._in_step_end = False
 
     def on_log(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float]) -> None:
         self.call("on_log", logs=logs)
