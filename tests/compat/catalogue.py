@@ -204,4 +204,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # Run as the imported module, whose Catalogue class the catalogues were made with (not __main__'s copy).
+    from tests.compat import catalogue as _imported
+
+    sys.exit(_imported.main(sys.argv[1:]))
