@@ -128,12 +128,16 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     def _callbacks(self, user_callbacks: list[Any]) -> CallbackList:
         """braeburn's own callbacks (progress, metrics.jsonl, plot, signals, ...), then the user's."""
         self.signals = SignalCallback()
-        self._metrics_log, self._plot = _metrics_log(self.config), PlotCallback()
+        self._metrics_log, self._plot = self._make_metrics_log(), PlotCallback()
         self._step_breakdown = StepBreakdownCallback(str(self.config.step_breakdown).lower())
         self._phases = PhaseClock()  # where train()'s time went (phase_clock.py); new at each train()
         builtins = [ProgressCallback(disable=self.config.disable_tqdm), self._metrics_log, self._plot, self.signals,
                     OptionsCallback(), self._step_breakdown]
         return CallbackList(self._order_callbacks(builtins, [self._adapt_callback(c) for c in user_callbacks]))
+
+    def _make_metrics_log(self) -> MetricsLogCallback:
+        """metrics.jsonl, and TensorBoard as report_to asks. A hook: a peer's Trainer writes its own folders and tags."""
+        return _metrics_log(self.config)
 
     def _order_callbacks(self, builtins: list[Any], users: list[Any]) -> list[Any]:
         """braeburn's callbacks first, then the user's. A hook: a peer's Trainer runs its options' actions (the

@@ -37,8 +37,12 @@ class MetricsLogCallback(Callback):
 
     MAX_PENDING = 100_000  # records kept while the disk is full (about 200 bytes each)
 
-    def __init__(self, tensorboard: bool = True, tensorboard_dir: str | Path | None = None):
+    def __init__(self, tensorboard: bool = True, tensorboard_dir: str | Path | None = None,
+                 tensorboard_view: Any = None):
+        """``tensorboard_view(logs) -> {tag: value}``: what a log becomes in TensorBoard (default: each number but
+        step and epoch, tagged by its key); a peer's Trainer writes its own tags."""
         self.tensorboard, self.tensorboard_dir = tensorboard, tensorboard_dir
+        self.tensorboard_view = tensorboard_view or _scalars
         self._file: IO[str] | None = None
         self._writer = None
         self.path: Path | None = None
@@ -115,9 +119,8 @@ class MetricsLogCallback(Callback):
 
     def _tensorboard_scalars(self, step: int, logs: dict[str, float]) -> None:
         try:
-            for key, value in logs.items():
-                if isinstance(value, (int, float)) and key not in ("step", "epoch"):
-                    self._writer.add_scalar(key, value, step)
+            for tag, value in self.tensorboard_view(logs).items():
+                self._writer.add_scalar(tag, value, step)
         except OSError as error:
             self._warnings.failed(Path(self._writer.log_dir), error, "TensorBoard logging stops here "
                                   "(metrics.jsonl goes on)")
@@ -140,6 +143,11 @@ class MetricsLogCallback(Callback):
                 writer.close()
             except OSError as error:
                 self._warnings.failed(Path(writer.log_dir), error, "the last TensorBoard values may be missing")
+
+
+def _scalars(logs: dict[str, Any]) -> dict[str, float]:
+    return {key: value for key, value in logs.items()
+            if isinstance(value, (int, float)) and key not in ("step", "epoch")}
 
 
 def _close_quietly(writer) -> None:

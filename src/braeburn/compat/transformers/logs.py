@@ -14,12 +14,37 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 BRAEBURN_ONLY = ("samples_per_second", "memory_bytes", "driver_memory_bytes", "skipped_steps")
 TRAIN_ORDER = ("loss", "grad_norm", "learning_rate")
 SUMMARY_ORDER = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss")
+
+
+def tensorboard_run_folder() -> str:
+    """runs/<Mon DD_HH-MM-SS>_<host>: Transformers' (and torch's SummaryWriter's) default folder name."""
+    import socket
+    from datetime import datetime
+
+    return os.path.join("runs", datetime.now().strftime("%b%d_%H-%M-%S") + "_" + socket.gethostname())
+
+
+def tensorboard_tags(logs: dict[str, Any]) -> dict[str, float]:
+    """A log's numbers tagged as Transformers' TensorBoardCallback tags them: eval_x as eval/x, test_x as test/x,
+    the rest train/x (epoch included); braeburn's own values (samples/s, memory) stay in metrics.jsonl."""
+    tags = {}
+    for key, value in logs.items():
+        if key in BRAEBURN_ONLY or key == "step" or not isinstance(value, (int, float)):
+            continue
+        for prefix in ("eval", "test"):
+            if key.startswith(prefix + "_"):
+                tags[f"{prefix}/{key[len(prefix) + 1:]}"] = value
+                break
+        else:
+            tags[f"train/{key}"] = value
+    return tags
 
 
 class HfLogsMixin:
@@ -37,6 +62,19 @@ class HfLogsMixin:
 
         options = [c for c in builtins if isinstance(c, OptionsCallback)]
         return [c for c in builtins if c not in options] + users + options
+
+    def _make_metrics_log(self) -> Any:
+        """metrics.jsonl as braeburn writes it; TensorBoard as Transformers' TensorBoardCallback writes it: into
+        output_dir/runs/<date>_<host> (or logging_dir, or TENSORBOARD_LOGGING_DIR), tagged train/loss, eval/loss..."""
+        from ...trainer.metrics_log import MetricsLogCallback
+
+        log = super()._make_metrics_log()
+        if log.tensorboard:
+            folder = os.getenv("TENSORBOARD_LOGGING_DIR") or self.config.logging_dir or \
+                os.path.join(self.config.output_dir, tensorboard_run_folder())
+            log = MetricsLogCallback(tensorboard=True, tensorboard_dir=os.path.expanduser(folder),
+                                     tensorboard_view=tensorboard_tags)
+        return log
 
     def _logged_epoch(self) -> float:
         return self.state.epoch
