@@ -62,3 +62,19 @@ def test_tensorboard_folder_and_tags_are_transformers(fake_tensorboard, tmp_path
     assert writer.scalars == expected
     assert {"train/loss", "train/grad_norm", "train/learning_rate", "train/epoch", "eval/loss",
             "train/train_loss", "train/total_flos"} <= {tag for tag, _, _ in writer.scalars}
+
+
+def test_a_link_at_the_runs_folder_is_not_followed(fake_tensorboard, tmp_path, monkeypatch, no_launcher_env,
+                                                   one_thread):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    run = _runs.Run("braeburn", tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run.folder / "out").mkdir(parents=True)
+    (run.folder / "out" / "runs").symlink_to(elsewhere)
+    trainer = run.trainer(run.args(max_steps=1, report_to="tensorboard"), record=False)
+    _, error = run.quietly(trainer.train)
+    assert error is None and fake_tensorboard == [] and list(elsewhere.iterdir()) == []
+    assert "TensorBoard logging is off" in run.printed

@@ -70,10 +70,9 @@ class HfLogsMixin:
 
         log = super()._make_metrics_log()
         if log.tensorboard:
-            folder = os.getenv("TENSORBOARD_LOGGING_DIR") or self.config.logging_dir or \
-                os.path.join(self.config.output_dir, tensorboard_run_folder())
-            log = MetricsLogCallback(tensorboard=True, tensorboard_dir=os.path.expanduser(folder),
-                                     tensorboard_view=tensorboard_tags)
+            folder = os.getenv("TENSORBOARD_LOGGING_DIR") or self.config.logging_dir
+            log = MetricsLogCallback(tensorboard=True, tensorboard_dir=folder and os.path.expanduser(folder),
+                                     tensorboard_view=tensorboard_tags, default_dir=tensorboard_run_folder())
         return log
 
     def _logged_epoch(self) -> float:
