@@ -21,10 +21,8 @@ from ..errors import note_once
 from ._argparse import ConfigError, parse_dataclasses
 
 SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "constant", "constant_with_warmup", "cosine_with_min_lr",
-              "polynomial", "inverse_sqrt")
-BY_OPTIMIZERS = {"reduce_lr_on_plateau": "torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer) with "
-                                         "--eval_strategy epoch",
-                 "warmup_stable_decay": "transformers.get_wsd_schedule(optimizer, num_warmup_steps, "
+              "polynomial", "inverse_sqrt", "reduce_lr_on_plateau")
+BY_OPTIMIZERS = {"warmup_stable_decay": "transformers.get_wsd_schedule(optimizer, num_warmup_steps, "
                                         "num_decay_steps, num_training_steps=...)"}
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw", "sgd", "adagrad", "rmsprop")
 LOGGING_STRATEGIES = ("no", "steps", "epoch")
@@ -405,8 +403,9 @@ def _apply_aliases(config: Any) -> None:
         config.compile = "true" if config.torch_compile else "false"
     if config.fsdp and config.strategy == "auto":
         config.strategy = "fsdp"
-    if config.load_best_model_at_end and config.metric_for_best_model is None:
-        config.metric_for_best_model = "loss"  # Transformers' default when the best model is asked for
+    if (config.load_best_model_at_end or config.lr_scheduler_type == "reduce_lr_on_plateau") and \
+            config.metric_for_best_model is None:
+        config.metric_for_best_model = "loss"  # Transformers' default when the best model (or a plateau) needs one
     if config.greater_is_better is None and config.metric_for_best_model is not None:
         config.greater_is_better = not str(config.metric_for_best_model).endswith("loss")
     if config.activation_checkpointing:
@@ -444,6 +443,9 @@ def _combination_errors(config: Any) -> list[OptionError]:
             errors.append(OptionError(name, value, 'must be a JSON object, e.g. {"use_reentrant": false}'))
     if config.fsdp and "offload" in str(config.fsdp):
         errors.append(OptionError("fsdp", config.fsdp, "CPU offload is not supported; pass --fsdp full_shard"))
+    if config.lr_scheduler_type == "reduce_lr_on_plateau" and config.eval_strategy == "no":
+        errors.append(OptionError("lr_scheduler_type", "reduce_lr_on_plateau", "steps after each evaluation, on "
+                                  "metric_for_best_model: pass --eval_strategy epoch (or steps)"))
     if config.load_best_model_at_end:
         if config.eval_strategy == "no":
             errors.append(OptionError("load_best_model_at_end", True, "needs evaluations: pass --eval_strategy "

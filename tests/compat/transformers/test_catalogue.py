@@ -61,6 +61,9 @@ register("warmup_steps=0.3 (a ratio below 1)", args=dict(warmup_steps=0.3, max_s
 register("warmup_steps=2", args=dict(warmup_steps=2, max_steps=6))
 for _kind in ("cosine", "cosine_with_restarts", "constant_with_warmup", "polynomial", "inverse_sqrt"):
     register(f"lr_scheduler_type='{_kind}'", args=dict(lr_scheduler_type=_kind, warmup_steps=1, max_steps=5))
+register("lr_scheduler_type='reduce_lr_on_plateau' with lr_scheduler_kwargs, eval_strategy='steps'",
+         args=dict(lr_scheduler_type="reduce_lr_on_plateau", lr_scheduler_kwargs={"patience": 0, "factor": 0.5},
+                   eval_strategy="steps", eval_steps=1, max_steps=4))
 register("max_grad_norm=0 (no clipping, grad_norm still logged)", args=dict(max_grad_norm=0.0, max_steps=3))
 register("max_grad_norm=0.01", args=dict(max_grad_norm=0.01, max_steps=3))
 register("weight_decay=0.1", args=dict(weight_decay=0.1, max_steps=4))
@@ -224,9 +227,9 @@ def refused(args: dict, idiom_words, way_out, **trainer_kwargs):
     return check
 
 
-idiom("lr_scheduler_type='reduce_lr_on_plateau'", "refused", "pass optimizers=(optimizer, ReduceLROnPlateau(optimizer))")(
-    refused(dict(lr_scheduler_type="reduce_lr_on_plateau", eval_strategy="epoch"),
-            ["reduce_lr_on_plateau"], ["optimizers=(optimizer, scheduler)", "ReduceLROnPlateau"]))
+idiom("lr_scheduler_type='reduce_lr_on_plateau' without an eval_strategy", "refused",
+      "pass --eval_strategy epoch (or steps); Transformers refuses it too")(
+    refused(dict(lr_scheduler_type="reduce_lr_on_plateau"), ["reduce_lr_on_plateau"], ["--eval_strategy epoch"]))
 idiom("lr_scheduler_type='warmup_stable_decay'", "refused", "pass optimizers=(optimizer, get_wsd_schedule(...))")(
     refused(dict(lr_scheduler_type="warmup_stable_decay"), ["warmup_stable_decay"],
             ["optimizers=(optimizer, scheduler)", "get_wsd_schedule"]))
