@@ -21,9 +21,7 @@ from ..errors import note_once
 from ._argparse import ConfigError, parse_dataclasses
 
 SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "constant", "constant_with_warmup", "cosine_with_min_lr",
-              "polynomial", "inverse_sqrt", "reduce_lr_on_plateau")
-BY_OPTIMIZERS = {"warmup_stable_decay": "transformers.get_wsd_schedule(optimizer, num_warmup_steps, "
-                                        "num_decay_steps, num_training_steps=...)"}
+              "polynomial", "inverse_sqrt", "reduce_lr_on_plateau", "warmup_stable_decay")
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw", "sgd", "adagrad", "rmsprop")
 LOGGING_STRATEGIES = ("no", "steps", "epoch")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
@@ -274,13 +272,11 @@ class TrainingConfig:
         need(self.eval_steps is None or self.eval_steps >= 1, "eval_steps", "must be >= 1 (or unset)")
         need(self.save_total_limit is None or self.save_total_limit >= 1, "save_total_limit",
              "must be >= 1, or unset to keep every checkpoint")
-        need(self.lr_scheduler_type not in BY_OPTIMIZERS, "lr_scheduler_type", "is not built from the config here; "
-             "pass the scheduler yourself: Trainer(optimizers=(optimizer, scheduler)), e.g. "
-             f"{BY_OPTIMIZERS.get(self.lr_scheduler_type, '')} (it steps as Transformers steps it)")
-        for name, choices in (("lr_scheduler_type", SCHEDULERS), ("eval_strategy", STRATEGIES),
+        need(self.lr_scheduler_type in SCHEDULERS, "lr_scheduler_type", f"choose one of {', '.join(SCHEDULERS)}, "
+             "or pass your own scheduler: Trainer(optimizers=(optimizer, scheduler))")
+        for name, choices in (("eval_strategy", STRATEGIES),
                               ("save_strategy", STRATEGIES), ("nan_policy", NAN_POLICIES)):
-            need(getattr(self, name) in choices or getattr(self, name) in BY_OPTIMIZERS, name,
-                 f"choose one of {', '.join(choices)}")
+            need(getattr(self, name) in choices, name, f"choose one of {', '.join(choices)}")
         need("tensorboard" not in (self.report_to or []) or tensorboard_installed(), "report_to",
              "needs the tensorboard package, which is not installed; pip install tensorboard, or pass "
              "--report_to all (TensorBoard when installed) or none")
@@ -443,6 +439,7 @@ def _combination_errors(config: Any) -> list[OptionError]:
             errors.append(OptionError(name, value, 'must be a JSON object, e.g. {"use_reentrant": false}'))
     if config.fsdp and "offload" in str(config.fsdp):
         errors.append(OptionError("fsdp", config.fsdp, "CPU offload is not supported; pass --fsdp full_shard"))
+    errors += _wsd_errors(config)
     if config.lr_scheduler_type == "reduce_lr_on_plateau" and config.eval_strategy == "no":
         errors.append(OptionError("lr_scheduler_type", "reduce_lr_on_plateau", "steps after each evaluation, on "
                                   "metric_for_best_model: pass --eval_strategy epoch (or steps)"))
@@ -472,6 +469,21 @@ def _combination_errors(config: Any) -> list[OptionError]:
         elif name in TRACKERS and name != "tensorboard" and not is_available(name):  # tensorboard: config.py says it
             errors.append(OptionError("report_to", name, f"needs the {TRACKERS[name][1]} package, which is not "
                                       f"installed; pip install {TRACKERS[name][1]}, or pass --report_to all or none"))
+    return errors
+
+
+def _wsd_errors(config: Any) -> list[OptionError]:
+    """warmup_stable_decay needs num_decay_steps and known shapes, as Transformers' get_wsd_schedule does."""
+    kwargs = config.lr_scheduler_kwargs if isinstance(config.lr_scheduler_kwargs, dict) else {}
+    if config.lr_scheduler_type != "warmup_stable_decay":
+        return []
+    errors = []
+    if not isinstance(kwargs.get("num_decay_steps"), int):
+        errors.append(OptionError("lr_scheduler_kwargs", config.lr_scheduler_kwargs, "warmup_stable_decay needs "
+                                  'num_decay_steps, e.g. --lr_scheduler_kwargs \'{"num_decay_steps": 100}\''))
+    for name in ("warmup_type", "decay_type"):
+        if kwargs.get(name, "linear") not in ("linear", "cosine", "1-sqrt"):
+            errors.append(OptionError("lr_scheduler_kwargs", kwargs[name], f"{name} must be linear, cosine or 1-sqrt"))
     return errors
 
 

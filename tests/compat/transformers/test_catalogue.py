@@ -64,6 +64,11 @@ for _kind in ("cosine", "cosine_with_restarts", "constant_with_warmup", "polynom
 register("lr_scheduler_type='reduce_lr_on_plateau' with lr_scheduler_kwargs, eval_strategy='steps'",
          args=dict(lr_scheduler_type="reduce_lr_on_plateau", lr_scheduler_kwargs={"patience": 0, "factor": 0.5},
                    eval_strategy="steps", eval_steps=1, max_steps=4))
+for _shapes in ({}, {"warmup_type": "cosine", "decay_type": "1-sqrt", "min_lr_ratio": 0.1},
+                {"decay_type": "linear", "num_stable_steps": 1}):
+    register("lr_scheduler_type='warmup_stable_decay', num_decay_steps=3" + (f", {_shapes}" if _shapes else ""),
+             args=dict(lr_scheduler_type="warmup_stable_decay", warmup_steps=2, max_steps=7,
+                       lr_scheduler_kwargs={"num_decay_steps": 3, **_shapes}))
 register("max_grad_norm=0 (no clipping, grad_norm still logged)", args=dict(max_grad_norm=0.0, max_steps=3))
 register("max_grad_norm=0.01", args=dict(max_grad_norm=0.01, max_steps=3))
 register("weight_decay=0.1", args=dict(weight_decay=0.1, max_steps=4))
@@ -230,9 +235,9 @@ def refused(args: dict, idiom_words, way_out, **trainer_kwargs):
 idiom("lr_scheduler_type='reduce_lr_on_plateau' without an eval_strategy", "refused",
       "pass --eval_strategy epoch (or steps); Transformers refuses it too")(
     refused(dict(lr_scheduler_type="reduce_lr_on_plateau"), ["reduce_lr_on_plateau"], ["--eval_strategy epoch"]))
-idiom("lr_scheduler_type='warmup_stable_decay'", "refused", "pass optimizers=(optimizer, get_wsd_schedule(...))")(
-    refused(dict(lr_scheduler_type="warmup_stable_decay"), ["warmup_stable_decay"],
-            ["optimizers=(optimizer, scheduler)", "get_wsd_schedule"]))
+idiom("lr_scheduler_type='greedy' (a schedule braeburn does not build)", "refused",
+      "pass your own scheduler: optimizers=(optimizer, scheduler)")(
+    refused(dict(lr_scheduler_type="greedy"), ["lr_scheduler_type='greedy'"], ["optimizers=(optimizer, scheduler)"]))
 idiom("save_only_model=True", "refused", "checkpoints hold the full state; --save_total_limit bounds the disk and "
       "trainer.save_model() writes the weights")(
     refused(dict(save_only_model=True), ["save_only_model"], ["save_total_limit", "save_model()"]))
