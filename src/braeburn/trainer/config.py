@@ -100,7 +100,8 @@ class TrainingConfig:
     max_steps: int = -1
     """Optimizer steps to run; overrides num_train_epochs when > 0."""
     lr_scheduler_type: str = "linear"
-    """Learning-rate schedule after warmup: linear, cosine or constant."""
+    """Learning-rate schedule (Transformers' names): linear, cosine, cosine_with_restarts, cosine_with_min_lr,
+    polynomial, inverse_sqrt, constant, constant_with_warmup, reduce_lr_on_plateau or warmup_stable_decay."""
     warmup_steps: float = 0
     """Optimizer steps of linear warmup from 0 (below 1: a share of all steps); wins over warmup_ratio when > 0."""
     warmup_ratio: float = 0.0
