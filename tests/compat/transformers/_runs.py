@@ -4,7 +4,8 @@
 (``transformers`` or ``braeburn``), with the idiom's ``TrainingArguments`` fields and ``Trainer`` arguments, trains
 (or calls what the idiom calls) and returns an :class:`~tests.compat.catalogue.Observation`: the loss of every
 logged step, the logged records (timings reduced to their names), the callback hooks in their order, the
-checkpoint folders, and the error, if any. Both libraries read the data in order (``train_sampling_strategy=
+checkpoint folders (braeburn's own metrics.jsonl and training_curves.png beside them are its documented files, not
+compared), and the error, if any. Both libraries read the data in order (``train_sampling_strategy=
 "sequential"``) and start from the same weights, so the arithmetic is the same and the losses are compared bitwise.
 """
 
