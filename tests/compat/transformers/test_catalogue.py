@@ -61,6 +61,11 @@ register("eval_strategy='epoch'", args=dict(eval_strategy="epoch"))
 register("eval_on_start=True", args=dict(eval_on_start=True, eval_strategy="epoch", num_train_epochs=1))
 register("warmup_steps=0.3 (a ratio below 1)", args=dict(warmup_steps=0.3, max_steps=6))
 register("warmup_steps=2", args=dict(warmup_steps=2, max_steps=6))
+register("num_train_epochs=1.5 (a fraction of the last epoch)", args=dict(num_train_epochs=1.5))
+register("logging_strategy='no'", args=dict(logging_strategy="no", max_steps=3))
+register("per_device_eval_batch_size=3 (a short last eval batch), eval_strategy='epoch'",
+         args=dict(per_device_eval_batch_size=3, eval_strategy="epoch", num_train_epochs=1),
+         compute_metrics=_runs.accuracy)
 for _kind in ("cosine", "cosine_with_restarts", "constant_with_warmup", "polynomial", "inverse_sqrt"):
     register(f"lr_scheduler_type='{_kind}'", args=dict(lr_scheduler_type=_kind, warmup_steps=1, max_steps=5))
 register("lr_scheduler_type='reduce_lr_on_plateau' with lr_scheduler_kwargs, eval_strategy='steps'",
