@@ -25,7 +25,8 @@ _WHERE = {
     "TrainerControl": ".compat.transformers.callbacks",
     "EarlyStoppingCallback": ".trainer", "EvalPrediction": ".trainer", "TrainerState": ".trainer",
 }
-_ALIASES = {"TrainingConfig": "TrainingArguments"}  # the public TrainingConfig takes Transformers' fields too
+_WHERE["TrainingConfig"] = ".compat.transformers.arguments"  # Transformers' fields too, with braeburn's defaults
+_ALIASES: dict[str, str] = {}
 
 __all__ = ["__version__", *sorted([*_WHERE, *_ALIASES])]
 

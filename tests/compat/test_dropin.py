@@ -3,6 +3,7 @@ What both libraries do alike is in tests/compat/<peer>/."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,8 +17,12 @@ from braeburn.trainer._argparse import ConfigError
 from braeburn.trainer.optim import schedule_factor
 
 
-def test_training_arguments_is_training_config():
-    assert braeburn.TrainingArguments is TrainingConfig is TrainingArguments
+def test_training_config_is_training_arguments_with_braeburns_defaults():
+    assert braeburn.TrainingArguments is TrainingArguments and issubclass(TrainingConfig, TrainingArguments)
+    assert [f.name for f in dataclasses.fields(TrainingConfig)] == [f.name for f in dataclasses.fields(TrainingArguments)]
+    ours, theirs = TrainingConfig(), TrainingArguments()
+    assert (ours.logging_steps, ours.save_strategy) == (50, "epoch")
+    assert (theirs.logging_steps, theirs.save_strategy, theirs.save_steps) == (500, "steps", 500)  # Transformers'
 
 
 def test_hf_spellings_map_onto_braeburn_options():

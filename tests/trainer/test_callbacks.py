@@ -25,8 +25,8 @@ def fake_trainer(tmp_path, eval_strategy="epoch"):
 
 
 def test_hooks_are_the_documented_ones():
-    assert HOOKS == ("on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end", "on_step_end", "on_log",
-                     "on_evaluate", "on_save")
+    assert HOOKS == ("on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end", "on_step_begin",
+                     "on_optimizer_step", "on_step_end", "on_log", "on_evaluate", "on_save")
 
 
 def test_misspelled_hook_is_refused():

@@ -39,7 +39,8 @@ FROZEN_FLAGS = [
     "log_level", "log_level_replica", "verbose", "disable_tqdm", "report_to", "run_name", "project", "prediction_loss_only",
     "eval_on_start", "eval_accumulation_steps", "load_best_model_at_end", "data_seed",
     "dataloader_persistent_workers", "dataloader_prefetch_factor", "dataloader_multiprocessing_context",
-    "remove_unused_columns", "label_names", "torch_empty_cache_steps", "local_rank",
+    "remove_unused_columns", "label_names", "torch_empty_cache_steps", "local_rank", "train_sampling_strategy",
+    "dataloader_pin_memory",
 ]
 # Transformers' TrainingArguments fields braeburn parses only to refuse them with what to use instead.
 REFUSED_FLAGS = [
@@ -49,8 +50,8 @@ REFUSED_FLAGS = [
     "use_cache", "include_num_input_tokens_seen", "log_on_each_node", "logging_nan_inf_filter", "trackio_space_id",
     "trackio_bucket_id", "trackio_static_space_id", "eval_delay", "eval_do_concat_batches",
     "eval_use_gather_object", "include_for_metrics", "batch_eval_metrics", "save_only_model", "save_on_each_node",
-    "enable_jit_checkpoint", "ignore_data_skip", "restore_callback_states_from_checkpoint", "dataloader_pin_memory",
-    "dataloader_in_order", "train_sampling_strategy", "length_column_name", "group_by_length",
+    "enable_jit_checkpoint", "ignore_data_skip", "restore_callback_states_from_checkpoint",
+    "dataloader_in_order", "length_column_name", "group_by_length",
     "ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_static_graph", "ddp_backend",
     "ddp_timeout", "debug", "skip_memory_metrics", "evaluation_strategy", "no_cuda", "save_safetensors",
     "include_inputs_for_metrics", "half_precision_backend", "fp16_opt_level", "tpu_num_cores", "past_index",

@@ -73,6 +73,8 @@ class Accelerator(CompileMixin):
     the process group (default: torch's).
     """
 
+    pin_memory_allowed = True  # False: prepared loaders never pin host memory (Transformers' dataloader_pin_memory)
+
     def __init__(self, cpu: bool = False, mixed_precision: str = "auto", gradient_accumulation_steps: int = 1,
                  accelerator: str = "auto", devices="auto", strategy: str = "auto", compile="auto",
                  seed: int | None = None, mps_fallback: bool = True, step_scheduler_with_optimizer: bool = True,
@@ -249,7 +251,8 @@ class Accelerator(CompileMixin):
             # later random number (the model's init, dropout) away from Accelerate's run with the same seed.
             seed = torch.initial_seed() % 2**63
             self._data_seed = pg.broadcast_int(seed) if self.num_processes > 1 else seed
-        prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
+        pin = self.plan.device.pin_memory_helps and self.pin_memory_allowed
+        prepared = DeviceDataLoader(loader, self.device, pin_memory=pin,
                                     num_processes=self.num_processes, process_index=self.process_index,
                                     seed=self._data_seed, tracker=self._tracker, host=current_host(),
                                     float64_to_float32=self._float64_batch_reason)

@@ -145,9 +145,15 @@ def label_smoothed_loss(factor: float) -> Callable[[Any, Any], Any]:
     import torch
 
     def loss_fn(outputs: Any, labels: Any) -> Any:
-        logits = model_logits(outputs)
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
-                                                 labels.reshape(-1).long(), ignore_index=-100,
-                                                 label_smoothing=factor)
+        # Transformers' arithmetic, step by step, so that the losses are bitwise its LabelSmoother's.
+        log_probs = -torch.nn.functional.log_softmax(model_logits(outputs), dim=-1)
+        labels = labels.long()
+        if labels.dim() == log_probs.dim() - 1:
+            labels = labels.unsqueeze(-1)
+        padding = labels.eq(-100)
+        nll = log_probs.gather(dim=-1, index=torch.clamp(labels, min=0)).masked_fill(padding, 0.0)
+        smoothed = log_probs.sum(dim=-1, keepdim=True, dtype=torch.float32).masked_fill(padding, 0.0)
+        active = padding.numel() - padding.long().sum()
+        return (1 - factor) * (nll.sum() / active) + factor * (smoothed.sum() / (active * log_probs.shape[-1]))
 
     return loss_fn

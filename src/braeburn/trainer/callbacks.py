@@ -33,6 +33,12 @@ class Callback:
     def on_epoch_end(self, trainer: "Trainer", state: TrainerState) -> None:
         """After an epoch's last batch (``state.epoch`` counts it: 1.0 after the first epoch)."""
 
+    def on_step_begin(self, trainer: "Trainer", state: TrainerState) -> None:
+        """Before the first micro-batch of each optimizer step. Runs every step: keep it cheap."""
+
+    def on_optimizer_step(self, trainer: "Trainer", state: TrainerState) -> None:
+        """Right after the optimizer stepped, before the schedule steps and ``global_step`` counts it."""
+
     def on_step_end(self, trainer: "Trainer", state: TrainerState) -> None:
         """After each optimizer step. Runs every step: keep it cheap and never read a device tensor."""
 
@@ -109,13 +115,25 @@ class CallbackList:
         for handler in self._handlers["on_epoch_end"]:
             handler(trainer, state)
 
+    def on_step_begin(self, trainer: "Trainer", state: TrainerState) -> None:
+        for handler in self._handlers["on_step_begin"]:
+            handler(trainer, state)
+
+    def on_optimizer_step(self, trainer: "Trainer", state: TrainerState) -> None:
+        for handler in self._handlers["on_optimizer_step"]:
+            handler(trainer, state)
+
     def on_step_end(self, trainer: "Trainer", state: TrainerState) -> None:
         for handler in self._handlers["on_step_end"]:
             handler(trainer, state)
 
-    def on_log(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float]) -> None:
+    def on_log(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float],
+               peer_logs: dict[str, float] | None = None) -> None:
+        """``peer_logs``, when given, go to the callbacks written for a peer's Trainer (``peer_view``): the keys that
+        peer logs, where braeburn's own callbacks get ``logs`` (with braeburn's extra keys)."""
         for handler in self._handlers["on_log"]:
-            handler(trainer, state, logs)
+            peer = peer_logs is not None and getattr(getattr(handler, "__self__", None), "peer_view", False)
+            handler(trainer, state, peer_logs if peer else logs)
 
     def on_evaluate(self, trainer: "Trainer", state: TrainerState, metrics: dict[str, float]) -> None:
         for handler in self._handlers["on_evaluate"]:

@@ -26,11 +26,21 @@ def forward_arguments(model: Any) -> set[str] | None:
 
 
 def _with_labels_renamed(feature: Mapping) -> dict:
-    feature = dict(feature)
+    """The feature with ``label``/``label_ids`` named ``labels``, and its lists of numbers as tensors (one sample's
+    token ids), which Transformers' default_data_collator stacks; torch's default_collate would transpose them into
+    a list of per-position tensors."""
+    import torch
+
+    feature = {key: torch.tensor(value) if _numbers(value) else value for key, value in feature.items()}
     for key in ("label", "label_ids"):
         if key in feature and "labels" not in feature:
             feature["labels"] = feature.pop(key)
     return feature
+
+
+def _numbers(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and isinstance(value[0], (int, float, list, tuple)) \
+        and not isinstance(value[0], bool)
 
 
 def _padding_collator(processing_class: Any) -> Callable | None:
@@ -60,7 +70,8 @@ def make_collate(model: Any, config: Any, data_collator: Callable | None, proces
     keep = forward_arguments(model) if config.remove_unused_columns else None
     if keep is None and collate is data_collator:
         return data_collator  # nothing to change: braeburn's own path (None: torch's default_collate)
-    keep = None if keep is None else keep | set(config.label_names or LABEL_KEYS)
+    # label and label_ids are kept whatever label_names says, as Transformers keeps them (collators rename them)
+    keep = None if keep is None else keep | set(LABEL_KEYS) | set(config.label_names or ())
     inner = collate or _default_collator
 
     def collate_fn(features: list[Any]) -> Any:

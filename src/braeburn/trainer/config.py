@@ -21,7 +21,7 @@ from ..errors import note_once
 from ._argparse import ConfigError, parse_dataclasses
 
 SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "constant", "constant_with_warmup", "cosine_with_min_lr",
-              "polynomial", "inverse_sqrt")
+              "polynomial", "inverse_sqrt", "reduce_lr_on_plateau", "warmup_stable_decay")
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw", "sgd", "adagrad", "rmsprop")
 LOGGING_STRATEGIES = ("no", "steps", "epoch")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
@@ -100,7 +100,8 @@ class TrainingConfig:
     max_steps: int = -1
     """Optimizer steps to run; overrides num_train_epochs when > 0."""
     lr_scheduler_type: str = "linear"
-    """Learning-rate schedule after warmup: linear, cosine or constant."""
+    """Learning-rate schedule (Transformers' names): linear, cosine, cosine_with_restarts, cosine_with_min_lr,
+    polynomial, inverse_sqrt, constant, constant_with_warmup, reduce_lr_on_plateau or warmup_stable_decay."""
     warmup_steps: float = 0
     """Optimizer steps of linear warmup from 0 (below 1: a share of all steps); wins over warmup_ratio when > 0."""
     warmup_ratio: float = 0.0
@@ -272,7 +273,9 @@ class TrainingConfig:
         need(self.eval_steps is None or self.eval_steps >= 1, "eval_steps", "must be >= 1 (or unset)")
         need(self.save_total_limit is None or self.save_total_limit >= 1, "save_total_limit",
              "must be >= 1, or unset to keep every checkpoint")
-        for name, choices in (("lr_scheduler_type", SCHEDULERS), ("eval_strategy", STRATEGIES),
+        need(self.lr_scheduler_type in SCHEDULERS, "lr_scheduler_type", f"choose one of {', '.join(SCHEDULERS)}, "
+             "or pass your own scheduler: Trainer(optimizers=(optimizer, scheduler))")
+        for name, choices in (("eval_strategy", STRATEGIES),
                               ("save_strategy", STRATEGIES), ("nan_policy", NAN_POLICIES)):
             need(getattr(self, name) in choices, name, f"choose one of {', '.join(choices)}")
         need("tensorboard" not in (self.report_to or []) or tensorboard_installed(), "report_to",
@@ -329,6 +332,11 @@ class TrainingConfig:
                                       f"{option('dataloader_num_workers', '0 to 8')} (about the CPU cores per "
                                       "process)"))
         return errors
+
+    @property
+    def shuffles_training(self) -> bool:
+        """Whether the training loader shuffles (a hook: a peer's arguments may read it from their own option)."""
+        return True
 
     @property
     def quiet_third_party(self) -> bool:
@@ -397,8 +405,9 @@ def _apply_aliases(config: Any) -> None:
         config.compile = "true" if config.torch_compile else "false"
     if config.fsdp and config.strategy == "auto":
         config.strategy = "fsdp"
-    if config.load_best_model_at_end and config.metric_for_best_model is None:
-        config.metric_for_best_model = "loss"  # Transformers' default when the best model is asked for
+    if (config.load_best_model_at_end or config.lr_scheduler_type == "reduce_lr_on_plateau") and \
+            config.metric_for_best_model is None:
+        config.metric_for_best_model = "loss"  # Transformers' default when the best model (or a plateau) needs one
     if config.greater_is_better is None and config.metric_for_best_model is not None:
         config.greater_is_better = not str(config.metric_for_best_model).endswith("loss")
     if config.activation_checkpointing:
@@ -436,6 +445,10 @@ def _combination_errors(config: Any) -> list[OptionError]:
             errors.append(OptionError(name, value, 'must be a JSON object, e.g. {"use_reentrant": false}'))
     if config.fsdp and "offload" in str(config.fsdp):
         errors.append(OptionError("fsdp", config.fsdp, "CPU offload is not supported; pass --fsdp full_shard"))
+    errors += _wsd_errors(config)
+    if config.lr_scheduler_type == "reduce_lr_on_plateau" and config.eval_strategy == "no":
+        errors.append(OptionError("lr_scheduler_type", "reduce_lr_on_plateau", "steps after each evaluation, on "
+                                  "metric_for_best_model: pass --eval_strategy epoch (or steps)"))
     if config.load_best_model_at_end:
         if config.eval_strategy == "no":
             errors.append(OptionError("load_best_model_at_end", True, "needs evaluations: pass --eval_strategy "
@@ -462,6 +475,21 @@ def _combination_errors(config: Any) -> list[OptionError]:
         elif name in TRACKERS and name != "tensorboard" and not is_available(name):  # tensorboard: config.py says it
             errors.append(OptionError("report_to", name, f"needs the {TRACKERS[name][1]} package, which is not "
                                       f"installed; pip install {TRACKERS[name][1]}, or pass --report_to all or none"))
+    return errors
+
+
+def _wsd_errors(config: Any) -> list[OptionError]:
+    """warmup_stable_decay needs num_decay_steps and known shapes, as Transformers' get_wsd_schedule does."""
+    kwargs = config.lr_scheduler_kwargs if isinstance(config.lr_scheduler_kwargs, dict) else {}
+    if config.lr_scheduler_type != "warmup_stable_decay":
+        return []
+    errors = []
+    if not isinstance(kwargs.get("num_decay_steps"), int):
+        errors.append(OptionError("lr_scheduler_kwargs", config.lr_scheduler_kwargs, "warmup_stable_decay needs "
+                                  'num_decay_steps, e.g. --lr_scheduler_kwargs \'{"num_decay_steps": 100}\''))
+    for name in ("warmup_type", "decay_type"):
+        if kwargs.get(name, "linear") not in ("linear", "cosine", "1-sqrt"):
+            errors.append(OptionError("lr_scheduler_kwargs", kwargs[name], f"{name} must be linear, cosine or 1-sqrt"))
     return errors
 
 

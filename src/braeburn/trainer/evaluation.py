@@ -52,7 +52,7 @@ class EvaluationMixin:
                                          ignore_keys)
         metrics = output.metrics
         if self.state.max_steps:
-            metrics["epoch"] = round(self.state.epoch_progress, 4)
+            metrics["epoch"] = self._logged_epoch()
         self._update_best(metrics)
         self._emit_log(dict(metrics))
         self.callbacks.on_evaluate(self, self.state, metrics)
@@ -150,7 +150,7 @@ class EvaluationMixin:
             metrics[f"{prefix}_loss"] = losses.mean()  # sync
         preds, label_ids = to_numpy(concat_padded(predictions)), to_numpy(concat_padded(labels))
         if self.compute_metrics is not None and preds is not None and label_ids is not None:
-            for key, value in self.compute_metrics(EvalPrediction(preds, label_ids)).items():
+            for key, value in _metrics_dict(self.compute_metrics(EvalPrediction(preds, label_ids))).items():
                 metrics[key if key.startswith(f"{prefix}_") else f"{prefix}_{key}"] = float(value)
         seconds = time.perf_counter() - started
         metrics[f"{prefix}_runtime"] = seconds
@@ -198,4 +198,11 @@ def _batch_size(batch: Any) -> int | None:
         if isinstance(item, (Mapping, list, tuple)) and (found := _batch_size(item)) is not None:
             return found
     return None
+
+
+def _metrics_dict(result: Any) -> dict:
+    if isinstance(result, dict):
+        return result
+    raise TypeError(f"compute_metrics returned a {type(result).__name__} ({str(result)[:60]}), not a dict: evaluate() "
+                    "names each metric by its key (eval_<key>); return a dict such as {\"accuracy\": 0.9}")
 

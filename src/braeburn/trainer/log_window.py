@@ -61,12 +61,17 @@ class LogWindowMixin:
             return None
         self._check_finite()
         losses = self._window_checked
-        mean = float(losses.mean())  # sync
+        mean, window_total = self._window_mean(losses)  # sync
         total, count = self._loss_total
-        self._loss_total = (total + mean * len(losses), count + len(losses))
+        self._loss_total = (total + window_total, count + len(losses))
         self._window_losses, self._window_checked = [], torch.empty(0)
         self._window_first_step = self.state.global_step + 1
         return mean
+
+    def _window_mean(self, losses: torch.Tensor) -> tuple[float, float]:
+        """The window's mean loss and its total (one sync). A hook: a peer that adds its losses one by one does so."""
+        mean = float(losses.mean())
+        return mean, mean * len(losses)
 
     @property
     def has_unlogged_losses(self) -> bool:
@@ -78,7 +83,7 @@ class LogWindowMixin:
         norm, samples/s and device memory. The loop calls it every logging_steps; the options that log at other
         moments (logging_first_step, logging_strategy="epoch", a callback's should_log) call it too."""
         state, now = self.state, time.perf_counter()
-        logs: dict[str, float] = {"epoch": round(state.epoch_progress, 4)}
+        logs: dict[str, float] = {"epoch": self._logged_epoch()}
         loss = self._take_window_loss()
         if loss is not None:
             logs["loss"] = loss
@@ -103,8 +108,12 @@ class LogWindowMixin:
         """Record ``logs`` (with the epoch) in log_history and send them to the callbacks' on_log. A hook: a peer's
         Trainer routes it to a subclass's own ``log``."""
         if self.state.max_steps:
-            logs = {**logs, "epoch": round(self.state.epoch_progress, 4)}
+            logs = {**logs, "epoch": self._logged_epoch()}
         self._record(dict(logs))
+
+    def _logged_epoch(self) -> float:
+        """The epoch a log carries: optimizer steps over steps per epoch, to 4 digits. A hook: a peer logs its own."""
+        return round(self.state.epoch_progress, 4)
 
     def _warn_memory_drift(self, memory: dict[str, int]) -> None:
         self._memory_readings.append(MemoryReading(self.state.global_step, memory, len(self._shapes)))
@@ -138,7 +147,7 @@ class LogWindowMixin:
         metrics = {"train_runtime": round(seconds, 4),
                    "train_samples_per_second": round(samples / seconds, 3) if seconds > 0 else 0.0,
                    "train_steps_per_second": round(steps_done / seconds, 3) if seconds > 0 else 0.0,
-                   "train_loss": self._mean_training_loss(), "epoch": round(self.state.epoch_progress, 4)}
+                   "train_loss": self._mean_training_loss(), "epoch": self._logged_epoch()}
         self._record_train_metrics(metrics)
         return metrics
 

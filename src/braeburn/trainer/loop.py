@@ -70,6 +70,9 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     """
 
     stop_past_max_steps = False  # a resume past max_steps: ResumeError; True: restored, nothing trained (resume.py)
+    ends_epoch_at_stop = False  # a stop part way through an epoch: True also calls on_epoch_end (Transformers' order)
+    flow_at_max_steps = False  # True: the last step evaluates and saves with the steps strategies (Transformers')
+    grad_norm_unclipped = False  # max_grad_norm=0: True still computes the gradient norm (one more pass), to log it
 
     def __init__(self, model: torch.nn.Module | None = None, config: TrainingConfig | None = None, *,
                  train_dataset: Dataset | None = None, eval_dataset: Dataset | None = None,
@@ -98,6 +101,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self.processing_class = processing_class
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.accelerator = accelerator or self._make_accelerator()
+        if not getattr(self.config, "dataloader_pin_memory", True):  # Transformers' dataloader_pin_memory=False
+            self.accelerator.pin_memory_allowed = False
         plan = self.accelerator.plan  # compile=True, asked: refused with checkpointing that needs a replay
         prepare_model_options(model, self.config, plan.device, current_host(), plan.compile and not plan.compile_auto)
         self.accelerator.defer_compile = True  # compiled (or not) once the first steps are measured
@@ -124,12 +129,21 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     def _callbacks(self, user_callbacks: list[Any]) -> CallbackList:
         """braeburn's own callbacks (progress, metrics.jsonl, plot, signals, ...), then the user's."""
         self.signals = SignalCallback()
-        self._metrics_log, self._plot = _metrics_log(self.config), PlotCallback()
+        self._metrics_log, self._plot = self._make_metrics_log(), PlotCallback()
         self._step_breakdown = StepBreakdownCallback(str(self.config.step_breakdown).lower())
         self._phases = PhaseClock()  # where train()'s time went (phase_clock.py); new at each train()
         builtins = [ProgressCallback(disable=self.config.disable_tqdm), self._metrics_log, self._plot, self.signals,
                     OptionsCallback(), self._step_breakdown]
-        return CallbackList(builtins + [self._adapt_callback(c) for c in user_callbacks])
+        return CallbackList(self._order_callbacks(builtins, [self._adapt_callback(c) for c in user_callbacks]))
+
+    def _make_metrics_log(self) -> MetricsLogCallback:
+        """metrics.jsonl, and TensorBoard as report_to asks. A hook: a peer's Trainer writes its own folders and tags."""
+        return _metrics_log(self.config)
+
+    def _order_callbacks(self, builtins: list[Any], users: list[Any]) -> list[Any]:
+        """braeburn's callbacks first, then the user's. A hook: a peer's Trainer runs its options' actions (the
+        logs, evaluations and best-model load that OptionsCallback does) after the user's hooks, as it does."""
+        return builtins + users
 
     @property
     def is_main_process(self) -> bool:
@@ -195,6 +209,9 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self._precision_record = choose_precision(self, train_loader)  # "auto" on MPS: timed here, state restored
         self._reset_window()
         self._phases = PhaseClock()
+        state = self.state  # the cadences, as Transformers' state carries them (eval_steps unset: its 500)
+        state.logging_steps, state.save_steps = config.logging_steps, config.save_steps
+        state.eval_steps = config.eval_steps or (config.logging_steps if config.eval_strategy == "steps" else 500)
         started, start_step, start_samples = time.perf_counter(), self.state.global_step, self.state.samples_seen
         self.callbacks.on_train_begin(self, self.state)
         try:
@@ -202,6 +219,9 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
             self.signals.settle(self.state)  # a signal on any rank during the last step: all ranks save and stop
             self._metrics_log.write_record({"step": self.state.global_step, "run": self._run_record()})
             self._save_at_stop()
+            seconds = time.perf_counter() - started  # the summary is logged before on_train_end, as Transformers'
+            metrics = self._train_metrics(seconds, self.state.global_step - start_step,
+                                          self.state.samples_seen - start_samples)
         finally:
             seconds = time.perf_counter() - started
             try:
@@ -223,8 +243,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         failure = self._save_log.failure(self.state.last_checkpoint, self.state.global_step)
         if failure is not None:  # the final weights are on no disk: a job must not report success (exit 1)
             raise failure
-        metrics = {**self._last_eval_metrics(), **self._train_metrics(seconds, self.state.global_step - start_step,
-                                                                        samples)}
+        metrics = {**self._eval_metrics_in_train_output(), **metrics}
         return TrainOutput(self.state.global_step, metrics["train_loss"], metrics)
 
     def _train_epochs(self, loader) -> None:
@@ -237,7 +256,11 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         for epoch in range(loader.epoch, state.num_epochs):  # loader.epoch: 0, or where a resumed run stopped
             loader.set_epoch(epoch)
             self.callbacks.on_epoch_begin(self, state)
+            step_begun = False
             for batch in loader:  # already on the device (a resumed epoch skips the batches done)
+                if not step_begun:
+                    self.callbacks.on_step_begin(self, state)
+                    step_begun = True
                 with acc.accumulate(model):
                     self._micro_batch(model, batch)  # forward and backward
                     if acc.sync_gradients:
@@ -245,12 +268,15 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                 state.samples_seen += batch_samples(batch, loader, self._samples_per_batch, acc.num_processes)
                 if not acc.sync_gradients:
                     continue
+                step_begun = False
                 state.global_step += 1
                 state.epoch = epoch + loader.batches_yielded / len(loader)  # Transformers' fractional epoch
                 if window.pending:  # compile=auto decides from the measured eager steps (two syncs, once)
                     model = self._prepared_model = window.after_step(state.global_step, model, self._shapes)
                 self.callbacks.on_step_end(self, state)
-                if config.logging_strategy == "steps" and state.global_step % config.logging_steps == 0:
+                on_cadence = config.logging_strategy == "steps" and state.global_step % config.logging_steps == 0
+                if on_cadence or state.should_log:  # should_log: a callback asked during on_step_end
+                    state.should_log = False
                     self.log_now()
                 self._evaluate_and_save(step_end=True)
                 if state.should_stop or state.global_step >= state.max_steps:
@@ -258,6 +284,9 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
             if _epoch_finished(loader, epoch) and state.epochs_ended <= epoch:  # a resume at its end: done already
                 state.epochs_ended = epoch + 1
                 self._scheduler_steps.after_epoch(epoch)  # before the epoch's checkpoint, which holds its state
+                self.callbacks.on_epoch_end(self, state)
+                self._evaluate_and_save(step_end=False)
+            elif self.ends_epoch_at_stop:  # stopped part way through: the epoch's end as Transformers has it
                 self.callbacks.on_epoch_end(self, state)
                 self._evaluate_and_save(step_end=False)
             if state.should_stop or state.global_step >= state.max_steps:
@@ -332,7 +361,10 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         if self._window_has_grads:  # with nan_policy="skip" a window can hold no gradient at all
             if self.config.max_grad_norm > 0:
                 self._grad_norm = self.accelerator.clip_grad_norm_(self._parameters, self.config.max_grad_norm)
+            elif self.grad_norm_unclipped:
+                self._grad_norm = self.accelerator.clip_grad_norm_(self._parameters, math.inf)  # measures only
             optimizer.step()
+            self.callbacks.on_optimizer_step(self, self.state)
             self._step_lr = scheduler.get_last_lr()[0]  # the rate this step used: Transformers logs it
             self._scheduler_steps.after_optimizer_step(self.state.global_step + 1)
         optimizer.zero_grad(set_to_none=True)
@@ -344,11 +376,13 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self._saver.poll()  # a background save that has finished since: its on_save fires now
         strategy_now = "steps" if step_end else "epoch"
         eval_every = config.eval_steps or config.logging_steps
-        if config.eval_strategy == strategy_now and (not step_end or state.global_step % eval_every == 0):
+        last = step_end and self.flow_at_max_steps and state.global_step >= state.max_steps
+        if config.eval_strategy == strategy_now and (not step_end or state.global_step % eval_every == 0 or last):
             with self._phases.timed(EVALUATION):
                 metrics = self.evaluate()
             self._scheduler_steps.after_evaluate(metrics)  # ReduceLROnPlateau's step, as Transformers
-        wants_save = config.save_strategy == strategy_now and (not step_end or state.global_step % config.save_steps == 0)
+        wants_save = config.save_strategy == strategy_now and (not step_end or state.global_step % config.save_steps == 0
+                                                               or last)
         if wants_save or state.should_save:
             self._save()
 
@@ -381,7 +415,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                 f"output_dir={str(self.output_dir)!r} could not be locked by rank 0 (its error says why); this rank "
                 "stops with it")
 
-    def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
+    def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool, train: bool | None = None) -> DataLoader:
         config = self.config
         generator = self._loader_generator()
         collate = self.collate_fn
@@ -393,7 +427,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
             if config.dataloader_num_workers > 0 else {}
         return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, collate_fn=collate,
                           num_workers=config.dataloader_num_workers, generator=generator,
-                          drop_last=config.dataloader_drop_last and shuffle, **workers)
+                          drop_last=config.dataloader_drop_last and (shuffle if train is None else train), **workers)
 
     def _loader_generator(self) -> torch.Generator | None:
         """The generator a DataLoader draws its worker seed from at every iter(). A hook: here one of its own, so
@@ -477,7 +511,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     def _train_dataloader(self) -> Any:
         """The training loader, shuffled (prepared by the caller). A hook: the Transformers Trainer asks a subclass's
         get_train_dataloader."""
-        return self._loader(self.train_dataset, self.config.per_device_train_batch_size, shuffle=True)
+        return self._loader(self.train_dataset, self.config.per_device_train_batch_size,
+                            shuffle=self.config.shuffles_training, train=True)
 
     def _make_optimizer(self, model: torch.nn.Module | None = None) -> bool:
         """``self.optimizer``, built from the config (optim, learning_rate, weight_decay, ...) when none was given;
@@ -535,6 +570,10 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                                + (f"; {moved}" if moved else ""))
 
     # -- the end ---------------------------------------------------------------------------------
+    def _eval_metrics_in_train_output(self) -> dict[str, float]:
+        """The last evaluation's metrics, which braeburn's train() also returns (a peer's Trainer may not)."""
+        return self._last_eval_metrics()
+
     def _last_eval_metrics(self) -> dict[str, float]:
         for record in reversed(self.state.log_history):
             if any(key.startswith("eval_") for key in record):

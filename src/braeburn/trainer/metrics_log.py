@@ -37,8 +37,13 @@ class MetricsLogCallback(Callback):
 
     MAX_PENDING = 100_000  # records kept while the disk is full (about 200 bytes each)
 
-    def __init__(self, tensorboard: bool = True, tensorboard_dir: str | Path | None = None):
+    def __init__(self, tensorboard: bool = True, tensorboard_dir: str | Path | None = None,
+                 tensorboard_view: Any = None, default_dir: str = "tensorboard"):
+        """``tensorboard_view(logs) -> {tag: value}``: what a log becomes in TensorBoard (default: each number but
+        step and epoch, tagged by its key); ``default_dir``: the folder inside output_dir without a tensorboard_dir.
+        A peer's Trainer writes its own tags and folder."""
         self.tensorboard, self.tensorboard_dir = tensorboard, tensorboard_dir
+        self.tensorboard_view, self.default_dir = tensorboard_view or _scalars, default_dir
         self._file: IO[str] | None = None
         self._writer = None
         self.path: Path | None = None
@@ -57,10 +62,13 @@ class MetricsLogCallback(Callback):
             self._warnings.failed(self.path, error, "a torn last line could not be dropped")
         self._reopen(repair=False)
         if self.tensorboard:
-            folder = Path(self.tensorboard_dir or Path(trainer.output_dir) / "tensorboard")
+            folder = Path(self.tensorboard_dir or Path(trainer.output_dir) / self.default_dir)
             try:
-                if self.tensorboard_dir is None and folder.is_symlink():  # the run's folder: events would go elsewhere
-                    raise PlantedLinkError(folder)
+                if self.tensorboard_dir is None:  # the run's folders: through a link, events would go elsewhere
+                    inside = Path(self.default_dir)
+                    for part in (inside, *inside.parents[:-1]):  # runs/<date>_<host>, then runs ("." left out)
+                        if (Path(trainer.output_dir) / part).is_symlink():
+                            raise PlantedLinkError(Path(trainer.output_dir) / part)
                 self._writer = _tensorboard_writer(folder)
             except OSError as error:
                 self._warnings.failed(folder, error, "TensorBoard logging is off for this run")
@@ -115,9 +123,8 @@ class MetricsLogCallback(Callback):
 
     def _tensorboard_scalars(self, step: int, logs: dict[str, float]) -> None:
         try:
-            for key, value in logs.items():
-                if isinstance(value, (int, float)) and key not in ("step", "epoch"):
-                    self._writer.add_scalar(key, value, step)
+            for tag, value in self.tensorboard_view(logs).items():
+                self._writer.add_scalar(tag, value, step)
         except OSError as error:
             self._warnings.failed(Path(self._writer.log_dir), error, "TensorBoard logging stops here "
                                   "(metrics.jsonl goes on)")
@@ -140,6 +147,11 @@ class MetricsLogCallback(Callback):
                 writer.close()
             except OSError as error:
                 self._warnings.failed(Path(writer.log_dir), error, "the last TensorBoard values may be missing")
+
+
+def _scalars(logs: dict[str, Any]) -> dict[str, float]:
+    return {key: value for key, value in logs.items()
+            if isinstance(value, (int, float)) and key not in ("step", "epoch")}
 
 
 def _close_quietly(writer) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..devices.base import DeviceKind
@@ -66,7 +68,10 @@ def default_optimizer(model: torch.nn.Module, config: TrainingConfig, kind: Devi
 
 
 def default_scheduler(optimizer: torch.optim.Optimizer, config: TrainingConfig,
-                      total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """config.lr_scheduler_type over ``total_steps`` optimizer steps, as ``transformers.get_scheduler`` makes it."""
+                      total_steps: int) -> Any:
+    """config.lr_scheduler_type over ``total_steps`` optimizer steps, as ``transformers.get_scheduler`` makes it
+    (reduce_lr_on_plateau: torch's ReduceLROnPlateau with lr_scheduler_kwargs, stepped after each evaluation)."""
+    if config.lr_scheduler_type == "reduce_lr_on_plateau":
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, **(config.lr_scheduler_kwargs or {}))
     return lambda_schedule(optimizer, kind=config.lr_scheduler_type, warmup=config.warmup_for(total_steps),
                            total=total_steps, kwargs=getattr(config, "lr_scheduler_kwargs", None))

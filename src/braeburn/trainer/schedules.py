@@ -61,11 +61,41 @@ def _inverse_sqrt(step: int, warmup: int, total: int, options: dict) -> float:
     return 1.0 / math.sqrt((step + timescale - warmup) / timescale)
 
 
+WSD_SHAPES = ("linear", "cosine", "1-sqrt")
+
+
+def _wsd_shape(kind: str, progress: float, rising: bool, cycles: float) -> float:
+    if kind == "linear":
+        return progress if rising else 1.0 - progress
+    if kind == "cosine":
+        return 0.5 * (1.0 - math.cos(math.pi * progress)) if rising else \
+            0.5 * (1.0 + math.cos(math.pi * float(cycles) * 2.0 * progress))
+    return 1.0 - math.sqrt(1.0 - progress) if rising else 1.0 - math.sqrt(progress)
+
+
+def _warmup_stable_decay(step: int, warmup: int, total: int, options: dict) -> float:
+    """Transformers' get_wsd_schedule: a warm-up from min_lr_ratio, a stable stretch, a decay of num_decay_steps."""
+    floor, cycles, decay = options.get("min_lr_ratio", 0), options.get("num_cycles", 0.5), options["num_decay_steps"]
+    stable = options.get("num_stable_steps")
+    stable = total - warmup - decay if stable is None else stable
+    if step < warmup:
+        factor = _wsd_shape(options.get("warmup_type", "linear"), float(step) / float(max(1, warmup)), True, cycles)
+        return max(0.0, factor * (1.0 - floor) + floor)
+    if step < warmup + stable:
+        return 1.0
+    if step < warmup + stable + decay:
+        progress = float(step - warmup - stable) / float(max(1, decay))
+        factor = _wsd_shape(options.get("decay_type", "cosine"), progress, False, cycles)
+        return max(0.0, factor * (1.0 - floor) + floor)
+    return floor
+
+
 SCHEDULES: dict[str, Callable[[int, int, int, dict], float]] = {
     "linear": _linear, "cosine": _cosine, "cosine_with_restarts": _cosine_with_restarts,
     "cosine_with_min_lr": _cosine_with_min_lr, "polynomial": _polynomial, "constant": _constant,
-    "constant_with_warmup": _constant, "inverse_sqrt": _inverse_sqrt,
+    "constant_with_warmup": _constant, "inverse_sqrt": _inverse_sqrt, "warmup_stable_decay": _warmup_stable_decay,
 }
+OWN_WARMUP = ("constant", "warmup_stable_decay")  # Transformers' constant has none; wsd warms up its own way
 
 
 def schedule_factor(step: int, *, kind: str, warmup: int, total: int, options: dict | None = None) -> float:
@@ -74,7 +104,7 @@ def schedule_factor(step: int, *, kind: str, warmup: int, total: int, options: d
     ``options`` (lr_scheduler_kwargs): ``num_cycles`` for the cosines, ``min_lr_rate`` for cosine_with_min_lr,
     ``power``, ``lr_end`` and ``lr_init`` (absolute rates) for polynomial, ``timescale`` for inverse_sqrt.
     """
-    if kind != "constant" and step < warmup:  # Transformers' constant ignores the warm-up
+    if kind not in OWN_WARMUP and step < warmup:
         return _warming(step, warmup)
     return SCHEDULES[kind](step, warmup, total, options or {})
 

@@ -30,20 +30,36 @@ class TrainerState:
     gradient_accumulation_steps: int = 0
     learning_rate: float | None = None
     train_samples: int = 0  # len(train_dataset) (0: not known): a resume on another number of samples says so
+    total_flos: float = 0.0  # Transformers' count of the floating-point operations trained (its Trainer fills it)
     best_metric: float | None = None
     best_checkpoint: str | None = None
     last_checkpoint: str | None = None
     run_id: str | None = None  # the run that wrote a checkpoint: rotation deletes only this run's (a resume keeps it)
     log_history: list[dict[str, Any]] = field(default_factory=list)
+    # Not saved: the cadences Transformers' TrainerState carries (set by train() from the config; its defaults).
+    logging_steps: int = field(default=500, metadata={"transient": True})
+    eval_steps: int = field(default=500, metadata={"transient": True})
+    save_steps: int = field(default=500, metadata={"transient": True})
     # Not saved: requests from callbacks to the loop, and why.
     should_stop: bool = field(default=False, metadata={"transient": True})
     should_save: bool = field(default=False, metadata={"transient": True})
+    should_log: bool = field(default=False, metadata={"transient": True})  # log after this step's on_step_end
     stop_reason: str = field(default="", metadata={"transient": True})
 
     @property
     def epoch_progress(self) -> float:
         """Epochs done as a fraction (1.5 = half way through the second epoch)."""
         return self.global_step / self.steps_per_epoch if self.steps_per_epoch else 0.0
+
+    @property
+    def num_train_epochs(self) -> int:
+        """Transformers' name of num_epochs."""
+        return self.num_epochs
+
+    @property
+    def train_batch_size(self) -> int:
+        """Transformers' name of per_device_train_batch_size."""
+        return self.per_device_train_batch_size
 
     @property
     def best_model_checkpoint(self) -> str | None:

@@ -392,9 +392,9 @@ class _LightningRun(BraeburnTrainer):
         self.lightning, self.batch_idx = lightning, 0
         super().__init__(_StepForward(module), **kwargs)
 
-    def _loader(self, dataset: Any, batch_size: int, shuffle: bool) -> Any:
+    def _loader(self, dataset: Any, batch_size: int, shuffle: bool, train: bool | None = None) -> Any:
         """The user's own DataLoader (the Accelerator shards it, and moves its batches to the device)."""
-        return dataset if isinstance(dataset, DataLoader) else super()._loader(dataset, batch_size, shuffle)
+        return dataset if isinstance(dataset, DataLoader) else super()._loader(dataset, batch_size, shuffle, train)
 
     def _batch_loss(self, model: Any, batch: Any) -> torch.Tensor:
         return self.compute_loss(model, batch)

@@ -1,7 +1,8 @@
 """Transformers' ``TrainingArguments`` spelled on braeburn's ``TrainingConfig``.
 
-:class:`TrainingArguments` (``braeburn.TrainingArguments``, and ``braeburn.TrainingConfig``) is braeburn's
-:class:`~braeburn.trainer.config.TrainingConfig` with two more pieces:
+:class:`TrainingArguments` (``braeburn.TrainingArguments``) is braeburn's
+:class:`~braeburn.trainer.config.TrainingConfig` with Transformers' defaults and two more pieces
+(``braeburn.TrainingConfig``, :class:`TrainingConfig` here, is the same with braeburn's own defaults):
 
 - :class:`UnsupportedFields`: every Transformers field braeburn cannot honour, at Transformers'
   default. Setting one to anything else is an error naming what to use instead (never ignored).
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ...plan.rules import OptionError
-from ...trainer.config import TrainingConfig
+from ...trainer.config import TrainingConfig as CoreConfig
 
 
 # The reason for each refused field is kept out of its metadata on purpose: Transformers' HfArgumentParser
@@ -45,6 +46,7 @@ _DS = "braeburn has no DeepSpeed: use --strategy fsdp to shard parameters, gradi
 _HUB = "braeburn does not upload; after training run `huggingface-cli upload` on output_dir (save_model() writes it)"
 _DDP = ("braeburn configures DistributedDataParallel itself (find_unused_parameters off, default buckets, "
         "buffers broadcast only for models with running statistics such as BatchNorm)")
+SAMPLING_STRATEGIES = ("random", "sequential")
 _LOG_NODE = "braeburn logs and saves on the main process only"
 
 
@@ -95,10 +97,7 @@ class UnsupportedFields:
     ignore_data_skip: bool = _no(False, "a braeburn resume skips the batches done without loading them, and "
                                  "always continues exactly where the run stopped")
     restore_callback_states_from_checkpoint: bool = _no(False, "keep callback state in your callback")
-    dataloader_pin_memory: bool = _no(True, "braeburn pins host memory exactly where the device gains from it "
-                                      "(CUDA), so it cannot be turned off")
     dataloader_in_order: bool = _no(True, "batches always arrive in order")
-    train_sampling_strategy: str = _no("random", "pass your own DataLoader sampler through an Accelerator loop")
     length_column_name: str = _no("length", "length grouping is not supported")
     group_by_length: bool = _no(False, "length grouping is not supported; braeburn's collators pad to length "
                                 "buckets instead")
@@ -244,13 +243,33 @@ class HfArgumentsMixin:
 
 
 @dataclass
-class TrainingArguments(TrainingConfig, HfArgumentsMixin, UnsupportedFields):
+class TrainingArguments(CoreConfig, HfArgumentsMixin, UnsupportedFields):
     """How to train, as Transformers' ``TrainingArguments`` says it: braeburn's TrainingConfig, whose fields carry
     Transformers' names, with every other field of Transformers' class refused when set (UnsupportedFields) and
-    what scripts read off it (HfArgumentsMixin). ``braeburn.TrainingConfig`` is this class too."""
+    what scripts read off it (HfArgumentsMixin), and Transformers' defaults. ``braeburn.TrainingConfig`` is this
+    class with braeburn's own defaults (:class:`TrainingConfig` below)."""
+
+    train_sampling_strategy: str = "random"
+    """The order of the training samples: random (shuffled each epoch) or sequential (the dataset's order)."""
+    dataloader_pin_memory: bool = True
+    """Pin batches in host memory where the device gains from it (CUDA); false never pins."""
+    # Transformers' defaults where braeburn's core TrainingConfig has its own (docs/migrating.md).
+    logging_steps: int = 500
+    """Read the loss (a host-device sync) and log every this many optimizer steps."""
+    save_strategy: str = "steps"
+    """When to save a checkpoint: no, steps (every save_steps, and at the last step) or epoch."""
 
     def _peer_errors(self) -> list[OptionError]:
-        return unsupported_errors(self)
+        errors = unsupported_errors(self)
+        if self.train_sampling_strategy not in SAMPLING_STRATEGIES:
+            errors.append(OptionError("train_sampling_strategy", self.train_sampling_strategy,
+                                      f"choose {' or '.join(SAMPLING_STRATEGIES)} (length grouping and other "
+                                      "samplers: pass your own DataLoader through an Accelerator loop)"))
+        return errors
+
+    @property
+    def shuffles_training(self) -> bool:
+        return self.train_sampling_strategy != "sequential"
 
     def to_dict(self) -> dict[str, Any]:
         return {name: value for name, value in super().to_dict().items() if name not in UNSUPPORTED_INSTEAD}
@@ -263,5 +282,57 @@ class TrainingArguments(TrainingConfig, HfArgumentsMixin, UnsupportedFields):
         return accumulation_as_plugin(super().accelerator_options())
 
 
-__all__ = ["UNSUPPORTED_INSTEAD", "HfArgumentsMixin", "ParallelMode", "TrainingArguments", "UnsupportedFields",
-           "is_unsupported", "unsupported_errors"]
+@dataclass
+class TrainingConfig(TrainingArguments):
+    """``braeburn.TrainingConfig``: the fields of :class:`TrainingArguments`, with braeburn's own defaults where they
+    differ from Transformers' (a log every 50 steps, a checkpoint every epoch; docs/migrating.md)."""
+
+    logging_steps: int = 50
+    """Read the loss (a host-device sync) and log every this many optimizer steps."""
+    save_strategy: str = "epoch"
+    """When to save a checkpoint: no, steps (every save_steps) or epoch."""
+
+
+def from_transformers_arguments(args: Any) -> TrainingArguments:
+    """A ``transformers.TrainingArguments`` as braeburn's: every field the script set (those that differ from a fresh
+    one's) copied by name; a field braeburn does not have is refused, as braeburn's own TrainingArguments refuses it."""
+    fresh = type(args)(output_dir=args.output_dir)
+    ours = {spec.name for spec in dataclasses.fields(TrainingArguments)}
+    values: dict[str, Any] = {"output_dir": args.output_dir}
+    unknown = []
+    for spec in dataclasses.fields(args):
+        value, default = getattr(args, spec.name, None), getattr(fresh, spec.name, None)
+        if not spec.init or value == default:
+            continue
+        if spec.name not in ours:
+            unknown.append(spec.name)
+            continue
+        values[spec.name] = _plain(value)
+    if unknown:
+        from ...trainer._argparse import ConfigError
+
+        raise ConfigError([OptionError(name, getattr(args, name), "is a Transformers option braeburn's Trainer does "
+                                       "not have; leave it at its default, or build braeburn.TrainingArguments")
+                           for name in unknown])
+    if values.get("report_to") == []:
+        values["report_to"] = "none"
+    return TrainingArguments(**values)
+
+
+def _plain(value: Any) -> Any:
+    """An enum as its value (Transformers' strategies and names are enums of text)."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def is_transformers_arguments(args: Any) -> bool:
+    return any(cls.__module__.startswith("transformers.") and cls.__name__ == "TrainingArguments"
+               for cls in type(args).__mro__)
+
+
+__all__ = ["UNSUPPORTED_INSTEAD", "HfArgumentsMixin", "ParallelMode", "TrainingArguments", "TrainingConfig",
+           "UnsupportedFields",
+           "from_transformers_arguments", "is_transformers_arguments", "is_unsupported", "unsupported_errors"]

@@ -90,26 +90,6 @@ class HfStateView:
     def is_local_process_zero(self) -> bool:
         return self._trainer.accelerator.is_local_main_process
 
-    @property
-    def num_train_epochs(self) -> int:
-        return self._state.num_epochs
-
-    @property
-    def logging_steps(self) -> int:
-        return self._trainer.config.logging_steps
-
-    @property
-    def eval_steps(self) -> int:
-        return self._trainer.config.eval_steps or self._trainer.config.logging_steps
-
-    @property
-    def save_steps(self) -> int:
-        return self._trainer.config.save_steps
-
-    @property
-    def train_batch_size(self) -> int:
-        return self._trainer.config.per_device_train_batch_size
-
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
@@ -140,6 +120,8 @@ def is_hf_callback(callback: Any) -> bool:
 class HfCallbackAdapter(Callback):
     """Calls a Transformers-style callback's hooks from braeburn's, then applies its TrainerControl."""
 
+    peer_view = True  # on_log gets the keys Transformers logs (CallbackList.on_log)
+
     def __init__(self, inner: Any, trainer: "Trainer"):
         for hook, when in REFUSED_HOOKS.items():
             if _overrides(inner, hook):
@@ -149,6 +131,7 @@ class HfCallbackAdapter(Callback):
         self.control = TrainerControl()
         self.view = HfStateView(trainer)
         self._best_before: float | None = None
+        self._in_step_end = False
 
     def call(self, hook: str, **extra: Any) -> None:
         method = getattr(self.inner, hook, None)
@@ -174,7 +157,9 @@ class HfCallbackAdapter(Callback):
             trainer.state.should_save = True
         if control.should_log:
             control.should_log = False
-            if trainer.has_unlogged_losses:
+            if self._in_step_end:  # the loop logs after every callback's on_step_end, as Transformers does
+                trainer.state.should_log = True
+            elif trainer.has_unlogged_losses:
                 trainer.log_now()
         if control.should_evaluate:
             control.should_evaluate = False
@@ -183,8 +168,12 @@ class HfCallbackAdapter(Callback):
 
     def on_train_begin(self, trainer: "Trainer", state: TrainerState) -> None:
         self.call("on_train_begin")
-        if state.global_step < state.max_steps:
-            self.call("on_step_begin")
+
+    def on_step_begin(self, trainer: "Trainer", state: TrainerState) -> None:
+        self.call("on_step_begin")
+
+    def on_optimizer_step(self, trainer: "Trainer", state: TrainerState) -> None:
+        self.call("on_optimizer_step")
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
         self.call("on_train_end")
@@ -196,10 +185,11 @@ class HfCallbackAdapter(Callback):
         self.call("on_epoch_end")
 
     def on_step_end(self, trainer: "Trainer", state: TrainerState) -> None:
-        self.call("on_optimizer_step")
-        self.call("on_step_end")
-        if state.global_step < state.max_steps and not state.should_stop:
-            self.call("on_step_begin")  # the next step's begin: nothing runs in between
+        self._in_step_end = True
+        try:
+            self.call("on_step_end")
+        finally:
+            self._in_step_end = False
 
     def on_log(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float]) -> None:
         self.call("on_log", logs=logs)

@@ -23,15 +23,16 @@ from ...trainer import loop as core
 from ...trainer.checkpoint import CheckpointError
 from ...trainer.outputs import EvalPrediction, PredictionOutput, TrainOutput
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
-from .arguments import TrainingArguments
 from . import hf_checkpoint
+from .arguments import TrainingArguments, from_transformers_arguments, is_transformers_arguments
 from .callbacks import adapt_callback
 from .files import TRAINING_ARGS, final_model_names, pretrained_config_files, processing_files, training_args_bytes
+from .logs import HfLogsMixin
 from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
 
 
-class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
+class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.Trainer):
     """Train ``model`` on ``train_dataset`` as ``args`` says; see docs/trainer.md.
 
     Transformers' arguments work as there (``args=``, ``data_collator=``, ``processing_class=``,
@@ -54,6 +55,8 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
         self._overrides = Overrides.of(type(self), Trainer)  # once: the loop's fast path when none is overridden
         self.model_init, self.compute_loss_func = model_init, compute_loss_func
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
+        if is_transformers_arguments(args):  # the script kept `from transformers import TrainingArguments`
+            args = from_transformers_arguments(args)
         super().__init__(model, config or args or TrainingArguments(), train_dataset=train_dataset,
                          eval_dataset=eval_dataset, collate_fn=collate_fn or data_collator,
                          processing_class=processing_class or tokenizer, loss_fn=loss_fn,
@@ -132,6 +135,8 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
         _no_hf_extras(trial, kwargs)
         if self.model_init is not None:
             self._model_from_init_again()
+        if self.config.gradient_accumulation_steps > 1 and self.accelerator.is_main_process:
+            self.accelerator.print(ACCUMULATION_NOTE.format(self.config.gradient_accumulation_steps))
         return super().train(resume_from_checkpoint)
 
     def _model_from_init_again(self) -> None:
@@ -166,6 +171,13 @@ class SampleLosses:
         if losses.dtype == torch.bfloat16:  # numpy has no bfloat16: Transformers makes it float32 first
             losses = losses.float()
         return losses.cpu().numpy().mean().item()  # sync
+
+
+ACCUMULATION_NOTE = (
+    "braeburn: gradient_accumulation_steps={0}: each micro-batch's loss is divided by {0} (the window's mean, as "
+    "Accelerate does); Transformers 5 differs on purpose here: it hands a model whose forward takes **kwargs the "
+    "window's label count (num_items_in_batch) and does not divide, so its losses and gradients are a token-weighted "
+    "mean (its language models) or the window's sum (models that ignore the count)")
 
 
 def _from_model_init(model_init: Callable | None) -> torch.nn.Module:

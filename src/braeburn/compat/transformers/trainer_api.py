@@ -173,9 +173,12 @@ class HfTrainerMixin:
                                   "and then `huggingface-cli upload <repo> dir`")
 
     def add_callback(self, callback: Any) -> None:
+        from ...trainer.callbacks import CallbackList
         from .callbacks import adapt_callback
 
-        self.callbacks.add(adapt_callback(callback, self))
+        builtins = [c for c in self.callbacks.callbacks if c.__module__.startswith("braeburn.trainer.")]
+        users = [c for c in self.callbacks.callbacks if c not in builtins]
+        self.callbacks = CallbackList(self._order_callbacks(builtins, [*users, adapt_callback(callback, self)]))
 
     def pop_callback(self, callback: Any) -> Any:
         found = self._find_callback(callback)
@@ -203,7 +206,8 @@ class HfTrainerMixin:
         """The training DataLoader as the Trainer builds it (shuffled, collated; not yet prepared)."""
         if self.train_dataset is None:
             raise ValueError("get_train_dataloader() needs a train_dataset")
-        return self._loader(self.train_dataset, self.config.per_device_train_batch_size, shuffle=True)
+        return self._loader(self.train_dataset, self.config.per_device_train_batch_size,
+                            shuffle=getattr(self.config, "shuffles_training", True), train=True)
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset

@@ -1,0 +1,376 @@
+"""The Transformers Trainer's idioms, each run under ``transformers.Trainer`` and ``braeburn.Trainer`` in the same test
+(tiny BERT, CPU, one thread; ``_runs.py`` builds both runs and observes them). See tests/compat/catalogue.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose, assert_refused
+
+from . import _runs
+from ._runs import Run, per_run, train_both
+
+CATALOGUE = Catalogue("transformers")
+idiom = CATALOGUE.idiom
+BITWISE = "bitwise: losses, logged records, callback calls, checkpoint folders, TrainOutput"
+
+
+@pytest.fixture(autouse=True)
+def _peers(monkeypatch, no_launcher_env, one_thread):
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
+    monkeypatch.setenv("WANDB_DISABLED", "true")
+    # braeburn's training_curves.png (its own file, not compared: docs/migrating.md) costs half a second a run
+    monkeypatch.setattr("braeburn.trainer.plots.plot_history", lambda history, path: None)
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def same(args: dict | None = None, after=None, **trainer_kwargs):
+    """An idiom whose whole run is identical under both libraries."""
+
+    def check(tmp_path):
+        peer, ours, _ = train_both(tmp_path, args, after, **trainer_kwargs)
+        assert peer.exit is None, f"the idiom fails under Transformers too: {peer.exit}"
+        assert_identical(peer, ours)
+    return check
+
+
+def register(name: str, how: str = BITWISE, **kwargs):
+    idiom(name, "identical", how)(same(**kwargs))
+
+
+# -- TrainingArguments: steps, strategies, schedules -----------------------------------------------------------
+register("TrainingArguments(logging_steps=1) per-step losses", args=dict(max_steps=5))
+register("num_train_epochs=2 (3 steps an epoch, fractional epoch in logs)", args=dict(num_train_epochs=2),
+         train_rows=12)
+register("max_steps=5 beyond one epoch", args=dict(max_steps=5, num_train_epochs=1))
+register("logging_steps=2", args=dict(logging_steps=2, max_steps=5))
+register("logging_strategy='epoch'", args=dict(logging_strategy="epoch"))
+register("logging_first_step=True, logging_steps=3", args=dict(logging_first_step=True, logging_steps=3,
+                                                                 max_steps=6))
+register("eval_strategy='steps', eval_steps=2", args=dict(eval_strategy="steps", eval_steps=2, max_steps=5))
+register("eval_strategy='steps' without eval_steps (logging_steps)", args=dict(eval_strategy="steps",
+                                                                               logging_steps=2, max_steps=4))
+register("eval_strategy='epoch'", args=dict(eval_strategy="epoch"))
+register("eval_on_start=True", args=dict(eval_on_start=True, eval_strategy="epoch", num_train_epochs=1))
+register("warmup_steps=0.3 (a ratio below 1)", args=dict(warmup_steps=0.3, max_steps=6))
+register("warmup_steps=2", args=dict(warmup_steps=2, max_steps=6))
+register("num_train_epochs=1.5 (a fraction of the last epoch)", args=dict(num_train_epochs=1.5))
+register("logging_strategy='no'", args=dict(logging_strategy="no", max_steps=3))
+register("per_device_eval_batch_size=3 (a short last eval batch), eval_strategy='epoch'",
+         args=dict(per_device_eval_batch_size=3, eval_strategy="epoch", num_train_epochs=1),
+         compute_metrics=_runs.accuracy)
+for _kind in ("cosine", "cosine_with_restarts", "constant_with_warmup", "polynomial", "inverse_sqrt"):
+    register(f"lr_scheduler_type='{_kind}'", args=dict(lr_scheduler_type=_kind, warmup_steps=1, max_steps=5))
+register("lr_scheduler_type='reduce_lr_on_plateau' with lr_scheduler_kwargs, eval_strategy='steps'",
+         args=dict(lr_scheduler_type="reduce_lr_on_plateau", lr_scheduler_kwargs={"patience": 0, "factor": 0.5},
+                   eval_strategy="steps", eval_steps=1, max_steps=4))
+for _shapes in ({}, {"warmup_type": "cosine", "decay_type": "1-sqrt", "min_lr_ratio": 0.1},
+                {"decay_type": "linear", "num_stable_steps": 1}):
+    register("lr_scheduler_type='warmup_stable_decay', num_decay_steps=3" + (f", {_shapes}" if _shapes else ""),
+             args=dict(lr_scheduler_type="warmup_stable_decay", warmup_steps=2, max_steps=7,
+                       lr_scheduler_kwargs={"num_decay_steps": 3, **_shapes}))
+register("max_grad_norm=0 (no clipping, grad_norm still logged)", args=dict(max_grad_norm=0.0, max_steps=3))
+register("max_grad_norm=0.01", args=dict(max_grad_norm=0.01, max_steps=3))
+register("weight_decay=0.1", args=dict(weight_decay=0.1, max_steps=4))
+register("label_smoothing_factor=0.1", args=dict(label_smoothing_factor=0.1, max_steps=3))
+register("seed=123", args=dict(seed=123, max_steps=3))
+register("optim='adamw_torch'", args=dict(optim="adamw_torch", max_steps=3))
+register("optim='sgd' with optim_args", args=dict(optim="sgd", optim_args="momentum=0.9", max_steps=3))
+register("adam_beta2=0.98, adam_epsilon=1e-6", args=dict(adam_beta2=0.98, adam_epsilon=1e-6, max_steps=3))
+register("per_device_train_batch_size=8, dataloader_drop_last=True",
+         args=dict(per_device_train_batch_size=6, dataloader_drop_last=True, num_train_epochs=1))
+register("dataloader_pin_memory=False", args=dict(dataloader_pin_memory=False, max_steps=2))
+register("train_sampling_strategy='sequential'", args=dict(max_steps=4))
+register("report_to='none'", args=dict(report_to="none", max_steps=2))
+register("report_to=[] (an empty list)", args=dict(report_to=[], max_steps=2))
+
+
+
+# -- saving: the checkpoint folders (their files and on_save's moment are the seed catalogue's) ------------------
+def saves(args: dict):
+    def check(tmp_path):
+        peer, ours, _ = train_both(tmp_path, args)
+        for seen in (peer, ours):
+            seen.calls = [call for call in seen.calls if not call.startswith("on_save")]
+        assert_identical(peer, ours)
+    return check
+
+
+SAVES = "bitwise, and the same checkpoint-N folders (on_save's moment is left out here)"
+idiom("save_strategy='steps', save_steps=2", "identical", SAVES)(saves(dict(save_strategy="steps", save_steps=2,
+                                                                            max_steps=5)))
+idiom("save_strategy='epoch'", "identical", SAVES)(saves(dict(save_strategy="epoch")))
+idiom("save_total_limit=1", "identical", SAVES)(saves(dict(save_strategy="steps", save_steps=1, save_total_limit=1,
+                                                            max_steps=3)))
+idiom("TrainingArguments defaults: save_strategy='steps', logging_steps=500 (one checkpoint, at the last step)",
+      "identical", SAVES)(saves(dict(save_strategy="steps", logging_steps=500)))
+
+
+@idiom("TrainingArguments(output_dir=...) defaults", "identical", "the same values for the fields run_glue reads")
+def _defaults(tmp_path):
+    import transformers
+
+    import braeburn
+
+    names = ("logging_steps", "save_strategy", "save_steps", "eval_strategy", "eval_steps", "logging_strategy",
+             "lr_scheduler_type", "learning_rate", "warmup_steps", "weight_decay", "max_grad_norm", "num_train_epochs",
+             "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "seed", "optim",
+             "dataloader_pin_memory", "save_only_model", "train_sampling_strategy", "load_best_model_at_end")
+    theirs = transformers.TrainingArguments(output_dir=str(tmp_path))
+    ours = braeburn.TrainingArguments(output_dir=str(tmp_path))
+    plain = lambda value: getattr(value, "value", value)  # noqa: E731 - Transformers' enums of text
+    assert {n: plain(getattr(theirs, n)) for n in names} == {n: getattr(ours, n) for n in names}
+
+
+# -- the Trainer's arguments -----------------------------------------------------------------------------------
+register("compute_metrics returning a dict (EvalPrediction unpacked as a tuple)",
+         args=dict(eval_strategy="epoch", num_train_epochs=1), compute_metrics=_runs.accuracy)
+register("compute_metrics reading eval_pred.predictions / .label_ids",
+         args=dict(eval_strategy="epoch", num_train_epochs=1),
+         compute_metrics=lambda p: {"mean_label": float(p.label_ids.mean()),
+                                    "first": float(p.predictions[0, 0])})
+register("preprocess_logits_for_metrics (argmax before compute_metrics)",
+         args=dict(eval_strategy="epoch", num_train_epochs=1),
+         preprocess_logits_for_metrics=lambda logits, labels: logits.argmax(-1),
+         compute_metrics=lambda p: {"accuracy": float((p.predictions == p.label_ids).mean())})
+register("data_collator=None with processing_class (padding collator)",
+         args=dict(max_steps=3), data_collator=None, processing_class=per_run(lambda run: run.tok))
+register("data_collator=a function", args=dict(max_steps=3),
+         data_collator=per_run(lambda run: (lambda features: run.tok.pad(
+             [{"labels": f["label"], **{k: f[k] for k in ("input_ids", "token_type_ids", "attention_mask")}}
+              for f in features],
+             return_tensors="pt"))))
+register("remove_unused_columns=True drops the raw text columns", args=dict(remove_unused_columns=True, max_steps=2))
+register("label_names=['labels']", args=dict(label_names=["labels"], eval_strategy="epoch", num_train_epochs=1))
+@idiom("optimizers=(AdamW, LambdaLR)", "identical", BITWISE)
+def _with_optimizers(tmp_path):
+    seen = []
+    for name in _runs.LIBS:
+        run = Run(name, tmp_path)
+        model = run.model()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+        trainer = run.trainer(run.args(max_steps=4), model=model, optimizers=(optimizer, scheduler))
+        result, error = run.quietly(trainer.train)
+        seen.append(_runs.observe(run, trainer, result, error))
+    assert_identical(*seen)
+
+
+def _list_rows(run: Run) -> list[dict]:
+    keep = ("input_ids", "token_type_ids", "attention_mask", "label")
+    return [{k: (v[:5] if isinstance(v, list) else v) for k, v in row.items() if k in keep} for row in run.train]
+
+
+register("list features of one length, no data_collator (default_data_collator)", args=dict(max_steps=3),
+         data_collator=None, train_dataset=per_run(_list_rows), eval_dataset=None)
+
+
+@idiom("evaluate(metric_key_prefix='val') and predict() after train()", "identical", BITWISE)
+def _evaluate_predict(tmp_path):
+    def after(run, trainer):
+        metrics = trainer.evaluate(metric_key_prefix="val")
+        output = trainer.predict(run.evals)
+        return {"evaluate": _runs.train_output_view((0, 0, metrics))["metrics"],
+                "predict": (output.predictions.tolist(), output.label_ids.tolist(),
+                            _runs.train_output_view((0, 0, output.metrics))["metrics"])}
+
+    peer, ours, _ = train_both(tmp_path, dict(max_steps=2), after, compute_metrics=_runs.accuracy)
+    assert_identical(peer, ours)
+
+
+@idiom("trainer.state fields after train()", "identical", "global_step, max_steps, epoch, num_train_epochs, "
+       "logging_steps, eval_steps, save_steps, train_batch_size, total_flos, best_metric")
+def _state(tmp_path):
+    fields = ("global_step", "max_steps", "epoch", "num_train_epochs", "logging_steps", "eval_steps", "save_steps",
+              "train_batch_size", "total_flos", "best_metric", "best_model_checkpoint")
+    after = lambda run, trainer: {name: getattr(trainer.state, name) for name in fields}  # noqa: E731
+    peer, ours, _ = train_both(tmp_path, dict(max_steps=3), after)
+    assert_identical(peer, ours)
+
+
+@idiom("transformers.TrainingArguments passed to braeburn.Trainer", "identical",
+       "bitwise: its fields are taken by name (one braeburn lacks, set away from its default, is refused)")
+def _transformers_arguments(tmp_path):
+    import transformers
+
+    seen = []
+    for name in _runs.LIBS:
+        run = Run(name, tmp_path)
+        args = transformers.TrainingArguments(output_dir=str(run.folder / "out"), max_steps=3, logging_steps=1,
+                                              use_cpu=True, learning_rate=1e-3, per_device_train_batch_size=4,
+                                              train_sampling_strategy="sequential", save_strategy="no",
+                                              disable_tqdm=True)
+        trainer = run.trainer(args)
+        result, error = run.quietly(trainer.train)
+        seen.append(_runs.observe(run, trainer, result, error))
+    assert_identical(*seen)
+
+
+# -- different on purpose ---------------------------------------------------------------------------------------
+def _accumulation(steps: int, epochs: float):
+    def check(tmp_path):
+        peer, ours, runs = train_both(tmp_path, dict(gradient_accumulation_steps=steps, num_train_epochs=epochs))
+        assert peer.losses != ours.losses  # the difference the line names
+        assert_on_purpose(runs[1].printed.splitlines(), f"gradient_accumulation_steps={steps}")
+    return check
+
+
+ACCUMULATION = ("each micro-batch's loss is divided by the window's length (Accelerate's mean); Transformers 5 hands "
+                "models that take **kwargs num_items_in_batch and does not divide (the window's sum for a classifier)")
+idiom("gradient_accumulation_steps=2", "on purpose", ACCUMULATION)(_accumulation(2, 1))
+idiom("gradient_accumulation_steps=3 with a partial last window", "on purpose", ACCUMULATION)(_accumulation(3, 1))
+
+
+# -- refused before training, with the way out ------------------------------------------------------------------
+def refused(args: dict, idiom_words, way_out, **trainer_kwargs):
+    def check(tmp_path):
+        run = Run("braeburn", tmp_path)
+        _, error = run.quietly(lambda: run.trainer(run.args(**args), record=False, **trainer_kwargs).train())
+        assert error is not None, "braeburn ran the idiom"
+        assert_refused(error, idiom_words, way_out)
+        assert not (run.folder / "out" / "metrics.jsonl").exists()  # before training
+    return check
+
+
+idiom("lr_scheduler_type='reduce_lr_on_plateau' without an eval_strategy", "refused",
+      "pass --eval_strategy epoch (or steps); Transformers refuses it too")(
+    refused(dict(lr_scheduler_type="reduce_lr_on_plateau"), ["reduce_lr_on_plateau"], ["--eval_strategy epoch"]))
+idiom("lr_scheduler_type='greedy' (a schedule braeburn does not build)", "refused",
+      "pass your own scheduler: optimizers=(optimizer, scheduler)")(
+    refused(dict(lr_scheduler_type="greedy"), ["lr_scheduler_type='greedy'"], ["optimizers=(optimizer, scheduler)"]))
+idiom("save_only_model=True", "refused", "checkpoints hold the full state; --save_total_limit bounds the disk and "
+      "trainer.save_model() writes the weights")(
+    refused(dict(save_only_model=True), ["save_only_model"], ["save_total_limit", "save_model()"]))
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
+idiom("a streaming IterableDataset as train_dataset", "refused", "pass a map-style dataset (with __len__)")(
+    refused(dict(max_steps=3), ["IterableDataset"], ["map-style dataset"],
+            train_dataset=_Stream([{"input_ids": [2, 3], "label": 0}])))
+
+
+@idiom("compute_metrics returning a list", "refused", "return a dict of named metrics (Transformers fails with a "
+       "TypeError inside its loop)")
+def _metrics_list(tmp_path):
+    run = Run("braeburn", tmp_path)
+    trainer = run.trainer(run.args(), record=False, compute_metrics=lambda p: [0.5])
+    _, error = run.quietly(trainer.evaluate)
+    assert_refused(error, ["compute_metrics returned a list"], ["return a dict"])
+
+
+
+# -- callbacks, subclasses, the parser ----------------------------------------------------------------------------
+@idiom("EarlyStoppingCallback with load_best_model_at_end, metric_for_best_model, greater_is_better", "identical",
+       SAVES)
+def _early_stopping(tmp_path):
+    args = dict(num_train_epochs=6, learning_rate=1e-9, eval_strategy="epoch", save_strategy="epoch",
+                load_best_model_at_end=True, metric_for_best_model="accuracy", greater_is_better=True)
+    early = per_run(lambda run: [run.lib.EarlyStoppingCallback(early_stopping_patience=1)])
+    after = lambda run, trainer: {"best": (trainer.state.best_metric,  # noqa: E731
+                                           str(trainer.state.best_model_checkpoint).rsplit("/", 1)[-1])}
+    check = saves(args)
+    peer, ours, _ = train_both(tmp_path, args, after, compute_metrics=_runs.accuracy, callbacks=early)
+    for seen in (peer, ours):
+        seen.calls = [call for call in seen.calls if not call.startswith("on_save")]
+    assert peer.extra["best"][1] == "checkpoint-4" and check  # stopped after the second evaluation
+    assert_identical(peer, ours)
+
+
+class _StopAt:
+    """A TrainerCallback that stops training at step 3 through control, as Transformers' docs show."""
+
+    @staticmethod
+    def make(run: Run):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 3:
+                control.should_training_stop = True
+            return control
+        return [type("StopAt", (run.lib.TrainerCallback,), {"on_step_end": on_step_end})()]
+
+
+register("a TrainerCallback setting control.should_training_stop in on_step_end", args=dict(num_train_epochs=3),
+         callbacks=per_run(_StopAt.make))
+
+
+def _log_setter(run: Run):
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_log = state.global_step == 2
+        return control
+    return [type("LogAt", (run.lib.TrainerCallback,), {"on_step_end": on_step_end})()]
+
+
+register("a TrainerCallback setting control.should_log", args=dict(logging_steps=500, max_steps=4),
+         callbacks=per_run(_log_setter))
+
+
+@idiom("Trainer subclass overriding compute_loss(model, inputs, return_outputs=False, num_items_in_batch=None)",
+       "identical", BITWISE)
+def _compute_loss(tmp_path):
+    seen = []
+    for name in _runs.LIBS:
+        run = Run(name, tmp_path)
+
+        class Weighted(run.lib.Trainer):
+            def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+                labels = inputs.pop("labels")
+                outputs = model(**inputs)
+                loss = torch.nn.functional.cross_entropy(outputs.logits, labels, weight=torch.tensor([1.0, 2.0]))
+                return (loss, outputs) if return_outputs else loss
+
+        parts = dict(model=run.model(), args=run.args(max_steps=4, eval_strategy="steps", eval_steps=2),
+                     train_dataset=run.train, eval_dataset=run.evals, callbacks=[_runs.recorder(run.lib, run.calls)],
+                     data_collator=__import__("transformers").DataCollatorWithPadding(run.tok))
+        trainer = Weighted(**parts)
+        result, error = run.quietly(trainer.train)
+        seen.append(_runs.observe(run, trainer, result, error))
+    assert_identical(*seen)
+
+
+@idiom("HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(run_glue's flags)", "identical",
+       "the same field values")
+def _parser(tmp_path):
+    import transformers
+
+    import braeburn
+
+    argv = ["--output_dir", str(tmp_path), "--do_train", "--do_eval", "--per_device_train_batch_size", "32",
+            "--learning_rate", "2e-5", "--num_train_epochs", "3", "--eval_strategy", "epoch", "--save_strategy",
+            "epoch", "--save_total_limit", "2", "--logging_steps", "10", "--warmup_steps", "0.1", "--seed", "7",
+            "--dataloader_pin_memory", "false", "--lr_scheduler_type", "cosine", "--weight_decay", "0.01",
+            "--report_to", "none", "--use_cpu"]
+    names = ("do_train", "do_eval", "per_device_train_batch_size", "learning_rate", "num_train_epochs",
+             "eval_strategy", "save_strategy", "save_total_limit", "logging_steps", "warmup_steps", "seed",
+             "dataloader_pin_memory", "lr_scheduler_type", "weight_decay", "use_cpu")
+    plain = lambda value: getattr(value, "value", value)  # noqa: E731
+    (theirs,) = transformers.HfArgumentParser(transformers.TrainingArguments).parse_args_into_dataclasses(argv)
+    (ours,) = braeburn.HfArgumentParser(braeburn.TrainingArguments).parse_args_into_dataclasses(argv)
+    assert {n: plain(getattr(theirs, n)) for n in names} == {n: getattr(ours, n) for n in names}
+
+
+@idiom("include_for_metrics=['inputs'] / include_inputs_for_metrics=True", "refused",
+       "compute what needs the inputs in your own evaluation loop")
+def _include_for_metrics(tmp_path):
+    for fields in (dict(include_for_metrics=["inputs"]), dict(include_inputs_for_metrics=True)):
+        run = Run("braeburn", tmp_path)
+        _, error = run.quietly(lambda: run.trainer(run.args(**fields), record=False).train())
+        assert_refused(error, [next(iter(fields))], ["your own evaluation loop"])
+
+
+# -- the test: one per idiom (last, so that every idiom above is registered) -----------------------------------
+@pytest.mark.parametrize("case", CATALOGUE.params())
+def test_idiom(case, tmp_path):
+    case.run(tmp_path)

@@ -1,0 +1,80 @@
+"""report_to="tensorboard" writes Transformers' folder and tags: output_dir/runs/<date>_<host>/ with train/loss,
+eval/loss ... (checked against Transformers' own rewrite_logs and default_logdir; TensorBoard's writer is faked, so
+the test needs no tensorboard package)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from . import _runs
+
+
+class _Writer:
+    made: list["_Writer"] = []
+
+    def __init__(self, log_dir=None, **_):
+        self.log_dir, self.scalars = log_dir, []
+        _Writer.made.append(self)
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.append((tag, value, step))
+
+    def add_text(self, *args, **kwargs): ...
+    def flush(self): ...
+    def close(self): ...
+
+
+@pytest.fixture
+def fake_tensorboard(monkeypatch):
+    module = types.ModuleType("torch.utils.tensorboard")
+    module.SummaryWriter = _Writer
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", module)
+    monkeypatch.setattr("braeburn.trainer.config.tensorboard_installed", lambda: True)
+    monkeypatch.setattr("braeburn.accelerator.trackers.is_available", lambda name: True, raising=False)
+    _Writer.made = []
+    return _Writer.made
+
+
+def test_tensorboard_folder_and_tags_are_transformers(fake_tensorboard, tmp_path, monkeypatch, no_launcher_env,
+                                                      one_thread):
+    pytest.importorskip("transformers")
+    from transformers.integrations.integration_utils import rewrite_logs
+
+    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    run = _runs.Run("braeburn", tmp_path)
+    trainer = run.trainer(run.args(max_steps=4, logging_steps=2, eval_strategy="steps", eval_steps=2,
+                                   report_to="tensorboard"), record=False)
+    trainer.train()
+    (writer,) = fake_tensorboard
+    folder = Path(writer.log_dir)
+    assert folder.parent == run.folder / "out" / "runs"
+    assert re.fullmatch(r"[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_" + re.escape(socket.gethostname()), folder.name)
+    expected = [(tag, value, record["step"]) for record in trainer.state.log_history
+                for tag, value in rewrite_logs({k: v for k, v in record.items() if k != "step"}).items()
+                if isinstance(value, (int, float))]
+    assert writer.scalars == expected
+    assert {"train/loss", "train/grad_norm", "train/learning_rate", "train/epoch", "eval/loss",
+            "train/train_loss", "train/total_flos"} <= {tag for tag, _, _ in writer.scalars}
+
+
+def test_a_link_at_the_runs_folder_is_not_followed(fake_tensorboard, tmp_path, monkeypatch, no_launcher_env,
+                                                   one_thread):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    run = _runs.Run("braeburn", tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run.folder / "out").mkdir(parents=True)
+    (run.folder / "out" / "runs").symlink_to(elsewhere)
+    trainer = run.trainer(run.args(max_steps=1, report_to="tensorboard"), record=False)
+    _, error = run.quietly(trainer.train)
+    assert error is None and fake_tensorboard == [] and list(elsewhere.iterdir()) == []
+    assert "TensorBoard logging is off" in run.printed
