@@ -95,8 +95,9 @@ def test_resume_mid_epoch_draws_the_same_batches():
 
 def test_loader_attributes_and_len():
     prepared = DeviceDataLoader(_loader(n=10, batch_size=4), CPU, num_processes=2, process_index=1, seed=0)
-    assert prepared.batch_size == 4 and len(prepared.dataset) == 10 and len(prepared) == 2
-    assert prepared.total_batch_size == 8
+    assert prepared.per_process_batch_size == 4 and len(prepared.dataset) == 10 and len(prepared) == 2
+    assert prepared.batch_size is None  # Accelerate's: a map-style dataset's prepared loader batches by its sampler
+    assert prepared.total_batch_size == 8 and prepared.total_dataset_length == 10 and prepared.drop_last is False
 
 
 def test_tracker_marks_the_last_batch_and_remainder():

@@ -73,6 +73,8 @@ class Accelerator(CompileMixin):
     the process group (default: torch's).
     """
 
+    _state_names = state_io.BRAEBURN_NAMES  # save_state()'s file names (braeburn.Accelerator: Accelerate's)
+
     def __init__(self, cpu: bool = False, mixed_precision: str = "auto", gradient_accumulation_steps: int = 1,
                  accelerator: str = "auto", devices="auto", strategy: str = "auto", compile="auto",
                  seed: int | None = None, mps_fallback: bool = True, step_scheduler_with_optimizer: bool = True,
@@ -502,11 +504,11 @@ class Accelerator(CompileMixin):
                 module = self.unwrap_model(model)
                 state_io.save_model_state(module.state_dict(), directory, i, module)
             for i, optimizer in enumerate(self._optimizers):
-                save(optimizer.state_dict(), directory, f"optimizer_{i}.pt")
+                save(optimizer.state_dict(), directory, self._state_names.name("optimizer", i))
         for i, scheduler in enumerate(self._schedulers):
-            save(scheduler.state_dict(), directory, f"scheduler_{i}.pt")
+            save(scheduler.state_dict(), directory, self._state_names.name("scheduler", i))
         for i, loader in enumerate(self._dataloaders):  # the position in samples, for any world size
-            save({**loader.state_dict(), "num_processes": self.num_processes, "batch_size": loader.batch_size},
+            save({**loader.state_dict(), "num_processes": self.num_processes, "batch_size": loader.per_process_batch_size},
                  directory, f"dataloader_{i}.pt")
         self._save_custom_objects(directory)
         save({"precision": self._policy.state_dict(), "precision_name": self.precision,
@@ -543,7 +545,7 @@ class Accelerator(CompileMixin):
         for i, model in enumerate(self._models):  # (a file that does not fit: one error naming it)
             state_io.load_model_into(self.unwrap_model(model), input_dir, i)
         for i, optimizer in enumerate(self._optimizers):
-            state_io.load_optimizer_into(optimizer, input_dir, i)
+            state_io.load_optimizer_into(optimizer, input_dir, i, self._state_names)
 
     def _counts(self) -> dict[str, int]:
         return {"models": len(self._models), "optimizers": len(self._optimizers),
@@ -562,10 +564,10 @@ class Accelerator(CompileMixin):
                              "in the same order, before load_state()")
         self._load_models_and_optimizers(input_dir, layout)
         for i, scheduler in enumerate(self._schedulers):
-            scheduler.load_state_dict(load(input_dir, f"scheduler_{i}.pt"))
+            scheduler.load_state_dict(load(input_dir, state_io.state_file(input_dir, self._state_names, "scheduler", i)))
         for i, loader in enumerate(self._dataloaders):
             saved = load(input_dir, f"dataloader_{i}.pt")
-            loader.load_state_dict(dist_ckpt.resume_position(saved, loader.batch_size, self.num_processes))
+            loader.load_state_dict(dist_ckpt.resume_position(saved, loader.per_process_batch_size, self.num_processes))
         self._resume_measured_precision(meta.get("precision_name"), meta.get("precision_reason"))
         self._policy.load_state_dict(meta["precision"])
         self._load_custom_objects(input_dir)

@@ -218,6 +218,7 @@ class BatchTracker:
 
     end_of_dataloader: bool = False
     remainder: int = -1  # real samples in the final global batch; -1 when nothing is padded
+    active: Any = None  # the DeviceDataLoader being iterated (None between loops): Accelerate's active_dataloader
 
 
 def dataloader_workers_default(host: HostFacts) -> tuple[int, str]:
@@ -290,13 +291,32 @@ class DeviceDataLoader:
         return self.original.dataset
 
     @property
+    def per_process_batch_size(self) -> int | None:
+        """Samples per batch on this process (the DataLoader's batch_size, or its batch sampler's)."""
+        size = self.original.batch_size
+        return size if size is not None else getattr(self.original.batch_sampler, "batch_size", None)
+
+    @property
     def batch_size(self) -> int | None:
-        return self.original.batch_size
+        """Accelerate's value: None for a map-style dataset (its prepared loader batches through a batch sampler),
+        the DataLoader's batch_size for an IterableDataset. :attr:`per_process_batch_size` is the size itself."""
+        return self.original.batch_size if isinstance(self.original.dataset, IterableDataset) else None
+
+    @property
+    def drop_last(self) -> bool:
+        """Accelerate's value: False for a map-style dataset (its batch sampler drops), the DataLoader's otherwise."""
+        return self.original.drop_last if isinstance(self.original.dataset, IterableDataset) else False
 
     @property
     def total_batch_size(self) -> int | None:
-        """Samples per optimizer-free step across all processes."""
-        return None if self.batch_size is None else self.batch_size * self.num_processes
+        """Samples per step across all processes."""
+        size = self.per_process_batch_size
+        return None if size is None else size * self.num_processes
+
+    @property
+    def total_dataset_length(self) -> int:
+        """Samples in the dataset (all processes together), as Accelerate's prepared loader says."""
+        return len(self.dataset)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -311,6 +331,7 @@ class DeviceDataLoader:
         batches = self._batches(skip)
         total = len(self)
         self.batches_yielded = skip
+        self.tracker.active = self
         for batch in batches:
             self.batches_yielded += 1
             last = self.batches_yielded >= total
@@ -321,6 +342,8 @@ class DeviceDataLoader:
                 batch = cast_float64(batch, self._cast_names, reason)
             yield move_to_device(batch, self.device, non_blocking=self.non_blocking)
         self.epoch, self.batches_yielded = self.epoch + 1, 0
+        if self.tracker.active is self:
+            self.tracker.active = None
 
     def _batches(self, skip: int) -> Iterator[Any]:
         if self.sampler is not None:
@@ -369,7 +392,7 @@ class DeviceDataLoader:
             self.seed = self.sampler.seed = int(state["seed"])
 
     def __repr__(self) -> str:
-        return (f"DeviceDataLoader(batches={len(self)}, batch_size={self.batch_size}, device={self.device}, "
+        return (f"DeviceDataLoader(batches={len(self)}, batch_size={self.per_process_batch_size}, device={self.device}, "
                 f"processes={self.num_processes}, epoch={self.epoch})")
 
 

@@ -24,7 +24,10 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ...accelerator import trackers as tracking
+from ...checkpoints import state as state_io
 from ...distributed import process_group as pg
+from ...accelerator.core import say_once
+from .state import AcceleratorState, GradientState
 
 
 class DistributedType(str, enum.Enum):
@@ -73,14 +76,23 @@ class GradientAccumulationPlugin:
     sync_with_dataloader: bool = True
 
 
+SAVED_AS_ACCELERATE = "model.safetensors, optimizer.bin, scheduler.bin and custom_checkpoint_<i>.pkl"
+SAVED_BY_BRAEBURN = "rng_state_<rank>.pt, dataloader_<i>.pt, accelerator.pt and manifest.json"
+
+
 class AccelerateCompat:
     """Accelerate's public names that braeburn's Accelerator adds on top of its core (see the module doc). Its
     ``_checkpoint_dir``, ``_after_automatic_save``, ``_save_custom_objects``, ``_load_custom_objects``,
     ``_latest_automatic_checkpoint`` and ``_end_trackers`` fill the core's hooks."""
 
+    _state_names = state_io.ACCELERATE_NAMES  # save_state() writes optimizer.bin, scheduler.bin, custom_checkpoint_0.pkl
+
     # -- set up, from Accelerator.__init__ (before the core's) ------------------------------------------------
     def _init_accelerate_compat(self, log_with: Any = None, project_dir: Any = None,
-                                project_config: ProjectConfiguration | None = None, **_: Any) -> None:
+                                project_config: ProjectConfiguration | None = None,
+                                gradient_accumulation_plugin: Any = None, dataloader_config: Any = None,
+                                **_: Any) -> None:
+        self._accumulation_plugin, self._dataloader_config = gradient_accumulation_plugin, dataloader_config
         config = project_config or ProjectConfiguration()
         if project_dir is not None:
             config.project_dir = str(project_dir)
@@ -104,6 +116,24 @@ class AccelerateCompat:
         return self.project_configuration.iteration
 
     # -- who am I -----------------------------------------------------------------------------
+    @property
+    def state(self) -> AcceleratorState:
+        """Accelerate's ``accelerator.state``: a live view of this Accelerator's process facts (state.py)."""
+        return AcceleratorState(self)
+
+    @property
+    def gradient_state(self) -> GradientState:
+        """Accelerate's ``accelerator.gradient_state``: sync_gradients, end_of_dataloader, num_steps ... (state.py)."""
+        return GradientState(self)
+
+    def _accumulation_plugin_kwargs(self) -> dict[str, Any]:
+        """Accelerate's ``GradientState.plugin_kwargs``: num_steps, and the fields a given plugin changed."""
+        from .options import changed_fields
+
+        plugin = self._accumulation_plugin
+        changed = {k: v for k, v in (changed_fields(plugin) or {}).items() if k != "num_steps"}
+        return {"num_steps": self.gradient_accumulation_steps, **changed}
+
     @property
     def mixed_precision(self) -> str:
         """"no", "fp16" or "bf16": what the plan resolved (never "auto")."""
@@ -143,7 +173,8 @@ class AccelerateCompat:
 
     @property
     def use_seedable_sampler(self) -> bool:
-        return True
+        """As Accelerate: what DataLoaderConfiguration said (prepared loaders follow a seeded order either way)."""
+        return bool(getattr(self._dataloader_config, "use_seedable_sampler", False))
 
     @property
     def use_stateful_dataloader(self) -> bool:
@@ -329,6 +360,13 @@ class AccelerateCompat:
         else:
             torch.save(obj, f)
 
+    def save_state(self, output_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
+        """Accelerate's save_state(): its file names where the content is its own; braeburn's own files beside them."""
+        say_once(f"braeburn: save_state() writes {SAVED_AS_ACCELERATE} as Accelerate does, and its own "
+                 f"{SAVED_BY_BRAEBURN} where Accelerate writes random_states_<rank>.pkl (a pickle braeburn would have to "
+                 "load unsafely): docs/migrating.md")
+        super().save_state(output_dir, **kwargs)
+
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Objects with ``state_dict()`` / ``load_state_dict()`` that save_state/load_state should include."""
         bad = [type(obj).__name__ for obj in objects
@@ -339,20 +377,17 @@ class AccelerateCompat:
         self._custom_objects.extend(objects)
 
     def _save_custom_objects(self, directory: Path) -> None:
-        from ...checkpoints import state as state_io
-
         for i, obj in enumerate(self._custom_objects):
-            state_io.save_file(obj.state_dict(), directory, f"custom_checkpoint_{i}.pt")
+            state_io.save_file(obj.state_dict(), directory, self._state_names.name("custom_checkpoint", i))
 
     def _load_custom_objects(self, directory: Any) -> None:
-        from ...checkpoints import state as state_io
-
         for i, obj in enumerate(self._custom_objects):
-            if not os.path.exists(os.path.join(directory, f"custom_checkpoint_{i}.pt")):
-                raise ValueError(f"{directory} holds no custom_checkpoint_{i}.pt, but {len(self._custom_objects)} "
+            name = state_io.state_file(directory, self._state_names, "custom_checkpoint", i)
+            if not os.path.exists(os.path.join(directory, name)):
+                raise ValueError(f"{directory} holds no {name}, but {len(self._custom_objects)} "
                                  "objects are registered for checkpointing: register the same objects, in the same "
                                  "order, as the run that saved it")
-            obj.load_state_dict(state_io.load_file(directory, f"custom_checkpoint_{i}.pt"))
+            obj.load_state_dict(state_io.load_file(directory, name))  # (weights_only: plain data, never code)
 
     def _checkpoint_dir(self, output_dir: Any) -> Any:
         """save_state()/load_state() without a folder: project_dir/checkpoints/checkpoint_<n> (automatic naming)."""
@@ -389,6 +424,17 @@ class AccelerateCompat:
                            key=lambda p: int(p.name.split("_")[-1]))
             for old in found[:max(0, len(found) - config.total_limit)]:
                 no_follow.remove_tree(old)  # (a mount point inside: refused, nothing removed)
+        self._release_older_checkpoint_locks(os.path.abspath(output_dir))
+
+    def _release_older_checkpoint_locks(self, newest: str) -> None:
+        """With automatic naming this run never writes an older checkpoint_<n> again (and another run into the
+        same project_dir is refused by _checkpoint_dir), so only the newest one's lock is held: one
+        ``.checkpoint_<n>.braeburn.lock`` beside the checkpoints during the run, none after it."""
+        from ...checkpoints import output_lock
+
+        for folder in [f for f in self._locked if f != newest and os.path.dirname(f) == os.path.dirname(newest)]:
+            del self._locked[folder]
+            output_lock.release(folder)
 
     def _latest_automatic_checkpoint(self) -> str:
         config = self.project_configuration
@@ -403,13 +449,11 @@ class AccelerateCompat:
     # -- trackers ----------------------------------------------------------------------------------
     def init_trackers(self, project_name: str, config: dict | None = None,
                       init_kwargs: dict[str, dict] | None = None) -> None:
-        """Start the trackers of ``log_with`` (plus the JSON-lines file) for ``project_name``, storing ``config``."""
+        """Start the trackers of ``log_with`` for ``project_name``, storing ``config``; as in Accelerate, none writes
+        a file that ``log_with`` did not ask for (braeburn's JSON-lines file only with ``log_with="jsonl"``)."""
         if not self.is_main_process:
             return
-        chosen = list(self.log_with)
-        if self.logging_dir is not None and "jsonl" not in chosen:
-            chosen.append("jsonl")
-        self.trackers = tracking.start_trackers(chosen, project_name, self.logging_dir, init_kwargs)
+        self.trackers = tracking.start_trackers(list(self.log_with), project_name, self.logging_dir, init_kwargs)
         if config is not None:
             for tracker in self.trackers:
                 tracker.store_init_configuration(config)
