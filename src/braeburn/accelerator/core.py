@@ -239,7 +239,13 @@ class Accelerator(CompileMixin):
     def _float64_batch_reason(self) -> str | None:
         return float64_batch_reason(self.plan.device.float64_cast_reason(), self._float64_model)
 
+    def _torch_shuffle(self, loader: torch.utils.data.DataLoader) -> tuple[str, int] | None:
+        """Hook: for a shuffled loader whose order should be torch's own (as Accelerate's default), the ShardSampler
+        order ("drawn" or "stream") and its seed; None: the seeded order (``data_seed``). braeburn.Accelerator's."""
+        return None
+
     def _prepare_dataloader(self, loader: torch.utils.data.DataLoader) -> DeviceDataLoader:
+        order, torch_seed = self._torch_shuffle(loader) or ("seeded", None)
         if self._data_seed is None:
             # torch.manual_seed's seed, read without drawing from the generator: a draw here would shift every
             # later random number (the model's init, dropout) away from Accelerate's run with the same seed.
@@ -247,8 +253,9 @@ class Accelerator(CompileMixin):
             self._data_seed = pg.broadcast_int(seed) if self.num_processes > 1 else seed
         prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
                                     num_processes=self.num_processes, process_index=self.process_index,
-                                    seed=self._data_seed, tracker=self._tracker, host=current_host(),
-                                    float64_to_float32=self._float64_batch_reason)
+                                    seed=self._data_seed if torch_seed is None else torch_seed,
+                                    tracker=self._tracker, host=current_host(),
+                                    float64_to_float32=self._float64_batch_reason, order=order)
         self._dataloaders.append(prepared)
         return prepared
 

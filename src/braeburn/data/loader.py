@@ -157,16 +157,23 @@ class ShardSampler(Sampler[int]):
     contiguous pieces, one per rank, so concatenating the ranks' batches (all_gather) gives the global
     batch in order. Uneven datasets are padded by repeating samples from the start, as
     ``DistributedSampler`` does; :attr:`padding` says how many, so metrics can drop them.
+
+    ``order`` (with ``shuffle``): "seeded" shuffles epoch ``e`` with ``seed + e`` (Accelerate's seedable sampler);
+    "drawn" as torch's RandomSampler without a generator (Accelerate's default on one process): each epoch's seed is
+    drawn from torch's generator when the epoch starts (kept in ``seed``, so that a resumed epoch replays it without
+    drawing); "stream" as one generator seeded with ``seed`` giving a permutation per epoch (Accelerate's default on
+    several processes, whose RandomSampler gets a generator seeded when the loader is prepared).
     """
 
     def __init__(self, dataset_len: int, *, batch_size: int, num_replicas: int = 1, rank: int = 0,
-                 shuffle: bool = False, seed: int = 0, drop_last: bool = False):
+                 shuffle: bool = False, seed: int = 0, drop_last: bool = False, order: str = "seeded"):
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank={rank} must be in [0, num_replicas={num_replicas})")
         self.dataset_len, self.batch_size = dataset_len, batch_size
         self.num_replicas, self.rank = num_replicas, rank
-        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.shuffle, self.seed, self.drop_last, self.order = shuffle, seed, drop_last, order
         self.epoch, self.skip_batches = 0, 0
+        self._resuming = False
         chunk = num_replicas * batch_size
         if drop_last:
             self.total_size, self.padding = dataset_len // chunk * chunk, 0
@@ -180,14 +187,26 @@ class ShardSampler(Sampler[int]):
     def global_order(self) -> list[int]:
         """Every rank's indices for this epoch, in global-batch order (padding at the end)."""
         if self.shuffle:
-            generator = torch.Generator()
-            generator.manual_seed(self.seed + self.epoch)
-            order = torch.randperm(self.dataset_len, generator=generator).tolist()
+            order = self._permutation()
         else:
             order = list(range(self.dataset_len))
         if self.padding and order:
             order += (order * math.ceil(self.padding / len(order)))[: self.padding]
         return order[: self.total_size]
+
+    def _permutation(self) -> list[int]:
+        generator = torch.Generator()
+        if self.order == "drawn":
+            if not self._resuming:  # what RandomSampler draws at the start of an epoch (a resumed one drew it before)
+                self.seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            generator.manual_seed(self.seed)
+        elif self.order == "stream":
+            generator.manual_seed(self.seed)
+            for _ in range(self.epoch):  # the permutations of the epochs before this one
+                torch.randperm(self.dataset_len, generator=generator)
+        else:
+            generator.manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.dataset_len, generator=generator).tolist()
 
     def rank_indices(self) -> list[int]:
         order, chunk, mine = self.global_order(), self.num_replicas * self.batch_size, []
@@ -205,6 +224,7 @@ class ShardSampler(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         skip, self.skip_batches = self.skip_batches, 0  # a resume skips once, then epochs run whole
+        self._resuming = skip > 0
         return iter(self.rank_indices()[skip * self.batch_size:])
 
     def __len__(self) -> int:
@@ -258,7 +278,7 @@ class DeviceDataLoader:
     def __init__(self, loader: DataLoader, device: torch.device, *, pin_memory: bool = False,
                  num_processes: int = 1, process_index: int = 0, seed: int = 0,
                  tracker: BatchTracker | None = None, host: HostFacts | None = None,
-                 float64_to_float32: str | Callable[[], str | None] | None = None):
+                 float64_to_float32: str | Callable[[], str | None] | None = None, order: str = "seeded"):
         self.original, self.device = loader, device
         self._float64_reason = float64_to_float32  # a callable asks at each batch: the model may be prepared later
         self._cast_names: set[str] = set()
@@ -272,7 +292,7 @@ class DeviceDataLoader:
             self.sampler = ShardSampler(len(loader.dataset), batch_size=loader.batch_size,
                                         num_replicas=num_processes, rank=process_index,
                                         shuffle=isinstance(loader.sampler, RandomSampler), seed=seed,
-                                        drop_last=loader.drop_last)
+                                        drop_last=loader.drop_last, order=order)
             self.loader = _rebuild(loader, self.sampler, pin_memory)
         elif num_processes > 1:
             raise ValueError(_cannot_shard_message(loader, num_processes))
@@ -329,12 +349,17 @@ class DeviceDataLoader:
     def __iter__(self) -> Iterator[Any]:
         skip, self._skip = self._skip, 0
         batches = self._batches(skip)
-        total = len(self)
+        total = self._length()
+        if total is None:  # an IterableDataset without a length: one batch ahead tells the last one
+            batches = _with_last(batches)
         self.batches_yielded = skip
         self.tracker.active = self
         for batch in batches:
             self.batches_yielded += 1
-            last = self.batches_yielded >= total
+            if total is None:
+                batch, last = batch
+            else:
+                last = self.batches_yielded >= total
             self.tracker.end_of_dataloader = last
             self.tracker.remainder = self._remainder() if last else -1
             reason = self.float64_to_float32
@@ -344,6 +369,12 @@ class DeviceDataLoader:
         self.epoch, self.batches_yielded = self.epoch + 1, 0
         if self.tracker.active is self:
             self.tracker.active = None
+
+    def _length(self) -> int | None:
+        try:
+            return len(self)
+        except TypeError:
+            return None
 
     def _batches(self, skip: int) -> Iterator[Any]:
         if self.sampler is not None:
@@ -369,7 +400,8 @@ class DeviceDataLoader:
         return self.sampler.last_batch_real_samples()
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": self.seed}
+        seed = self.sampler.seed if self.sampler is not None else self.seed  # (a drawn order: this epoch's seed)
+        return {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": seed}
 
     def rebatch(self, batch_size: int) -> None:
         """Batches of ``batch_size`` from the next iteration on, in the same sample order (set the position
@@ -381,7 +413,8 @@ class DeviceDataLoader:
         old = self.sampler
         self.original = _rebuild(self.original, self.original.sampler, self.original.pin_memory, batch_size)
         self.sampler = ShardSampler(old.dataset_len, batch_size=batch_size, num_replicas=old.num_replicas,
-                                    rank=old.rank, shuffle=old.shuffle, seed=old.seed, drop_last=old.drop_last)
+                                    rank=old.rank, shuffle=old.shuffle, seed=old.seed, drop_last=old.drop_last,
+                                    order=old.order)
         self.loader = _rebuild(self.original, self.sampler, self.non_blocking)
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
@@ -394,6 +427,19 @@ class DeviceDataLoader:
     def __repr__(self) -> str:
         return (f"DeviceDataLoader(batches={len(self)}, batch_size={self.per_process_batch_size}, device={self.device}, "
                 f"processes={self.num_processes}, epoch={self.epoch})")
+
+
+def _with_last(batches: Iterator[Any]) -> Iterator[tuple[Any, bool]]:
+    """(batch, is it the last one), reading one batch ahead (as Accelerate's prepared loaders do)."""
+    iterator = iter(batches)
+    try:
+        current = next(iterator)
+    except StopIteration:
+        return
+    for following in iterator:
+        yield current, False
+        current = following
+    yield current, True
 
 
 def _can_reshard(loader: DataLoader) -> bool:

@@ -246,6 +246,20 @@ class AccelerateCompat:
             return functools.partial(self.on_local_process, local_process_index=local_process_index)
         return self._only_on(self.local_process_index == local_process_index or not self.use_distributed, function)
 
+    def _torch_shuffle(self, loader: Any) -> tuple[str, int] | None:
+        """A shuffled DataLoader (a RandomSampler without a generator) is shuffled as Accelerate's default does
+        (use_seedable_sampler=False, no seed=/data_seed given): on one process a seed drawn from torch's generator
+        at each epoch's start, as the RandomSampler itself would; on several, one drawn now on every process (rank
+        0's kept) seeding a generator whose next permutation each epoch takes."""
+        sampler = getattr(loader, "sampler", None)
+        if (self.use_seedable_sampler or self._data_seed is not None
+                or not isinstance(sampler, torch.utils.data.RandomSampler) or sampler.generator is not None):
+            return None
+        if self.num_processes == 1:
+            return "drawn", 0
+        seed = int(torch.empty((), dtype=torch.int64).random_().item())  # Accelerate's draw in prepare_data_loader
+        return "stream", pg.broadcast_int(seed)
+
     # -- prepare, one object at a time -------------------------------------------------------------
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
                       evaluation_mode: bool = False) -> torch.nn.Module:
@@ -364,8 +378,19 @@ class AccelerateCompat:
         """Accelerate's save_state(): its file names where the content is its own; braeburn's own files beside them."""
         say_once(f"braeburn: save_state() writes {SAVED_AS_ACCELERATE} as Accelerate does, and its own "
                  f"{SAVED_BY_BRAEBURN} where Accelerate writes random_states_<rank>.pkl (a pickle braeburn would have to "
-                 "load unsafely): docs/migrating.md")
+                 "load unsafely); while this run lives, .<folder>.braeburn.lock beside the newest folder keeps other "
+                 "processes from saving into it: docs/migrating.md")
         super().save_state(output_dir, **kwargs)
+
+    def load_state(self, input_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
+        """Accelerate's load_state(); a prepared DataLoader saved mid-epoch resumes there, which it says."""
+        super().load_state(input_dir, **kwargs)
+        for i, loader in enumerate(self._dataloaders):
+            if loader.batches_yielded:
+                say_once(f"braeburn: load_state() resumes prepared DataLoader {i} at batch {loader.batches_yielded} "
+                         "of its epoch, in the saved order (Accelerate starts it over, shuffled anew, unless "
+                         f"skip_first_batches(loader, {loader.batches_yielded}) is called, which gives the same "
+                         "batches here)")
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Objects with ``state_dict()`` / ``load_state_dict()`` that save_state/load_state should include."""
@@ -490,8 +515,7 @@ class AccelerateCompat:
         self._dataloaders.clear()
         gc.collect()
         self.plan.device.empty_cache()
-        released = [None for _ in objects]
-        return released if objects else None
+        return [None for _ in objects]  # as Accelerate's release_memory: [] for no objects
 
     clear = free_memory
 
