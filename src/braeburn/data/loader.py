@@ -155,8 +155,8 @@ def first_dim(data: Any) -> int | None:
 class ShardSampler(Sampler[int]):
     """This process's indices: each global batch of ``num_replicas * batch_size`` samples is split in
     contiguous pieces, one per rank, so concatenating the ranks' batches (all_gather) gives the global
-    batch in order. Uneven datasets are padded by repeating samples from the start, as
-    ``DistributedSampler`` does; :attr:`padding` says how many, so metrics can drop them.
+    batch in order. Uneven datasets are padded to whole global batches by repeating samples from the
+    start, as Accelerate's even_batches does; :attr:`padding` says how many, so metrics can drop them.
 
     ``order`` (with ``shuffle``): "seeded" shuffles epoch ``e`` with ``seed + e`` (Accelerate's seedable sampler);
     "drawn" as torch's RandomSampler without a generator (Accelerate's default on one process): each epoch's seed is
@@ -177,8 +177,8 @@ class ShardSampler(Sampler[int]):
         chunk = num_replicas * batch_size
         if drop_last:
             self.total_size, self.padding = dataset_len // chunk * chunk, 0
-        else:
-            self.total_size = math.ceil(dataset_len / num_replicas) * num_replicas
+        else:  # as Accelerate's even_batches: whole global batches, the last one filled from the start of the order
+            self.total_size = math.ceil(dataset_len / chunk) * chunk if num_replicas > 1 else dataset_len
             self.padding = self.total_size - dataset_len
 
     def set_epoch(self, epoch: int) -> None:
@@ -202,7 +202,8 @@ class ShardSampler(Sampler[int]):
             generator.manual_seed(self.seed)
         elif self.order == "stream":
             generator.manual_seed(self.seed)
-            for _ in range(self.epoch):  # the permutations of the epochs before this one
+            # RandomSampler takes two permutations an epoch (the second for num_samples % n, here none of it)
+            for _ in range(2 * self.epoch):
                 torch.randperm(self.dataset_len, generator=generator)
         else:
             generator.manual_seed(self.seed + self.epoch)
