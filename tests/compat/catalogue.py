@@ -203,5 +203,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+if __name__ == "__main__":  # through the imported module: its Catalogue class is the one the catalogues use
+    from tests.compat import catalogue as _imported
+
+    sys.exit(_imported.main(sys.argv[1:]))
