@@ -28,6 +28,7 @@ from .._early import put_option
 from ..devices.host import HostFacts, current_host
 from ..devices.registry import GPU_ALIAS, accelerator_kinds
 from ..plan.envvars import COMPILE_VAR, DEVICE_REASON_VAR, DEVICE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR
+from .launch_accelerate_flags import add_accelerate_flags, dynamo_as_compile, threads_environment
 from .launch_config import (ConfigError, LaunchSettings, ResolvedSettings, SettingProblem, Source,
                              add_settings_arguments, flag_values, resolve_settings)
 from ..plan.rules import OptionError, Plan, PlanError, RunOptions, make_plan
@@ -42,13 +43,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nproc-per-node", "--nproc_per_node", "--nproc", dest="nproc_per_node", default=None,
                         metavar="N", help="torchrun's spelling: processes on each machine (num_processes = N x "
                         "num_machines); give it or --num-processes, not both")
-    parser.add_argument("--num-cpu-threads-per-process", "--num_cpu_threads_per_process",
-                        dest="num_cpu_threads_per_process", type=_threads, default=None, metavar="N",
-                        help="Accelerate's flag: OMP_NUM_THREADS=N in every process (default: the cores shared out "
-                        "between the processes of a machine, or what OMP_NUM_THREADS says)")
-    parser.add_argument("--dynamo-backend", "--dynamo_backend", dest="dynamo_backend", default=None,
-                        metavar="{no,inductor}", help="Accelerate's flag: inductor compiles the prepared models "
-                        "(--compile true), no does not (--compile false); braeburn compiles with inductor only")
+    add_accelerate_flags(parser)
     parser.add_argument("-m", "--module", action="store_true",
                         help="run the target as a module, like `python -m module`")
     parser.add_argument("--every-process-prints", action="store_true",
@@ -72,8 +67,7 @@ def run(args: argparse.Namespace) -> int:
     for line in [*(f"note: {note}" for note in resolved.notes), *ignored_option_lines(plan, resolved)]:
         print(f"braeburn launch: {line}", file=sys.stderr, flush=True)
     env = child_environment(plan, settings, os.environ, device_reason=launch_device_reason(resolved, os.environ))
-    if getattr(args, "num_cpu_threads_per_process", None) is not None:  # as Accelerate: set, whatever was there
-        env["OMP_NUM_THREADS"] = str(args.num_cpu_threads_per_process)
+    env.update(threads_environment(args))
     problems = plan.device.env_problems(env, current_host().system)  # the pair the child's torch will read
     if problems:
         raise ConfigError([], problems)
@@ -126,34 +120,11 @@ def print_dry_run(command: list[str], env: Mapping[str, str], parent: Mapping[st
         print(f"  unset {name}")
 
 
-def _threads(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of threads, 1 or more (OMP_NUM_THREADS "
-                                         "of each process). Fix: --num_cpu_threads_per_process 4")
-    return int(text)
-
-
-def _dynamo_flag(args: argparse.Namespace, flags: dict[str, Any]) -> None:
-    """Accelerate's --dynamo_backend as braeburn's compile setting (inductor: true, no: false)."""
-    backend = getattr(args, "dynamo_backend", None)
-    if backend is None:
-        return
-    compile_given = str(flags["compile"]).lower() if "compile" in flags else None
-    wanted = {"no": "false", "inductor": "true"}.get(str(backend).strip().lower())
-    if wanted is None:
-        raise ConfigError([], [f"--dynamo_backend={backend}: braeburn compiles with torch.compile's inductor backend "
-                               "only. Fix: --dynamo_backend inductor (or no), or leave it out"])
-    if compile_given is not None and compile_given != wanted:
-        raise ConfigError([], [f"--dynamo_backend={backend} and --compile={flags['compile']} disagree: "
-                               f"--dynamo_backend {backend} means --compile {wanted}. Pass one of them"])
-    flags["compile"] = wanted
-
-
 def launch_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The settings given as flags; torchrun's --nproc-per-node N becomes num_processes = N x num_machines;
     Accelerate's --dynamo_backend becomes --compile."""
     flags = flag_values(args)
-    _dynamo_flag(args, flags)
+    dynamo_as_compile(args, flags)
     per_node = getattr(args, "nproc_per_node", None)
     if per_node is None:
         return flags

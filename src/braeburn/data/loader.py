@@ -400,9 +400,12 @@ class DeviceDataLoader:
             return -1
         return self.sampler.last_batch_real_samples()
 
-    def state_dict(self) -> dict[str, int]:
-        seed = self.sampler.seed if self.sampler is not None else self.seed  # (a drawn order: this epoch's seed)
-        return {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": seed}
+    def state_dict(self) -> dict[str, Any]:
+        if self.sampler is None:
+            return {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": self.seed}
+        # the order the run follows, and its seed (a drawn order: this epoch's), so that a resume follows it too
+        return {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": self.sampler.seed,
+                "order": self.sampler.order}
 
     def rebatch(self, batch_size: int) -> None:
         """Batches of ``batch_size`` from the next iteration on, in the same sample order (set the position
@@ -418,12 +421,14 @@ class DeviceDataLoader:
                                     order=old.order)
         self.loader = _rebuild(self.original, self.sampler, self.non_blocking)
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``: the next batches are those the saved run would have drawn next."""
         self.epoch, self._skip = int(state["epoch"]), int(state["batches_yielded"])
         self.batches_yielded = self._skip
         if "seed" in state and self.sampler is not None:
             self.seed = self.sampler.seed = int(state["seed"])
+        if "order" in state and self.sampler is not None:
+            self.sampler.order = str(state["order"])
 
     def __repr__(self) -> str:
         return (f"DeviceDataLoader(batches={len(self)}, batch_size={self.per_process_batch_size}, device={self.device}, "
