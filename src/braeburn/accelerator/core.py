@@ -108,6 +108,7 @@ class Accelerator(CompileMixin):
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[DeviceDataLoader] = []
         self._data_seed: int | None = data_seed if data_seed is not None else seed
+        self._data_seed_given = self._data_seed is not None  # (else set from torch's seed at the first prepare)
         self._ddp_options = dict(ddp_options or {})
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps

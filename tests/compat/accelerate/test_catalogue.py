@@ -158,16 +158,20 @@ def _bf16(tmp_path):
     _identical(script, tmp_path)
 
 
-@idiom("set_seed(42) (accelerate.utils) before building the model and the shuffled DataLoader", "identical",
-       "bitwise losses, the same shuffled order")
+@idiom("set_seed(42) (accelerate.utils) before building the model and two shuffled DataLoaders", "identical",
+       "bitwise losses, the same shuffled orders, dropout's masks the same")
 def _set_seed(tmp_path):
     from accelerate.utils import set_seed
 
     def script(lib, folder):
         set_seed(42)
-        accelerator, net, optimizer, data = setup(lib, data=loader(shuffle=True))
+        accelerator = lib.Accelerator()
+        net = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 2))
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        net, optimizer, data, other = accelerator.prepare(net, optimizer, loader(shuffle=True),
+                                                          loader(n=6, batch_size=3, shuffle=True))
         losses = [step(accelerator, net, optimizer, batch) for _ in range(2) for batch in data]
-        return Observation(losses=losses)
+        return Observation(losses=losses, extra={"other": [b[1].tolist() for _ in range(2) for b in other]})
 
     _identical(script, tmp_path)
 

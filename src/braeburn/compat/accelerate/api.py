@@ -243,7 +243,7 @@ class AccelerateCompat(AccelerateCheckpointing):
         at each epoch's start, as the RandomSampler itself would; on several, one drawn now on every process (rank
         0's kept) seeding a generator whose next permutation each epoch takes."""
         sampler = getattr(loader, "sampler", None)
-        if (self.use_seedable_sampler or self._data_seed is not None
+        if (self.use_seedable_sampler or self._data_seed_given
                 or not isinstance(sampler, torch.utils.data.RandomSampler) or sampler.generator is not None):
             return None
         if self.num_processes == 1:
