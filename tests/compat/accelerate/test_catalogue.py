@@ -253,13 +253,15 @@ def _get_state_dict(tmp_path):
 # -- who am I ---------------------------------------------------------------------------------------------
 
 @idiom("accelerator.is_main_process / is_local_main_process / process_index / local_process_index / "
-       "num_processes / is_last_process / use_distributed / distributed_type", "identical", "the same values")
+       "num_processes / is_last_process / use_distributed / distributed_type / split_batches / even_batches / "
+       "use_seedable_sampler / use_stateful_dataloader", "identical", "the same values")
 def _who_am_i(tmp_path):
     def script(lib, folder):
         a = lib.Accelerator()
         return Observation(extra={"values": [a.is_main_process, a.is_local_main_process, a.process_index,
                                              a.local_process_index, a.num_processes, a.is_last_process,
-                                             a.use_distributed, str(a.distributed_type)]})
+                                             a.use_distributed, str(a.distributed_type), a.split_batches,
+                                             a.even_batches, a.use_seedable_sampler, a.use_stateful_dataloader]})
 
     _identical(script, tmp_path)
 
