@@ -136,6 +136,37 @@ def _save_model(tmp_path):
     _identical(script, tmp_path)
 
 
+@idiom("accelerator.save_model(model, 'out', safe_serialization=False)", "identical",
+       "the same pytorch_model.bin, the same tensors")
+def _save_model_pickled(tmp_path):
+    import torch
+
+    def script(lib, folder):
+        accelerator, net, optimizer, data = setup(lib)
+        accelerator.save_model(net, str(folder / "out"), safe_serialization=False)
+        saved = torch.load(folder / "out" / "pytorch_model.bin", weights_only=True)
+        return Observation(files=files(folder), extra={k: v.tolist() for k, v in saved.items()})
+
+    _identical(script, tmp_path)
+
+
+@idiom("accelerator.save_state('ckpt', safe_serialization=False)", "on purpose",
+       "one line says that the weights stay model.safetensors (Accelerate writes pytorch_model.bin): braeburn "
+       "writes no pickled weights")
+def _save_state_pickled(tmp_path):
+    def script(lib, folder):
+        accelerator, net, optimizer, data = setup(lib)
+        accelerator.save_state(str(folder / "ckpt"), safe_serialization=False)
+        return Observation(files=files(folder, leave_out=PEER_ONLY + OURS_ONLY + LOCK))
+
+    peer, ours, said = both(script, tmp_path)
+    assert "ckpt/pytorch_model.bin" in peer.files and "ckpt/model.safetensors" in ours.files
+    assert_on_purpose(said, "safe_serialization=False")
+    assert_on_purpose(said, "save_state()")
+    assert_identical(peer, ours, ignore=["files"])
+    assert [f for f in peer.files if "model" not in f] == [f for f in ours.files if "model" not in f]
+
+
 # -- trackers ---------------------------------------------------------------------------------------------
 
 @idiom("Accelerator(log_with='all', project_dir=...) + init_trackers / log / end_training (no tracker "

@@ -69,6 +69,12 @@ SCRIPT = textwrap.dedent('''
             objects += accelerator.gather_for_metrics([f"sample {i}" for i in index.tolist()])
         r["gather"], r["gather_for_metrics"], r["gather_objects"] = raw, kept, objects
 
+        losses = []
+        for inputs, index in evaluation:  # as Accelerate's examples log an eval loss
+            loss = torch.nn.functional.cross_entropy(model(inputs), index % 2)
+            losses.append(accelerator.gather_for_metrics(loss.repeat(inputs.shape[0])).tolist())
+        r["loss_repeat"] = losses
+        r["gather_scalar"] = accelerator.gather(torch.tensor(float(rank))).tolist()
         value = torch.tensor([float(rank + 1), 10.0 * (rank + 1)])
         r["reduce"] = [accelerator.reduce(value, "sum").tolist(), accelerator.reduce(value, "mean").tolist()]
         r["pad"] = accelerator.gather(accelerator.pad_across_processes(
@@ -151,6 +157,13 @@ def _gather(ranks):
        "identical", "the same samples, each once: the duplicates added to even the batches are dropped")
 def _gather_for_metrics(ranks):
     _compare(ranks, "gather_for_metrics", "gather_objects")
+
+
+@idiom("2 processes: accelerator.gather_for_metrics(loss.repeat(batch_size)) per eval batch, "
+       "accelerator.gather(0-d tensor)", "identical", "the same values: one loss per real sample; a 0-d tensor "
+       "gathered into one value per process")
+def _gather_loss(ranks):
+    _compare(ranks, "loss_repeat", "gather_scalar")
 
 
 @idiom("2 processes: accelerator.reduce(tensor, 'sum') / reduce(tensor, 'mean')", "identical",

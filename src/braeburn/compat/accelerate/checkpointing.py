@@ -30,6 +30,9 @@ class AccelerateCheckpointing:
                  f"{SAVED_BY_BRAEBURN} where Accelerate writes random_states_<rank>.pkl (a pickle braeburn would have to "
                  "load unsafely); while this run lives, .<folder>.braeburn.lock beside the newest folder keeps other "
                  "processes from saving into it: docs/migrating.md")
+        if kwargs.get("safe_serialization") is False:
+            say_once("braeburn: save_state(safe_serialization=False) writes the weights as model.safetensors all the "
+                     "same (Accelerate writes pytorch_model.bin): braeburn writes no pickled weights")
         super().save_state(output_dir, **kwargs)
 
     def load_state(self, input_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
