@@ -378,9 +378,10 @@ class Accelerator(CompileMixin):
         """All ranks' tensors concatenated on dim 0 (nested lists/tuples/dicts too)."""
         return pg.gather(self._metric(tensor))
 
-    def gather_for_metrics(self, data: Any) -> Any:
-        """:meth:`gather`, minus the samples repeated to pad an uneven last batch across processes."""
-        if isinstance(data, (list, tuple)) and data and not any(
+    def gather_for_metrics(self, data: Any, use_gather_object: bool = False) -> Any:
+        """:meth:`gather`, minus the samples repeated to pad an uneven last batch across processes. A list of
+        Python objects (or any list, with ``use_gather_object=True``, as Accelerate) is gathered as objects."""
+        if use_gather_object or isinstance(data, (list, tuple)) and data and not any(
                 isinstance(item, (torch.Tensor, dict, list, tuple)) for item in data):
             gathered: Any = [item for part in pg.gather_object(list(data)) for item in part]
         else:

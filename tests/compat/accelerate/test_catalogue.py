@@ -60,6 +60,52 @@ def _prepared_scheduler(tmp_path):
     _identical(script, tmp_path)
 
 
+def _scheduled(lib, make, *, epochs=2, per_epoch=False, metric=False, **accelerator_kwargs):
+    accelerator = lib.Accelerator(**accelerator_kwargs)
+    net = model()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    net, optimizer, data, scheduler = accelerator.prepare(net, optimizer, loader(n=12, batch_size=2), make(optimizer))
+    losses, lrs = [], []
+    for _ in range(epochs):
+        for inputs, labels in data:
+            with accelerator.accumulate(net):
+                loss = torch.nn.functional.cross_entropy(net(inputs), labels)
+                accelerator.backward(loss)
+                optimizer.step()
+                if not per_epoch:
+                    scheduler.step()
+                optimizer.zero_grad()
+            losses.append(loss.item())
+            lrs.append(optimizer.param_groups[0]["lr"])
+        if per_epoch:
+            scheduler.step(sum(losses[-6:])) if metric else scheduler.step()
+    return Observation(losses=losses, metrics={"lr": lrs})
+
+
+@idiom("a LambdaLR warm-up prepared with gradient_accumulation_steps=3, scheduler.step() inside accumulate()",
+       "identical", "bitwise losses and learning rates per batch (the schedule moves at optimizer steps only)")
+def _scheduler_with_accumulation(tmp_path):
+    _identical(lambda lib, folder: _scheduled(
+        lib, lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda s: min(1.0, (s + 1) / 4)),
+        gradient_accumulation_steps=3), tmp_path)
+
+
+@idiom("Accelerator(step_scheduler_with_optimizer=False) + StepLR stepped once per epoch", "identical",
+       "bitwise losses and learning rates")
+def _scheduler_per_epoch(tmp_path):
+    _identical(lambda lib, folder: _scheduled(
+        lib, lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5), epochs=3, per_epoch=True,
+        step_scheduler_with_optimizer=False), tmp_path)
+
+
+@idiom("ReduceLROnPlateau prepared, scheduler.step(metric) once per epoch", "identical",
+       "bitwise losses and learning rates")
+def _plateau(tmp_path):
+    _identical(lambda lib, folder: _scheduled(
+        lib, lambda o: torch.optim.lr_scheduler.ReduceLROnPlateau(o, patience=0, factor=0.5), epochs=3,
+        per_epoch=True, metric=True), tmp_path)
+
+
 def _accumulating(lib, folder, **accelerator_kwargs):
     accelerator, net, optimizer, data = setup(lib, data=loader(n=14, batch_size=2), **accelerator_kwargs)
     losses, syncs = [], []
@@ -203,6 +249,15 @@ def _gather_for_metrics(tmp_path):
             predictions += guess.tolist()
             references += labels.tolist()
         return Observation(metrics={"predictions": predictions, "references": references})
+
+    _identical(script, tmp_path)
+
+
+@idiom("accelerator.gather_for_metrics(['text', ...], use_gather_object=True)", "identical", "the same list")
+def _gather_objects(tmp_path):
+    def script(lib, folder):
+        accelerator = lib.Accelerator()
+        return Observation(extra={"gathered": accelerator.gather_for_metrics(["a", "b"], use_gather_object=True)})
 
     _identical(script, tmp_path)
 

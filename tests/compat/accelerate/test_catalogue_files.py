@@ -182,7 +182,7 @@ def _log_with_all(tmp_path):
     _identical(script, tmp_path)
 
 
-@idiom("a GeneralTracker subclass (accelerate.tracking) in log_with + get_tracker(name)", "identical",
+@idiom("a GeneralTracker subclass (accelerate.tracking) in log_with + get_tracker(name, unwrap=...)", "identical",
        "the same calls, in order, with the same values")
 def _custom_tracker(tmp_path):
     from accelerate.tracking import GeneralTracker
@@ -213,7 +213,8 @@ def _custom_tracker(tmp_path):
         accelerator = lib.Accelerator(log_with=[recorder])
         accelerator.init_trackers("run", config={"lr": 0.1})
         accelerator.log({"loss": 0.5}, step=1)
-        same = accelerator.get_tracker("recorder") is recorder
+        same = [accelerator.get_tracker("recorder") is recorder,
+                accelerator.get_tracker("recorder", unwrap=True) is recorder.calls]
         accelerator.end_training()
         return Observation(calls=recorder.calls, extra={"get_tracker": same})
 
