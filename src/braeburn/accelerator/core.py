@@ -517,8 +517,8 @@ class Accelerator(CompileMixin):
         for i, scheduler in enumerate(self._schedulers):
             save(scheduler.state_dict(), directory, self._state_names.name("scheduler", i))
         for i, loader in enumerate(self._dataloaders):  # the position in samples, for any world size
-            save({**loader.state_dict(), "num_processes": self.num_processes, "batch_size": loader.per_process_batch_size},
-                 directory, f"dataloader_{i}.pt")
+            save({**loader.state_dict(), "num_processes": self.num_processes,
+                  "batch_size": loader.per_process_batch_size}, directory, f"dataloader_{i}.pt")
         self._save_custom_objects(directory)
         save({"precision": self._policy.state_dict(), "precision_name": self.precision,
               "precision_reason": self.plan.precision_reason, "accumulation_step": self._accumulation_step,
@@ -573,10 +573,12 @@ class Accelerator(CompileMixin):
                              "in the same order, before load_state()")
         self._load_models_and_optimizers(input_dir, layout)
         for i, scheduler in enumerate(self._schedulers):
-            scheduler.load_state_dict(load(input_dir, state_io.state_file(input_dir, self._state_names, "scheduler", i)))
+            name = state_io.state_file(input_dir, self._state_names, "scheduler", i)
+            scheduler.load_state_dict(load(input_dir, name))
         for i, loader in enumerate(self._dataloaders):
             saved = load(input_dir, f"dataloader_{i}.pt")
-            loader.load_state_dict(dist_ckpt.resume_position(saved, loader.per_process_batch_size, self.num_processes))
+            loader.load_state_dict(dist_ckpt.resume_position(saved, loader.per_process_batch_size,
+                                                             self.num_processes))
         self._resume_measured_precision(meta.get("precision_name"), meta.get("precision_reason"))
         self._policy.load_state_dict(meta["precision"])
         self._load_custom_objects(input_dir)

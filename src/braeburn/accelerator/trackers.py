@@ -3,7 +3,8 @@
 A JSON-lines file (``jsonl``) is always available; TensorBoard when the ``tensorboard`` package is
 installed; Weights & Biases (``wandb``) and MLflow (``mlflow``) when theirs are. A tracker asked for
 by name whose package is missing is an error naming the ``pip install``; ``"all"`` means, as in Accelerate,
-every one of Accelerate's installed (the JSON-lines file is braeburn's own: asked for by name only). Any object subclassing :class:`GeneralTracker` can be passed as well (as in Accelerate).
+every one of Accelerate's installed (the JSON-lines file is braeburn's own: asked for by name only). Any
+object subclassing :class:`GeneralTracker` can be passed as well (as in Accelerate).
 Trackers live on the main process only; elsewhere ``log`` does nothing.
 """
 

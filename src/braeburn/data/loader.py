@@ -431,8 +431,8 @@ class DeviceDataLoader:
             self.sampler.order = str(state["order"])
 
     def __repr__(self) -> str:
-        return (f"DeviceDataLoader(batches={len(self)}, batch_size={self.per_process_batch_size}, device={self.device}, "
-                f"processes={self.num_processes}, epoch={self.epoch})")
+        return (f"DeviceDataLoader(batches={len(self)}, batch_size={self.per_process_batch_size}, "
+                f"device={self.device}, processes={self.num_processes}, epoch={self.epoch})")
 
 
 def _with_last(batches: Iterator[Any]) -> Iterator[tuple[Any, bool]]:

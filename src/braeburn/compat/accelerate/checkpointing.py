@@ -22,13 +22,13 @@ SAVED_BY_BRAEBURN = "rng_state_<rank>.pt, dataloader_<i>.pt, accelerator.pt and 
 class AccelerateCheckpointing:
     """Accelerate's checkpoint names and calls (see the module doc)."""
 
-    _state_names = state_io.ACCELERATE_NAMES  # save_state() writes optimizer.bin, scheduler.bin, custom_checkpoint_0.pkl
+    _state_names = state_io.ACCELERATE_NAMES  # optimizer.bin, scheduler.bin, custom_checkpoint_0.pkl
 
     def save_state(self, output_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
         """Accelerate's save_state(): its file names where the content is its own; braeburn's own files beside them."""
         say_once(f"braeburn: save_state() writes {SAVED_AS_ACCELERATE} as Accelerate does, and its own "
-                 f"{SAVED_BY_BRAEBURN} where Accelerate writes random_states_<rank>.pkl (a pickle braeburn would have to "
-                 "load unsafely); while this run lives, .<folder>.braeburn.lock beside the newest folder keeps other "
+                 f"{SAVED_BY_BRAEBURN} where Accelerate writes random_states_<rank>.pkl (a pickle braeburn would "
+                 "have to load unsafely); while this run lives, .<folder>.braeburn.lock beside the newest folder keeps other "
                  "processes from saving into it: docs/migrating.md")
         if kwargs.get("safe_serialization") is False:
             say_once("braeburn: save_state(safe_serialization=False) writes the weights as model.safetensors all the "

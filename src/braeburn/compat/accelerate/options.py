@@ -68,7 +68,7 @@ class AccelerateOptions:
     ddp_options: dict[str, Any]  # DistributedDataParallel's own arguments
     process_group_timeout: Any  # InitProcessGroupKwargs(timeout=...): a timedelta, or None for torch's
     data_seed: int | None  # DataLoaderConfiguration(data_seed=...)
-    tracking: dict[str, Any]  # for the compat class: log_with, project_dir, project_config, the plugin, dataloader_config
+    tracking: dict[str, Any]  # for the compat class: log_with, project_dir, project_config, plugin, dataloader_config
 
 
 # Accelerator(...) arguments of Accelerate that braeburn refuses, with what to use instead.
