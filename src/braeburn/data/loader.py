@@ -174,6 +174,7 @@ class ShardSampler(Sampler[int]):
         self.shuffle, self.seed, self.drop_last, self.order = shuffle, seed, drop_last, order
         self.epoch, self.skip_batches = 0, 0
         self._resuming = False
+        self.restored = False  # the next pass resumes a saved run (its epoch's seed given back by load_state)
         chunk = num_replicas * batch_size
         if drop_last:
             self.total_size, self.padding = dataset_len // chunk * chunk, 0
@@ -225,7 +226,9 @@ class ShardSampler(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         skip, self.skip_batches = self.skip_batches, 0  # a resume skips once, then epochs run whole
-        self._resuming = skip > 0
+        # A drawn order replays the saved epoch's seed only in a resume (skip_first_batches alone draws anew, as
+        # RandomSampler does in a new iteration)
+        self._resuming, self.restored = skip > 0 and self.restored, False
         return iter(self.rank_indices()[skip * self.batch_size:])
 
     def __len__(self) -> int:
@@ -287,6 +290,7 @@ class DeviceDataLoader:
         self.tracker = tracker if tracker is not None else BatchTracker()
         self.num_processes, self.seed = num_processes, seed
         self.epoch, self.batches_yielded, self._skip = 0, 0, 0
+        self._restored = False  # load_state_dict of a saved run: the next pass resumes it
         _warn_spawn_workers(loader, host)
         self.sampler: ShardSampler | None = None
         if _can_reshard(loader):
@@ -378,13 +382,19 @@ class DeviceDataLoader:
             return None
 
     def _batches(self, skip: int) -> Iterator[Any]:
+        restored, self._restored = self._restored, False
         if self.sampler is not None:
             self.sampler.set_epoch(self.epoch)
             self.sampler.skip_batches = skip  # skips indices, so skipped batches are never loaded
+            self.sampler.restored = restored
         elif hasattr(self.loader.sampler, "set_epoch"):
             self.loader.sampler.set_epoch(self.epoch)
-        if not skip:
-            return iter(self.loader)
+        if not skip or not restored:  # (skip_first_batches alone: a new pass, drawing as any does)
+            iterator = iter(self.loader)
+            if skip and self.sampler is None:
+                for _ in range(skip):  # a sampler we do not own: skipping means drawing
+                    next(iterator, None)
+            return iterator
         # Starting an iterator draws a seed from torch's global generator. The saved run drew it at the
         # start of this epoch, before its state was saved, so a resumed epoch must not draw it again.
         saved_rng = torch.get_rng_state()
@@ -425,6 +435,8 @@ class DeviceDataLoader:
         """Continue from ``state``: the next batches are those the saved run would have drawn next."""
         self.epoch, self._skip = int(state["epoch"]), int(state["batches_yielded"])
         self.batches_yielded = self._skip
+        if "seed" in state:  # load_state (skip_first_batches gives only the position)
+            self._restored = True
         if "seed" in state and self.sampler is not None:
             self.seed = self.sampler.seed = int(state["seed"])
         if "order" in state and self.sampler is not None:

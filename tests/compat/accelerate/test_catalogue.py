@@ -480,14 +480,17 @@ def _free_memory(tmp_path):
     _identical(script, tmp_path)
 
 
-@idiom("skip_first_batches(prepared_loader, 2) and accelerator.skip_first_batches(...)", "identical",
-       "the same batches: the rest of the epoch, then full epochs")
+@idiom("skip_first_batches(prepared_loader, 2) and accelerator.skip_first_batches(...), plain and shuffled",
+       "identical", "the same batches: the rest of an epoch (a new order for a shuffled one), then full epochs; "
+       "the same random numbers after")
 def _skip_first_batches(tmp_path):
     def script(lib, folder):
-        accelerator, net, optimizer, data = setup(lib, data=loader(n=12, batch_size=2))
-        seen = [[b[1].tolist() for b in lib.skip_first_batches(data, 2)],
-                [b[1].tolist() for b in accelerator.skip_first_batches(data, 4)], [b[1].tolist() for b in data]]
-        return Observation(extra={"seen": seen})
+        accelerator = lib.Accelerator()
+        seen = []
+        for data in accelerator.prepare(loader(n=12, batch_size=2), loader(n=12, batch_size=2, shuffle=True)):
+            seen += [[b[1].tolist() for b in lib.skip_first_batches(data, 2)],
+                     [b[1].tolist() for b in accelerator.skip_first_batches(data, 4)], [b[1].tolist() for b in data]]
+        return Observation(extra={"seen": seen, "next random": torch.rand(2).tolist()})
 
     _identical(script, tmp_path)
 
