@@ -42,7 +42,9 @@ SCRIPT = textwrap.dedent('''
         model = torch.nn.Linear(3, 2)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         train = DataLoader(data(10), batch_size=2, shuffle=True)
-        model, optimizer, train = accelerator.prepare(model, optimizer, train)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+        model, optimizer, train, scheduler = accelerator.prepare(model, optimizer, train, scheduler)
+        r["lr"] = []
         r["loader"] = [train.batch_size, train.total_batch_size, len(train)]
         r["losses"], r["seen"], r["sync"], r["end"] = [], [], [], []
         for epoch in range(2):
@@ -53,7 +55,9 @@ SCRIPT = textwrap.dedent('''
                     if accelerator.sync_gradients:
                         accelerator.clip_grad_norm_(model.parameters(), 1.0)
                     optimizer.step()
+                    scheduler.step()
                     optimizer.zero_grad()
+                r["lr"].append(optimizer.param_groups[0]["lr"])
                 r["losses"].append(loss.item())
                 r["seen"].append(index.tolist())
                 r["sync"].append(accelerator.sync_gradients)
@@ -75,6 +79,21 @@ SCRIPT = textwrap.dedent('''
             losses.append(accelerator.gather_for_metrics(loss.repeat(inputs.shape[0])).tolist())
         r["loss_repeat"] = losses
         r["gather_scalar"] = accelerator.gather(torch.tensor(float(rank))).tolist()
+        nested = accelerator.gather({"a": torch.tensor([rank]), "b": [torch.tensor([[rank, 1]])]})
+        r["gather_nested"] = {"a": nested["a"].tolist(), "b": [t.tolist() for t in nested["b"]]}
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            accelerator.print("from", rank)
+        r["printed"] = printed.getvalue()
+
+        class Stream(torch.utils.data.IterableDataset):
+            def __iter__(self):
+                return iter(range(8))
+
+        try:
+            r["stream"] = [b.tolist() for b in accelerator.prepare(DataLoader(Stream(), batch_size=2))]
+        except Exception as error:
+            r["stream"] = f"{type(error).__name__}: {error}"
         value = torch.tensor([float(rank + 1), 10.0 * (rank + 1)])
         r["reduce"] = [accelerator.reduce(value, "sum").tolist(), accelerator.reduce(value, "mean").tolist()]
         r["pad"] = accelerator.gather(accelerator.pad_across_processes(
@@ -164,6 +183,33 @@ def _gather_for_metrics(ranks):
        "gathered into one value per process")
 def _gather_loss(ranks):
     _compare(ranks, "loss_repeat", "gather_scalar")
+
+
+@idiom("2 processes: accelerator.gather({'a': tensor, 'b': [tensor]}) (nested)", "identical", "the same structure")
+def _gather_nested(ranks):
+    _compare(ranks, "gather_nested")
+
+
+@idiom("2 processes: accelerator.print(...)", "identical", "printed by the main process only")
+def _print(ranks):
+    _compare(ranks, "printed")
+
+
+@idiom("2 processes: a LambdaLR prepared and stepped per batch inside accumulate()", "identical",
+       "the same learning rate at every batch on each rank (N schedule steps per optimizer step, as Accelerate)")
+def _scheduler(ranks):
+    _compare(ranks, "lr")
+
+
+@idiom("2 processes: prepare(DataLoader(IterableDataset)) (Accelerate shards it sample by sample)", "refused",
+       "build it from a map-style dataset with batch_size=... (braeburn then shards it), or shard it yourself and "
+       "keep it out of prepare()")
+def _iterable_on_two_processes(ranks):
+    assert isinstance(ranks["accelerate"][0]["stream"], list) and ranks["accelerate"][0]["stream"]
+    for rank in (0, 1):  # before any batch, on every rank: one error naming the idiom and the way out
+        refusal = ranks["braeburn"][rank]["stream"]
+        assert refusal.startswith("ValueError: prepare() got a DataLoader with an IterableDataset"), refusal
+        assert "map-style dataset and batch_size=" in refusal and "keep it out of prepare()" in refusal
 
 
 @idiom("2 processes: accelerator.reduce(tensor, 'sum') / reduce(tensor, 'mean')", "identical",
