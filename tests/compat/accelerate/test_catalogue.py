@@ -284,10 +284,12 @@ def _pad(tmp_path):
     _identical(script, tmp_path)
 
 
-@idiom("accelerator.unwrap_model(model)", "identical", "the user's module, its state dict's keys and values")
+@idiom("accelerator.unwrap_model(model) / unwrap_model(model, keep_fp32_wrapper=False)", "identical",
+       "the user's module, its state dict's keys and values")
 def _unwrap(tmp_path):
     def script(lib, folder):
         accelerator, net, optimizer, data = setup(lib)
+        assert accelerator.unwrap_model(net, keep_fp32_wrapper=False) is accelerator.unwrap_model(net)
         inner = accelerator.unwrap_model(net)
         return Observation(extra={"type": type(inner).__name__, "keys": list(inner.state_dict()),
                                   "weights": weights(inner)})

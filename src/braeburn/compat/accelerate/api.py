@@ -251,6 +251,13 @@ class AccelerateCompat(AccelerateCheckpointing):
         seed = int(torch.empty((), dtype=torch.int64).random_().item())  # Accelerate's draw in prepare_data_loader
         return "stream", pg.broadcast_int(seed)
 
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
+                     keep_torch_compile: bool | None = None) -> torch.nn.Module:
+        """Accelerate's signature: the user's module, without DDP's wrapper, nor torch.compile's (whatever
+        ``keep_torch_compile`` says: docs/migrating.md). ``keep_fp32_wrapper``: a prepared model's autocast is part of
+        its forward, kept either way (nothing to remove at mixed_precision="no")."""
+        return super().unwrap_model(model)
+
     # -- prepare, one object at a time -------------------------------------------------------------
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
                       evaluation_mode: bool = False) -> torch.nn.Module:
