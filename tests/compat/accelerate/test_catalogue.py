@@ -297,6 +297,32 @@ def _unwrap(tmp_path):
     _identical(script, tmp_path)
 
 
+@idiom("Accelerate's keywords: prepare(model, optimizer, device_placement=[True, True]), reduce(t, 'mean', "
+       "scale=2.0), autocast(autocast_handler=AutocastKwargs())", "identical", "the same values")
+def _keywords(tmp_path):
+    from accelerate.utils import AutocastKwargs
+
+    def script(lib, folder):
+        accelerator = lib.Accelerator()
+        net, optimizer = accelerator.prepare(model(), torch.optim.SGD(model().parameters(), lr=0.1),
+                                             device_placement=[True, True])
+        reduced = accelerator.reduce(torch.tensor([1.0, 3.0]), "mean", scale=2.0)
+        with accelerator.autocast(autocast_handler=AutocastKwargs()):
+            out = net(torch.ones(1, 3))
+        return Observation(extra={"reduced": reduced.tolist(), "out": out.tolist()})
+
+    _identical(script, tmp_path)
+
+
+@idiom("with accelerator.autocast(autocast_handler=AutocastKwargs(enabled=False))", "refused",
+       "call accelerator.autocast(), or wrap the code in torch.autocast(...) yourself")
+def _autocast_handler(tmp_path):
+    from accelerate.utils import AutocastKwargs
+
+    _refused(lambda lib: lib.Accelerator().autocast(autocast_handler=AutocastKwargs(enabled=False)),
+             ["autocast(autocast_handler="], ["wrap the code in torch.autocast(...) yourself"])
+
+
 @idiom("accelerator.get_state_dict(model)", "identical", "the same keys and tensors")
 def _get_state_dict(tmp_path):
     def script(lib, folder):

@@ -251,6 +251,27 @@ class AccelerateCompat(AccelerateCheckpointing):
         seed = int(torch.empty((), dtype=torch.int64).random_().item())  # Accelerate's draw in prepare_data_loader
         return "stream", pg.broadcast_int(seed)
 
+    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
+        """Accelerate's signature; ``device_placement`` only None or True for every object (a prepared object always
+        lives on ``accelerator.device``)."""
+        for placement in device_placement or ():
+            _placement(placement)
+        return super().prepare(*args)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """Accelerate's signature (``scale`` is used by Accelerate on TPUs only, so never here)."""
+        return super().reduce(tensor, reduction)
+
+    def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager:
+        """Autocast to the resolved precision; an ``AutocastKwargs`` changed from its defaults is refused."""
+        from .options import changed_fields
+
+        if changed_fields(autocast_handler):
+            raise ValueError(f"accelerator.autocast(autocast_handler={autocast_handler!r}) is not supported: braeburn "
+                             "autocasts with the resolved precision. Fix: call accelerator.autocast(), or wrap the code "
+                             "in torch.autocast(...) yourself")
+        return super().autocast()
+
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
                      keep_torch_compile: bool | None = None) -> torch.nn.Module:
         """Accelerate's signature: the user's module, without DDP's wrapper, nor torch.compile's (whatever
