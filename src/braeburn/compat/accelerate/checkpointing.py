@@ -25,12 +25,14 @@ class AccelerateCheckpointing:
     _state_names = state_io.ACCELERATE_NAMES  # optimizer.bin, scheduler.bin, custom_checkpoint_0.pkl
 
     def save_state(self, output_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
-        """Accelerate's save_state(): its file names where the content is its own; braeburn's own files beside them."""
-        say_once(f"braeburn: save_state() writes {SAVED_AS_ACCELERATE} as Accelerate does, and its own "
-                 f"{SAVED_BY_BRAEBURN} where Accelerate writes random_states_<rank>.pkl (a pickle braeburn would "
-                 "have to load unsafely); while this run lives, .<folder>.braeburn.lock beside the newest folder keeps other "
-                 "processes from saving into it: docs/migrating.md")
-        if kwargs.get("safe_serialization") is False:
+        """Accelerate's save_state(): its file names where the content is its own; braeburn's own files beside them.
+        What differs is said once, by the main process."""
+        if self.is_main_process:
+            say_once(f"braeburn: save_state() writes {SAVED_AS_ACCELERATE} as Accelerate does, and its own "
+                     f"{SAVED_BY_BRAEBURN} where Accelerate writes random_states_<rank>.pkl (a pickle braeburn would "
+                     "have to load unsafely); while this run lives, .<folder>.braeburn.lock beside the newest folder "
+                     "keeps other processes from saving into it: docs/migrating.md")
+        if kwargs.get("safe_serialization") is False and self.is_main_process:
             say_once("braeburn: save_state(safe_serialization=False) writes the weights as model.safetensors all the "
                      "same (Accelerate writes pytorch_model.bin): braeburn writes no pickled weights")
         super().save_state(output_dir, **kwargs)
@@ -39,7 +41,7 @@ class AccelerateCheckpointing:
         """Accelerate's load_state(); a prepared DataLoader saved mid-epoch resumes there, which it says."""
         super().load_state(input_dir, **kwargs)
         for i, loader in enumerate(self._dataloaders):
-            if loader.batches_yielded:
+            if loader.batches_yielded and self.is_main_process:
                 say_once(f"braeburn: load_state() resumes prepared DataLoader {i} at batch {loader.batches_yielded} "
                          "of its epoch, in the saved order (Accelerate starts it over, shuffled anew, unless "
                          f"skip_first_batches(loader, {loader.batches_yielded}) is called, which gives the same "
