@@ -18,16 +18,7 @@ def _one_line(message, category, filename, lineno, line=None) -> str:
     if isinstance(category, type) and issubclass(category, BraeburnWarning):
         text = str(message)
         return (text if text.startswith("braeburn") else f"braeburn: {text}") + "\n"
-    if _one_line.busy:  # a formatter installed over this one (Lightning's) and wrapped by it again calls back in
-        return f"{filename}:{lineno}: {getattr(category, '__name__', category)}: {message}\n"
-    _one_line.busy = True
-    try:
-        return _one_line.previous(message, category, filename, lineno, line)
-    finally:
-        _one_line.busy = False
-
-
-_one_line.busy = False
+    return _one_line.previous(message, category, filename, lineno, line)
 
 
 _one_line.previous = warnings.formatwarning

@@ -203,7 +203,8 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":  # through the imported module: its Catalogue class is the one the catalogues use
-    from tests.compat import catalogue as _imported
+if __name__ == "__main__":
+    # run as `python -m`, this file is __main__, whose Catalogue class is not the one the catalogues were made of
+    from tests.compat import catalogue as _shared
 
-    sys.exit(_imported.main(sys.argv[1:]))
+    sys.exit(_shared.main(sys.argv[1:]))

@@ -9,7 +9,10 @@ import textwrap
 import pytest
 
 from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose
-from tests.conformance._two_processes import run_two_processes
+try:  # (where the layout of tests/ puts it; tests/conformance/ before that)
+    from tests.compat._two_processes import run_two_processes
+except ImportError:
+    from tests.conformance._two_processes import run_two_processes
 
 pytestmark = pytest.mark.slow  # one torchrun with 2 gloo processes per library, for every idiom below
 
