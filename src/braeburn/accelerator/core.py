@@ -241,9 +241,7 @@ class Accelerator(CompileMixin):
         return float64_batch_reason(self.plan.device.float64_cast_reason(), self._float64_model)
 
     def _torch_shuffle(self, loader: torch.utils.data.DataLoader) -> tuple[str, int] | None:
-        """Hook: for a shuffled loader whose order should be torch's own (as Accelerate's default), the ShardSampler
-        order ("drawn" or "stream") and its seed; None: the seeded order (``data_seed``). braeburn.Accelerator's."""
-        return None
+        """Hook (braeburn.Accelerator's): a ShardSampler order other than the seeded one, and its seed."""
 
     def _prepare_dataloader(self, loader: torch.utils.data.DataLoader) -> DeviceDataLoader:
         order, torch_seed = self._torch_shuffle(loader) or ("seeded", None)
@@ -254,9 +252,8 @@ class Accelerator(CompileMixin):
             self._data_seed = pg.broadcast_int(seed) if self.num_processes > 1 else seed
         prepared = DeviceDataLoader(loader, self.device, pin_memory=self.plan.device.pin_memory_helps,
                                     num_processes=self.num_processes, process_index=self.process_index,
-                                    seed=self._data_seed if torch_seed is None else torch_seed,
-                                    tracker=self._tracker, host=current_host(),
-                                    float64_to_float32=self._float64_batch_reason, order=order)
+                                    seed=self._data_seed if torch_seed is None else torch_seed, tracker=self._tracker,
+                                    host=current_host(), float64_to_float32=self._float64_batch_reason, order=order)
         self._dataloaders.append(prepared)
         return prepared
 
@@ -379,8 +376,7 @@ class Accelerator(CompileMixin):
         return pg.gather(self._metric(tensor))
 
     def gather_for_metrics(self, data: Any, use_gather_object: bool = False) -> Any:
-        """:meth:`gather`, minus the samples repeated to pad an uneven last batch across processes. A list of
-        Python objects (or any list, with ``use_gather_object=True``, as Accelerate) is gathered as objects."""
+        """:meth:`gather`, minus the samples repeated to pad an uneven last batch; Python objects gathered as such."""
         if use_gather_object or isinstance(data, (list, tuple)) and data and not any(
                 isinstance(item, (torch.Tensor, dict, list, tuple)) for item in data):
             gathered: Any = [item for part in pg.gather_object(list(data)) for item in part]
