@@ -291,6 +291,7 @@ class DeviceDataLoader:
         self.num_processes, self.seed = num_processes, seed
         self.epoch, self.batches_yielded, self._skip = 0, 0, 0
         self._restored = False  # load_state_dict of a saved run: the next pass resumes it
+        self.end_of_dataloader = False  # this loader's latest batch was its last
         _warn_spawn_workers(loader, host)
         self.sampler: ShardSampler | None = None
         if _can_reshard(loader):
@@ -358,14 +359,14 @@ class DeviceDataLoader:
         if total is None:  # an IterableDataset without a length: one batch ahead tells the last one
             batches = _with_last(batches)
         self.batches_yielded = skip
-        self.tracker.active = self
+        outer, self.tracker.active = self.tracker.active, self  # (an eval loop inside a training loop: restored after)
         for batch in batches:
             self.batches_yielded += 1
             if total is None:
                 batch, last = batch
             else:
                 last = self.batches_yielded >= total
-            self.tracker.end_of_dataloader = last
+            self.tracker.end_of_dataloader = self.end_of_dataloader = last
             self.tracker.remainder = self._remainder() if last else -1
             reason = self.float64_to_float32
             if reason:
@@ -373,7 +374,7 @@ class DeviceDataLoader:
             yield move_to_device(batch, self.device, non_blocking=self.non_blocking)
         self.epoch, self.batches_yielded = self.epoch + 1, 0
         if self.tracker.active is self:
-            self.tracker.active = None
+            self.tracker.active = outer if outer is not self else None
 
     def _length(self) -> int | None:
         try:

@@ -372,10 +372,12 @@ def _state(tmp_path):
 
 
 @idiom("accelerator.gradient_state.sync_gradients / end_of_dataloader / remainder / num_steps / in_dataloader "
-       "read in an accumulate() loop", "identical", "the same values at every batch and after the loop")
+       "read in an accumulate() loop with an eval loop inside", "identical",
+       "the same values at every batch, inside the eval loop, after it and after the training loop")
 def _gradient_state(tmp_path):
     def script(lib, folder):
         accelerator, net, optimizer, data = setup(lib, gradient_accumulation_steps=2)
+        evaluation = accelerator.prepare(loader(n=3, batch_size=2))
         gs, seen = accelerator.gradient_state, []
         for inputs, labels in data:
             with accelerator.accumulate(net):
@@ -383,6 +385,9 @@ def _gradient_state(tmp_path):
                 optimizer.step()
                 optimizer.zero_grad()
             seen.append([gs.sync_gradients, gs.end_of_dataloader, gs.remainder, gs.num_steps, gs.in_dataloader])
+            for _ in evaluation:  # an eval loop inside the training loop: the state is the training loader's after it
+                seen.append(["eval", gs.end_of_dataloader, gs.remainder, gs.in_dataloader])
+            seen.append(["after eval", gs.end_of_dataloader, gs.remainder, gs.in_dataloader])
         seen.append([gs.sync_gradients, gs.end_of_dataloader, gs.remainder, gs.num_steps, gs.in_dataloader,
                      gs.adjust_scheduler, gs.sync_with_dataloader, repr(gs)])
         return Observation(extra={"seen": seen})

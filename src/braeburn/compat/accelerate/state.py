@@ -108,7 +108,7 @@ class GradientState(_View):
 
     @property
     def end_of_dataloader(self) -> bool:
-        return self.in_dataloader and self._accelerator._tracker.end_of_dataloader
+        return self.in_dataloader and self.active_dataloader.end_of_dataloader
 
     @property
     def remainder(self) -> int:
