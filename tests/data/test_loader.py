@@ -54,11 +54,14 @@ def test_move_batch_encoding():
 
 def test_shards_cover_the_dataset_with_padding_from_the_start():
     ranks = [ShardSampler(11, batch_size=4, num_replicas=2, rank=r) for r in range(2)]
-    assert ranks[0].padding == 1 and len(ranks[0]) == 6
+    assert ranks[0].padding == 5 and len(ranks[0]) == 8
     per_rank = [r.rank_indices() for r in ranks]
-    # global batch 1: 0..7 split in halves; global batch 2: 8, 9, 10 and a repeat of 0
-    assert per_rank == [[0, 1, 2, 3, 8, 9], [4, 5, 6, 7, 10, 0]]
+    # as Accelerate's even_batches (its BatchSamplerShard): whole batches on every rank; global batch 1: 0..7 split
+    # in halves; global batch 2: 8, 9, 10, then 0..4 from the start of the order
+    assert per_rank == [[0, 1, 2, 3, 8, 9, 10, 0], [4, 5, 6, 7, 1, 2, 3, 4]]
     assert ranks[0].last_batch_real_samples() == 3
+    one = ShardSampler(11, batch_size=4)  # one process: no padding, a short last batch (Accelerate shards nothing)
+    assert one.padding == 0 and one.rank_indices() == list(range(11))
 
 
 def test_drop_last_drops_the_uneven_global_batch():
@@ -95,8 +98,9 @@ def test_resume_mid_epoch_draws_the_same_batches():
 
 def test_loader_attributes_and_len():
     prepared = DeviceDataLoader(_loader(n=10, batch_size=4), CPU, num_processes=2, process_index=1, seed=0)
-    assert prepared.batch_size == 4 and len(prepared.dataset) == 10 and len(prepared) == 2
-    assert prepared.total_batch_size == 8
+    assert prepared.per_process_batch_size == 4 and len(prepared.dataset) == 10 and len(prepared) == 2
+    assert prepared.batch_size is None  # Accelerate's: a map-style dataset's prepared loader batches by its sampler
+    assert prepared.total_batch_size == 8 and prepared.total_dataset_length == 10 and prepared.drop_last is False
 
 
 def test_tracker_marks_the_last_batch_and_remainder():

@@ -74,6 +74,7 @@ class Accelerator(CompileMixin):
     """
 
     pin_memory_allowed = True  # False: prepared loaders never pin host memory (Transformers' dataloader_pin_memory)
+    _state_names = state_io.BRAEBURN_NAMES  # save_state()'s file names (braeburn.Accelerator: Accelerate's)
 
     def __init__(self, cpu: bool = False, mixed_precision: str = "auto", gradient_accumulation_steps: int = 1,
                  accelerator: str = "auto", devices="auto", strategy: str = "auto", compile="auto",
@@ -108,6 +109,7 @@ class Accelerator(CompileMixin):
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[DeviceDataLoader] = []
         self._data_seed: int | None = data_seed if data_seed is not None else seed
+        self._data_seed_given = self._data_seed is not None  # (else set from torch's seed at the first prepare)
         self._ddp_options = dict(ddp_options or {})
         self.compile_backend, self.compile_mode = compile_backend, compile_mode
         self.defer_compile = False  # the Trainer sets it: it compiles once it has measured eager steps
@@ -239,6 +241,9 @@ class Accelerator(CompileMixin):
     def _float64_batch_reason(self) -> str | None:
         return float64_batch_reason(self.plan.device.float64_cast_reason(), self._float64_model)
 
+    def _torch_shuffle(self, loader: torch.utils.data.DataLoader) -> tuple[str, int] | None:
+        """Hook (braeburn.Accelerator's): a ShardSampler order other than the seeded one, and its seed."""
+
     def _prepare_dataloader(self, loader: torch.utils.data.DataLoader) -> DeviceDataLoader:
         prepared = self._device_loader(loader)
         self._dataloaders.append(prepared)
@@ -246,6 +251,7 @@ class Accelerator(CompileMixin):
 
     def _device_loader(self, loader: torch.utils.data.DataLoader) -> DeviceDataLoader:
         """``loader`` prepared, but not saved by save_state: for a loader made anew for each use."""
+        order, torch_seed = self._torch_shuffle(loader) or ("seeded", None)
         if self._data_seed is None:
             # torch.manual_seed's seed, read without drawing from the generator: a draw here would shift every
             # later random number (the model's init, dropout) away from Accelerate's run with the same seed.
@@ -254,8 +260,8 @@ class Accelerator(CompileMixin):
         pin = self.plan.device.pin_memory_helps and self.pin_memory_allowed
         prepared = DeviceDataLoader(loader, self.device, pin_memory=pin,
                                     num_processes=self.num_processes, process_index=self.process_index,
-                                    seed=self._data_seed, tracker=self._tracker, host=current_host(),
-                                    float64_to_float32=self._float64_batch_reason)
+                                    seed=self._data_seed if torch_seed is None else torch_seed, tracker=self._tracker,
+                                    host=current_host(), float64_to_float32=self._float64_batch_reason, order=order)
         return prepared
 
     def prepare_scheduler(self, scheduler: Any, *, once_per_step: bool = False) -> AcceleratedScheduler:
@@ -376,9 +382,9 @@ class Accelerator(CompileMixin):
         """All ranks' tensors concatenated on dim 0 (nested lists/tuples/dicts too)."""
         return pg.gather(self._metric(tensor))
 
-    def gather_for_metrics(self, data: Any) -> Any:
-        """:meth:`gather`, minus the samples repeated to pad an uneven last batch across processes."""
-        if isinstance(data, (list, tuple)) and data and not any(
+    def gather_for_metrics(self, data: Any, use_gather_object: bool = False) -> Any:
+        """:meth:`gather`, minus the samples repeated to pad an uneven last batch; Python objects gathered as such."""
+        if use_gather_object or isinstance(data, (list, tuple)) and data and not any(
                 isinstance(item, (torch.Tensor, dict, list, tuple)) for item in data):
             gathered: Any = [item for part in pg.gather_object(list(data)) for item in part]
         else:
@@ -510,12 +516,12 @@ class Accelerator(CompileMixin):
                 module = self.unwrap_model(model)
                 state_io.save_model_state(module.state_dict(), directory, i, module)
             for i, optimizer in enumerate(self._optimizers):
-                save(optimizer.state_dict(), directory, f"optimizer_{i}.pt")
+                save(optimizer.state_dict(), directory, self._state_names.name("optimizer", i))
         for i, scheduler in enumerate(self._schedulers):
-            save(scheduler.state_dict(), directory, f"scheduler_{i}.pt")
+            save(scheduler.state_dict(), directory, self._state_names.name("scheduler", i))
         for i, loader in enumerate(self._dataloaders):  # the position in samples, for any world size
-            save({**loader.state_dict(), "num_processes": self.num_processes, "batch_size": loader.batch_size},
-                 directory, f"dataloader_{i}.pt")
+            save({**loader.state_dict(), "num_processes": self.num_processes,
+                  "batch_size": loader.per_process_batch_size}, directory, f"dataloader_{i}.pt")
         self._save_custom_objects(directory)
         save({"precision": self._policy.state_dict(), "precision_name": self.precision,
               "precision_reason": self.plan.precision_reason, "accumulation_step": self._accumulation_step,
@@ -551,7 +557,7 @@ class Accelerator(CompileMixin):
         for i, model in enumerate(self._models):  # (a file that does not fit: one error naming it)
             state_io.load_model_into(self.unwrap_model(model), input_dir, i)
         for i, optimizer in enumerate(self._optimizers):
-            state_io.load_optimizer_into(optimizer, input_dir, i)
+            state_io.load_optimizer_into(optimizer, input_dir, i, self._state_names)
 
     def _counts(self) -> dict[str, int]:
         return {"models": len(self._models), "optimizers": len(self._optimizers),
@@ -570,10 +576,12 @@ class Accelerator(CompileMixin):
                              "in the same order, before load_state()")
         self._load_models_and_optimizers(input_dir, layout)
         for i, scheduler in enumerate(self._schedulers):
-            scheduler.load_state_dict(load(input_dir, f"scheduler_{i}.pt"))
+            name = state_io.state_file(input_dir, self._state_names, "scheduler", i)
+            scheduler.load_state_dict(load(input_dir, name))
         for i, loader in enumerate(self._dataloaders):
             saved = load(input_dir, f"dataloader_{i}.pt")
-            loader.load_state_dict(dist_ckpt.resume_position(saved, loader.batch_size, self.num_processes))
+            loader.load_state_dict(dist_ckpt.resume_position(saved, loader.per_process_batch_size,
+                                                             self.num_processes))
         self._resume_measured_precision(meta.get("precision_name"), meta.get("precision_reason"))
         self._policy.load_state_dict(meta["precision"])
         self._load_custom_objects(input_dir)

@@ -2,8 +2,9 @@
 
 A JSON-lines file (``jsonl``) is always available; TensorBoard when the ``tensorboard`` package is
 installed; Weights & Biases (``wandb``) and MLflow (``mlflow``) when theirs are. A tracker asked for
-by name whose package is missing is an error naming the ``pip install``; ``"all"`` means every one
-installed. Any object subclassing :class:`GeneralTracker` can be passed as well (as in Accelerate).
+by name whose package is missing is an error naming the ``pip install``; ``"all"`` means, as in Accelerate,
+every one of Accelerate's installed (the JSON-lines file is braeburn's own: asked for by name only). Any
+object subclassing :class:`GeneralTracker` can be passed as well (as in Accelerate).
 Trackers live on the main process only; elsewhere ``log`` does nothing.
 """
 
@@ -236,8 +237,8 @@ def resolve_log_with(log_with: Any) -> list[Any]:
     items = list(log_with) if isinstance(log_with, (list, tuple)) else [log_with]
     if any(isinstance(i, str) and _name(i) == "none" for i in items):
         return []
-    if any(not is_tracker(i) and _name(i) == "all" for i in items):
-        return available_trackers() + [i for i in items if is_tracker(i)]
+    if any(not is_tracker(i) and _name(i) == "all" for i in items):  # Accelerate's: every installed one of its own
+        return [n for n in available_trackers() if n != "jsonl"] + [i for i in items if is_tracker(i)]
     chosen: list[Any] = []
     for item in items:
         if is_tracker(item):

@@ -17,6 +17,7 @@ import random
 import re
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -295,6 +296,38 @@ def model_file(index: int) -> str:
     return "model.safetensors" if index == 0 else f"model_{index}.safetensors"
 
 
+@dataclass(frozen=True)
+class StateNames:
+    """The file names save_state() gives the optimizers', schedulers' and registered objects' states (their contents
+    are the same under either naming: ``torch.save`` of the state dict). braeburn's own Accelerator writes
+    ``optimizer_0.pt``; ``braeburn.Accelerator`` writes Accelerate's ``optimizer.bin``, ``optimizer_1.bin``, ... and
+    reads either."""
+
+    first_plain: bool  # Accelerate's: the first file has no index (optimizer.bin, then optimizer_1.bin)
+    suffix: str
+    custom_suffix: str
+
+    def name(self, kind: str, index: int) -> str:
+        """``kind``: "optimizer", "scheduler" or "custom_checkpoint"."""
+        suffix = self.custom_suffix if kind == "custom_checkpoint" else self.suffix
+        plain = self.first_plain and index == 0 and kind != "custom_checkpoint"
+        return f"{kind}{suffix}" if plain else f"{kind}_{index}{suffix}"
+
+
+BRAEBURN_NAMES = StateNames(first_plain=False, suffix=".pt", custom_suffix=".pt")
+ACCELERATE_NAMES = StateNames(first_plain=True, suffix=".bin", custom_suffix=".pkl")
+
+
+def state_file(directory: str | os.PathLike, names: StateNames, kind: str, index: int) -> str:
+    """The name of ``kind``'s ``index``-th file in ``directory``: ``names``' own, else the other naming's where only
+    that one exists (a checkpoint written by the other Accelerator class)."""
+    name = names.name(kind, index)
+    if os.path.lexists(Path(directory) / name):
+        return name
+    other = (ACCELERATE_NAMES if names is BRAEBURN_NAMES else BRAEBURN_NAMES).name(kind, index)
+    return other if os.path.lexists(Path(directory) / other) else name
+
+
 def model_pickle(index: int) -> str:
     """The torch.save file of a model's weights: every earlier checkpoint, and now only a state dict
     that safetensors cannot hold (a non-tensor extra state, a sparse or quantized tensor)."""
@@ -445,11 +478,13 @@ def load_model_into(module: torch.nn.Module, directory: str | os.PathLike, index
             "load_state()") from error
 
 
-def load_optimizer_into(optimizer: Any, directory: str | os.PathLike, index: int) -> None:
-    """``optimizer_<i>.pt`` into ``optimizer``; :class:`StateMismatchError` naming the file when it does not fit."""
+def load_optimizer_into(optimizer: Any, directory: str | os.PathLike, index: int,
+                        names: StateNames = BRAEBURN_NAMES) -> None:
+    """``optimizer_<i>.pt`` (or Accelerate's name: ``names``) into ``optimizer``; :class:`StateMismatchError` naming
+    the file when it does not fit."""
     from ..errors import StateMismatchError, one_line
 
-    name = f"optimizer_{index}.pt"
+    name = state_file(directory, names, "optimizer", index)
     try:
         optimizer.load_state_dict(load_file(directory, name))
     except (ValueError, KeyError) as error:

@@ -28,6 +28,7 @@ from .._early import put_option
 from ..devices.host import HostFacts, current_host
 from ..devices.registry import GPU_ALIAS, accelerator_kinds
 from ..plan.envvars import COMPILE_VAR, DEVICE_REASON_VAR, DEVICE_VAR, MIXED_PRECISION_VAR, STRATEGY_VAR
+from .launch_accelerate_flags import add_accelerate_flags, dynamo_as_compile, threads_environment
 from .launch_config import (ConfigError, LaunchSettings, ResolvedSettings, SettingProblem, Source,
                              add_settings_arguments, flag_values, resolve_settings)
 from ..plan.rules import OptionError, Plan, PlanError, RunOptions, make_plan
@@ -42,6 +43,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nproc-per-node", "--nproc_per_node", "--nproc", dest="nproc_per_node", default=None,
                         metavar="N", help="torchrun's spelling: processes on each machine (num_processes = N x "
                         "num_machines); give it or --num-processes, not both")
+    add_accelerate_flags(parser)
     parser.add_argument("-m", "--module", action="store_true",
                         help="run the target as a module, like `python -m module`")
     parser.add_argument("--every-process-prints", action="store_true",
@@ -65,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     for line in [*(f"note: {note}" for note in resolved.notes), *ignored_option_lines(plan, resolved)]:
         print(f"braeburn launch: {line}", file=sys.stderr, flush=True)
     env = child_environment(plan, settings, os.environ, device_reason=launch_device_reason(resolved, os.environ))
+    env.update(threads_environment(args))
     problems = plan.device.env_problems(env, current_host().system)  # the pair the child's torch will read
     if problems:
         raise ConfigError([], problems)
@@ -118,8 +121,10 @@ def print_dry_run(command: list[str], env: Mapping[str, str], parent: Mapping[st
 
 
 def launch_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings given as flags; torchrun's --nproc-per-node N becomes num_processes = N x num_machines."""
+    """The settings given as flags; torchrun's --nproc-per-node N becomes num_processes = N x num_machines;
+    Accelerate's --dynamo_backend becomes --compile."""
     flags = flag_values(args)
+    dynamo_as_compile(args, flags)
     per_node = getattr(args, "nproc_per_node", None)
     if per_node is None:
         return flags

@@ -155,23 +155,31 @@ def first_dim(data: Any) -> int | None:
 class ShardSampler(Sampler[int]):
     """This process's indices: each global batch of ``num_replicas * batch_size`` samples is split in
     contiguous pieces, one per rank, so concatenating the ranks' batches (all_gather) gives the global
-    batch in order. Uneven datasets are padded by repeating samples from the start, as
-    ``DistributedSampler`` does; :attr:`padding` says how many, so metrics can drop them.
+    batch in order. Uneven datasets are padded to whole global batches by repeating samples from the
+    start, as Accelerate's even_batches does; :attr:`padding` says how many, so metrics can drop them.
+
+    ``order`` (with ``shuffle``): "seeded" shuffles epoch ``e`` with ``seed + e`` (Accelerate's seedable sampler);
+    "drawn" as torch's RandomSampler without a generator (Accelerate's default on one process): each epoch's seed is
+    drawn from torch's generator when the epoch starts (kept in ``seed``, so that a resumed epoch replays it without
+    drawing); "stream" as one generator seeded with ``seed`` giving a permutation per epoch (Accelerate's default on
+    several processes, whose RandomSampler gets a generator seeded when the loader is prepared).
     """
 
     def __init__(self, dataset_len: int, *, batch_size: int, num_replicas: int = 1, rank: int = 0,
-                 shuffle: bool = False, seed: int = 0, drop_last: bool = False):
+                 shuffle: bool = False, seed: int = 0, drop_last: bool = False, order: str = "seeded"):
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank={rank} must be in [0, num_replicas={num_replicas})")
         self.dataset_len, self.batch_size = dataset_len, batch_size
         self.num_replicas, self.rank = num_replicas, rank
-        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.shuffle, self.seed, self.drop_last, self.order = shuffle, seed, drop_last, order
         self.epoch, self.skip_batches = 0, 0
+        self._resuming = False
+        self.restored = False  # the next pass resumes a saved run (its epoch's seed given back by load_state)
         chunk = num_replicas * batch_size
         if drop_last:
             self.total_size, self.padding = dataset_len // chunk * chunk, 0
-        else:
-            self.total_size = math.ceil(dataset_len / num_replicas) * num_replicas
+        else:  # as Accelerate's even_batches: whole global batches, the last one filled from the start of the order
+            self.total_size = math.ceil(dataset_len / chunk) * chunk if num_replicas > 1 else dataset_len
             self.padding = self.total_size - dataset_len
 
     def set_epoch(self, epoch: int) -> None:
@@ -180,14 +188,27 @@ class ShardSampler(Sampler[int]):
     def global_order(self) -> list[int]:
         """Every rank's indices for this epoch, in global-batch order (padding at the end)."""
         if self.shuffle:
-            generator = torch.Generator()
-            generator.manual_seed(self.seed + self.epoch)
-            order = torch.randperm(self.dataset_len, generator=generator).tolist()
+            order = self._permutation()
         else:
             order = list(range(self.dataset_len))
         if self.padding and order:
             order += (order * math.ceil(self.padding / len(order)))[: self.padding]
         return order[: self.total_size]
+
+    def _permutation(self) -> list[int]:
+        generator = torch.Generator()
+        if self.order == "drawn":
+            if not self._resuming:  # what RandomSampler draws at the start of an epoch (a resumed one drew it before)
+                self.seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            generator.manual_seed(self.seed)
+        elif self.order == "stream":
+            generator.manual_seed(self.seed)
+            # RandomSampler takes two permutations an epoch (the second for num_samples % n, here none of it)
+            for _ in range(2 * self.epoch):
+                torch.randperm(self.dataset_len, generator=generator)
+        else:
+            generator.manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.dataset_len, generator=generator).tolist()
 
     def rank_indices(self) -> list[int]:
         order, chunk, mine = self.global_order(), self.num_replicas * self.batch_size, []
@@ -205,6 +226,9 @@ class ShardSampler(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         skip, self.skip_batches = self.skip_batches, 0  # a resume skips once, then epochs run whole
+        # A drawn order replays the saved epoch's seed only in a resume (skip_first_batches alone draws anew, as
+        # RandomSampler does in a new iteration)
+        self._resuming, self.restored = skip > 0 and self.restored, False
         return iter(self.rank_indices()[skip * self.batch_size:])
 
     def __len__(self) -> int:
@@ -218,6 +242,7 @@ class BatchTracker:
 
     end_of_dataloader: bool = False
     remainder: int = -1  # real samples in the final global batch; -1 when nothing is padded
+    active: Any = None  # the DeviceDataLoader being iterated (None between loops): Accelerate's active_dataloader
 
 
 def dataloader_workers_default(host: HostFacts) -> tuple[int, str]:
@@ -257,7 +282,7 @@ class DeviceDataLoader:
     def __init__(self, loader: DataLoader, device: torch.device, *, pin_memory: bool = False,
                  num_processes: int = 1, process_index: int = 0, seed: int = 0,
                  tracker: BatchTracker | None = None, host: HostFacts | None = None,
-                 float64_to_float32: str | Callable[[], str | None] | None = None):
+                 float64_to_float32: str | Callable[[], str | None] | None = None, order: str = "seeded"):
         self.original, self.device = loader, device
         self._float64_reason = float64_to_float32  # a callable asks at each batch: the model may be prepared later
         self._cast_names: set[str] = set()
@@ -265,13 +290,15 @@ class DeviceDataLoader:
         self.tracker = tracker if tracker is not None else BatchTracker()
         self.num_processes, self.seed = num_processes, seed
         self.epoch, self.batches_yielded, self._skip = 0, 0, 0
+        self._restored = False  # load_state_dict of a saved run: the next pass resumes it
+        self.end_of_dataloader = False  # this loader's latest batch was its last
         _warn_spawn_workers(loader, host)
         self.sampler: ShardSampler | None = None
         if _can_reshard(loader):
             self.sampler = ShardSampler(len(loader.dataset), batch_size=loader.batch_size,
                                         num_replicas=num_processes, rank=process_index,
                                         shuffle=isinstance(loader.sampler, RandomSampler), seed=seed,
-                                        drop_last=loader.drop_last)
+                                        drop_last=loader.drop_last, order=order)
             self.loader = _rebuild(loader, self.sampler, pin_memory)
         elif num_processes > 1:
             raise ValueError(_cannot_shard_message(loader, num_processes))
@@ -290,13 +317,32 @@ class DeviceDataLoader:
         return self.original.dataset
 
     @property
+    def per_process_batch_size(self) -> int | None:
+        """Samples per batch on this process (the DataLoader's batch_size, or its batch sampler's)."""
+        size = self.original.batch_size
+        return size if size is not None else getattr(self.original.batch_sampler, "batch_size", None)
+
+    @property
     def batch_size(self) -> int | None:
-        return self.original.batch_size
+        """Accelerate's value: None for a map-style dataset (its prepared loader batches through a batch sampler),
+        the DataLoader's batch_size for an IterableDataset. :attr:`per_process_batch_size` is the size itself."""
+        return self.original.batch_size if isinstance(self.original.dataset, IterableDataset) else None
+
+    @property
+    def drop_last(self) -> bool:
+        """Accelerate's value: False for a map-style dataset (its batch sampler drops), the DataLoader's otherwise."""
+        return self.original.drop_last if isinstance(self.original.dataset, IterableDataset) else False
 
     @property
     def total_batch_size(self) -> int | None:
-        """Samples per optimizer-free step across all processes."""
-        return None if self.batch_size is None else self.batch_size * self.num_processes
+        """Samples per step across all processes."""
+        size = self.per_process_batch_size
+        return None if size is None else size * self.num_processes
+
+    @property
+    def total_dataset_length(self) -> int:
+        """Samples in the dataset (all processes together), as Accelerate's prepared loader says."""
+        return len(self.dataset)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -309,27 +355,47 @@ class DeviceDataLoader:
     def __iter__(self) -> Iterator[Any]:
         skip, self._skip = self._skip, 0
         batches = self._batches(skip)
-        total = len(self)
+        total = self._length()
+        if total is None:  # an IterableDataset without a length: one batch ahead tells the last one
+            batches = _with_last(batches)
         self.batches_yielded = skip
+        outer, self.tracker.active = self.tracker.active, self  # (an eval loop inside a training loop: restored after)
         for batch in batches:
             self.batches_yielded += 1
-            last = self.batches_yielded >= total
-            self.tracker.end_of_dataloader = last
+            if total is None:
+                batch, last = batch
+            else:
+                last = self.batches_yielded >= total
+            self.tracker.end_of_dataloader = self.end_of_dataloader = last
             self.tracker.remainder = self._remainder() if last else -1
             reason = self.float64_to_float32
             if reason:
                 batch = cast_float64(batch, self._cast_names, reason)
             yield move_to_device(batch, self.device, non_blocking=self.non_blocking)
         self.epoch, self.batches_yielded = self.epoch + 1, 0
+        if self.tracker.active is self:
+            self.tracker.active = outer if outer is not self else None
+
+    def _length(self) -> int | None:
+        try:
+            return len(self)
+        except TypeError:
+            return None
 
     def _batches(self, skip: int) -> Iterator[Any]:
+        restored, self._restored = self._restored, False
         if self.sampler is not None:
             self.sampler.set_epoch(self.epoch)
             self.sampler.skip_batches = skip  # skips indices, so skipped batches are never loaded
+            self.sampler.restored = restored
         elif hasattr(self.loader.sampler, "set_epoch"):
             self.loader.sampler.set_epoch(self.epoch)
-        if not skip:
-            return iter(self.loader)
+        if not skip or not restored:  # (skip_first_batches alone: a new pass, drawing as any does)
+            iterator = iter(self.loader)
+            if skip and self.sampler is None:
+                for _ in range(skip):  # a sampler we do not own: skipping means drawing
+                    next(iterator, None)
+            return iterator
         # Starting an iterator draws a seed from torch's global generator. The saved run drew it at the
         # start of this epoch, before its state was saved, so a resumed epoch must not draw it again.
         saved_rng = torch.get_rng_state()
@@ -345,8 +411,12 @@ class DeviceDataLoader:
             return -1
         return self.sampler.last_batch_real_samples()
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": self.seed}
+    def state_dict(self) -> dict[str, Any]:
+        if self.sampler is None:
+            return {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": self.seed}
+        # the order the run follows, and its seed (a drawn order: this epoch's), so that a resume follows it too
+        return {"epoch": self.epoch, "batches_yielded": self.batches_yielded, "seed": self.sampler.seed,
+                "order": self.sampler.order}
 
     def rebatch(self, batch_size: int) -> None:
         """Batches of ``batch_size`` from the next iteration on, in the same sample order (set the position
@@ -358,19 +428,37 @@ class DeviceDataLoader:
         old = self.sampler
         self.original = _rebuild(self.original, self.original.sampler, self.original.pin_memory, batch_size)
         self.sampler = ShardSampler(old.dataset_len, batch_size=batch_size, num_replicas=old.num_replicas,
-                                    rank=old.rank, shuffle=old.shuffle, seed=old.seed, drop_last=old.drop_last)
+                                    rank=old.rank, shuffle=old.shuffle, seed=old.seed, drop_last=old.drop_last,
+                                    order=old.order)
         self.loader = _rebuild(self.original, self.sampler, self.non_blocking)
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``: the next batches are those the saved run would have drawn next."""
         self.epoch, self._skip = int(state["epoch"]), int(state["batches_yielded"])
         self.batches_yielded = self._skip
+        if "seed" in state:  # load_state (skip_first_batches gives only the position)
+            self._restored = True
         if "seed" in state and self.sampler is not None:
             self.seed = self.sampler.seed = int(state["seed"])
+        if "order" in state and self.sampler is not None:
+            self.sampler.order = str(state["order"])
 
     def __repr__(self) -> str:
-        return (f"DeviceDataLoader(batches={len(self)}, batch_size={self.batch_size}, device={self.device}, "
-                f"processes={self.num_processes}, epoch={self.epoch})")
+        return (f"DeviceDataLoader(batches={len(self)}, batch_size={self.per_process_batch_size}, "
+                f"device={self.device}, processes={self.num_processes}, epoch={self.epoch})")
+
+
+def _with_last(batches: Iterator[Any]) -> Iterator[tuple[Any, bool]]:
+    """(batch, is it the last one), reading one batch ahead (as Accelerate's prepared loaders do)."""
+    iterator = iter(batches)
+    try:
+        current = next(iterator)
+    except StopIteration:
+        return
+    for following in iterator:
+        yield current, False
+        current = following
+    yield current, True
 
 
 def _can_reshard(loader: DataLoader) -> bool:

@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import errno
 import functools
 import gc
 import inspect
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
 
 from ...accelerator import trackers as tracking
 from ...distributed import process_group as pg
+from .checkpointing import AccelerateCheckpointing
+from .state import AcceleratorState, GradientState
 
 
 class DistributedType(str, enum.Enum):
@@ -73,14 +73,17 @@ class GradientAccumulationPlugin:
     sync_with_dataloader: bool = True
 
 
-class AccelerateCompat:
+class AccelerateCompat(AccelerateCheckpointing):
     """Accelerate's public names that braeburn's Accelerator adds on top of its core (see the module doc). Its
     ``_checkpoint_dir``, ``_after_automatic_save``, ``_save_custom_objects``, ``_load_custom_objects``,
     ``_latest_automatic_checkpoint`` and ``_end_trackers`` fill the core's hooks."""
 
     # -- set up, from Accelerator.__init__ (before the core's) ------------------------------------------------
     def _init_accelerate_compat(self, log_with: Any = None, project_dir: Any = None,
-                                project_config: ProjectConfiguration | None = None, **_: Any) -> None:
+                                project_config: ProjectConfiguration | None = None,
+                                gradient_accumulation_plugin: Any = None, dataloader_config: Any = None,
+                                **_: Any) -> None:
+        self._accumulation_plugin, self._dataloader_config = gradient_accumulation_plugin, dataloader_config
         config = project_config or ProjectConfiguration()
         if project_dir is not None:
             config.project_dir = str(project_dir)
@@ -104,6 +107,24 @@ class AccelerateCompat:
         return self.project_configuration.iteration
 
     # -- who am I -----------------------------------------------------------------------------
+    @property
+    def state(self) -> AcceleratorState:
+        """Accelerate's ``accelerator.state``: a live view of this Accelerator's process facts (state.py)."""
+        return AcceleratorState(self)
+
+    @property
+    def gradient_state(self) -> GradientState:
+        """Accelerate's ``accelerator.gradient_state``: sync_gradients, end_of_dataloader, num_steps ... (state.py)."""
+        return GradientState(self)
+
+    def _accumulation_plugin_kwargs(self) -> dict[str, Any]:
+        """Accelerate's ``GradientState.plugin_kwargs``: num_steps, and the fields a given plugin changed."""
+        from .options import changed_fields
+
+        plugin = self._accumulation_plugin
+        changed = {k: v for k, v in (changed_fields(plugin) or {}).items() if k != "num_steps"}
+        return {"num_steps": self.gradient_accumulation_steps, **changed}
+
     @property
     def mixed_precision(self) -> str:
         """"no", "fp16" or "bf16": what the plan resolved (never "auto")."""
@@ -143,7 +164,8 @@ class AccelerateCompat:
 
     @property
     def use_seedable_sampler(self) -> bool:
-        return True
+        """As Accelerate: what DataLoaderConfiguration said (prepared loaders follow a seeded order either way)."""
+        return bool(getattr(self._dataloader_config, "use_seedable_sampler", False))
 
     @property
     def use_stateful_dataloader(self) -> bool:
@@ -214,6 +236,48 @@ class AccelerateCompat:
         if function is None:
             return functools.partial(self.on_local_process, local_process_index=local_process_index)
         return self._only_on(self.local_process_index == local_process_index or not self.use_distributed, function)
+
+    def _torch_shuffle(self, loader: Any) -> tuple[str, int] | None:
+        """A shuffled DataLoader (a RandomSampler without a generator) is shuffled as Accelerate's default does
+        (use_seedable_sampler=False, no seed=/data_seed given): on one process a seed drawn from torch's generator
+        at each epoch's start, as the RandomSampler itself would; on several, one drawn now on every process (rank
+        0's kept) seeding a generator whose next permutation each epoch takes."""
+        sampler = getattr(loader, "sampler", None)
+        if (self.use_seedable_sampler or self._data_seed_given
+                or not isinstance(sampler, torch.utils.data.RandomSampler) or sampler.generator is not None):
+            return None
+        if self.num_processes == 1:
+            return "drawn", 0
+        seed = int(torch.empty((), dtype=torch.int64).random_().item())  # Accelerate's draw in prepare_data_loader
+        return "stream", pg.broadcast_int(seed)
+
+    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
+        """Accelerate's signature; ``device_placement`` only None or True for every object (a prepared object always
+        lives on ``accelerator.device``)."""
+        for placement in device_placement or ():
+            _placement(placement)
+        return super().prepare(*args)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """Accelerate's signature (``scale`` is used by Accelerate on TPUs only, so never here)."""
+        return super().reduce(tensor, reduction)
+
+    def autocast(self, autocast_handler: Any = None) -> contextlib.AbstractContextManager:
+        """Autocast to the resolved precision; an ``AutocastKwargs`` changed from its defaults is refused."""
+        from .options import changed_fields
+
+        if changed_fields(autocast_handler):
+            raise ValueError(f"accelerator.autocast(autocast_handler={autocast_handler!r}) is not supported: braeburn "
+                             "autocasts with the resolved precision. Fix: call accelerator.autocast(), or wrap the code "
+                             "in torch.autocast(...) yourself")
+        return super().autocast()
+
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
+                     keep_torch_compile: bool | None = None) -> torch.nn.Module:
+        """Accelerate's signature: the user's module, without DDP's wrapper, nor torch.compile's (whatever
+        ``keep_torch_compile`` says: docs/migrating.md). ``keep_fp32_wrapper``: a prepared model's autocast is part of
+        its forward, kept either way (nothing to remove at mixed_precision="no")."""
+        return super().unwrap_model(model)
 
     # -- prepare, one object at a time -------------------------------------------------------------
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
@@ -329,87 +393,14 @@ class AccelerateCompat:
         else:
             torch.save(obj, f)
 
-    def register_for_checkpointing(self, *objects: Any) -> None:
-        """Objects with ``state_dict()`` / ``load_state_dict()`` that save_state/load_state should include."""
-        bad = [type(obj).__name__ for obj in objects
-               if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)))]
-        if bad:
-            raise ValueError(f"register_for_checkpointing: {', '.join(bad)} has no state_dict() and "
-                             "load_state_dict(); give it both methods, or save it yourself")
-        self._custom_objects.extend(objects)
-
-    def _save_custom_objects(self, directory: Path) -> None:
-        from ...checkpoints import state as state_io
-
-        for i, obj in enumerate(self._custom_objects):
-            state_io.save_file(obj.state_dict(), directory, f"custom_checkpoint_{i}.pt")
-
-    def _load_custom_objects(self, directory: Any) -> None:
-        from ...checkpoints import state as state_io
-
-        for i, obj in enumerate(self._custom_objects):
-            if not os.path.exists(os.path.join(directory, f"custom_checkpoint_{i}.pt")):
-                raise ValueError(f"{directory} holds no custom_checkpoint_{i}.pt, but {len(self._custom_objects)} "
-                                 "objects are registered for checkpointing: register the same objects, in the same "
-                                 "order, as the run that saved it")
-            obj.load_state_dict(state_io.load_file(directory, f"custom_checkpoint_{i}.pt"))
-
-    def _checkpoint_dir(self, output_dir: Any) -> Any:
-        """save_state()/load_state() without a folder: project_dir/checkpoints/checkpoint_<n> (automatic naming)."""
-        config = self.project_configuration
-        if output_dir is not None:
-            return output_dir
-        if not config.automatic_checkpoint_naming or config.project_dir is None:
-            raise ValueError("save_state() needs a folder: pass save_state(output_dir), or Accelerator(project_config="
-                             "ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=True))")
-        folder = os.path.join(config.project_dir, "checkpoints", f"checkpoint_{config.iteration}")
-        ahead = [p for p in Path(folder).parent.glob("checkpoint_*")
-                 if p.name.split("_")[-1].isdigit() and int(p.name.split("_")[-1]) >= config.iteration]
-        if ahead:  # an earlier run of the same script: never replaced, and this run's save never rotated away first
-            taken = str(max(ahead, key=lambda p: int(p.name.split("_")[-1])))
-            raise FileExistsError(errno.EEXIST, (
-                f"save_state(): the checkpoint folder {taken!r} already exists at or after this save's iteration "
-                f"{config.iteration}, "
-                "written by an earlier run in this project_dir; braeburn does not replace it, as Accelerate does "
-                "not. Pass another project_dir, set accelerator.project_configuration.iteration to the next free "
-                "number (or load_state() the earlier run first), or move the checkpoints folder away."))
-        return folder
-
-    def _after_automatic_save(self, output_dir: Any) -> None:
-        config = self.project_configuration
-        if not config.automatic_checkpoint_naming:
-            return
-        config.iteration += 1
-        folder = Path(output_dir).parent
-        if config.total_limit is not None and self.is_main_process:
-            from ...checkpoints import no_follow, ownership
-
-            found = sorted((p for p in folder.glob("checkpoint_*") if p.name.split("_")[-1].isdigit()
-                            and ownership.saved_state(p)),  # its manifest says braeburn saved it
-                           key=lambda p: int(p.name.split("_")[-1]))
-            for old in found[:max(0, len(found) - config.total_limit)]:
-                no_follow.remove_tree(old)  # (a mount point inside: refused, nothing removed)
-
-    def _latest_automatic_checkpoint(self) -> str:
-        config = self.project_configuration
-        folder = Path(config.project_dir or ".") / "checkpoints"
-        found = sorted((p for p in folder.glob("checkpoint_*") if p.name.split("_")[-1].isdigit()),
-                       key=lambda p: int(p.name.split("_")[-1]))
-        if not config.automatic_checkpoint_naming or not found:
-            raise ValueError("load_state() needs a folder: pass load_state(input_dir) (no automatically named "
-                             f"checkpoint was found in {folder})")
-        return str(found[-1])
-
     # -- trackers ----------------------------------------------------------------------------------
     def init_trackers(self, project_name: str, config: dict | None = None,
                       init_kwargs: dict[str, dict] | None = None) -> None:
-        """Start the trackers of ``log_with`` (plus the JSON-lines file) for ``project_name``, storing ``config``."""
+        """Start the trackers of ``log_with`` for ``project_name``, storing ``config``; as in Accelerate, none writes
+        a file that ``log_with`` did not ask for (braeburn's JSON-lines file only with ``log_with="jsonl"``)."""
         if not self.is_main_process:
             return
-        chosen = list(self.log_with)
-        if self.logging_dir is not None and "jsonl" not in chosen:
-            chosen.append("jsonl")
-        self.trackers = tracking.start_trackers(chosen, project_name, self.logging_dir, init_kwargs)
+        self.trackers = tracking.start_trackers(list(self.log_with), project_name, self.logging_dir, init_kwargs)
         if config is not None:
             for tracker in self.trackers:
                 tracker.store_init_configuration(config)
@@ -446,8 +437,7 @@ class AccelerateCompat:
         self._dataloaders.clear()
         gc.collect()
         self.plan.device.empty_cache()
-        released = [None for _ in objects]
-        return released if objects else None
+        return [None for _ in objects]  # as Accelerate's release_memory: [] for no objects
 
     clear = free_memory
 

@@ -68,7 +68,7 @@ class AccelerateOptions:
     ddp_options: dict[str, Any]  # DistributedDataParallel's own arguments
     process_group_timeout: Any  # InitProcessGroupKwargs(timeout=...): a timedelta, or None for torch's
     data_seed: int | None  # DataLoaderConfiguration(data_seed=...)
-    tracking: dict[str, Any]  # log_with, project_dir, project_config
+    tracking: dict[str, Any]  # for the compat class: log_with, project_dir, project_config, plugin, dataloader_config
 
 
 # Accelerator(...) arguments of Accelerate that braeburn refuses, with what to use instead.
@@ -103,7 +103,8 @@ def accelerate_options(mixed_precision: Any, options: dict[str, Any]) -> Acceler
         accumulation_steps=plugin.num_steps if plugin is not None else None,
         compile=True if str(dynamo).lower() == "inductor" else None, ddp_options=ddp_options,
         process_group_timeout=timeout, data_seed=data_seed,
-        tracking={k: options.get(k) for k in ("log_with", "project_dir", "project_config")})
+        tracking={k: options.get(k) for k in ("log_with", "project_dir", "project_config",
+                                              "gradient_accumulation_plugin", "dataloader_config")})
 
 
 def _plain_arguments(options: dict[str, Any]) -> list[OptionError]:

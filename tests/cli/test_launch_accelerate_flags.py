@@ -1,0 +1,56 @@
+"""`braeburn launch` takes `accelerate launch`'s --num_cpu_threads_per_process and --dynamo_backend with their
+meaning there: OMP_NUM_THREADS in every process, and compiling (inductor) or not."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from braeburn.cli.main import main
+
+RECORD = """
+import json, os, sys
+with open(sys.argv[1], "w") as out:
+    json.dump({name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "BRAEBURN_COMPILE")}, out)
+"""
+
+
+def _launch(tmp_path, *flags: str) -> subprocess.CompletedProcess:
+    target = tmp_path / "record.py"
+    target.write_text(RECORD)
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}
+    return subprocess.run([sys.executable, "-m", "braeburn.cli.main", "launch", "--cpu", *flags, str(target),
+                           str(tmp_path / "seen.json")], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_accelerate_launch_threads_and_dynamo_flags_reach_the_script(tmp_path, clean_env):
+    done = _launch(tmp_path, "--num_cpu_threads_per_process", "3", "--dynamo_backend", "inductor")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((tmp_path / "seen.json").read_text()) == {"OMP_NUM_THREADS": "3", "BRAEBURN_COMPILE": "true"}
+
+
+@pytest.mark.parametrize("backend, compile_setting", [("no", "false"), ("INDUCTOR", "true")])
+def test_dynamo_backend_is_the_compile_setting(tmp_path, clean_env, capsys, backend, compile_setting):
+    target = tmp_path / "script.py"
+    target.write_text("")
+    assert main(["launch", "--cpu", "--dynamo-backend", backend, "--dry-run", str(target)]) == 0
+    assert f"BRAEBURN_COMPILE={compile_setting}" in capsys.readouterr().out
+
+
+def test_a_dynamo_backend_braeburn_lacks_is_one_error_with_the_fix(tmp_path, clean_env, capsys):
+    target = tmp_path / "script.py"
+    target.write_text("")
+    assert main(["launch", "--cpu", "--dynamo_backend", "aot_eager", str(target)]) != 0
+    err = capsys.readouterr().err
+    assert "--dynamo_backend=aot_eager" in err and "Fix: --dynamo_backend inductor (or no)" in err
+
+
+def test_dynamo_backend_and_compile_that_disagree_are_refused(tmp_path, clean_env, capsys):
+    target = tmp_path / "script.py"
+    target.write_text("")
+    assert main(["launch", "--cpu", "--dynamo_backend", "no", "--compile", "true", str(target)]) != 0
+    assert "--dynamo_backend=no and --compile=true disagree" in capsys.readouterr().err

@@ -1,0 +1,227 @@
+"""Accelerate's idioms that write files (checkpoints, saved models, trackers), one process: each written as
+Accelerate 1.15's docs write it, run under ``accelerate.Accelerator`` and ``braeburn.Accelerator`` in the same test,
+comparing the files written (names), the values restored and what braeburn says. See tests/compat/catalogue.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.compat.accelerate._peers import both, files, loader, setup, step, weights
+from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose
+
+CATALOGUE = Catalogue("accelerate")
+idiom = CATALOGUE.idiom
+
+
+@pytest.fixture(autouse=True)
+def _cpu(monkeypatch, no_launcher_env, one_thread):
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+
+
+def _identical(script, tmp_path, **kwargs):
+    peer, ours, said = both(script, tmp_path)
+    assert_identical(peer, ours, **kwargs)
+    assert said == [], f"braeburn said more than Accelerate: {said}"
+
+
+# -- checkpoints ------------------------------------------------------------------------------------------
+# save_state() writes Accelerate's names where the content is Accelerate's; braeburn's own RNG, loader-position,
+# accelerator and manifest files replace random_states_<rank>.pkl (a pickle braeburn would have to load unsafely).
+PEER_ONLY = ("random_states_0.pkl",)
+OURS_ONLY = ("rng_state_0.pt", "accelerator.pt", "manifest.json", "dataloader_0.pt", "dataloader_1.pt")
+LOCK = (".braeburn.lock",)  # beside the newest folder while the run lives (the scripts list files before their end)
+SAVE_STATE_LINE = "save_state()"
+
+
+def _on_purpose_files(peer, ours, said):
+    assert_on_purpose(said, SAVE_STATE_LINE)
+    assert_identical(peer, ours)
+
+
+def _train_save_resume(lib, folder, save, load):
+    """Two batches, save, two more (the expected losses); a fresh run that loads the state plays the same two."""
+    accelerator, net, optimizer, data = setup(lib, data=loader(n=16, batch_size=4, shuffle=True))
+    batches = iter(data)
+    first = [step(accelerator, net, optimizer, next(batches)) for _ in range(2)]
+    save(accelerator)
+    expected = [step(accelerator, net, optimizer, batch) for batch in batches]
+    again, net2, optimizer2, data2 = setup(lib, data=loader(n=16, batch_size=4, shuffle=True))
+    load(again)
+    resumed = [step(again, net2, optimizer2, batch) for batch in again.skip_first_batches(data2, 2)]
+    return first + expected, resumed
+
+
+@idiom("accelerator.save_state('ckpt') mid-epoch / accelerator.load_state('ckpt') + skip_first_batches, "
+       "a shuffled DataLoader", "on purpose",
+       "save_state() says once that braeburn writes its own rng_state_<rank>.pt, dataloader_<i>.pt, accelerator.pt "
+       "and manifest.json where Accelerate writes random_states_<rank>.pkl (model.safetensors, optimizer.bin are "
+       "Accelerate's); load_state() says that the epoch resumes in its saved order: the resumed losses are bitwise "
+       "the uninterrupted ones, where Accelerate's resumed epoch is shuffled anew")
+def _save_and_load_state(tmp_path):
+    def script(lib, folder):
+        losses, resumed = _train_save_resume(lib, folder, lambda a: a.save_state(str(folder / "ckpt")),
+                                             lambda a: a.load_state(str(folder / "ckpt")))
+        return Observation(losses=losses, files=files(folder, leave_out=PEER_ONLY + OURS_ONLY + LOCK),
+                           metrics={"resumed as uninterrupted": resumed == losses[2:]})
+
+    peer, ours, said = both(script, tmp_path)
+    assert peer.metrics == {"resumed as uninterrupted": False} and ours.metrics == {"resumed as uninterrupted": True}
+    assert_on_purpose(said, "load_state()")
+    assert_on_purpose(said, "save_state()")
+    assert_identical(peer, ours, ignore=["metrics"])
+
+
+@idiom("ProjectConfiguration(project_dir, automatic_checkpoint_naming=True, total_limit=2) + save_state() x3 + "
+       "load_state()", "on purpose", "the same checkpoints/checkpoint_<n> folders (the oldest removed) and files "
+       "but braeburn's own (said once by save_state()), none left behind; load_state() reads the newest")
+def _automatic_naming(tmp_path):
+    def script(lib, folder):
+        config = lib.ProjectConfiguration(project_dir=str(folder), automatic_checkpoint_naming=True, total_limit=2)
+        accelerator, net, optimizer, data = setup(lib, project_config=config)
+        for batch in data:
+            step(accelerator, net, optimizer, batch)
+            accelerator.save_state()
+        expected = weights(net)
+        net.weight.data.zero_()
+        accelerator.load_state()
+        accelerator.end_training()
+        return Observation(files=files(folder, leave_out=PEER_ONLY + OURS_ONLY),
+                           extra={"restored": weights(net) == expected,
+                                  "iteration": accelerator.project_configuration.iteration})
+
+    _on_purpose_files(*both(script, tmp_path))
+
+
+class _Counter:
+    def __init__(self):
+        self.count = 0
+
+    def state_dict(self):
+        return {"count": self.count}
+
+    def load_state_dict(self, state):
+        self.count = state["count"]
+
+
+@idiom("accelerator.register_for_checkpointing(obj) + save_state / load_state", "on purpose",
+       "custom_checkpoint_0.pkl as Accelerate names it (plain data, loaded with weights_only); save_state()'s line")
+def _register_for_checkpointing(tmp_path):
+    def script(lib, folder):
+        accelerator, net, optimizer, data = setup(lib)
+        counter = _Counter()
+        accelerator.register_for_checkpointing(counter)
+        counter.count = 7
+        accelerator.save_state(str(folder / "ckpt"))
+        counter.count = 0
+        accelerator.load_state(str(folder / "ckpt"))
+        return Observation(files=files(folder, leave_out=PEER_ONLY + OURS_ONLY + LOCK),
+                           extra={"count": counter.count})
+
+    _on_purpose_files(*both(script, tmp_path))
+
+
+@idiom("accelerator.save_model(model, 'out') + accelerator.save(obj, 'out/extra.pt')", "identical",
+       "the same files, the same tensors")
+def _save_model(tmp_path):
+    from safetensors.torch import load_file
+
+    def script(lib, folder):
+        accelerator, net, optimizer, data = setup(lib)
+        accelerator.wait_for_everyone()
+        accelerator.save_model(net, str(folder / "out"))
+        accelerator.save({"epoch": 3}, str(folder / "out" / "extra.pt"))
+        saved = load_file(str(folder / "out" / "model.safetensors"))
+        return Observation(files=files(folder), extra={k: v.tolist() for k, v in saved.items()})
+
+    _identical(script, tmp_path)
+
+
+@idiom("accelerator.save_model(model, 'out', safe_serialization=False)", "identical",
+       "the same pytorch_model.bin, the same tensors")
+def _save_model_pickled(tmp_path):
+    import torch
+
+    def script(lib, folder):
+        accelerator, net, optimizer, data = setup(lib)
+        accelerator.save_model(net, str(folder / "out"), safe_serialization=False)
+        saved = torch.load(folder / "out" / "pytorch_model.bin", weights_only=True)
+        return Observation(files=files(folder), extra={k: v.tolist() for k, v in saved.items()})
+
+    _identical(script, tmp_path)
+
+
+@idiom("accelerator.save_state('ckpt', safe_serialization=False)", "on purpose",
+       "one line says that the weights stay model.safetensors (Accelerate writes pytorch_model.bin): braeburn "
+       "writes no pickled weights")
+def _save_state_pickled(tmp_path):
+    def script(lib, folder):
+        accelerator, net, optimizer, data = setup(lib)
+        accelerator.save_state(str(folder / "ckpt"), safe_serialization=False)
+        return Observation(files=files(folder, leave_out=PEER_ONLY + OURS_ONLY + LOCK))
+
+    peer, ours, said = both(script, tmp_path)
+    assert "ckpt/pytorch_model.bin" in peer.files and "ckpt/model.safetensors" in ours.files
+    assert_on_purpose(said, "safe_serialization=False")
+    assert_on_purpose(said, "save_state()")
+    assert_identical(peer, ours, ignore=["files"])
+    assert [f for f in peer.files if "model" not in f] == [f for f in ours.files if "model" not in f]
+
+
+# -- trackers ---------------------------------------------------------------------------------------------
+
+@idiom("Accelerator(log_with='all', project_dir=...) + init_trackers / log / end_training (no tracker "
+       "package installed)", "identical", "no file written on either side")
+def _log_with_all(tmp_path):
+    def script(lib, folder):
+        accelerator = lib.Accelerator(log_with="all", project_dir=str(folder))
+        accelerator.init_trackers("run", config={"lr": 0.1})
+        accelerator.log({"loss": 0.5}, step=1)
+        accelerator.end_training()
+        return Observation(files=files(folder), extra={"trackers": [t.name for t in accelerator.trackers]})
+
+    _identical(script, tmp_path)
+
+
+@idiom("a GeneralTracker subclass (accelerate.tracking) in log_with + get_tracker(name, unwrap=...)", "identical",
+       "the same calls, in order, with the same values")
+def _custom_tracker(tmp_path):
+    from accelerate.tracking import GeneralTracker
+
+    class Recorder(GeneralTracker):
+        name = "recorder"
+        requires_logging_directory = False
+
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        @property
+        def tracker(self):
+            return self.calls
+
+        def store_init_configuration(self, values):
+            self.calls.append(f"config {values}")
+
+        def log(self, values, step=None, **kwargs):
+            self.calls.append(f"log {values} {step}")
+
+        def finish(self):
+            self.calls.append("finish")
+
+    def script(lib, folder):
+        recorder = Recorder()
+        accelerator = lib.Accelerator(log_with=[recorder])
+        accelerator.init_trackers("run", config={"lr": 0.1})
+        accelerator.log({"loss": 0.5}, step=1)
+        same = [accelerator.get_tracker("recorder") is recorder,
+                accelerator.get_tracker("recorder", unwrap=True) is recorder.calls]
+        accelerator.end_training()
+        return Observation(calls=recorder.calls, extra={"get_tracker": same})
+
+    _identical(script, tmp_path)
+
+
+# (last: the parameters are the idioms registered above)
+@pytest.mark.parametrize("case", CATALOGUE.params())
+def test_idiom(case, tmp_path):
+    case.run(tmp_path)
