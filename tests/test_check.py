@@ -72,7 +72,8 @@ def test_cpu_against_cpu_passes_with_identical_numbers(script):
     assert [row["step"] for row in report["steps"]] == [1, 2, 3]
     assert all(row["loss_rel"] == 0.0 and row["grad_max_rel"] == 0.0 for row in report["steps"])
     assert report["dropout_disabled"] == ["2"]
-    assert report["step_seconds"]["reference"] > 0 and report["speedup"] > 0
+    assert report["step_seconds"]["reference"] > 0 and report["step_seconds"]["accelerator"] > 0
+    assert report["timed_steps"] == 2 and report["speedup"] is None  # too few timed steps for a speed verdict
 
 
 def test_a_wrong_gradient_kernel_fails_names_the_parameter_and_fallbacks_are_counted(script):
@@ -111,6 +112,33 @@ def test_usage_errors_say_what_was_passed(tmp_path, capsys):
     assert "unknown accelerator" in capsys.readouterr().err
 
 
+def test_a_timeout_of_zero_is_a_usage_error_named_with_the_other_option_errors(tmp_path, capsys):
+    script = tmp_path / "s.py"
+    script.write_text("")
+    assert main(["check", "--timeout", "0", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "--timeout 0:" in err and "above 0" in err and "--timeout 600" in err
+    assert main(["check", "--timeout", "-5", "--steps", "0", "--tolerance", "loss=abc", "--accelerator", "tpu",
+                 str(tmp_path / "missing.py")]) == 2
+    err = capsys.readouterr().err
+    assert "5 problems with the options" in err
+    for words in ("missing.py' does not exist", "--steps 0", "--timeout -5", "loss=abc", "unknown accelerator"):
+        assert words in err, words
+
+
+def test_too_few_timed_steps_give_no_speed_verdict_and_say_how_to_get_one():
+    reference = _timed("reference", "cpu", [9.0, 0.40, 0.42])
+    accelerator = _timed("accelerator", "mps", [9.0, 0.10, 0.11], "bf16")
+    report = check.build_report("t.py", reference, accelerator, "")
+    assert report["timed_steps"] == 2 and report["speedup"] is None and report["speedup_range"] is None
+    line = check._timing_line(report, "cpu")
+    assert "faster" not in line and "slower" not in line and "no clear difference" not in line
+    assert "no speed verdict: 2 steps timed on each side" in line and "pass --steps 4 or more" in line
+    one = check._timing_line(check.build_report("t.py", _timed("reference", "cpu", [0.4]),
+                                                _timed("accelerator", "mps", [0.1]), ""), "cpu")
+    assert "no speed verdict: 1 step timed on each side" in one
+
+
 def test_tolerances_follow_the_precision_and_can_be_overridden():
     assert check.parse_tolerance("", "no") == check.TOLERANCES["no"]
     assert check.parse_tolerance("", "bf16")[1] > check.parse_tolerance("", "no")[1]
@@ -146,9 +174,9 @@ def _side(side, device, steps, precision="no"):
 
 
 def test_verdict_and_speedup_from_records():
-    reference = _side("reference", "cpu", [{"step": s, "loss": 1.0, "time_s": 0.4} for s in (1, 2, 3)])
+    reference = _side("reference", "cpu", [{"step": s, "loss": 1.0, "time_s": 0.4} for s in (1, 2, 3, 4)])
     steps = [{"step": s, "loss": 1.01, "time_s": 0.1,
-              "grad": {"max_rel": 0.05, "worst": [["fc.weight", 0.05]], "nonfinite": []}} for s in (1, 2, 3)]
+              "grad": {"max_rel": 0.05, "worst": [["fc.weight", 0.05]], "nonfinite": []}} for s in (1, 2, 3, 4)]
     report = check.build_report("t.py", reference, _side("accelerator", "mps", steps, "bf16"), "")
     assert report["passed"] and report["speedup"] == pytest.approx(4.0)
     strict = check.build_report("t.py", reference, _side("accelerator", "mps", steps, "no"), "")
@@ -156,9 +184,9 @@ def test_verdict_and_speedup_from_records():
 
 
 def test_rich_report_names_the_failure_and_the_faster_device(capsys):
-    reference = _side("reference", "cpu", [{"step": s, "loss": 1.0, "time_s": 0.001} for s in (1, 2)])
+    reference = _side("reference", "cpu", [{"step": s, "loss": 1.0, "time_s": 0.001} for s in (1, 2, 3, 4)])
     steps = [{"step": s, "loss": 1.2, "time_s": 0.004,
-              "grad": {"max_rel": 0.3, "worst": [["encoder.0.weight", 0.3]], "nonfinite": []}} for s in (1, 2)]
+              "grad": {"max_rel": 0.3, "worst": [["encoder.0.weight", 0.3]], "nonfinite": []}} for s in (1, 2, 3, 4)]
     accelerator = _side("accelerator", "mps", steps)
     accelerator.fallback_ops = Counter({"aten::nonzero": 2})
     check.render(check.build_report("t.py", reference, accelerator, ""), "cpu")
