@@ -233,7 +233,8 @@ def example(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProce
 def test_example_missing_data_dir_one_line_and_a_traceback_with_debug(tmp_path):
     plain = example(tmp_path, "--data_dir", str(tmp_path / "photos"))
     assert plain.returncode == 1 and "Traceback" not in plain.stderr
-    assert plain.stderr.startswith(f"error: --data_dir '{tmp_path / 'photos'}' is not a directory. Pass a folder")
+    assert plain.stderr.startswith(f"error: --data_dir '{tmp_path / 'photos'}' does not exist (working directory "
+                                   f"{tmp_path}). Pass a folder")
     debug = example(tmp_path, "--data_dir", str(tmp_path / "photos"), "--debug")
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "FileNotFoundError: --data_dir" in debug.stderr
 
