@@ -1,0 +1,73 @@
+"""The suite's tiers (tests/tiers.py): the README's command runs the fast tier, `-m slow` the rest, a path all of it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory) -> Path:
+    """A project laid out as this one (testpaths, the slow marker, tests/conftest.py taking the tiers' hooks) with
+    one fast test, one slow test and one slow module."""
+    root = tmp_path_factory.mktemp("suite")
+    (root / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
+                                         'markers = ["slow: the rest"]\naddopts = "-ra"\n')
+    tests = root / "tests"
+    tests.mkdir()
+    (tests / "__init__.py").write_text("")
+    shutil.copy(ROOT / "tests" / "tiers.py", tests / "tiers.py")
+    (tests / "conftest.py").write_text("from tests.tiers import pytest_collection_modifyitems, "
+                                       "pytest_terminal_summary  # noqa: F401\n")
+    (tests / "test_mixed.py").write_text("import pytest\n\ndef test_fast():\n    pass\n\n"
+                                         "@pytest.mark.slow\ndef test_slow_one():\n    pass\n")
+    (tests / "test_slow_module.py").write_text("import pytest\n\npytestmark = pytest.mark.slow\n\n"
+                                               "def test_in_a_slow_module():\n    pass\n")
+    return root
+
+
+def _run(root: Path, *args: str) -> tuple[set[str], str]:
+    """The tests that passed, and the output."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", *args], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return set(re.findall(r"::(\w+) PASSED", done.stdout)), done.stdout
+
+
+def test_no_path_runs_the_fast_tier_and_says_how_to_run_the_rest(suite):
+    passed, out = _run(suite)
+    assert passed == {"test_fast"} and "2 deselected" in out
+    assert "the tests marked slow were left out; `python -m pytest -n 2 -m slow` runs them" in out
+
+
+def test_minus_m_slow_runs_the_rest_and_both_together_are_the_whole_suite(suite):
+    rest, out = _run(suite, "-m", "slow")
+    assert rest == {"test_slow_one", "test_in_a_slow_module"} and "were left out" not in out
+    fast, _ = _run(suite)
+    everything, _ = _run(suite, "-m", "slow or not slow")
+    assert fast | rest == everything and not fast & rest
+
+
+def test_a_path_or_a_node_id_runs_its_slow_tests_too(suite):
+    assert _run(suite, "tests")[0] == {"test_fast", "test_slow_one", "test_in_a_slow_module"}
+    assert _run(suite, "tests/test_mixed.py::test_slow_one")[0] == {"test_slow_one"}
+
+
+def test_the_fast_tier_is_the_same_under_xdist(suite):
+    _, out = _run(suite, "-n", "2")  # each worker collects and deselects on its own
+    assert "1 passed" in out and "test_fast" in out and "were left out" in out
+    assert "test_slow_one" not in out and "test_in_a_slow_module" not in out
+
+
+def test_the_slow_marker_is_registered_with_what_it_means():
+    markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    slow = next(marker for marker in markers if marker.startswith("slow:"))
+    assert "python -m pytest -n 2" in slow and "-m slow" in slow and ".ci/run" in slow
