@@ -139,6 +139,7 @@ def test_prepared_model_forward_runs_under_autocast_and_returns_float32():
     assert "weight" in accelerator.unwrap_model(model).state_dict()
 
 
+@pytest.mark.slow  # trains a Transformers model until its loss falls (6-11 s)
 def test_transformers_model_with_loss_learns():
     from transformers import BertConfig, BertForSequenceClassification
 

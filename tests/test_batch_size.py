@@ -45,6 +45,7 @@ def _fake_step(limit: int, text: str, tries: list[int]):
     return step
 
 
+@pytest.mark.slow  # trains text models at growing batch sizes (10-13 s each)
 @pytest.mark.parametrize("text", [CUDA_OOM, MPS_OOM, CPU_OOM])
 def test_grows_until_out_of_memory_then_keeps_the_last_fit(text):
     tries: list[int] = []

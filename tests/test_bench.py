@@ -238,6 +238,7 @@ def test_usage_errors(capsys, tmp_path):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # runs braeburn bench on a script as a subprocess (15 s)
 def test_bench_times_a_users_script_through_the_probe(capsys, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent('''

@@ -65,6 +65,7 @@ def _check(*args) -> tuple[int, dict | str]:
     return done.returncode, output if output else done.stderr
 
 
+@pytest.mark.slow  # braeburn check runs the script twice as subprocesses (43 s on a loaded machine)
 def test_cpu_against_cpu_passes_with_identical_numbers(script):
     code, report = _check("--steps", 3, "--accelerator", "cpu", "--json", script)
     assert code == 0, report
@@ -76,6 +77,7 @@ def test_cpu_against_cpu_passes_with_identical_numbers(script):
     assert report["timed_steps"] == 2 and report["speedup"] is None  # too few timed steps for a speed verdict
 
 
+@pytest.mark.slow  # braeburn check runs the script twice as subprocesses (12-41 s)
 def test_a_wrong_gradient_kernel_fails_names_the_parameter_and_fallbacks_are_counted(script):
     code, report = _check("--steps", 3, "--accelerator", "cpu", "--json", script, "--wrong-grad", "--fallback")
     assert code == 1, report
@@ -86,6 +88,7 @@ def test_a_wrong_gradient_kernel_fails_names_the_parameter_and_fallbacks_are_cou
     assert report["fallback_ops"] == {"aten::_linalg_eigh": 1}  # Python shows a warning once per place
 
 
+@pytest.mark.slow  # braeburn check runs the script twice as subprocesses (17-45 s)
 def test_an_op_missing_on_the_accelerator_fails_and_is_named(script):
     code, report = _check("--steps", 3, "--accelerator", "cpu", "--json", script, "--missing-op")
     assert code == 1
@@ -94,6 +97,7 @@ def test_an_op_missing_on_the_accelerator_fails_and_is_named(script):
     assert len(report["steps"]) == 1  # the step before the failure was still compared
 
 
+@pytest.mark.slow  # braeburn check runs the script as a subprocess (17 s)
 def test_a_script_without_braeburn_is_a_usage_error(tmp_path):
     plain = tmp_path / "plain.py"
     plain.write_text("import torch\nprint(torch.ones(2).sum())\n")
@@ -241,6 +245,7 @@ ACCUMULATING_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # braeburn check runs the script twice as subprocesses (11-31 s)
 def test_the_loss_shown_is_the_scripts_loss_with_gradient_accumulation(tmp_path):
     """With gradient_accumulation_steps=2 each step's loss is the mean of the two micro-batch losses the script
     computed, not that divided by the accumulation steps."""

@@ -70,6 +70,7 @@ def finish(process: subprocess.Popen, timeout: float = 90) -> tuple[int, str]:
 
 
 
+@pytest.mark.slow  # braeburn launch with 2 gloo processes (13 s)
 def test_two_cpu_processes_all_reduce_through_gloo(tmp_path, clean_env):
     code, out = finish(launcher("--cpu", "--num-processes", "2", "--every-process-prints",
                                 str(script(tmp_path, "ar.py", ALL_REDUCE)), xdg=str(tmp_path)))

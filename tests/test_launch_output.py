@@ -79,6 +79,7 @@ def test_a_full_temp_folder_under_launch_ends_no_rank_and_is_said_once(tmp_path,
 EXITS_WITH_ITS_ARGUMENT = ALL_REDUCE + "import sys\nsys.exit(int(sys.argv[1]))\n"
 
 
+@pytest.mark.slow  # two braeburn launch jobs (19 s)
 def test_the_log_folder_is_removed_after_a_clean_job_and_kept_and_named_after_a_failed_one(tmp_path, clean_env):
     """The quiet ranks' files: rank 0 speaks, rank 1's output is in the named folder; the folder was never
     removed (every job left one in the temp folder)."""
@@ -105,6 +106,7 @@ def test_the_log_folder_is_removed_after_a_clean_job_and_kept_and_named_after_a_
     assert "ar.py FAILED" in out  # torchrun names the user's script, not the wrapper each rank starts in
 
 
+@pytest.mark.slow  # braeburn launch with 2 processes (10 s)
 def test_every_process_prints_leaves_no_folder_of_torchrun_in_the_temp_folder(tmp_path, clean_env):
     """Without a --log-dir torchrun made a torchelastic_* folder in the temp folder at every start, and never
     removed it."""

@@ -178,6 +178,7 @@ def assert_same_run(run: Path, lone: Path) -> None:
             assert all(a[n] == b[n] for n in a if n.endswith((".pt", ".safetensors"))), name  # the same bytes
 
 
+@pytest.mark.slow  # Trainer runs as subprocesses beside each other (8-18 s)
 def test_a_second_run_is_refused_before_during_and_after_a_save(tmp_path):
     run, lone, pauses = tmp_path / "run", tmp_path / "lone", tmp_path / "pauses"
     pauses.mkdir()

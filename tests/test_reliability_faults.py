@@ -68,6 +68,7 @@ def resumed_from(stage: subprocess.CompletedProcess, output_dir: Path, step: int
     return f"resumed from {output_dir / f'checkpoint-{step}'} at step {step}" in stage.stdout
 
 
+@pytest.mark.slow  # SIGKILLs and a full disk in child processes (13-35 s)
 def test_kills_full_disk_and_torn_save_then_resume_bitwise(tmp_path, reference):
     out, result = (tmp_path / "out").resolve(), tmp_path / "weights.pt"
 
