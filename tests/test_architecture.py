@@ -98,6 +98,7 @@ print(sorted(name for name in sys.modules if name.startswith("braeburn.compat"))
 """
 
 
+@pytest.mark.slow  # a training run in a fresh interpreter, as a subprocess (21 s on a loaded machine)
 def test_the_core_trains_without_loading_a_peers_layer(tmp_path):
     """braeburn's own Trainer (and its Accelerator) trains and evaluates with no module of compat/ loaded."""
     import subprocess

@@ -99,6 +99,7 @@ def test_frees_memory_between_tries_through_the_device_kind():
     assert reports == [(10, True), (20, True), (40, True), (80, False)]
 
 
+@pytest.mark.slow  # real training steps at each batch size tried (16 s on a loaded machine)
 def test_real_training_steps_on_the_cpu():
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

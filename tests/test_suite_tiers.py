@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import tiers
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -71,3 +73,37 @@ def test_the_slow_marker_is_registered_with_what_it_means():
     markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
     slow = next(marker for marker in markers if marker.startswith("slow:"))
     assert "python -m pytest -n 2" in slow and "-m slow" in slow and ".ci/run" in slow
+
+
+def _ci(tmp_path: Path, fast: str, rest: str) -> subprocess.CompletedProcess:
+    """.ci/run in a copy of the project whose README's two test commands are ``fast`` and ``rest``."""
+    (tmp_path / ".ci").mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
+    (tmp_path / "README.md").write_text(f"<!-- test-command -->\n<!-- not run: runs the test suite -->\n```bash\n{fast}\n"
+                                        f"```\n\n<!-- test-command: the rest -->\n```bash\n{rest}\n```\n")
+    return subprocess.run(["bash", ".ci/run"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+
+MAKE_VENV = "python3 -c \"import os; os.makedirs('.venv/bin'); open('.venv/bin/activate', 'w').close()\""
+
+
+def test_ci_runs_the_readmes_fast_tier_then_the_rest_in_the_same_environment(tmp_path):
+    done = _ci(tmp_path, f"{MAKE_VENV} && echo FAST-TIER-RAN", ". .venv/bin/activate && echo REST-RAN")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.index("FAST-TIER-RAN") < done.stdout.index("REST-RAN")
+    assert "CI (fast tier): exit 0 after" in done.stdout and "CI (rest tier): exit 0 after" in done.stdout
+
+
+def test_ci_fails_when_either_tier_fails_and_runs_both(tmp_path):
+    done = _ci(tmp_path / "a", f"{MAKE_VENV} && exit 3", ". .venv/bin/activate && echo REST-RAN")
+    assert done.returncode == 1 and "REST-RAN" in done.stdout and "CI: failed: fast" in done.stderr
+    done = _ci(tmp_path / "b", MAKE_VENV, ". .venv/bin/activate && exit 4")
+    assert done.returncode == 1 and "CI (rest tier): exit 4" in done.stdout and "CI: failed: rest" in done.stderr
+
+
+def test_the_readme_gives_both_commands_and_the_rest_is_the_slow_tier():
+    text = (ROOT / "README.md").read_text()
+    fast = text.split("<!-- test-command -->", 1)[1].split("```bash\n", 1)[1].split("\n", 1)[0]
+    rest = text.split("<!-- test-command: the rest -->", 1)[1].split("```bash\n", 1)[1].split("\n", 1)[0]
+    assert fast.startswith("python3 -m venv .venv") and fast.endswith("&& python -m pytest -n 2")
+    assert rest == f". .venv/bin/activate && {tiers.REST_COMMAND}"
