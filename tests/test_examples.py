@@ -57,6 +57,7 @@ def documented_digits_run() -> tuple[float, float, int]:
             int(re.search(r"a run within (\d+)x its time in all", page).group(1)))
 
 
+@pytest.mark.slow  # the full digits example (10 epochs), timed against the page
 def test_the_bare_digits_command_gives_the_documented_accuracy_within_the_documented_time(tmp_path, capsys,
                                                                                           one_thread):
     """The bare command (10 epochs) on the CPU, in this process on one torch thread (other jobs on the cores slow
