@@ -86,6 +86,7 @@ def test_no_verb_prints_help(capsys):
     _ = APPLE_M
 
 
+@pytest.mark.slow  # braeburn doctor as a subprocess (10 s on a loaded machine)
 def test_an_80_column_terminal_shows_every_variable_name_whole():
     """Issue 32/31: `doctor` in 80 columns cut the names a user copies into `export` (PYTORCH_MPS_HIGH_…)."""
     done = subprocess.run([sys.executable, "-m", "braeburn.cli.main", "doctor"], capture_output=True, text=True,
