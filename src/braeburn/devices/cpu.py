@@ -39,7 +39,7 @@ class CpuDevice(DeviceKind):
 
     def auto_float32_reason(self, host: HostFacts) -> str:
         # Only what holds on every CPU: the plan knows nothing of this CPU's instructions (HostFacts has none).
-        return ("since braeburn neither checks this CPU's instructions nor measures mixed precision on a CPU: bf16 "
+        return ("since auto neither checks this CPU's instructions nor times a mixed-precision trial on a CPU: bf16 "
                 "autocast changes the numbers, and whether it is faster than float32 depends on the CPU (AMX or "
                 "AVX512-BF16 instructions) and the model")
 
