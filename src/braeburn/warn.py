@@ -7,7 +7,12 @@ of braeburn's code printed under it only puzzles the reader: a :class:`BraeburnW
 
 from __future__ import annotations
 
+import threading
 import warnings
+
+# Python's own formatter, for a warning that comes back to this one through the formatter it passes warnings on to
+_PYTHON_FORMAT = getattr(warnings, "_formatwarning_orig", warnings.formatwarning)
+_passing_on = threading.local()
 
 
 class BraeburnWarning(UserWarning):
@@ -18,7 +23,15 @@ def _one_line(message, category, filename, lineno, line=None) -> str:
     if isinstance(category, type) and issubclass(category, BraeburnWarning):
         text = str(message)
         return (text if text.startswith("braeburn") else f"braeburn: {text}") + "\n"
-    return _one_line.previous(message, category, filename, lineno, line)
+    if getattr(_passing_on, "active", False):
+        # The formatter installed before this one passes warnings back to it (another library wrapped this one,
+        # and this one was installed again over it, as Lightning's formatter does): Python's own ends the circle.
+        return _PYTHON_FORMAT(message, category, filename, lineno, line)
+    _passing_on.active = True
+    try:
+        return _one_line.previous(message, category, filename, lineno, line)
+    finally:
+        _passing_on.active = False
 
 
 _one_line.previous = warnings.formatwarning
