@@ -103,6 +103,7 @@ def test_image_folder_trains_and_reports(tmp_path, pets, capsys):
     assert is_png(out / "confusion_matrix.png")
 
 
+@pytest.mark.slow  # the image example as a subprocess (33 s on a loaded machine)
 def test_image_example_runs_from_the_command_line(tmp_path):
     command = [sys.executable, str(EXAMPLES / "image_classification.py"), "--cpu", "--max_steps", "2",
                "--max_train_samples", "64", "--max_eval_samples", "40", "--output_dir", str(tmp_path),
@@ -303,6 +304,7 @@ def test_text_example_names_every_missing_input_at_once(tmp_path, monkeypatch):
     assert "put GLUE's MRPC train.tsv and dev.tsv in a folder" in message
 
 
+@pytest.mark.slow  # the text example as a subprocess (16 s on a loaded machine)
 def test_text_example_with_a_missing_file_is_one_line_not_a_traceback(tmp_path):
     """Issue 31: a mistyped --train_file printed open()'s 22-line traceback."""
     valid = tmp_path / "valid.csv"

@@ -50,6 +50,7 @@ def test_no_path_runs_the_fast_tier_and_says_how_to_run_the_rest(suite):
     assert "the tests marked slow were left out; `python -m pytest -n 2 -m slow` runs them" in out
 
 
+@pytest.mark.slow  # three pytest runs as subprocesses (11 s on a loaded machine)
 def test_minus_m_slow_runs_the_rest_and_both_together_are_the_whole_suite(suite):
     rest, out = _run(suite, "-m", "slow")
     assert rest == {"test_slow_one", "test_in_a_slow_module"} and "were left out" not in out
@@ -58,11 +59,13 @@ def test_minus_m_slow_runs_the_rest_and_both_together_are_the_whole_suite(suite)
     assert fast | rest == everything and not fast & rest
 
 
+@pytest.mark.slow  # two pytest runs as subprocesses (7 s on a loaded machine)
 def test_a_path_or_a_node_id_runs_its_slow_tests_too(suite):
     assert _run(suite, "tests")[0] == {"test_fast", "test_slow_one", "test_in_a_slow_module"}
     assert _run(suite, "tests/test_mixed.py::test_slow_one")[0] == {"test_slow_one"}
 
 
+@pytest.mark.slow  # a pytest run with two xdist workers (13 s on a loaded machine)
 def test_the_fast_tier_is_the_same_under_xdist(suite):
     _, out = _run(suite, "-n", "2")  # each worker collects and deselects on its own
     assert "1 passed" in out and "test_fast" in out and "were left out" in out
