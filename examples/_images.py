@@ -65,8 +65,9 @@ def scan_image_folder(data_dir: str | Path) -> ImageSource:
     """Class sub-folders if ``data_dir`` has any with images, else labels from the file names."""
     root = Path(data_dir)
     if not root.is_dir():
-        raise FileNotFoundError(f"--data_dir {str(data_dir)!r} is not a directory. Pass a folder holding one "
-                                "sub-folder of images per class, or images named '<label>_<number>.jpg'.")
+        why = "is a file, not a folder" if root.exists() else f"does not exist (working directory {Path.cwd()})"
+        raise FileNotFoundError(f"--data_dir {str(data_dir)!r} {why}. Pass a folder holding one sub-folder of images "
+                                "per class, or images named '<label>_<number>.jpg'.")
     folders = sorted(p for p in root.iterdir() if p.is_dir() and any(_is_image(f) for f in p.rglob("*")))
     files = sorted(p for p in root.iterdir() if _is_image(p))
     if folders and files:

@@ -31,6 +31,13 @@ GLUE_HUB_COLUMNS: dict[str, tuple[str, str | None]] = {
     "mrpc": ("sentence1", "sentence2"), "sst2": ("sentence", None), "qqp": ("question1", "question2"),
     "qnli": ("question", "sentence"), "rte": ("sentence1", "sentence2"), "wnli": ("sentence1", "sentence2"),
 }
+# GLUE's own download script (the one Transformers' GLUE examples pointed to), and, per task, its --tasks name and
+# the folder it writes train.tsv and dev.tsv to under its --data_dir.
+GLUE_SCRIPT = "https://gist.github.com/W4ngatang/60c2bdb54d156a41194446737ce03e2e"
+GLUE_SCRIPT_TASKS: dict[str, tuple[str, str]] = {
+    "mrpc": ("MRPC", "MRPC"), "sst2": ("SST", "SST-2"), "qqp": ("QQP", "QQP"), "qnli": ("QNLI", "QNLI"),
+    "rte": ("RTE", "RTE"), "wnli": ("WNLI", "WNLI"),
+}
 # CSV / JSON-lines columns, as run_glue.py looks for them.
 TEXT_COLUMN_PAIRS = (("sentence1", "sentence2"), ("question1", "question2"), ("question", "sentence"))
 SINGLE_TEXT_COLUMNS = ("sentence", "text")
@@ -96,13 +103,64 @@ def _known_task(task_name: str) -> str:
 
 
 def _local_copy(task_name: str) -> str:
-    return (f"put GLUE's {task_name.upper()} train.tsv and dev.tsv in a folder and pass --data_dir FOLDER (GLUE's "
-            f"download_glue_data.py --tasks {task_name.upper()} writes them)")
+    flag, folder = GLUE_SCRIPT_TASKS[task_name]
+    return (f"put GLUE's {task_name.upper()} train.tsv and dev.tsv in a folder and pass --data_dir FOLDER (on a machine "
+            f"that is online, GLUE's download_glue_data.py from {GLUE_SCRIPT} writes them: python download_glue_data.py "
+            f"--data_dir glue --tasks {flag}, then --data_dir glue/{folder})")
 
 
 def _where_to_get(task_name: str) -> str:
     return (f"{_local_copy(task_name)}, or, online, leave --data_dir out to download {task_name.upper()} as "
             "run_glue.py does (pip install datasets)")
+
+
+def _not_a_file(path: Path) -> str | None:
+    if path.is_file():
+        return None
+    return "is a folder, not a file" if path.is_dir() else "does not exist"
+
+
+def _not_a_folder(path: Path) -> str | None:
+    if path.is_dir():
+        return None
+    return "is a file, not a folder" if path.exists() else "does not exist"
+
+
+def missing_inputs(*, task_name: str | None, data_dir: str | None, train_file: str | None,
+                   validation_file: str | None, model_name_or_path: str | None) -> list[str]:
+    """Every input path the options name that is not there, each as "--option 'path' why" (an empty list: all
+    there), so that a run reports them all at once rather than one per try. Hub names and aliases are not paths."""
+    problems = []
+    for option, value in (("--train_file", train_file), ("--validation_file", validation_file)):
+        if value and (why := _not_a_file(Path(value))):
+            problems.append(f"{option} {value!r} {why}")
+    if data_dir and task_name and not (train_file or validation_file):
+        folder = Path(data_dir)
+        if why := _not_a_folder(folder):
+            problems.append(f"--data_dir {data_dir!r} {why}")
+        elif missing := [name for name in ("train.tsv", "dev.tsv") if not (folder / name).is_file()]:
+            problems.append(f"--data_dir {data_dir!r} has no {' or '.join(missing)}")
+    if model_name_or_path and model_name_or_path not in MODEL_ALIASES and _local(model_name_or_path):
+        if why := _not_a_folder(Path(model_name_or_path).expanduser()):
+            problems.append(f"--model_name_or_path {model_name_or_path!r} {why}")
+    return problems
+
+
+def refuse_missing_inputs(problems: list[str], task_name: str | None) -> None:
+    """One line naming every missing input (from :func:`missing_inputs`), and how to fix each kind."""
+    if not problems:
+        return
+    fixes = []
+    if any(problem.startswith("--data_dir") for problem in problems) and (task_name or "").lower() in GLUE_TASKS:
+        fixes.append(_where_to_get(task_name.lower()))
+    if any(problem.startswith("--model_name_or_path") for problem in problems):
+        fixes.append("for the model pass a folder in Transformers format, a hub name, the alias all-MiniLM-L6-v2, or "
+                     "leave --model_name_or_path out to train a small BERT from scratch")
+    if any(problem.startswith(("--train_file", "--validation_file")) for problem in problems):
+        fixes.append("check the file paths")
+    head = problems[0] if len(problems) == 1 else f"{len(problems)} inputs are missing: {'; '.join(problems)}"
+    where = f" (working directory {Path.cwd()})" if any("does not exist" in problem for problem in problems) else ""
+    raise SystemExit(f"{head}{where}: {'; '.join(fixes)}.")
 
 
 def read_glue_folder(folder: str | Path, task_name: str) -> tuple[TextExamples, TextExamples]:

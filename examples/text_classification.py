@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers beside t
 
 from _metrics import classification_metrics, write_json  # noqa: E402
 from _text import (TextExamples, glue_from_hub, label_indices, label_names, load_pretrained,  # noqa: E402
-                   read_glue_folder, read_table, small_bert, word_tokenizer)
+                   missing_inputs, read_glue_folder, read_table, refuse_missing_inputs, small_bert, word_tokenizer)
 
 from braeburn.compat.transformers.files import transformers_quiet  # noqa: E402
 from braeburn import Trainer, TrainingConfig  # noqa: E402
@@ -143,6 +143,9 @@ def main(argv: list[str] | None = None) -> dict:
         config.do_train = config.do_eval = True  # the bare command trains and evaluates
     started = time.perf_counter()
     output_dir = Path(config.output_dir)
+    refuse_missing_inputs(missing_inputs(task_name=data_args.task_name, data_dir=data_args.data_dir,
+                                         train_file=data_args.train_file, validation_file=data_args.validation_file,
+                                         model_name_or_path=model_args.model_name_or_path), data_args.task_name)
     train_examples, eval_examples = read_splits(data_args)
     train_examples = train_examples.head(data_args.max_train_samples)
     eval_examples = eval_examples.head(data_args.max_eval_samples)

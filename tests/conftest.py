@@ -24,6 +24,7 @@ torch.set_num_threads(1)
 import braeburn  # noqa: E402
 from braeburn.devices.host import HostFacts, current_host, use_host
 from braeburn.devices.registry import get_kind
+from tests.tiers import pytest_collection_modifyitems, pytest_terminal_summary  # noqa: F401  (the suite's tiers)
 
 LINUX_CPU = HostFacts(system="Linux", machine="x86_64", python_version="3.11.7", torch_version=(2, 13, 0),
                       torch_version_str="2.13.0", cpu_count=8)

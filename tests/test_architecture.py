@@ -24,7 +24,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # part follows (errors.py, warn.py: modules at the top of the package).
 TOP_OF_TESTS = {"__init__.py", "conftest.py", "full_disk.py", "doc_blocks.py", "test_architecture.py",
                 "test_docs_blocks.py", "test_docs_citations.py", "test_bad_input.py", "test_clear_errors.py",
-                "test_warn.py"}
+                "test_warn.py", "tiers.py", "test_suite_tiers.py"}
 # Folders of the repository outside the package whose own code has tests (tests/examples/, tests/benchmarks/).
 OTHER_CODE = ("examples", "benchmarks")
 
@@ -208,6 +208,7 @@ print(sorted(name for name in sys.modules if name.startswith("braeburn.compat"))
 """
 
 
+@pytest.mark.slow  # a training run in a fresh interpreter, as a subprocess (21 s on a loaded machine)
 def test_the_core_trains_without_loading_a_peers_layer(tmp_path):
     """braeburn's own Trainer (and its Accelerator) trains and evaluates with no module of compat/ loaded."""
     import subprocess

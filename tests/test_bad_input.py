@@ -230,14 +230,17 @@ def example(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProce
                **env)
 
 
+@pytest.mark.slow  # runs the image example as a subprocess twice (22 s on a loaded machine)
 def test_example_missing_data_dir_one_line_and_a_traceback_with_debug(tmp_path):
     plain = example(tmp_path, "--data_dir", str(tmp_path / "photos"))
     assert plain.returncode == 1 and "Traceback" not in plain.stderr
-    assert plain.stderr.startswith(f"error: --data_dir '{tmp_path / 'photos'}' is not a directory. Pass a folder")
+    assert plain.stderr.startswith(f"error: --data_dir '{tmp_path / 'photos'}' does not exist (working directory "
+                                   f"{tmp_path}). Pass a folder")
     debug = example(tmp_path, "--data_dir", str(tmp_path / "photos"), "--debug")
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "FileNotFoundError: --data_dir" in debug.stderr
 
 
+@pytest.mark.slow  # runs the image example as a subprocess several times (69 s on a loaded machine)
 def test_example_bad_resume_path_and_bad_options(tmp_path):
     resume = example(tmp_path, "--max_steps", "1", "--resume_from_checkpoint", str(tmp_path / "gone"))
     assert resume.returncode == 1 and "Traceback" not in resume.stderr

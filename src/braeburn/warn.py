@@ -10,8 +10,9 @@ from __future__ import annotations
 import threading
 import warnings
 
-_BEFORE_BRAEBURN = warnings.formatwarning  # what formatted warnings when braeburn.warn was imported
-_formatting = threading.local()
+# Python's own formatter, for a warning that comes back to this one through the formatter it passes warnings on to
+_PYTHON_FORMAT = getattr(warnings, "_formatwarning_orig", warnings.formatwarning)
+_passing_on = threading.local()
 
 
 class BraeburnWarning(UserWarning):
@@ -22,13 +23,15 @@ def _one_line(message, category, filename, lineno, line=None) -> str:
     if isinstance(category, type) and issubclass(category, BraeburnWarning):
         text = str(message)
         return (text if text.startswith("braeburn") else f"braeburn: {text}") + "\n"
-    if getattr(_formatting, "inside", False):  # the formatter before this one kept this one as its own default
-        return _BEFORE_BRAEBURN(message, category, filename, lineno, line)  # (Lightning's does): no endless loop
-    _formatting.inside = True
+    if getattr(_passing_on, "active", False):
+        # The formatter installed before this one passes warnings back to it (another library wrapped this one,
+        # and this one was installed again over it, as Lightning's formatter does): Python's own ends the circle.
+        return _PYTHON_FORMAT(message, category, filename, lineno, line)
+    _passing_on.active = True
     try:
         return _one_line.previous(message, category, filename, lineno, line)
     finally:
-        _formatting.inside = False
+        _passing_on.active = False
 
 
 _one_line.previous = warnings.formatwarning

@@ -139,6 +139,7 @@ def test_prepared_model_forward_runs_under_autocast_and_returns_float32():
     assert "weight" in accelerator.unwrap_model(model).state_dict()
 
 
+@pytest.mark.slow  # trains a Transformers model until its loss falls (6-11 s)
 def test_transformers_model_with_loss_learns():
     from transformers import BertConfig, BertForSequenceClassification
 
@@ -312,6 +313,31 @@ def _two_process_loop(per_epoch: bool) -> list:
 
 def test_a_scheduler_stepped_per_batch_on_several_processes_gives_no_warning():
     assert _two_process_loop(per_epoch=False) == []
+
+
+def test_braeburns_warning_format_installed_again_over_a_library_that_wrapped_it_formats_without_recursion(
+        monkeypatch):
+    """Lightning wraps whatever formatter is installed when it loads and passes other warnings on to it; braeburn
+    installs its own again over Lightning's at its next warning. A warning then went round the two until Python's
+    recursion limit (a crashed test worker); now it is formatted as Python formats it."""
+    import warnings
+
+    from braeburn import warn as braeburn_warn
+
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # restored after the test
+    monkeypatch.setattr(braeburn_warn._one_line, "previous", braeburn_warn._one_line.previous)
+    with warnings.catch_warnings(record=True):
+        braeburn_warn.warn("first")  # braeburn's formatter is installed
+    wrapped = warnings.formatwarning
+
+    def library_format(message, category, filename, lineno, line=None):  # passes every warning on, as Lightning's
+        return wrapped(message, category, filename, lineno, line)
+
+    warnings.formatwarning = library_format
+    with warnings.catch_warnings(record=True):
+        braeburn_warn.warn("again")  # installed again, over the library's
+    assert warnings.formatwarning("plain", UserWarning, "x.py", 3) == "x.py:3: UserWarning: plain\n"
+    assert warnings.formatwarning("ours", braeburn_warn.BraeburnWarning, "x.py", 3) == "braeburn: ours\n"
 
 
 def test_a_scheduler_stepped_per_epoch_on_several_processes_is_said_in_one_line():

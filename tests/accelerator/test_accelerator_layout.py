@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -43,6 +44,7 @@ def test_single_process_accumulate_sets_sync_flags_without_a_context():
     assert flags == [False, True, False, True]
 
 
+@pytest.mark.slow  # torch.compile of a CNN (12 s on a loaded machine)
 def test_auto_compile_leaves_cnns_eager_but_an_explicit_request_compiles_them(monkeypatch):
     from braeburn.devices.cpu import CpuDevice
 

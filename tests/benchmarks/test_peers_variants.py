@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
@@ -35,6 +37,7 @@ def _knobs(sdpa: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # builds and compiles each benchmark variant (9-22 s)
 def test_each_variant_sets_the_backend_dropout_compile_mode_and_inductor_setting_it_names():
     flash = _knobs("flash")
     assert (flash["flash"], flash["efficient"], flash["cudnn"], flash["math"]) == (True, False, False, False)

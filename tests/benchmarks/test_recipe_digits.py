@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # three recipe runs as subprocesses (13-33 s)
 def test_the_digits_recipe_runs_its_three_runners_and_the_outputs_floor_writes_the_examples_outputs(tmp_path):
     out = tmp_path / "out"
     command = [sys.executable, str(ROOT / "benchmarks" / "recipes.py"), "--cpu", "--recipes", "digits", "--rounds", "1",

@@ -9,12 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import scaling  # noqa: E402
 
 
+@pytest.mark.slow  # a compiled run as a subprocess (9 s)
 def test_a_compiled_run_is_timed_only_after_its_compile_window_has_finished(tmp_path):
     """One CPU worker (tiny GPT-2, torch.compile's eager backend so the test is quick) asked to time steps 2..6:
     the compile is decided at step 13 and the window times compiled steps to 25, so the timed steps come after."""

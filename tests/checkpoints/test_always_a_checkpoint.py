@@ -119,6 +119,7 @@ def loaded_version(accelerator, model, optimizer, folder: Path) -> int:
     return version
 
 
+@pytest.mark.slow  # SIGKILLs child processes inside saves (20 s)
 def test_sigkill_anywhere_in_save_state_leaves_the_old_or_the_new_state(tmp_path, capsys):
     accelerator, model, optimizer = make_state()
     target = tmp_path / "state"
@@ -162,6 +163,7 @@ def test_load_state_falls_back_to_the_kept_old_state_and_the_next_save_mends_it(
     assert sorted(p.name for p in tmp_path.iterdir()) == [".state.braeburn.lock", "state"]  # held till end_training
 
 
+@pytest.mark.slow  # SIGKILLs child processes inside saves (11-20 s)
 def test_sigkill_anywhere_in_a_trainer_save_of_the_same_step_keeps_that_step(tmp_path):
     """The Trainer's own publish: a checkpoint-N saved again (a resume that saves at once)."""
     accelerator, model, optimizer = make_state()

@@ -144,6 +144,7 @@ except Exception as error:
 """
 
 
+@pytest.mark.slow  # a child process per case, with a timeout against a hang (16-24 s each on a loaded machine)
 @pytest.mark.parametrize("kind", ["named pipe", "folder"])
 @pytest.mark.parametrize("with_manifest", [True, False], ids=["manifest", "no manifest"])
 def test_a_weights_file_that_is_not_a_regular_file_is_refused_before_it_is_opened(tmp_path, kind, with_manifest):

@@ -241,6 +241,7 @@ def save_in_another_process(folder: Path, wait: bool) -> subprocess.Popen:
     return saver
 
 
+@pytest.mark.slow  # a child process SIGKILLed while it holds the lock (13 s on a loaded machine)
 def test_save_state_to_a_sibling_folder_is_not_refused_but_the_same_folder_is(tmp_path):
     other = save_in_another_process(tmp_path / "job_a", wait=True)
     try:
@@ -269,6 +270,7 @@ def test_no_lock_file_is_left_after_a_normal_end(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "state"]
 
 
+@pytest.mark.slow  # a child process SIGKILLed while it holds the lock (11 s on a loaded machine)
 def test_a_lock_left_by_a_dead_process_or_another_user_is_taken_over(tmp_path, monkeypatch):
     dead = save_in_another_process(tmp_path / "state", wait=True)
     dead.send_signal(signal.SIGKILL)

@@ -178,6 +178,7 @@ def assert_same_run(run: Path, lone: Path) -> None:
             assert all(a[n] == b[n] for n in a if n.endswith((".pt", ".safetensors"))), name  # the same bytes
 
 
+@pytest.mark.slow  # Trainer runs as subprocesses beside each other (8-18 s)
 def test_a_second_run_is_refused_before_during_and_after_a_save(tmp_path):
     run, lone, pauses = tmp_path / "run", tmp_path / "lone", tmp_path / "pauses"
     pauses.mkdir()
@@ -209,6 +210,7 @@ def test_a_second_run_is_refused_before_during_and_after_a_save(tmp_path):
     assert not (run / LOCK_FILE).exists()  # released at the end, and deleted
 
 
+@pytest.mark.slow  # a 2-process braeburn launch job (17 s on a loaded machine)
 def test_every_rank_of_a_distributed_run_stops_when_output_dir_is_taken(tmp_path):
     """Rank 0 is refused; the other rank learns it through the process group and stops too (no hang)."""
     holder = hold_in_another_process(tmp_path / "run")

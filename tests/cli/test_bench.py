@@ -23,6 +23,7 @@ def _bench_json(capsys, *args) -> tuple[int, dict | str]:
     return code, json.loads(captured.out) if code == 0 else captured.err
 
 
+@pytest.mark.slow  # bench trains the MLP and CNN workloads (15 s on a loaded machine)
 def test_tiny_mlp_and_cnn_on_the_cpu(capsys):
     code, result = _bench_json(capsys, "--devices", "cpu", "--size", "tiny", "--workload", "mlp,cnn", "--steps", 3,
                                "--warmup", 1)
@@ -51,6 +52,7 @@ def test_a_long_bench_says_what_it_is_doing_on_stderr(capsys):
     assert "braeburn bench: mlp on cpu: " in captured.err and "samples/s" in captured.err
 
 
+@pytest.mark.slow  # bench runs workloads and draws the chart (6 s on a loaded machine)
 def test_rich_output_and_plot(capsys, tmp_path):
     chart = tmp_path / "bench.png"
     code = main(["bench", "--size", "tiny", "--workload", "mlp", "--steps", "2", "--warmup", "0", "--batch-size", "8",
@@ -67,6 +69,7 @@ def test_plot_without_matplotlib_says_how_to_install(capsys, tmp_path, monkeypat
     assert code == 2 and "pip install 'braeburn[plot]'" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # bench trains the tiny BERT and GPT-2 workloads (17 s on a loaded machine)
 def test_transformer_workloads_tiny_train_and_count_flops():
     cpu = get_kind("cpu")
     for name in ("bert-base", "gpt2-small"):
@@ -238,6 +241,7 @@ def test_usage_errors(capsys, tmp_path):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # runs braeburn bench on a script as a subprocess (15 s)
 def test_bench_times_a_users_script_through_the_probe(capsys, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent('''
@@ -260,6 +264,7 @@ def test_bench_times_a_users_script_through_the_probe(capsys, tmp_path):
     assert row["device"] == "cpu" and row["steps"] == 3 and row["step_ms"] > 0
 
 
+@pytest.mark.slow  # bench runs the Trainer's precision trial (8 s on a loaded machine)
 def test_auto_precision_shows_the_trainers_measured_table(capsys, monkeypatch, cpu_only):
     # The CPU given the Mac's facts for "auto" (no rule, candidates to measure): bench times them on the workload
     # as the Trainer would, and prints the same line.

@@ -65,6 +65,7 @@ def _check(*args) -> tuple[int, dict | str]:
     return done.returncode, output if output else done.stderr
 
 
+@pytest.mark.slow  # braeburn check runs the script twice as subprocesses (43 s on a loaded machine)
 def test_cpu_against_cpu_passes_with_identical_numbers(script):
     code, report = _check("--steps", 3, "--accelerator", "cpu", "--json", script)
     assert code == 0, report
@@ -72,9 +73,11 @@ def test_cpu_against_cpu_passes_with_identical_numbers(script):
     assert [row["step"] for row in report["steps"]] == [1, 2, 3]
     assert all(row["loss_rel"] == 0.0 and row["grad_max_rel"] == 0.0 for row in report["steps"])
     assert report["dropout_disabled"] == ["2"]
-    assert report["step_seconds"]["reference"] > 0 and report["speedup"] > 0
+    assert report["step_seconds"]["reference"] > 0 and report["step_seconds"]["accelerator"] > 0
+    assert report["timed_steps"] == 2 and report["speedup"] is None  # too few timed steps for a speed verdict
 
 
+@pytest.mark.slow  # braeburn check runs the script twice as subprocesses (12-41 s)
 def test_a_wrong_gradient_kernel_fails_names_the_parameter_and_fallbacks_are_counted(script):
     code, report = _check("--steps", 3, "--accelerator", "cpu", "--json", script, "--wrong-grad", "--fallback")
     assert code == 1, report
@@ -85,6 +88,7 @@ def test_a_wrong_gradient_kernel_fails_names_the_parameter_and_fallbacks_are_cou
     assert report["fallback_ops"] == {"aten::_linalg_eigh": 1}  # Python shows a warning once per place
 
 
+@pytest.mark.slow  # braeburn check runs the script twice as subprocesses (17-45 s)
 def test_an_op_missing_on_the_accelerator_fails_and_is_named(script):
     code, report = _check("--steps", 3, "--accelerator", "cpu", "--json", script, "--missing-op")
     assert code == 1
@@ -93,6 +97,7 @@ def test_an_op_missing_on_the_accelerator_fails_and_is_named(script):
     assert len(report["steps"]) == 1  # the step before the failure was still compared
 
 
+@pytest.mark.slow  # braeburn check runs the script as a subprocess (17 s)
 def test_a_script_without_braeburn_is_a_usage_error(tmp_path):
     plain = tmp_path / "plain.py"
     plain.write_text("import torch\nprint(torch.ones(2).sum())\n")
@@ -109,6 +114,33 @@ def test_usage_errors_say_what_was_passed(tmp_path, capsys):
     assert "loss=abc" in capsys.readouterr().err
     assert main(["check", "--accelerator", "tpu", str(script)]) == 2
     assert "unknown accelerator" in capsys.readouterr().err
+
+
+def test_a_timeout_of_zero_is_a_usage_error_named_with_the_other_option_errors(tmp_path, capsys):
+    script = tmp_path / "s.py"
+    script.write_text("")
+    assert main(["check", "--timeout", "0", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "--timeout 0:" in err and "above 0" in err and "--timeout 600" in err
+    assert main(["check", "--timeout", "-5", "--steps", "0", "--tolerance", "loss=abc", "--accelerator", "tpu",
+                 str(tmp_path / "missing.py")]) == 2
+    err = capsys.readouterr().err
+    assert "5 problems with the options" in err
+    for words in ("missing.py' does not exist", "--steps 0", "--timeout -5", "loss=abc", "unknown accelerator"):
+        assert words in err, words
+
+
+def test_too_few_timed_steps_give_no_speed_verdict_and_say_how_to_get_one():
+    reference = _timed("reference", "cpu", [9.0, 0.40, 0.42])
+    accelerator = _timed("accelerator", "mps", [9.0, 0.10, 0.11], "bf16")
+    report = check.build_report("t.py", reference, accelerator, "")
+    assert report["timed_steps"] == 2 and report["speedup"] is None and report["speedup_range"] is None
+    line = check._timing_line(report, "cpu")
+    assert "faster" not in line and "slower" not in line and "no clear difference" not in line
+    assert "no speed verdict: 2 steps timed on each side" in line and "pass --steps 4 or more" in line
+    one = check._timing_line(check.build_report("t.py", _timed("reference", "cpu", [0.4]),
+                                                _timed("accelerator", "mps", [0.1]), ""), "cpu")
+    assert "no speed verdict: 1 step timed on each side" in one
 
 
 def test_tolerances_follow_the_precision_and_can_be_overridden():
@@ -146,9 +178,9 @@ def _side(side, device, steps, precision="no"):
 
 
 def test_verdict_and_speedup_from_records():
-    reference = _side("reference", "cpu", [{"step": s, "loss": 1.0, "time_s": 0.4} for s in (1, 2, 3)])
+    reference = _side("reference", "cpu", [{"step": s, "loss": 1.0, "time_s": 0.4} for s in (1, 2, 3, 4)])
     steps = [{"step": s, "loss": 1.01, "time_s": 0.1,
-              "grad": {"max_rel": 0.05, "worst": [["fc.weight", 0.05]], "nonfinite": []}} for s in (1, 2, 3)]
+              "grad": {"max_rel": 0.05, "worst": [["fc.weight", 0.05]], "nonfinite": []}} for s in (1, 2, 3, 4)]
     report = check.build_report("t.py", reference, _side("accelerator", "mps", steps, "bf16"), "")
     assert report["passed"] and report["speedup"] == pytest.approx(4.0)
     strict = check.build_report("t.py", reference, _side("accelerator", "mps", steps, "no"), "")
@@ -156,9 +188,9 @@ def test_verdict_and_speedup_from_records():
 
 
 def test_rich_report_names_the_failure_and_the_faster_device(capsys):
-    reference = _side("reference", "cpu", [{"step": s, "loss": 1.0, "time_s": 0.001} for s in (1, 2)])
+    reference = _side("reference", "cpu", [{"step": s, "loss": 1.0, "time_s": 0.001} for s in (1, 2, 3, 4)])
     steps = [{"step": s, "loss": 1.2, "time_s": 0.004,
-              "grad": {"max_rel": 0.3, "worst": [["encoder.0.weight", 0.3]], "nonfinite": []}} for s in (1, 2)]
+              "grad": {"max_rel": 0.3, "worst": [["encoder.0.weight", 0.3]], "nonfinite": []}} for s in (1, 2, 3, 4)]
     accelerator = _side("accelerator", "mps", steps)
     accelerator.fallback_ops = Counter({"aten::nonzero": 2})
     check.render(check.build_report("t.py", reference, accelerator, ""), "cpu")
@@ -213,6 +245,7 @@ ACCUMULATING_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # braeburn check runs the script twice as subprocesses (11-31 s)
 def test_the_loss_shown_is_the_scripts_loss_with_gradient_accumulation(tmp_path):
     """With gradient_accumulation_steps=2 each step's loss is the mean of the two micro-batch losses the script
     computed, not that divided by the accumulation steps."""

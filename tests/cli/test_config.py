@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from braeburn.cli.main import main
 from braeburn.cli.launch_config import LaunchSettings, read_config_file
 
@@ -32,6 +34,7 @@ def answer(monkeypatch, capsys, lines: list[str], *args: str) -> tuple[int, str]
     return code, captured.out + captured.err
 
 
+@pytest.mark.slow  # the braeburn CLI as a subprocess (21 s on a loaded machine)
 def test_piped_answers_write_the_xdg_file(clean_env):
     # A machine without an accelerator (faked, so a GPU here changes nothing): no device question;
     # precision, then compile.
@@ -43,6 +46,7 @@ def test_piped_answers_write_the_xdg_file(clean_env):
     assert problems == [] and values["mixed_precision"] == "bf16" and values["compile"] is False
 
 
+@pytest.mark.slow  # the braeburn CLI as a subprocess (18 s on a loaded machine)
 def test_a_wrong_answer_is_asked_again_and_the_end_of_input_takes_the_defaults(clean_env):
     result = braeburn("config", stdin="fp8\nno\n", env={"XDG_CONFIG_HOME": str(clean_env.parents[1])},
                       host="linux_cpu")
@@ -54,6 +58,7 @@ def test_a_wrong_answer_is_asked_again_and_the_end_of_input_takes_the_defaults(c
     assert problems == [] and values["mixed_precision"] == "no" and values["compile"] == "auto"
 
 
+@pytest.mark.slow  # the braeburn CLI as subprocesses (10-33 s)
 def test_a_rerun_asks_before_replacing_the_file_and_keeps_it_by_default(clean_env):
     env = {"XDG_CONFIG_HOME": str(clean_env.parents[1])}
     assert braeburn("config", stdin="bf16\nfalse\n", env=env, host="linux_cpu").returncode == 0
@@ -106,6 +111,7 @@ def test_default_writes_once_and_force_replaces(clean_env, capsys):
     assert main(["config", "--default", "--force"]) == 0
 
 
+@pytest.mark.slow  # the braeburn CLI as subprocesses (19 s on a loaded machine)
 def test_show_reports_values_and_sources(clean_env, tmp_path):
     config = tmp_path / "c.toml"
     config.write_text('mixed_precision = "fp16"\nstrategy = "ddp"\ncompile = false\n')
@@ -123,6 +129,7 @@ def test_show_reports_values_and_sources(clean_env, tmp_path):
     assert table.returncode == 0 and "file (" in table.stdout and "default" in table.stdout
 
 
+@pytest.mark.slow  # the braeburn CLI as a subprocess (11 s on a loaded machine)
 def test_show_lists_every_problem_of_a_broken_file(clean_env, tmp_path):
     config = tmp_path / "c.toml"
     config.write_text('num_procs = 2\nmax_restarts = "x"\n')

@@ -58,6 +58,7 @@ def test_torch_loaded_first_makes_env_timing_unknown(fake_host, capsys):
     assert all(r["set_before_torch_loaded"] is None for r in rows)
 
 
+@pytest.mark.slow  # braeburn doctor as a subprocess (10 s on a loaded machine)
 def test_real_command_on_this_machine():
     """The installed console script runs for real, in a fresh process."""
     result = subprocess.run([sys.executable, "-m", "braeburn.cli.main", "doctor", "--json"],
@@ -85,6 +86,7 @@ def test_no_verb_prints_help(capsys):
     _ = APPLE_M
 
 
+@pytest.mark.slow  # braeburn doctor as a subprocess (10 s on a loaded machine)
 def test_an_80_column_terminal_shows_every_variable_name_whole():
     """`doctor` in 80 columns cut the names a user copies into `export` (PYTORCH_MPS_HIGH_…)."""
     done = subprocess.run([sys.executable, "-m", "braeburn.cli.main", "doctor"], capture_output=True, text=True,

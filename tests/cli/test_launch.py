@@ -70,6 +70,7 @@ def finish(process: subprocess.Popen, timeout: float = 90) -> tuple[int, str]:
 
 
 
+@pytest.mark.slow  # braeburn launch with 2 gloo processes (13 s)
 def test_two_cpu_processes_all_reduce_through_gloo(tmp_path, clean_env):
     code, out = finish(launcher("--cpu", "--num-processes", "2", "--every-process-prints",
                                 str(script(tmp_path, "ar.py", ALL_REDUCE)), xdg=str(tmp_path)))
@@ -92,6 +93,7 @@ def test_quiet_output_is_torchruns_redirect_of_every_local_rank_but_0(tmp_path):
                              {"OMP_NUM_THREADS": "3"})["OMP_NUM_THREADS"] == "3"
 
 
+@pytest.mark.slow  # a braeburn launch job (16 s on a loaded machine)
 def test_a_crashed_rank_ends_the_job_within_seconds_with_its_error(tmp_path, clean_env):
     # The budget that matters is from the crash to the end (below); starting three torch processes on a
     # loaded machine can take minutes, so the wait for the whole job is generous.
@@ -106,6 +108,7 @@ def test_a_crashed_rank_ends_the_job_within_seconds_with_its_error(tmp_path, cle
     assert "rank      : 1" in out  # torchrun's summary names the root-cause rank
 
 
+@pytest.mark.slow  # a braeburn launch job restarted (12 s on a loaded machine)
 def test_max_restarts_restarts_the_failed_group(tmp_path, clean_env):
     body = """
     import os, sys
@@ -119,12 +122,14 @@ def test_max_restarts_restarts_the_failed_group(tmp_path, clean_env):
     assert "attempt 1 rank 0" in out and "attempt 1 rank 1" in out
 
 
+@pytest.mark.slow  # a braeburn launch job (8 s on a loaded machine)
 def test_the_script_exit_code_and_arguments_come_through(tmp_path, clean_env):
     body = "import sys\nprint('args', sys.argv[1:])\nsys.exit(3)\n"
     code, out = finish(launcher(str(script(tmp_path, "x.py", body)), "--lr", "0.1", "-m", "y", xdg=str(tmp_path)))
     assert code == 3 and "args ['--lr', '0.1', '-m', 'y']" in out
 
 
+@pytest.mark.slow  # a braeburn launch job (7 s on a loaded machine)
 def test_a_module_runs_with_dash_m(tmp_path, clean_env):
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")
@@ -133,6 +138,7 @@ def test_a_module_runs_with_dash_m(tmp_path, clean_env):
     assert code == 0 and "module ran ['a']" in out
 
 
+@pytest.mark.slow  # signals to braeburn launch jobs (8-12 s on a loaded machine)
 @pytest.mark.parametrize("signum, workers", [(signal.SIGTERM, 1), (signal.SIGINT, 2)])
 def test_signals_stop_every_child(tmp_path, clean_env, signum, workers):
     path = script(tmp_path, "wait.py", PID_THEN_WAIT)
@@ -179,6 +185,7 @@ def ended_within(pids: list[int], seconds: float) -> bool:
     return not any(alive(pid) for pid in pids)
 
 
+@pytest.mark.slow  # SIGKILL to a braeburn launch job (5-10 s on a loaded machine)
 @pytest.mark.parametrize("workers", [
     pytest.param(1, marks=pytest.mark.skipif(not sys.platform.startswith("linux"),
                                              reason="one process: the parent-death signal is Linux's prctl")),
@@ -202,6 +209,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.slow  # signals to a braeburn launch job (11 s on a loaded machine)
 def test_a_second_ctrl_c_kills_a_job_that_does_not_stop(tmp_path, clean_env):
     path = script(tmp_path, "stuck.py", IGNORES_SIGINT)
     process = launcher("--cpu", "--num-processes", "2", str(path), str(tmp_path), xdg=str(tmp_path))
@@ -313,6 +321,7 @@ print(f"world {accelerator.num_processes} rank {accelerator.process_index}", flu
 """
 
 
+@pytest.mark.slow  # a braeburn launch job (11 s on a loaded machine)
 def test_one_process_does_not_inherit_an_outer_jobs_world(tmp_path, clean_env):
     record = tmp_path / "env.json"
     code, out = finish(launcher("--cpu", "--num-processes", "1", str(script(tmp_path, "rec.py", RECORD_ENV)),
@@ -323,6 +332,7 @@ def test_one_process_does_not_inherit_an_outer_jobs_world(tmp_path, clean_env):
     assert "not passing on WORLD_SIZE=2, RANK=0" in out and "inherited from an outer job" in out
 
 
+@pytest.mark.slow  # a braeburn launch job (22 s on a loaded machine)
 def test_one_process_under_an_outer_jobs_variables_trains_alone_instead_of_hanging(tmp_path, clean_env):
     started = time.monotonic()
     process = launcher("--cpu", "--num-processes", "1", str(script(tmp_path, "acc.py", ACCELERATOR_WORLD)),
@@ -335,6 +345,7 @@ def test_one_process_under_an_outer_jobs_variables_trains_alone_instead_of_hangi
     assert time.monotonic() - started < 60
 
 
+@pytest.mark.slow  # a braeburn launch job (9 s on a loaded machine)
 def test_the_launchers_own_port_in_use_is_one_line_not_a_traceback(tmp_path, clean_env):
     import socket
 
@@ -376,6 +387,7 @@ Accelerator()
 """
 
 
+@pytest.mark.slow  # a braeburn launch job (13 s on a loaded machine)
 def test_the_childs_device_reason_is_what_the_launcher_was_asked(tmp_path, clean_env, fake_host, capfd):
     """Nobody set BRAEBURN_DEVICE: the child says the launcher chose its device by auto, not that a variable did."""
     fake_host("linux_cpu")  # the launcher's choice; the child then trains on it on any machine

@@ -59,6 +59,7 @@ def small_temp_folder(tmp_path):
     yield folder, limit
 
 
+@pytest.mark.slow  # a braeburn launch job (21 s on a loaded machine)
 def test_a_full_temp_folder_under_launch_ends_no_rank_and_is_said_once(tmp_path, clean_env, small_temp_folder):
     """On a 64 KB temp folder, rank 1's prints failed with ENOSPC and the job ended with rc 1."""
     temp, limit = small_temp_folder
@@ -79,6 +80,7 @@ def test_a_full_temp_folder_under_launch_ends_no_rank_and_is_said_once(tmp_path,
 EXITS_WITH_ITS_ARGUMENT = ALL_REDUCE + "import sys\nsys.exit(int(sys.argv[1]))\n"
 
 
+@pytest.mark.slow  # two braeburn launch jobs (19 s)
 def test_the_log_folder_is_removed_after_a_clean_job_and_kept_and_named_after_a_failed_one(tmp_path, clean_env):
     """The quiet ranks' files: rank 0 speaks, rank 1's output is in the named folder; the folder was never
     removed (every job left one in the temp folder)."""
@@ -105,6 +107,7 @@ def test_the_log_folder_is_removed_after_a_clean_job_and_kept_and_named_after_a_
     assert "ar.py FAILED" in out  # torchrun names the user's script, not the wrapper each rank starts in
 
 
+@pytest.mark.slow  # braeburn launch with 2 processes (10 s)
 def test_every_process_prints_leaves_no_folder_of_torchrun_in_the_temp_folder(tmp_path, clean_env):
     """Without a --log-dir torchrun made a torchelastic_* folder in the temp folder at every start, and never
     removed it."""
@@ -206,6 +209,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # child processes on a full file (6 s on a loaded machine)
 def test_children_that_print_to_a_full_output_file_live_and_the_rank_says_so_once(tmp_path):
     """A DataLoader worker (any child) that printed died on a full temp folder: only the rank's sys.stdout was
     guarded, and children write to descriptor 1 themselves."""
@@ -219,6 +223,7 @@ def test_children_that_print_to_a_full_output_file_live_and_the_rank_says_so_onc
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # a braeburn launch job (7 s on a loaded machine)
 def test_standard_error_redirected_to_a_full_file_ends_no_rank_either(tmp_path):
     """`braeburn launch ... 2>file` on a full disk: descriptor 2 is a file too, and guarded the same way (a 4 KB
     file-size limit stands in for the full disk: writes past it fail with EFBIG)."""
@@ -367,6 +372,7 @@ def test_the_target_sees_what_a_direct_start_shows_it(tmp_path, form, env):
 WORKING_FOLDER_SHADOW = 'raise SystemExit("the working folder\'s {name} was imported in place of the standard one")\n'
 
 
+@pytest.mark.slow  # braeburn launch jobs (27 s on a loaded machine)
 def test_a_token_py_or_platform_py_in_the_working_folder_breaks_no_launch(tmp_path, clean_env):
     """`python -m` put the working folder first on sys.path for torchrun's agent and the rank wrapper: a project's
     token.py or platform.py was imported in place of the standard library's, and the launch died."""
@@ -395,6 +401,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.slow  # SIGHUP to a braeburn launch job (17 s on a loaded machine)
 def test_sighup_stops_the_job_and_the_kept_folder_is_named(tmp_path, clean_env):
     """The launcher died of SIGHUP (a closed terminal or ssh session) and left its folder unnamed."""
     temp = tmp_path / "tmp"

@@ -45,6 +45,7 @@ def _fake_step(limit: int, text: str, tries: list[int]):
     return step
 
 
+@pytest.mark.slow  # trains text models at growing batch sizes (10-13 s each)
 @pytest.mark.parametrize("text", [CUDA_OOM, MPS_OOM, CPU_OOM])
 def test_grows_until_out_of_memory_then_keeps_the_last_fit(text):
     tries: list[int] = []
@@ -98,6 +99,7 @@ def test_frees_memory_between_tries_through_the_device_kind():
     assert reports == [(10, True), (20, True), (40, True), (80, False)]
 
 
+@pytest.mark.slow  # real training steps at each batch size tried (16 s on a loaded machine)
 def test_real_training_steps_on_the_cpu():
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

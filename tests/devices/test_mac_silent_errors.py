@@ -371,6 +371,7 @@ def test_dataloader_workers_default_is_none_on_a_mac_and_doctor_says_why(fake_ho
 
 
 # -- the MPS lane: one command on a Mac, skipped here with its reason, a report to paste --------------------
+@pytest.mark.slow  # the MPS lane as a subprocess (11 s on a loaded machine)
 @pytest.mark.skipif(__import__("sys").platform == "darwin", reason="on a Mac the lane runs for real: see its report")
 def test_the_mps_lane_runs_with_one_command_and_writes_its_report(tmp_path):
     import subprocess

@@ -60,6 +60,7 @@ def test_a_rendezvous_port_in_use_is_one_clear_error(monkeypatch):
     assert not pg.is_initialized()
 
 
+@pytest.mark.slow  # a script started as a subprocess (12 s on a loaded machine)
 def test_a_script_with_a_rank_beyond_the_world_stops_at_once_with_one_message(tmp_path):
     script = tmp_path / "job.py"
     script.write_text("from braeburn import Accelerator\nfrom braeburn.errors import run_main\n"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from torch import nn
 
 from braeburn.distributed.fsdp import DDP_BYTES_PER_PARAMETER, keeps_gathered
@@ -51,6 +52,7 @@ with open(f"report{report['rank']}.json", "w") as file:  # one file a rank: prin
 """
 
 
+@pytest.mark.slow  # two gloo processes (22 s on a loaded machine)
 def test_the_default_reaches_fully_shard_on_two_gloo_processes(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(JOB)

@@ -79,9 +79,12 @@ def test_unusable_folders_are_refused_with_the_reason(tmp_path, setup, message):
         _images.scan_image_folder(tmp_path)
 
 
-def test_missing_data_dir_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nowhere.*is not a directory"):
+def test_missing_data_dir_is_named_as_missing_and_a_file_as_a_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nowhere' does not exist \(working directory "):
         _images.scan_image_folder(tmp_path / "nowhere")
+    (tmp_path / "photo.png").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"photo.png' is a file, not a folder\. Pass a folder"):
+        _images.scan_image_folder(tmp_path / "photo.png")
 
 
 def test_read_image_resizes_to_rgb_floats(tmp_path):

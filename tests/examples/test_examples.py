@@ -57,6 +57,7 @@ def documented_digits_run() -> tuple[float, float, int]:
             int(re.search(r"a run within (\d+)x its time in all", page).group(1)))
 
 
+@pytest.mark.slow  # the full digits example (10 epochs), timed against the page
 def test_the_bare_digits_command_gives_the_documented_accuracy_within_the_documented_time(tmp_path, capsys,
                                                                                           one_thread):
     """The bare command (10 epochs) on the CPU, in this process on one torch thread (other jobs on the cores slow
@@ -102,6 +103,7 @@ def test_image_folder_trains_and_reports(tmp_path, pets, capsys):
     assert is_png(out / "confusion_matrix.png")
 
 
+@pytest.mark.slow  # the image example as a subprocess (33 s on a loaded machine)
 def test_image_example_runs_from_the_command_line(tmp_path):
     command = [sys.executable, str(EXAMPLES / "image_classification.py"), "--cpu", "--max_steps", "2",
                "--max_train_samples", "64", "--max_eval_samples", "40", "--output_dir", str(tmp_path),
@@ -227,7 +229,9 @@ def test_a_missing_data_dir_is_called_missing_and_says_where_to_get_mrpc(tmp_pat
     message = _one_line_exit(["--task_name", "mrpc", "--data_dir", str(tmp_path / "MRPC"), "--output_dir",
                               str(tmp_path / "out")])
     assert f"--data_dir '{tmp_path / 'MRPC'}' does not exist" in message
-    assert "GLUE's MRPC train.tsv and dev.tsv" in message and "download_glue_data.py --tasks MRPC" in message
+    assert "GLUE's MRPC train.tsv and dev.tsv" in message
+    assert ("GLUE's download_glue_data.py from https://gist.github.com/W4ngatang/60c2bdb54d156a41194446737ce03e2e "
+            "writes them: python download_glue_data.py --data_dir glue --tasks MRPC, then --data_dir glue/MRPC") in message
     assert "leave --data_dir out to download MRPC as run_glue.py does (pip install datasets)" in message
     (tmp_path / "MRPC").mkdir()
     (tmp_path / "MRPC" / "train.tsv").write_text("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\ta\tb\n")
@@ -270,12 +274,37 @@ def test_mrpc_download_without_datasets_or_network_says_in_one_line_where_to_put
     message = _one_line_exit(["--task_name", "mrpc", "--output_dir", str(tmp_path)])
     assert "the `datasets` package, which is not installed: pip install datasets" in message
     assert "put GLUE's MRPC train.tsv and dev.tsv in a folder and pass --data_dir FOLDER" in message
+    assert "download_glue_data.py from https://gist.github.com/W4ngatang/" in message  # where the script is
     monkeypatch.setitem(sys.modules, "datasets", _FakeDatasets(ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub\nmore")))
     message = _one_line_exit(["--task_name", "mrpc", "--output_dir", str(tmp_path)])
     assert "MRPC could not be loaded from the Hugging Face hub (nyu-mll/glue: ConnectionError: Couldn't reach" in message
     assert "pass --data_dir FOLDER" in message
 
 
+def test_offline_glue_advice_names_the_scripts_own_task_and_folder_names(tmp_path, monkeypatch):
+    """GLUE's script calls SST-2 "SST" and writes it to SST-2/: the advice must give a command that works."""
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    message = _one_line_exit(["--task_name", "sst2", "--output_dir", str(tmp_path)])
+    assert "python download_glue_data.py --data_dir glue --tasks SST, then --data_dir glue/SST-2" in message
+
+
+def test_text_example_names_every_missing_input_at_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    message = _one_line_exit(["--train_file", "trian.csv", "--validation_file", "dev.csv", "--model_name_or_path",
+                              "./my-model", "--output_dir", str(tmp_path / "out")])
+    assert message.startswith("3 inputs are missing: --train_file 'trian.csv' does not exist; --validation_file "
+                              "'dev.csv' does not exist; --model_name_or_path './my-model' does not exist (working "
+                              f"directory {tmp_path}): ")
+    assert "leave --model_name_or_path out to train a small BERT" in message and "check the file paths" in message
+    (tmp_path / "MRPC").mkdir()
+    message = _one_line_exit(["--task_name", "mrpc", "--data_dir", "MRPC", "--model_name_or_path", "./my-model",
+                              "--output_dir", str(tmp_path / "out")])
+    assert message.startswith("2 inputs are missing: --data_dir 'MRPC' has no train.tsv or dev.tsv; "
+                              "--model_name_or_path './my-model' does not exist")
+    assert "put GLUE's MRPC train.tsv and dev.tsv in a folder" in message
+
+
+@pytest.mark.slow  # the text example as a subprocess (16 s on a loaded machine)
 def test_text_example_with_a_missing_file_is_one_line_not_a_traceback(tmp_path):
     """A mistyped --train_file printed open()'s 22-line traceback."""
     valid = tmp_path / "valid.csv"
@@ -285,7 +314,7 @@ def test_text_example_with_a_missing_file_is_one_line_not_a_traceback(tmp_path):
     finished = subprocess.run(command, capture_output=True, text=True, timeout=120,
                               env=os.environ | {"PYTHONPATH": str(BRAEBURN_ROOT)})
     assert finished.returncode == 1, finished.stderr[-3000:]
-    assert f"--train_file/--validation_file/--test_file {tmp_path / 'trian.csv'}: does not exist" in finished.stderr
+    assert f"--train_file '{tmp_path / 'trian.csv'}' does not exist (working directory" in finished.stderr
     assert "Traceback" not in finished.stderr
 
 

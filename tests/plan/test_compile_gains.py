@@ -122,6 +122,7 @@ def test_records_live_beside_torchs_compile_cache(monkeypatch, tmp_path):
     assert compile_gains.records_path() == tmp_path / "mine.json"
 
 
+@pytest.mark.slow  # torch.compile of a model, then a second run (21 s on a loaded machine)
 @pytest.mark.usefixtures("no_launcher_env", "one_thread", "fresh_dynamo")
 def test_a_compiled_run_leaves_a_record_and_the_next_auto_run_uses_it(tmp_path, monkeypatch, capsys):
     """compile=true times eager and compiled steps and keeps them; with that record (here rewritten to say

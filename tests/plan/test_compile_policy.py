@@ -178,6 +178,7 @@ def test_graph_breaks_are_reported_with_their_reason_and_not_counted_as_recompil
     assert stats.as_dict()["graph_breaks"] == stats.graph_breaks
 
 
+@pytest.mark.slow  # torch.compile of a Transformers model (12 s)
 def test_a_transformers_lm_head_model_compiles_to_one_graph_with_the_same_loss():
     """GPT2LMHeadModel's loss_function property logs on every access (its class name names no loss): a graph
     break in every forward, unless braeburn pins the loss function before compiling."""

@@ -88,6 +88,16 @@ def test_rosetta_refusal_reads_like_the_style_guide():
     assert "install an arm64 Python" in text and "--cpu" in text
 
 
+def test_auto_on_the_cpu_says_what_it_decided_without_claiming_this_cpu_has_no_fast_bf16():
+    # braeburn knows nothing of a CPU's bf16 instructions (a CPU with AMX runs bf16 faster), so the reason may only
+    # say what was decided and why in terms true on every CPU, and how to try bf16.
+    reason = make_plan(RunOptions(), LINUX_CPU).precision_reason
+    assert reason.startswith("auto: float32, since auto neither checks this CPU's instructions nor times a "
+                             "mixed-precision trial on a CPU")
+    assert "worth" not in reason and "AMX" in reason and "changes the numbers" in reason
+    assert reason.endswith("; pass --mixed_precision bf16 to try it and compare the step times")
+
+
 def test_env_for_mps_child_and_compile_defaults():
     plan = make_plan(RunOptions(mps_high_watermark_ratio=0.0), APPLE_M)
     assert plan.env == {"PYTORCH_ENABLE_MPS_FALLBACK": "1", "PYTORCH_MPS_HIGH_WATERMARK_RATIO": "0.0"}

@@ -54,6 +54,7 @@ def foreground(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow  # two Trainer runs as child processes, one saving in the background (8-55 s, more on a busy machine)
 def test_background_checkpoints_equal_foreground_ones(tmp_path, foreground):
     done = run_job(tmp_path / "out", tmp_path / "weights.pt")
     assert done.returncode == 0, done.stderr
@@ -68,6 +69,7 @@ def test_background_checkpoints_equal_foreground_ones(tmp_path, foreground):
     assert same(torch.load(tmp_path / "weights.pt"), torch.load(foreground / "weights.pt"))
 
 
+@pytest.mark.slow  # a child process killed inside a background save, then resumed (10-50 s)
 def test_a_kill_inside_a_background_save_keeps_the_previous_checkpoint_and_resumes_exactly(tmp_path, foreground):
     out = (tmp_path / "out").resolve()
     stage = run_job(out, tmp_path / "weights.pt", "--kill-in-save", "9")
@@ -81,6 +83,7 @@ def test_a_kill_inside_a_background_save_keeps_the_previous_checkpoint_and_resum
     assert same(torch.load(tmp_path / "weights.pt"), torch.load(foreground / "weights.pt"))  # bitwise
 
 
+@pytest.mark.slow  # signals to child processes while they save (66-87 s)
 def test_a_sigterm_while_the_final_checkpoint_is_written_in_the_background_keeps_it(tmp_path):
     out = (tmp_path / "out").resolve()
     done = run_job(out, tmp_path / "weights.pt", "--sigterm-in-final-save")

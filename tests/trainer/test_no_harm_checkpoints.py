@@ -199,6 +199,7 @@ run_main(main)
 """
 
 
+@pytest.mark.slow  # a script run as a subprocess (21 s on a loaded machine)
 def test_a_script_whose_every_save_hit_a_file_size_limit_exits_1(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
            "OMP_NUM_THREADS": "1"}

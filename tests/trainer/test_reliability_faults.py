@@ -26,6 +26,9 @@ from braeburn.checkpoints.output_lock import LOCK_FILE
 from braeburn.checkpoints.ownership import MARKER
 from braeburn.trainer.checkpoint import MANIFEST, CheckpointCorruptError, CheckpointManager
 
+# Every test starts from a reference run in a child process (30 s on a loaded machine); the fault chain SIGKILLs more
+pytestmark = pytest.mark.slow
+
 JOB = Path(__file__).with_name("reliability_job.py")
 CHOICES = random.Random(9)  # seeded: the same "random" kill points on every run, printed on failure
 KILL_AT_STEP = CHOICES.choice([16, 17, 18, 19])  # after the failed save of step 10 and the save of 15

@@ -31,6 +31,7 @@ def uninterrupted(tmp_path_factory):
     return folder / "weights.pt"
 
 
+@pytest.mark.slow  # a child process SIGKILLed mid-epoch, then resumed (34-54 s on a loaded machine)
 def test_sigkill_mid_epoch_then_resume_is_bitwise_equal(tmp_path, uninterrupted):
     out, result = tmp_path / "out", tmp_path / "weights.pt"
     killed = run_job(out, result, "--kill-at", "23")  # 15 steps per epoch: step 23 is mid-epoch 2
@@ -45,6 +46,7 @@ def test_sigkill_mid_epoch_then_resume_is_bitwise_equal(tmp_path, uninterrupted)
     assert same_weights(uninterrupted, result)
 
 
+@pytest.mark.slow  # signals to child processes (24-45 s on a loaded machine)
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
 def test_signal_saves_a_checkpoint_and_says_how_to_resume(tmp_path, uninterrupted, name):
     out, result = tmp_path / "out", tmp_path / "weights.pt"

@@ -145,6 +145,10 @@ def run_side(script: str, script_args: list[str], env: dict, side: str, device: 
 # -- comparing the records --------------------------------------------------------------------
 
 
+# A speed verdict needs at least this many timed steps on each side: fewer give no spread to judge a ratio by.
+MIN_TIMED_STEPS = 3
+
+
 def step_times(record: dict | None) -> list[float]:
     """Each step's time; the first (warm-up, compilation, data-loader start) is left out."""
     times = [s["time_s"] for s in (record or {}).get("steps", [])]
@@ -216,6 +220,8 @@ def build_report(script: str, reference: SideRun, accelerator: SideRun, toleranc
     tolerances = parse_tolerance(tolerance_text, precision)
     comparison = compare_runs(reference, accelerator, tolerances)
     ref_time, acc_time = step_seconds(reference.record), step_seconds(accelerator.record)
+    timed = min(len(step_times(reference.record)), len(step_times(accelerator.record)))
+    judged = timed >= MIN_TIMED_STEPS  # fewer: the medians are shown, no ratio is claimed
     float64 = float64_findings(reference, accelerator)
     failures = list(comparison["problems"])
     for run in (reference, accelerator):
@@ -229,9 +235,9 @@ def build_report(script: str, reference: SideRun, accelerator: SideRun, toleranc
         {"loss": tolerances[0], "grad": tolerances[1]}, "steps": comparison["steps"],
         "worst_parameters": comparison["worst_parameters"],
         "step_seconds": {"reference": ref_time, "accelerator": acc_time},
-        "speedup": ref_time / acc_time if ref_time and acc_time else None,
-        "speedup_range": speedup_range(step_times(reference.record), step_times(accelerator.record)),
-        "timed_steps": min(len(step_times(reference.record)), len(step_times(accelerator.record))),
+        "speedup": ref_time / acc_time if judged and ref_time and acc_time else None,
+        "speedup_range": speedup_range(step_times(reference.record), step_times(accelerator.record)) if judged else None,
+        "timed_steps": timed,
         "fallback_ops": dict(accelerator.fallback_ops.most_common()), "failed_ops": accelerator.failed_ops,
         "float64": float64, "dropout_disabled": (reference.record or {}).get("dropout_disabled", []),
         "failures": failures, "passed": not failures,
@@ -264,18 +270,36 @@ def _no_record_message(run: SideRun, script: str) -> str:
             "scripts that train with braeburn.Accelerator (prepare/backward/optimizer.step) or braeburn's Trainer")
 
 
-def run(args: argparse.Namespace) -> int:
+def _option_errors(args) -> tuple[list[str], tuple[object, str] | None]:
+    """Every problem with the options at once (each names the option, the value, why and the fix), and the device
+    and precision when they resolve."""
     from ..plan.rules import PlanError
 
+    errors = []
     if not Path(args.script).is_file():
-        return _usage_error(f"script {args.script!r} does not exist; pass the path of a Python training script")
+        errors.append(f"script {args.script!r} does not exist; pass the path of a Python training script")
     if args.steps < 1:
-        return _usage_error(f"--steps {args.steps}: at least one step is needed to compare; pass --steps 5")
+        errors.append(f"--steps {args.steps}: at least one step is needed to compare; pass --steps 5")
+    if not 0 < args.timeout < float("inf"):
+        errors.append(f"--timeout {args.timeout:g}: each run needs some seconds to start and train; pass a number of "
+                      "seconds above 0, e.g. --timeout 600 (the default)")
     try:
-        kind, precision = _resolve_device(args)
         parse_tolerance(args.tolerance, "no")
-    except (PlanError, ValueError) as error:
-        return _usage_error(str(error))
+    except ValueError as error:
+        errors.append(str(error))
+    try:
+        return errors, _resolve_device(args)
+    except PlanError as error:
+        return errors + [str(item) for item in error.errors], None
+
+
+def run(args: argparse.Namespace) -> int:
+    errors, resolved = _option_errors(args)
+    if errors:
+        if len(errors) == 1:
+            return _usage_error(errors[0])
+        return _usage_error(f"{len(errors)} problems with the options:\n" + "\n".join(f"  - {e}" for e in errors))
+    kind, precision = resolved
     root = Path(tempfile.mkdtemp(prefix="braeburn-check-"))
     try:
         return _check(args, kind, precision, root)
@@ -359,7 +383,8 @@ def _timing_line(report: dict, reference: str) -> str:
     line = f"step time: {checked} {_fmt(times['accelerator'] and times['accelerator'] * 1e3, '.2f')} ms, " \
            f"{against} {_fmt(times['reference'] and times['reference'] * 1e3, '.2f')} ms"
     if speedup is None:
-        return line
+        return line + _too_few_steps(report.get("timed_steps", 0)) if times["accelerator"] and times["reference"] \
+            else line
     if device == reference and report["precision"] == "no":
         return line + " (the same device and precision on both sides)"
     label = f"{device} ({_precision(report)})"
@@ -373,6 +398,12 @@ def _timing_line(report: dict, reference: str) -> str:
     if device == reference:
         return line + f": {label} is {1 / speedup:.2f}x slower than float32 here{spread}"
     return line + f": [bold yellow]the CPU is the faster choice for this script ({1 / speedup:.2f}x faster)[/]{spread}"
+
+
+def _too_few_steps(timed: int) -> str:
+    return (f" (no speed verdict: {timed} step{'' if timed == 1 else 's'} timed on each side, and a verdict needs "
+            f"{MIN_TIMED_STEPS} after the first (warm-up) step; pass --steps {MIN_TIMED_STEPS + 1} or more to get "
+            "one)")
 
 
 def render(report: dict, reference: str) -> None:

@@ -33,9 +33,15 @@ class CpuDevice(DeviceKind):
         return PrecisionSupport(dtype, True, needs_grad_scaler=dtype == "fp16")
 
     def auto_precision_order(self, host: HostFacts) -> tuple[str, ...]:
-        # Without AMX, bf16 autocast on the CPU is usually slower than float32;
-        # "auto" therefore keeps float32 here and bf16 stays one flag away.
+        # braeburn does not look at the CPU's instructions (AMX, AVX512-BF16) nor time a trial here, so no rule
+        # knows whether bf16 is faster on this CPU; "auto" keeps float32 and bf16 stays one option away.
         return ()
+
+    def auto_float32_reason(self, host: HostFacts) -> str:
+        # Only what holds on every CPU: the plan knows nothing of this CPU's instructions (HostFacts has none).
+        return ("since auto neither checks this CPU's instructions nor times a mixed-precision trial on a CPU: bf16 "
+                "autocast changes the numbers, and whether it is faster than float32 depends on the CPU (AMX or "
+                "AVX512-BF16 instructions) and the model")
 
     def torch_device(self, index: int = 0):
         import torch

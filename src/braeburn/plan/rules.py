@@ -180,7 +180,9 @@ def _auto_precision(kind: DeviceKind, host: HostFacts) -> tuple[str, bool, str, 
                              f"float32, {' and '.join(candidates)} on your model at the start of a run long enough to "
                              "earn the trial back, and keeps a mixed precision only where it wins beyond the timing "
                              "spread with a matching loss"), candidates
-    return "no", False, f"auto: float32, {kind.auto_float32_reason(host)}", ()
+    try_bf16 = advice("; pass {} to try it and compare the step times", "mixed_precision", "bf16") \
+        if _usable(kind, "bf16", host) else ""
+    return "no", False, f"auto: float32, {kind.auto_float32_reason(host)}{try_bf16}", ()
 
 
 def _choose_precision(options: RunOptions, kind: DeviceKind, host: HostFacts,

@@ -45,6 +45,7 @@ def test_gradient_accumulation_same_weights_as_accelerate(acc_lib, tmp_path):
         assert _RESULTS["accelerate"] == _RESULTS["braeburn"]
 
 
+@pytest.mark.slow  # grows a batch until it fails, under both libraries (6-17 s)
 def test_memory_find_executable_batch_size(acc_lib, tmp_path):
     observed = ports.memory(acc_lib, tmp_path)
     assert observed["tried"] == [128, 64, 32, 16] and observed["result"] == 32

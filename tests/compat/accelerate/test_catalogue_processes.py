@@ -1,5 +1,5 @@
 """Accelerate's idioms on two processes: one real 2-process gloo run (torchrun, CPU) per library runs every idiom
-below in one script (tests/conformance/_two_processes.py), and each idiom compares its part of what the ranks
+below in one script (tests/compat/_two_processes.py), and each idiom compares its part of what the ranks
 recorded. See tests/compat/catalogue.py for the outcomes."""
 
 from __future__ import annotations

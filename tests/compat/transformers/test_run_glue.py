@@ -17,6 +17,7 @@ EXPECTED_FILES = {"all_results.json", "train_results.json", "eval_results.json",
                   "predict_results_mrpc.txt", "README.md", "checkpoint-4", "checkpoint-8"}
 
 
+@pytest.mark.slow  # run_glue.py's port trained end to end under both libraries (7-22 s on a loaded machine)
 def test_run_glue_port(hf_lib, tmp_path):
     argv = SEED_FLAGS + ["--output_dir", str(tmp_path / "mrpc")]
     observed = run_glue_port.main(hf_lib, argv, tmp_path)
