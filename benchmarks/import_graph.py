@@ -35,8 +35,10 @@ def _relative(package: str, name: str) -> str:
 
 
 def lazy_names(root: Path, files: dict[str, Path]) -> dict[str, str]:
-    """``package.name`` -> the module that defines it, from each package's ``_WHERE`` (and ``_ALIASES``) map."""
-    found = {}
+    """``package.name`` -> the module that defines it, from each package's ``_WHERE`` (and ``_ALIASES``) map, and
+    from its ``PUBLIC_NAMES`` map (``path below the package`` -> a name of the top package, whose lookup the top
+    package hands it at import: ``braeburn.trainer.loop.Trainer`` is ``braeburn.Trainer``, defined in compat/)."""
+    found, public = {}, {}
     for package, path in files.items():
         if path.name != "__init__.py":
             continue
@@ -45,7 +47,7 @@ def lazy_names(root: Path, files: dict[str, Path]) -> dict[str, str]:
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
-                    if isinstance(target, ast.Name) and target.id in ("_WHERE", "_ALIASES"):
+                    if isinstance(target, ast.Name) and target.id in ("_WHERE", "_ALIASES", "PUBLIC_NAMES"):
                         try:
                             maps[target.id] = ast.literal_eval(node.value)
                         except ValueError:
@@ -56,6 +58,10 @@ def lazy_names(root: Path, files: dict[str, Path]) -> dict[str, str]:
         for alias, name in maps.get("_ALIASES", {}).items():
             if name in where:
                 found[f"{package}.{alias}"] = found[f"{package}.{name}"]
+        public.update({f"{package}.{path}": name for path, name in maps.get("PUBLIC_NAMES", {}).items()})
+    for path, name in public.items():
+        if f"{root.name}.{name}" in found:
+            found[path] = found[f"{root.name}.{name}"]
     return found
 
 

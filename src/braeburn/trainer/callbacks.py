@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .state import TrainerState
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .loop import CoreTrainer as Trainer
 
 
 class Callback:

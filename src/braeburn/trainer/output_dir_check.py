@@ -31,7 +31,7 @@ from .plots import PLOT_FILE
 from .write_faults import prepare_output_dir
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .loop import CoreTrainer as Trainer
 
 def _top_name(folder: Path, path: Path) -> str | None:
     """The entry of ``folder`` that ``path`` lies in, or None when it lies outside."""

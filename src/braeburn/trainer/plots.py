@@ -18,7 +18,7 @@ from .state import TrainerState
 from .write_faults import WriteWarnings
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .loop import CoreTrainer as Trainer
 
 PLOT_FILE = "training_curves.png"
 _said_no_matplotlib = False

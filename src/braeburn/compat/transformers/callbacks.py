@@ -22,7 +22,7 @@ from ...trainer.options_callback import OptionsCallback
 from ...trainer.state import TrainerState
 
 if TYPE_CHECKING:
-    from ...trainer.loop import Trainer
+    from ...trainer.loop import CoreTrainer as Trainer
 
 HF_HOOKS = ("on_init_end", "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end", "on_step_begin",
             "on_optimizer_step", "on_step_end", "on_evaluate", "on_predict", "on_save", "on_log")

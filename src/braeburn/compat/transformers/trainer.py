@@ -31,7 +31,7 @@ from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
 
 
-class Trainer(HfTrainerMixin, HfOverridableMixin, core.Trainer):
+class Trainer(HfTrainerMixin, HfOverridableMixin, core.CoreTrainer):
     """Train ``model`` on ``train_dataset`` as ``args`` says; see docs/trainer.md.
 
     Transformers' arguments work as there (``args=``, ``data_collator=``, ``processing_class=``,
