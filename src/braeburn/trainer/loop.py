@@ -71,6 +71,7 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     """
 
     stop_past_max_steps = False  # a resume past max_steps: ResumeError; True: restored, nothing trained (resume.py)
+    final_save_option = "save_state"  # how a message says to write the model in memory (option_spelling's name)
     peer_methods_called: tuple[str, ...] = ()  # the Transformers Trainer's methods a subclass defines and calls (peer_methods.py)
 
     def __init__(self, model: torch.nn.Module | None = None, config: CoreTrainingConfig | None = None, *,
@@ -223,7 +224,7 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         acc.end_training(keep_process_group=self.signals.received is None)
         if self.signals.received is not None:
             self._exit_after_signal()
-        failure = self._save_log.failure(self.state.last_checkpoint, self.state.global_step)
+        failure = self._save_log.failure(self.state.last_checkpoint, self.state.global_step, self.final_save_option)
         if failure is not None:  # the final weights are on no disk: a job must not report success (exit 1)
             raise failure
         metrics = {**self._last_eval_metrics(), **self._train_metrics(seconds, self.state.global_step - start_step,

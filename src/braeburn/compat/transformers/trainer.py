@@ -41,6 +41,8 @@ class Trainer(HfTrainerMixin, HfOverridableMixin, core.CoreTrainer):
     ``create_scheduler``, ``prediction_step``, ``evaluation_loop`` and ``log`` (overrides.py).
     """
 
+    final_save_option = "save_model"  # a message says trainer.save_model(<another folder>) writes the model in memory
+
     def __init__(self, model: torch.nn.Module | None = None, args: Any = None,
                  data_collator: Callable | None = None, train_dataset: Dataset | None = None,
                  eval_dataset: Dataset | None = None, processing_class: Any = None,
