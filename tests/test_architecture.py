@@ -28,6 +28,19 @@ def test_the_core_never_imports_a_peers_layer():
     assert import_graph.core_to_compat(GRAPH) == []
 
 
+def test_the_core_reads_no_peers_environment_variables():
+    """Accelerate's ACCELERATE_* variables are read by its layer (compat/accelerate/environment.py), not the core."""
+    import ast
+
+    package = ROOT / "src" / "braeburn"
+    named = sorted({f"{path.relative_to(package)}: {node.value}" for path in package.rglob("*.py")
+                    if import_graph.in_core(import_graph.module_name(package, path))
+                    for node in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and node.value.startswith("ACCELERATE_")})
+    assert named == []
+
+
 LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
 
 
