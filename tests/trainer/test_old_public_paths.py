@@ -109,3 +109,24 @@ def test_the_text_example_from_before_the_layout_writes_loadable_checkpoints_unc
     assert (out / "checkpoint-2" / "config.json").is_file() and (out / "checkpoint-2" / "training_args.bin").is_file()
     model = AutoModelForSequenceClassification.from_pretrained(out / "checkpoint-2", local_files_only=True)
     assert model.config.num_labels == 2
+
+
+def test_training_args_pickled_before_the_layout_load_as_the_public_arguments():
+    """A checkpoint's training_args.bin written before the layout (class path braeburn.trainer.config.TrainingConfig,
+    which was then the public class) loads as braeburn.TrainingArguments, with Transformers' names."""
+    loaded = torch.load(SCRIPTS / "training_args.bin", weights_only=False)
+    assert type(loaded) is braeburn.TrainingArguments
+    assert (loaded.max_steps, loaded.train_batch_size, loaded.eval_batch_size, str(loaded.device)) == (4, 8, 8, "cpu")
+    assert loaded.to_dict()["save_steps"] == 2
+
+
+def test_training_args_missing_a_field_added_since_load_with_its_default(tmp_path):
+    import pickle
+
+    arguments = braeburn.TrainingArguments(output_dir=str(tmp_path), max_steps=3)
+    older = pickle.loads(pickle.dumps(arguments))
+    state = dict(vars(arguments))
+    del state["nan_policy"], state["report_to"]  # as if written before these fields existed
+    older.__dict__.clear()
+    older.__setstate__(state)
+    assert older.max_steps == 3 and older.nan_policy == "stop" and older.report_to == arguments.report_to

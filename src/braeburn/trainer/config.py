@@ -247,6 +247,11 @@ class CoreTrainingConfig:
             setattr(self, name, _expand_home(getattr(self, name)))
         self.devices = _devices_value(self.devices)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (``torch.load`` of a checkpoint's training_args.bin): a field added since the file was written
+        gets its default, so reading it gives a value, not AttributeError."""
+        self.__dict__.update({**_field_defaults(type(self)), **state})
+
     def validate(self) -> list[OptionError]:
         """Every problem with this config's own fields (device rules are the plan's)."""
         errors: list[OptionError] = self._range_errors()
@@ -371,6 +376,11 @@ INT64_MAX = 2**63 - 1
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed accepts
 MAX_EPOCHS = 1e6
 MAX_DATALOADER_WORKERS = 256
+
+
+def _field_defaults(config_type: type) -> dict[str, Any]:
+    return {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+            for f in dataclasses.fields(config_type) if f.init and not (f.default is f.default_factory is dataclasses.MISSING)}
 
 
 def _number_fields(config: CoreTrainingConfig, types: tuple[Any, ...]) -> tuple[str, ...]:
