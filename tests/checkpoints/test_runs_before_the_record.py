@@ -68,6 +68,7 @@ def test_entries_braeburn_cannot_prove_are_all_named_in_one_refusal(tmp_path):
     assert "model.safetensors (" in message and "training_args.bin (" in message
     assert f"move model.safetensors, training_args.bin out of {out}" in message
     assert (out / "model.safetensors").read_bytes() == b"not proven"
+    assert not (out / ownership.MARKER).exists()  # refused: nothing written, not even the record
 
 
 @pytest.mark.parametrize("change", ["another log", "a changed record", "a checkpoint file altered"])
@@ -84,7 +85,7 @@ def test_a_folder_braeburn_cannot_prove_is_not_adopted(tmp_path, change):
         with open(out / "checkpoint-4" / "scheduler_0.pt", "ab") as handle:
             handle.write(b"\0")
     before = log.read_bytes()
-    assert ownership.adopt_earlier_run(out) == {}
+    assert ownership.unrecorded_run(out) == {}
     with pytest.raises(ownership.ForeignFileError, match="metrics.jsonl"):
         _trainer(out).train(resume_from_checkpoint=True)
     assert log.read_bytes() == before and not (out / ownership.MARKER).exists()

@@ -327,19 +327,21 @@ def _metrics_log(path: Path, checkpoint: Path) -> bool:
     return records[:shared] == history[:shared]
 
 
-def adopt_earlier_run(folder: str | os.PathLike) -> dict[str, str]:
-    """In a folder without a record, record the entries that a braeburn from before the record provably wrote
-    (:func:`earlier_braeburn_run`), so that a resume there appends to its log and replaces its checkpoints as in
-    any folder of braeburn's; the names recorded (empty: a record exists, or nothing is proven). Nothing else is
-    taken: a file braeburn cannot prove it wrote stays foreign."""
+def unrecorded_run(folder: str | os.PathLike) -> dict[str, str]:
+    """In a folder without a record, the entries that a braeburn from before the record provably wrote
+    (:func:`earlier_braeburn_run`); empty where a record exists or nothing is proven. A file braeburn cannot
+    prove it wrote is never among them."""
+    folder = Path(folder)
+    return {} if os.path.lexists(folder / MARKER) else earlier_braeburn_run(folder)
+
+
+def adopt(folder: str | os.PathLike, proven: Mapping[str, str]) -> None:
+    """Record ``proven`` (:func:`unrecorded_run`'s entries) as braeburn's, once nothing refused the run: a resume
+    then appends to the log and replaces the checkpoints as in any folder of braeburn's. Never over a record."""
     folder = Path(folder)
     with _LOCK:
-        if os.path.lexists(folder / MARKER):
-            return {}
-        proven = earlier_braeburn_run(folder)
-        if proven:
+        if proven and not os.path.lexists(folder / MARKER):
             _save(folder, proven)
-    return proven
 
 
 def braeburn_ran_here(folder: str | os.PathLike) -> bool:
@@ -358,9 +360,10 @@ def owns(folder: str | os.PathLike, name: str) -> bool:
     return _on_disk(Path(folder) / name) is not None and why_not(folder, name) is None
 
 
-def foreign(folder: str | os.PathLike, names: Iterable[str]) -> dict[str, str]:
-    """The ``names`` that exist in ``folder`` and are not braeburn's, each with why not."""
-    entries = recorded(folder)
+def foreign(folder: str | os.PathLike, names: Iterable[str], proven: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``names`` that exist in ``folder`` and are not braeburn's, each with why not. ``proven``: entries
+    :func:`unrecorded_run` proved, counted as recorded."""
+    entries = {**recorded(folder), **(proven or {})}
     reasons = {name: why_not(folder, name, entries) for name in names}
     return {name: why for name, why in reasons.items() if why is not None}
 
@@ -497,6 +500,6 @@ def publish(staging: str | os.PathLike, folder: str | os.PathLike, need: str, fi
 
 
 __all__ = ["FILE", "FOLDER", "ForeignFileError", "KINDS", "MARKER", "MarkerError", "SET_ASIDE", "STAGING",
-           "adopt_earlier_run", "adopt_saved", "braeburn_ran_here", "claim", "earlier_braeburn_run", "foreign", "forget", "may_write",
+           "adopt", "adopt_saved", "braeburn_ran_here", "claim", "earlier_braeburn_run", "foreign", "forget", "may_write",
            "movable", "owns", "prune", "publish", "recorded", "refusal", "refusal_of_all", "saved_state", "set_aside_folders", "staged",
-           "why_not"]
+           "unrecorded_run", "why_not"]

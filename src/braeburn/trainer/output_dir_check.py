@@ -74,17 +74,18 @@ def ready(trainer: "Trainer", set_aside: bool, say: Callable[[str], None]) -> No
     aside (when ``set_aside``) and record the names this run writes. The main process only."""
     out = trainer.output_dir
     prepare_output_dir(out)  # a read-only parent or disk: one clear error now, not a traceback later
-    adopted = ownership.adopt_earlier_run(out)  # a run of a braeburn from before the record: what it proves
+    proven = ownership.unrecorded_run(out)  # a run of a braeburn from before the record: what it proves
     needs = checked_names(trainer)
-    clashes = ownership.foreign(out, needs)
-    if adopted and PLOT_FILE in clashes:  # its curves cannot be proven braeburn's: left as they are, not redrawn
+    clashes = ownership.foreign(out, needs, proven)
+    if proven and PLOT_FILE in clashes:  # its curves cannot be proven braeburn's: left as they are, not redrawn
         trainer._plot.leave_alone(out / PLOT_FILE, clashes.pop(PLOT_FILE))
         needs.pop(PLOT_FILE)
-    if adopted:
-        say(f"braeburn: {out} holds a run of a braeburn from before its record of files ({ownership.MARKER}); its "
-            f"manifests and metrics log prove {', '.join(sorted(adopted))} braeburn's: recorded as such")
     if clashes:  # every one, in the order: the record, what train() writes, the final model's names
         raise ownership.refusal_of_all(out, clashes, needs)
+    if proven:
+        ownership.adopt(out, proven)
+        say(f"braeburn: {out} holds a run of a braeburn from before its record of files ({ownership.MARKER}); its "
+            f"manifests and metrics log prove {', '.join(sorted(proven))} braeburn's: recorded as such")
     if not set_aside:  # the run appends to its log as it is (a rerun sets it aside first)
         no_follow.check_unshared(out / METRICS_FILE)
     trainer.checkpoints.clean_staging()  # what a killed save of braeburn's left (its record names it)
