@@ -6,7 +6,8 @@ Every import counts, at module level or inside a function; imports under ``if TY
 So do the imports that hide from a plain reading: ``importlib.import_module("braeburn.x")`` and ``__import__`` with
 a literal name, and a name taken from a package that loads it lazily (a ``_WHERE = {name: module}`` map in its
 ``__init__.py``, as ``braeburn``, ``braeburn.trainer`` and others have): ``from braeburn import Trainer`` is an
-import of the module that defines ``braeburn.Trainer``.
+import of the module that defines ``braeburn.Trainer``; so is a name a core package gives for the top package
+(its ``PUBLIC_NAMES``: ``braeburn.trainer.loop.Trainer`` is ``braeburn.Trainer``).
 The core is every module except ``braeburn/__init__.py`` and ``braeburn/lightning.py`` (the public API, which wires
 the peers' names in), ``compat/`` (the peers' layer) and ``cli/`` (the command line, which reads peers' files).
 """
