@@ -299,7 +299,8 @@ def test_the_graph_sees_a_public_name_a_core_package_gives(tmp_path):
         (package / folder).mkdir(parents=True)
         (package / folder / "__init__.py").write_text("")
     (package / "__init__.py").write_text('_WHERE = {"Trainer": ".compat.peer"}\n')
-    (package / "trainer" / "__init__.py").write_text('PUBLIC_NAMES = {"Trainer": "Trainer", "loop.Trainer": "Trainer"}\n')
+    public = 'PUBLIC_NAMES = {"Trainer": "Trainer", "loop.Trainer": "Trainer"}\n'
+    (package / "trainer" / "__init__.py").write_text(public)
     (package / "compat" / "peer.py").write_text("")
     (package / "trainer" / "loop.py").write_text("")
     (package / "trainer" / "steps.py").write_text("from .loop import Trainer\n")

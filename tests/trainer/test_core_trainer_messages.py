@@ -16,8 +16,11 @@ from braeburn.trainer.checkpoint import CheckpointError
 
 
 class OnInit(transformers.TrainerCallback):
+    def __init__(self):
+        self.seen = []
+
     def on_init_end(self, args, state, control, **kwargs):
-        pass
+        self.seen.append("on_init_end")
 
 
 class ArgsStateControl:  # no base class: its hooks take Transformers' arguments
@@ -37,8 +40,10 @@ def test_a_transformers_callback_given_to_the_core_trainer_names_braeburn_traine
 
 
 def test_the_public_trainer_still_runs_transformers_callbacks(tmp_path):
-    trainer = braeburn.Trainer(torch.nn.Linear(2, 1), braeburn.TrainingArguments(output_dir=str(tmp_path), use_cpu=True),
-                               callbacks=[OnInit(), ArgsStateControl()])
+    arguments = braeburn.TrainingArguments(output_dir=str(tmp_path), use_cpu=True)
+    callback = OnInit()
+    trainer = braeburn.Trainer(torch.nn.Linear(2, 1), arguments, callbacks=[callback, ArgsStateControl()])
+    assert callback.seen == ["on_init_end"]
     trainer.accelerator.end_training()
 
 

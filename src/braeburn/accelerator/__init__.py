@@ -1,7 +1,8 @@
 """The Accelerator: your own loop on the best device (``core``), its compile decision (``compile``), the prepared
 optimizer and scheduler (``prepared_optim``), experiment trackers (``trackers``) and the hooks `braeburn check`
 watches a run through (``probe``). Names load on first use. ``braeburn.accelerator.Accelerator`` is the public
-``braeburn.Accelerator``, as it was before the package was laid out by concern; braeburn's own is ``core.Accelerator``."""
+``braeburn.Accelerator``, as it was before the package was laid out by concern; braeburn's own is
+``core.Accelerator``."""
 
 from __future__ import annotations
 

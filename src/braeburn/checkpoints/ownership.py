@@ -360,7 +360,8 @@ def owns(folder: str | os.PathLike, name: str) -> bool:
     return _on_disk(Path(folder) / name) is not None and why_not(folder, name) is None
 
 
-def foreign(folder: str | os.PathLike, names: Iterable[str], proven: Mapping[str, str] | None = None) -> dict[str, str]:
+def foreign(folder: str | os.PathLike, names: Iterable[str],
+            proven: Mapping[str, str] | None = None) -> dict[str, str]:
     """The ``names`` that exist in ``folder`` and are not braeburn's, each with why not. ``proven``: entries
     :func:`unrecorded_run` proved, counted as recorded."""
     entries = {**recorded(folder), **(proven or {})}
@@ -500,6 +501,6 @@ def publish(staging: str | os.PathLike, folder: str | os.PathLike, need: str, fi
 
 
 __all__ = ["FILE", "FOLDER", "ForeignFileError", "KINDS", "MARKER", "MarkerError", "SET_ASIDE", "STAGING",
-           "adopt", "adopt_saved", "braeburn_ran_here", "claim", "earlier_braeburn_run", "foreign", "forget", "may_write",
-           "movable", "owns", "prune", "publish", "recorded", "refusal", "refusal_of_all", "saved_state", "set_aside_folders", "staged",
-           "unrecorded_run", "why_not"]
+           "adopt", "adopt_saved", "braeburn_ran_here", "claim", "earlier_braeburn_run", "foreign", "forget",
+           "may_write", "movable", "owns", "prune", "publish", "recorded", "refusal", "refusal_of_all", "saved_state",
+           "set_aside_folders", "staged", "unrecorded_run", "why_not"]

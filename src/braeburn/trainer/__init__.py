@@ -25,7 +25,8 @@ resolve_public: Callable[[str], Any] | None = None
 
 
 def public(path: str) -> Any:
-    """``braeburn.<name>`` for ``braeburn.trainer.<path>`` in PUBLIC_NAMES; else AttributeError, as for a missing name."""
+    """``braeburn.<name>`` for ``braeburn.trainer.<path>`` in PUBLIC_NAMES; else AttributeError, as for any
+    missing name."""
     if path not in PUBLIC_NAMES or resolve_public is None:
         module, _, name = path.rpartition(".")
         raise AttributeError(f"module {'.'.join(filter(None, (__name__, module)))!r} has no attribute {name!r}")

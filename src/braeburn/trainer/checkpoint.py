@@ -152,7 +152,8 @@ class SaveLog:
         return (f"  checkpoint the final save failed ({failed} of {self.attempted} failed; the last: {self.last_error});"
                 f" the newest checkpoint, {last_checkpoint}, does not hold the final weights")
 
-    def failure(self, last_checkpoint: str | None, step: int, save_option: str = "save_state") -> CheckpointError | None:
+    def failure(self, last_checkpoint: str | None, step: int,
+                save_option: str = "save_state") -> CheckpointError | None:
         """The error that ends ``train()`` when its last save failed, or None. ``save_option``: the option (as
         option_spelling spells it) by which the caller's Trainer writes the model in memory."""
         if self.last_error is None:

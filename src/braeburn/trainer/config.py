@@ -379,8 +379,10 @@ MAX_DATALOADER_WORKERS = 256
 
 
 def _field_defaults(config_type: type) -> dict[str, Any]:
+    """Each field's default (its factory's value), for the fields that have one."""
     return {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
-            for f in dataclasses.fields(config_type) if f.init and not (f.default is f.default_factory is dataclasses.MISSING)}
+            for f in dataclasses.fields(config_type)
+            if f.init and not (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)}
 
 
 def _number_fields(config: CoreTrainingConfig, types: tuple[Any, ...]) -> tuple[str, ...]:

@@ -72,7 +72,7 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
 
     stop_past_max_steps = False  # a resume past max_steps: ResumeError; True: restored, nothing trained (resume.py)
     final_save_option = "save_state"  # how a message says to write the model in memory (option_spelling's name)
-    peer_methods_called: tuple[str, ...] = ()  # the Transformers Trainer's methods a subclass defines and calls (peer_methods.py)
+    peer_methods_called: tuple[str, ...] = ()  # Transformers Trainer methods it calls itself (peer_methods.py)
 
     def __init__(self, model: torch.nn.Module | None = None, config: CoreTrainingConfig | None = None, *,
                  train_dataset: Dataset | None = None, eval_dataset: Dataset | None = None,

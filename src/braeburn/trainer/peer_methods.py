@@ -24,10 +24,10 @@ def refuse_uncalled(trainer_type: type) -> None:
     """TypeError naming every method a subclass of the core Trainer defines that would never be called."""
     names = uncalled(trainer_type)
     if names:
+        what, it = ("method", "it") if len(names) == 1 else ("methods", "them")
         raise TypeError(
-            f"{trainer_type.__qualname__} defines {', '.join(names)}: the Transformers Trainer's "
-            f"{'method' if len(names) == 1 else 'methods'}, which braeburn's core Trainer "
-            f"(braeburn.trainer.loop.CoreTrainer) never calls, so training would skip {'it' if len(names) == 1 else 'them'} "
+            f"{trainer_type.__qualname__} defines {', '.join(names)}: the Transformers Trainer's {what}, which "
+            f"braeburn's core Trainer (braeburn.trainer.loop.CoreTrainer) never calls, so training would skip {it} "
             "silently. Subclass braeburn.Trainer instead (from braeburn import Trainer): it calls each where "
             "Transformers does.")
 
