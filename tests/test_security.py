@@ -249,8 +249,8 @@ def victim(tmp_path: Path, name: str) -> Path:
 
 def test_links_planted_in_output_dir_are_never_followed_to_write_or_delete(tmp_path, capsys):
     """checkpoint-1 and the staging names of step 2 link outside: the run that would save over their names is
-    refused before it starts, naming every one it checks at once, and the links and what they lead to are left as they were.
-    Without them it trains, and rotation (limit 1) deletes only its own checkpoints."""
+    refused before it starts, naming every one it checks at once, and the links and what they lead to are left as
+    they were. Without them it trains, and rotation (limit 1) deletes only its own checkpoints."""
     out = tmp_path / "out"
     out.mkdir()
     outside = {name: victim(tmp_path, name) for name in ("rotated", "staged", "accelerator-staged")}
