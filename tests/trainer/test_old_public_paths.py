@@ -4,6 +4,7 @@ and braeburn's own core Trainer refuses a subclass whose Transformers overrides 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -101,8 +102,8 @@ def test_the_text_example_from_before_the_layout_writes_loadable_checkpoints_unc
                            "16", "--use_cpu", "--do_train", "--max_steps", "2", "--save_steps", "2", "--hidden_size",
                            "16", "--num_hidden_layers", "1", "--per_device_train_batch_size", "8", "--output_dir",
                            str(out), "--disable_tqdm", "true", "--report_to", "none"],
-                          capture_output=True, text=True, timeout=600, env={**__import__("os").environ,
-                                                                            "PYTHONPATH": str(ROOT / "src")})
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert done.returncode == 0, done.stderr[-3000:]
     from transformers import AutoModelForSequenceClassification
 
