@@ -6,7 +6,8 @@ Every import counts, at module level or inside a function; imports under ``if TY
 So do the imports that hide from a plain reading: ``importlib.import_module("braeburn.x")`` and ``__import__`` with
 a literal name, and a name taken from a package that loads it lazily (a ``_WHERE = {name: module}`` map in its
 ``__init__.py``, as ``braeburn``, ``braeburn.trainer`` and others have): ``from braeburn import Trainer`` is an
-import of the module that defines ``braeburn.Trainer``.
+import of the module that defines ``braeburn.Trainer``; so is a name a core package gives for the top package
+(its ``PUBLIC_NAMES``: ``braeburn.trainer.loop.Trainer`` is ``braeburn.Trainer``).
 The core is every module except ``braeburn/__init__.py`` and ``braeburn/lightning.py`` (the public API, which wires
 the peers' names in), ``compat/`` (the peers' layer) and ``cli/`` (the command line, which reads peers' files).
 """
@@ -35,8 +36,10 @@ def _relative(package: str, name: str) -> str:
 
 
 def lazy_names(root: Path, files: dict[str, Path]) -> dict[str, str]:
-    """``package.name`` -> the module that defines it, from each package's ``_WHERE`` (and ``_ALIASES``) map."""
-    found = {}
+    """``package.name`` -> the module that defines it, from each package's ``_WHERE`` (and ``_ALIASES``) map, and
+    from its ``PUBLIC_NAMES`` map (``path below the package`` -> a name of the top package, whose lookup the top
+    package hands it at import: ``braeburn.trainer.loop.Trainer`` is ``braeburn.Trainer``, defined in compat/)."""
+    found, public = {}, {}
     for package, path in files.items():
         if path.name != "__init__.py":
             continue
@@ -45,7 +48,7 @@ def lazy_names(root: Path, files: dict[str, Path]) -> dict[str, str]:
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
-                    if isinstance(target, ast.Name) and target.id in ("_WHERE", "_ALIASES"):
+                    if isinstance(target, ast.Name) and target.id in ("_WHERE", "_ALIASES", "PUBLIC_NAMES"):
                         try:
                             maps[target.id] = ast.literal_eval(node.value)
                         except ValueError:
@@ -56,6 +59,10 @@ def lazy_names(root: Path, files: dict[str, Path]) -> dict[str, str]:
         for alias, name in maps.get("_ALIASES", {}).items():
             if name in where:
                 found[f"{package}.{alias}"] = found[f"{package}.{name}"]
+        public.update({f"{package}.{path}": name for path, name in maps.get("PUBLIC_NAMES", {}).items()})
+    for path, name in public.items():
+        if f"{root.name}.{name}" in found:
+            found[path] = found[f"{root.name}.{name}"]
     return found
 
 

@@ -37,6 +37,19 @@ def test_the_core_never_imports_a_peers_layer():
     assert import_graph.core_to_compat(GRAPH) == []
 
 
+def test_the_core_reads_no_peers_environment_variables():
+    """Accelerate's ACCELERATE_* variables are read by its layer (compat/accelerate/environment.py), not the core."""
+    import ast
+
+    package = ROOT / "src" / "braeburn"
+    named = sorted({f"{path.relative_to(package)}: {node.value}" for path in package.rglob("*.py")
+                    if import_graph.in_core(import_graph.module_name(package, path))
+                    for node in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and node.value.startswith("ACCELERATE_")})
+    assert named == []
+
+
 LIGHTNING_PACKAGES = ("lightning", "pytorch_lightning")
 
 
@@ -196,7 +209,7 @@ def test_the_options_callback_keeps_its_old_name_at_its_old_path(tmp_path):
 TRAIN_WITH_THE_CORE = """
 import sys, torch
 from torch.utils.data import TensorDataset
-from braeburn.trainer import Trainer, TrainingConfig
+from braeburn.trainer import CoreTrainer as Trainer, CoreTrainingConfig as TrainingConfig
 
 x = torch.randn(16, 4)
 config = TrainingConfig(output_dir=sys.argv[1], max_steps=2, per_device_train_batch_size=8, save_strategy="no",
@@ -222,8 +235,8 @@ def test_the_core_trains_without_loading_a_peers_layer(tmp_path):
 def test_the_public_classes_are_the_cores_with_a_peers_layer():
     import braeburn
     from braeburn.accelerator.core import Accelerator
-    from braeburn.trainer.config import TrainingConfig
-    from braeburn.trainer.loop import Trainer
+    from braeburn.trainer.config import CoreTrainingConfig as TrainingConfig
+    from braeburn.trainer.loop import CoreTrainer as Trainer
 
     for public, core in ((braeburn.Trainer, Trainer), (braeburn.Accelerator, Accelerator),
                          (braeburn.TrainingConfig, TrainingConfig), (braeburn.TrainingArguments, TrainingConfig)):
@@ -237,8 +250,8 @@ def test_a_trainer_takes_either_config_and_its_accumulation_stays(monkeypatch, t
     import torch
 
     import braeburn
-    from braeburn.trainer.config import TrainingConfig
-    from braeburn.trainer.loop import Trainer
+    from braeburn.trainer.config import CoreTrainingConfig as TrainingConfig
+    from braeburn.trainer.loop import CoreTrainer as Trainer
 
     monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "3")
     for trainer_class, config_class in ((Trainer, braeburn.TrainingConfig), (braeburn.Trainer, TrainingConfig)):
@@ -292,3 +305,62 @@ def test_the_layout_check_finds_a_test_outside_the_mirror(tmp_path):
         "misc/test_misc.py: no folder of src/braeburn/ is named misc",
         "test_issue_notes.py: at the top of tests/, which holds only TOP_OF_TESTS",
     ]
+
+
+# Every name a script could import from these paths before the package was laid out by concern (each module's
+# __all__ then, braeburn.trainer's lazy names then, and the names the docs and both examples imported then).
+NAMES_AT_OLD_PATHS = {
+    "braeburn.trainer": ("Callback", "CallbackList", "CheckpointCorruptError", "CheckpointError", "CheckpointManager",
+                         "ConfigError", "TrainingConfig", "TrainingArguments", "parse_config", "HfArgumentParser",
+                         "TrainerCallback", "TrainerControl", "EarlyStoppingCallback", "MetricsLogCallback",
+                         "PlotCallback", "ProgressCallback", "SignalCallback", "TrainingInterrupted", "TrainerState",
+                         "EvalPrediction", "NonFiniteLossError", "PredictionOutput", "Trainer", "TrainOutput",
+                         "EvalLoopOutput"),
+    "braeburn.trainer.loop": ("EvalPrediction", "NonFiniteLossError", "PredictionOutput", "TrainOutput", "Trainer",
+                              "PlanError", "EarlyStoppingCallback"),
+    "braeburn.trainer.config": ("ConfigError", "TrainingArguments", "TrainingConfig", "parse_config", "plan_errors"),
+    "braeburn.accelerator": ("Accelerator", "AcceleratedOptimizer", "AcceleratedScheduler"),
+}
+
+
+@pytest.mark.parametrize("module,name", [(module, name) for module, names in NAMES_AT_OLD_PATHS.items()
+                                         for name in names])
+def test_a_name_at_its_old_path_is_the_public_object(module, name):
+    """``from braeburn.trainer.loop import Trainer`` (the old examples' import) gives braeburn.Trainer itself, not
+    the core class under it: a script written then keeps Transformers' arguments, methods and overrides."""
+    import braeburn
+
+    found = getattr(importlib.import_module(module), name)
+    if name in braeburn.__all__:
+        assert found is getattr(braeburn, name)
+    assert name in importlib.import_module(module).__all__ or module.count(".") == 2
+
+
+def test_the_core_classes_keep_their_own_names_and_a_missing_name_is_still_missing():
+    import braeburn
+    from braeburn.trainer import config, loop
+
+    assert issubclass(braeburn.Trainer, loop.CoreTrainer) and loop.Trainer is braeburn.Trainer
+    assert issubclass(braeburn.TrainingArguments, config.CoreTrainingConfig)
+    for module in (loop, config, braeburn.trainer, braeburn.accelerator):
+        with pytest.raises(AttributeError, match=f"module '{module.__name__}' has no attribute 'Nothing'"):
+            module.Nothing
+
+
+def test_the_graph_sees_a_public_name_a_core_package_gives(tmp_path):
+    """``braeburn.trainer.Trainer`` is braeburn.Trainer (defined in compat/): a core module importing it reaches a
+    peer's layer, and the check says so."""
+    package = tmp_path / "braeburn"
+    for folder in ("compat", "trainer"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text('_WHERE = {"Trainer": ".compat.peer"}\n')
+    public = 'PUBLIC_NAMES = {"Trainer": "Trainer", "loop.Trainer": "Trainer"}\n'
+    (package / "trainer" / "__init__.py").write_text(public)
+    (package / "compat" / "peer.py").write_text("")
+    (package / "trainer" / "loop.py").write_text("")
+    (package / "trainer" / "steps.py").write_text("from .loop import Trainer\n")
+    (package / "trainer" / "other.py").write_text("from . import Trainer\n")
+    graph = import_graph.graph(package)
+    assert import_graph.core_to_compat(graph) == [("braeburn.trainer.other", "braeburn.compat.peer"),
+                                                  ("braeburn.trainer.steps", "braeburn.compat.peer")]

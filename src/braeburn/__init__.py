@@ -11,7 +11,8 @@ __version__ = "0.1.0"
 # name -> module (relative); loaded lazily, so `import braeburn` does not load torch before _early has
 # looked at the environment. Accelerate's and Transformers' names are here so that a script switches by
 # its import (docs/migrating.md): Accelerator, Trainer and TrainingConfig are braeburn's own classes
-# (braeburn.accelerator, braeburn.trainer) composed with the peers' layers in compat/.
+# (braeburn.accelerator.core.Accelerator, braeburn.trainer's CoreTrainer and CoreTrainingConfig) composed with the
+# peers' layers in compat/.
 _WHERE = {
     "Accelerator": ".compat.accelerate.accelerator",
     "DistributedType": ".compat.accelerate.api", "GradientAccumulationPlugin": ".compat.accelerate.api",
@@ -38,6 +39,18 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(_WHERE[name_there], __name__), name_there)
     raise AttributeError(f"module 'braeburn' has no attribute {name!r}")
+
+
+def _give_public_names_at_old_paths() -> None:
+    """braeburn.trainer.Trainer, braeburn.trainer.loop.Trainer, braeburn.accelerator.Accelerator ... (each core
+    package's PUBLIC_NAMES) are the public classes, as before the layout: the core packages ask this module for them
+    (the core never names a peer's layer). Both packages are light: no torch."""
+    from . import accelerator, trainer
+
+    accelerator.resolve_public = trainer.resolve_public = __getattr__
+
+
+_give_public_names_at_old_paths()
 
 
 # Where modules lived before the package was laid out by concern (docs/architecture.md). A script that imports an

@@ -257,7 +257,7 @@ def test_prepare_draws_no_random_number_and_the_seed_still_orders_the_data(fake_
     ({"ACCELERATE_TORCH_DEVICE": "cuda:1", "ACCELERATE_DYNAMO_BACKEND": "aot_eager"}, dict(notes=2, compile=None)),
 ])
 def test_accelerate_env_table(env, expected):
-    from braeburn.plan.envvars import accelerate_env
+    from braeburn.compat.accelerate.environment import accelerate_env
 
     found = accelerate_env(env)
     for name, value in expected.items():

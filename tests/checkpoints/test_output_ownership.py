@@ -187,7 +187,8 @@ def test_a_home_folder_as_output_dir_trains_twice_and_moves_nothing_of_the_users
 @pytest.mark.parametrize("how", ["rerun", "overwrite_output_dir", "resume"])
 def test_a_foreign_file_at_a_name_the_run_writes_is_refused_in_one_line(tmp_path, how):
     """resume: a run folder copied without its dot-files (cp -r run/* elsewhere): the checkpoints are still
-    braeburn's by their manifests, but nothing says that metrics.jsonl is."""
+    braeburn's by their manifests, and metrics.jsonl by the records they logged, but nothing proves the final
+    model's files that save_model() wrote into output_dir: all of them named at once."""
     out = project(tmp_path)
     if how == "resume":
         run(out)
@@ -200,10 +201,15 @@ def test_a_foreign_file_at_a_name_the_run_writes_is_refused_in_one_line(tmp_path
     with pytest.raises(ownership.ForeignFileError) as error:
         trainer(out, **options).train()
     message = str(error.value)
+    assert listing(out) == before  # nothing moved, nothing written, no lock file left
+    if how == "resume":  # the checkpoints' manifests and logged records prove metrics.jsonl; the final model's
+        assert "\n" not in message and message.startswith(f"2 entries of {out} are not braeburn's")  # files: nothing
+        assert "metrics.jsonl" not in message and "model.safetensors (no record" in message
+        assert f"move model.safetensors, training_args.bin out of {out}." in message
+        return
     assert "\n" not in message and message.startswith(f"{out / 'metrics.jsonl'} is not braeburn's (no record")
     assert "this run appends its metrics log to it" in message
     assert f"Pass another --output_dir, or move metrics.jsonl out of {out}." in message
-    assert listing(out) == before  # nothing moved, nothing written, no lock file left
 
 
 def test_a_record_that_braeburn_did_not_write_is_refused_and_never_trusted(tmp_path):

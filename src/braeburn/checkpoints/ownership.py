@@ -90,6 +90,20 @@ class MarkerError(ForeignFileError):
     """The folder's record is not one braeburn wrote (a link, a folder, or not braeburn's JSON)."""
 
 
+def refusal_of_all(folder: Path, clashes: Mapping[str, str], needs: Mapping[str, str]) -> Exception:
+    """One error naming every entry of ``folder`` in ``clashes`` (name -> why it is not braeburn's) with what
+    braeburn would write there (``needs``): all at once, so that one move of files is enough, not one per try."""
+    if len(clashes) == 1:
+        name = next(iter(clashes))
+        return refusal(folder / name, clashes[name], needs[name])
+    listed = "; ".join(f"{name} ({why}: {needs[name]})" for name, why in clashes.items())
+    error = ForeignFileError(errno.EEXIST, f"{len(clashes)} entries of {folder} are not braeburn's, and this run "
+                             f"would write there: {listed}. braeburn never moves or replaces a file it did not write. "
+                             f"Pass another --output_dir, or move {', '.join(clashes)} out of {folder}.")
+    error.why = "; ".join(clashes.values())
+    return error
+
+
 def refusal(path: Path, why: str, need: str, fix: str | None = None, cls: type = ForeignFileError) -> Exception:
     """One line: ``path`` is not braeburn's (``why``), braeburn needs its name (``need``), and the fix."""
     fix = fix or f"Pass another --output_dir, or move {path.name} out of {path.parent}"
@@ -276,30 +290,58 @@ def earlier_braeburn_run(folder: str | os.PathLike) -> dict[str, str]:
     """What a braeburn from before the record wrote in ``folder`` (which has no record): its ``checkpoint-N``
     folders, each vouched for by a Trainer manifest (with the step) and all of one run (the run id in their
     trainer_state.json), and its metrics log (``metrics.jsonl``, JSON lines with a step). Empty unless all of
-    that holds: a folder of the user's, or a checkpoint copied in, is never taken for an earlier run."""
+    that holds: a folder of the user's, or a checkpoint copied in, is never taken for an earlier run. The metrics
+    log is the run's when its first records are the ones the newest checkpoint's trainer_state.json logged."""
     folder = Path(folder)
     checkpoints = [p for p in folder.iterdir() if _CHECKPOINT.match(p.name)] if folder.is_dir() else []
-    runs = set()
+    runs, steps = set(), {}
     for path in checkpoints:
         try:
             data = manifest_io.read(path) if path.is_dir() and not path.is_symlink() else None
         except manifest_io.ManifestError:
             data = None
-        if data is None or "step" not in data or manifest_io.problem(path, data) is not None:
+        if data is None or not isinstance(data.get("step"), int) or manifest_io.problem(path, data) is not None:
             return {}
         runs.add(_run_id(path))
-    if len(runs) != 1 or None in runs or not _metrics_log(folder / "metrics.jsonl"):
+        steps[data["step"]] = path
+    if len(runs) != 1 or None in runs or not _metrics_log(folder / "metrics.jsonl", steps[max(steps)]):
         return {}
     return {**{p.name: FOLDER for p in checkpoints}, "metrics.jsonl": FILE}
 
 
-def _metrics_log(path: Path) -> bool:
+def _metrics_log(path: Path, checkpoint: Path) -> bool:
+    """Whether ``path``, a regular file, begins with the records ``checkpoint``'s trainer_state.json logged (its
+    log_history, as braeburn's metrics log writes them: one JSON object a line, in order)."""
     try:
-        first = no_follow.read_capped(path, 1 << 16).split(b"\n", 1)[0]
-        line = json.loads(first.decode("utf-8"))
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        lines = no_follow.read_capped(path, 1 << 20).split(b"\n")[:-1]  # complete lines only
+        records = [json.loads(line.decode("utf-8")) for line in lines[:256]]
+        state = json.loads(no_follow.read_capped(checkpoint / "trainer_state.json", MAX_BYTES).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return False
-    return isinstance(line, dict) and isinstance(line.get("step"), int)
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list) or not history or not records:
+        return False
+    shared = min(len(records), len(history))
+    return records[:shared] == history[:shared]
+
+
+def unrecorded_run(folder: str | os.PathLike) -> dict[str, str]:
+    """In a folder without a record, the entries that a braeburn from before the record provably wrote
+    (:func:`earlier_braeburn_run`); empty where a record exists or nothing is proven. A file braeburn cannot
+    prove it wrote is never among them."""
+    folder = Path(folder)
+    return {} if os.path.lexists(folder / MARKER) else earlier_braeburn_run(folder)
+
+
+def adopt(folder: str | os.PathLike, proven: Mapping[str, str]) -> None:
+    """Record ``proven`` (:func:`unrecorded_run`'s entries) as braeburn's, once nothing refused the run: a resume
+    then appends to the log and replaces the checkpoints as in any folder of braeburn's. Never over a record."""
+    folder = Path(folder)
+    with _LOCK:
+        if proven and not os.path.lexists(folder / MARKER):
+            _save(folder, proven)
 
 
 def braeburn_ran_here(folder: str | os.PathLike) -> bool:
@@ -318,9 +360,11 @@ def owns(folder: str | os.PathLike, name: str) -> bool:
     return _on_disk(Path(folder) / name) is not None and why_not(folder, name) is None
 
 
-def foreign(folder: str | os.PathLike, names: Iterable[str]) -> dict[str, str]:
-    """The ``names`` that exist in ``folder`` and are not braeburn's, each with why not."""
-    entries = recorded(folder)
+def foreign(folder: str | os.PathLike, names: Iterable[str],
+            proven: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``names`` that exist in ``folder`` and are not braeburn's, each with why not. ``proven``: entries
+    :func:`unrecorded_run` proved, counted as recorded."""
+    entries = {**recorded(folder), **(proven or {})}
     reasons = {name: why_not(folder, name, entries) for name in names}
     return {name: why for name, why in reasons.items() if why is not None}
 
@@ -457,6 +501,6 @@ def publish(staging: str | os.PathLike, folder: str | os.PathLike, need: str, fi
 
 
 __all__ = ["FILE", "FOLDER", "ForeignFileError", "KINDS", "MARKER", "MarkerError", "SET_ASIDE", "STAGING",
-           "adopt_saved", "braeburn_ran_here", "claim", "earlier_braeburn_run", "foreign", "forget", "may_write",
-           "movable", "owns", "prune", "publish", "recorded", "refusal", "saved_state", "set_aside_folders", "staged",
-           "why_not"]
+           "adopt", "adopt_saved", "braeburn_ran_here", "claim", "earlier_braeburn_run", "foreign", "forget",
+           "may_write", "movable", "owns", "prune", "publish", "recorded", "refusal", "refusal_of_all", "saved_state",
+           "set_aside_folders", "staged", "unrecorded_run", "why_not"]

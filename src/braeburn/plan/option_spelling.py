@@ -27,6 +27,7 @@ UNSET: Any = _Unset()  # no value: the option's name alone ("--max_steps")
 
 # Where the command line's fix is not "--name value".
 _COMMAND_LINE = {"cpu": "--cpu (accelerator='cpu')", "save_model": "trainer.save_model(<another folder>)",
+                 "save_state": "trainer.accelerator.save_state(<another folder>)",
                  "compute_metrics": "compute_metrics"}
 
 

@@ -8,6 +8,7 @@ Every hook receives the Trainer and its :class:`TrainerState`; a hook stops the 
 from __future__ import annotations
 
 import difflib
+import inspect
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .state import TrainerState
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .loop import CoreTrainer as Trainer
 
 
 class Callback:
@@ -55,8 +56,30 @@ class Callback:
 HOOKS: tuple[str, ...] = tuple(name for name in vars(Callback) if name.startswith("on_"))
 
 
+def takes_transformers_hooks(cls: type, hooks: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``cls`` is a callback written for the Transformers Trainer: a TrainerCallback (Transformers' or
+    braeburn.TrainerCallback), or its first of ``hooks`` takes ``(args, state, control)`` as Transformers' do."""
+    if any(base.__name__ == "TrainerCallback" for base in cls.__mro__):
+        return True
+    for hook in hooks:
+        method = getattr(cls, hook, None)
+        if callable(method):
+            try:
+                return list(inspect.signature(method).parameters)[1:4] == ["args", "state", "control"]
+            except (TypeError, ValueError):  # no signature to read (a builtin)
+                return False
+    return False
+
+
 def check_callback(callback: Any) -> None:
-    """Refuse classes instead of instances, and ``on_*`` methods that are not hooks."""
+    """Refuse a callback written for the Transformers Trainer (braeburn.Trainer runs those), classes instead of
+    instances, and ``on_*`` methods that are not hooks."""
+    cls = callback if isinstance(callback, type) else type(callback)
+    if not issubclass(cls, Callback) and takes_transformers_hooks(cls, [n for n in dir(cls) if n.startswith("on_")]):
+        raise TypeError(f"{cls.__name__} is a Transformers-style callback (a TrainerCallback, whose hooks take args, "
+                        "state, control), which braeburn's core Trainer (braeburn.trainer.loop.CoreTrainer) does not "
+                        "run: use braeburn.Trainer (from braeburn import Trainer), which runs it where Transformers "
+                        "does, or write it as a braeburn.trainer.Callback.")
     if isinstance(callback, type):
         raise TypeError(f"callbacks takes instances; {callback.__name__} is a class. Pass {callback.__name__}().")
     for name in dir(callback):

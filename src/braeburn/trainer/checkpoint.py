@@ -152,8 +152,10 @@ class SaveLog:
         return (f"  checkpoint the final save failed ({failed} of {self.attempted} failed; the last: {self.last_error});"
                 f" the newest checkpoint, {last_checkpoint}, does not hold the final weights")
 
-    def failure(self, last_checkpoint: str | None, step: int) -> CheckpointError | None:
-        """The error that ends ``train()`` when its last save failed, or None."""
+    def failure(self, last_checkpoint: str | None, step: int,
+                save_option: str = "save_state") -> CheckpointError | None:
+        """The error that ends ``train()`` when its last save failed, or None. ``save_option``: the option (as
+        option_spelling spells it) by which the caller's Trainer writes the model in memory."""
         if self.last_error is None:
             return None
         older = (f"the newest checkpoint, {last_checkpoint}, is older than the final weights" if self.written
@@ -161,7 +163,7 @@ class SaveLog:
         return CheckpointError(
             f"Training ended at step {step}, but its checkpoint could not be written ({self.attempted - self.written} "
             f"of {self.attempted} saves failed), so {older}. The last error: {self.last_error} The trained model is "
-            f"still in memory: in Python, {option('save_model')} writes it. Free disk space (or raise "
+            f"still in memory: in Python, {option(save_option)} writes it. Free disk space (or raise "
             f"the file-size limit) and resume with {option('resume_from_checkpoint')}, or train again.")
 
 

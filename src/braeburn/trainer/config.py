@@ -57,7 +57,7 @@ def _expand_home(path: object) -> object:
 
 
 @dataclass
-class TrainingConfig:
+class CoreTrainingConfig:
     """How to train: batch sizes, optimisation, logging, evaluation, checkpoints and the device.
 
     Its fields carry the names Transformers users know, and Transformers' spellings of braeburn's options
@@ -248,6 +248,11 @@ class TrainingConfig:
             setattr(self, name, _expand_home(getattr(self, name)))
         self.devices = _devices_value(self.devices)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (``torch.load`` of a checkpoint's training_args.bin): a field added since the file was written
+        gets its default, so reading it gives a value, not AttributeError."""
+        self.__dict__.update({**_field_defaults(type(self)), **state})
+
     def validate(self) -> list[OptionError]:
         """Every problem with this config's own fields (device rules are the plan's)."""
         errors: list[OptionError] = self._range_errors()
@@ -381,7 +386,14 @@ MAX_EPOCHS = 1e6
 MAX_DATALOADER_WORKERS = 256
 
 
-def _number_fields(config: TrainingConfig, types: tuple[Any, ...]) -> tuple[str, ...]:
+def _field_defaults(config_type: type) -> dict[str, Any]:
+    """Each field's default (its factory's value), for the fields that have one."""
+    return {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+            for f in dataclasses.fields(config_type)
+            if f.init and not (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)}
+
+
+def _number_fields(config: CoreTrainingConfig, types: tuple[Any, ...]) -> tuple[str, ...]:
     return tuple(name for name, f in config.__dataclass_fields__.items() if f.type in types)
 
 
@@ -499,7 +511,7 @@ def _compile_value(value: Any) -> str | bool:
     return value
 
 
-def plan_errors(config: TrainingConfig) -> list[OptionError]:
+def plan_errors(config: CoreTrainingConfig) -> list[OptionError]:
     """Ask the plan whether this machine can do what ``config`` asks (device, precision, compile)."""
     from ..devices.host import current_host
     from ..plan.envvars import env_device
@@ -529,7 +541,7 @@ def parse_config(*dataclass_types: type, argv: list[str] | None = None, exit_on_
         for instance in instances:
             if hasattr(instance, "validate"):
                 errors.extend(instance.validate())
-            if check_plan and isinstance(instance, TrainingConfig):
+            if check_plan and isinstance(instance, CoreTrainingConfig):
                 errors.extend(plan_errors(instance))
         if errors:
             raise ConfigError(errors)
@@ -543,4 +555,12 @@ def parse_config(*dataclass_types: type, argv: list[str] | None = None, exit_on_
     return instances
 
 
-__all__ = ["ConfigError", "TrainingConfig", "parse_config", "plan_errors"]
+def __getattr__(name: str) -> Any:
+    """The public class at its path from before the layout (``braeburn.trainer.config.TrainingConfig``
+    is ``braeburn.TrainingConfig``; this module's class is CoreTrainingConfig): see braeburn.trainer.PUBLIC_NAMES."""
+    from . import public
+
+    return public(f"config.{name}")
+
+
+__all__ = ["ConfigError", "CoreTrainingConfig", "parse_config", "plan_errors"]

@@ -9,7 +9,7 @@ from .callbacks import Callback
 from .state import TrainerState
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .loop import CoreTrainer as Trainer
 
 
 class EarlyStoppingCallback(Callback):

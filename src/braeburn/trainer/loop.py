@@ -1,6 +1,6 @@
 """The Trainer: hand it a model and datasets; it trains, evaluates, checkpoints and resumes exactly.
 
-Read :meth:`Trainer.train` and :meth:`Trainer._train_epochs` top to bottom: that is the whole loop.
+Read :meth:`CoreTrainer.train` and :meth:`CoreTrainer._train_epochs` top to bottom: that is the whole loop.
 Everything device-specific is the Accelerator's; this file only orders the work. The loop never
 reads a device tensor on the host except on logging, evaluation and save steps (each ``.item()``
 or ``float()`` of a device tensor waits for the device: the comments mark where).
@@ -38,7 +38,7 @@ from .callbacks import CallbackList
 from .checkpointing import prepare_model_options
 from .collators import make_collate
 from .checkpoint import CheckpointManager
-from .config import ConfigError, TrainingConfig
+from .config import ConfigError, CoreTrainingConfig
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
 from .evaluation import EvaluationMixin
 from .log_window import LogWindowMixin, NonFiniteLossError
@@ -49,6 +49,7 @@ from .metrics_log import MetricsLogCallback
 from .optim import default_optimizer, default_scheduler
 from .options_callback import OptionsCallback
 from .outputs import EvalPrediction, PredictionOutput, TrainOutput
+from .peer_methods import refuse_uncalled
 from .scheduler_interval import SchedulerSteps, is_plateau, per_step_note, split_scheduler
 from .plots import PlotCallback
 from .progress import ProgressCallback
@@ -60,7 +61,7 @@ from .step_breakdown import StepBreakdownCallback
 from .write_faults import OutputDirError
 
 
-class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
+class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     """Train ``model`` on ``train_dataset`` as ``config`` says; see docs/trainer.md.
 
     braeburn's own Trainer, in braeburn's names (``config=``, ``collate_fn=``, ``loss_fn=``, ``optimizer=``,
@@ -73,8 +74,10 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     ends_epoch_at_stop = False  # a stop part way through an epoch: True also calls on_epoch_end (Transformers' order)
     flow_at_max_steps = False  # True: the last step evaluates and saves with the steps strategies (Transformers')
     grad_norm_unclipped = False  # max_grad_norm=0: True still computes the gradient norm (one more pass), to log it
+    final_save_option = "save_state"  # how a message says to write the model in memory (option_spelling's name)
+    peer_methods_called: tuple[str, ...] = ()  # Transformers Trainer methods it calls itself (peer_methods.py)
 
-    def __init__(self, model: torch.nn.Module | None = None, config: TrainingConfig | None = None, *,
+    def __init__(self, model: torch.nn.Module | None = None, config: CoreTrainingConfig | None = None, *,
                  train_dataset: Dataset | None = None, eval_dataset: Dataset | None = None,
                  collate_fn: Callable | None = None, processing_class: Any = None,
                  loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
@@ -82,7 +85,8 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                  compute_metrics: Callable[[EvalPrediction], dict] | None = None,
                  preprocess_logits_for_metrics: Callable | None = None, callbacks: list[Any] | None = None,
                  accelerator: Accelerator | None = None):
-        self.config = config or TrainingConfig()
+        refuse_uncalled(type(self))  # a Transformers-style subclass: its overrides would never run
+        self.config = config or CoreTrainingConfig()
         errors = self.config.validate()
         if errors:
             raise ConfigError(errors)
@@ -175,7 +179,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
     def _make_accelerator(self) -> Accelerator:
         """The Accelerator the config asks for, when none was passed: braeburn's, with braeburn's own options
         (``braeburn.TrainingConfig`` spells its accelerator_options() for Accelerate's Accelerator)."""
-        return Accelerator(**TrainingConfig.accelerator_options(self.config))
+        return Accelerator(**CoreTrainingConfig.accelerator_options(self.config))
 
     def _adapt_callback(self, callback: Any) -> Any:
         """A user's callback as the callback list takes it (a peer wraps callbacks written for its own Trainer)."""
@@ -240,7 +244,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         acc.end_training(keep_process_group=self.signals.received is None)
         if self.signals.received is not None:
             self._exit_after_signal()
-        failure = self._save_log.failure(self.state.last_checkpoint, self.state.global_step)
+        failure = self._save_log.failure(self.state.last_checkpoint, self.state.global_step, self.final_save_option)
         if failure is not None:  # the final weights are on no disk: a job must not report success (exit 1)
             raise failure
         metrics = {**self._eval_metrics_in_train_output(), **metrics}
@@ -595,7 +599,7 @@ class Trainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         raise TrainingInterrupted(self.signals.received, message, checkpoint)
 
 
-def _metrics_log(config: TrainingConfig) -> MetricsLogCallback:
+def _metrics_log(config: CoreTrainingConfig) -> MetricsLogCallback:
     """metrics.jsonl always; TensorBoard when report_to asks for it (all or tensorboard)."""
     chosen = config.report_to
     tensorboard = chosen is not None and ("all" in chosen or "tensorboard" in chosen)
@@ -607,4 +611,12 @@ def _epoch_finished(loader, epoch: int) -> bool:
     return loader.epoch != epoch or loader.batches_yielded >= len(loader)
 
 
-__all__ = ["EvalPrediction", "NonFiniteLossError", "PredictionOutput", "TrainOutput", "Trainer", "PlanError"]
+def __getattr__(name: str) -> Any:
+    """The public class at its path from before the layout (``braeburn.trainer.loop.Trainer``
+    is ``braeburn.Trainer``; this module's class is CoreTrainer): see braeburn.trainer.PUBLIC_NAMES."""
+    from . import public
+
+    return public(f"loop.{name}")
+
+
+__all__ = ["EvalPrediction", "NonFiniteLossError", "PredictionOutput", "TrainOutput", "CoreTrainer", "PlanError"]

@@ -15,7 +15,7 @@ from .state import TrainerState
 from .write_faults import WriteWarnings
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .loop import CoreTrainer as Trainer
 
 METRICS_FILE = "metrics.jsonl"
 

@@ -8,7 +8,7 @@ import torch
 
 from ..devices.base import DeviceKind
 from ..devices.host import HostFacts
-from .config import TrainingConfig
+from .config import CoreTrainingConfig
 from .schedules import lambda_schedule, schedule_factor  # noqa: F401  (schedule_factor: re-exported)
 
 
@@ -47,7 +47,7 @@ def use_fused_adamw(kind: DeviceKind, grad_scaler: bool, host: HostFacts | None 
     return kind.fused_adamw
 
 
-def default_optimizer(model: torch.nn.Module, config: TrainingConfig, kind: DeviceKind, *,
+def default_optimizer(model: torch.nn.Module, config: CoreTrainingConfig, kind: DeviceKind, *,
                       grad_scaler: bool = False) -> torch.optim.Optimizer:
     """config.optim: AdamW with decoupled weight decay (fused into one kernel where the device kind has it,
     optim is adamw_torch_fused, the default, and ``grad_scaler`` does not rule the fused kernel out), or
@@ -67,7 +67,7 @@ def default_optimizer(model: torch.nn.Module, config: TrainingConfig, kind: Devi
                              eps=config.adam_epsilon, fused=True if fused else None, **extra)
 
 
-def default_scheduler(optimizer: torch.optim.Optimizer, config: TrainingConfig,
+def default_scheduler(optimizer: torch.optim.Optimizer, config: CoreTrainingConfig,
                       total_steps: int) -> Any:
     """config.lr_scheduler_type over ``total_steps`` optimizer steps, as ``transformers.get_scheduler`` makes it
     (reduce_lr_on_plateau: torch's ReduceLROnPlateau with lr_scheduler_kwargs, stepped after each evaluation)."""

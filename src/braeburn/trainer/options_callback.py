@@ -13,7 +13,7 @@ from .checkpoint import CheckpointError
 from .state import TrainerState
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .loop import CoreTrainer as Trainer
 
 
 class OptionsCallback(Callback):

@@ -31,7 +31,7 @@ from .plots import PLOT_FILE
 from .write_faults import prepare_output_dir
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .loop import CoreTrainer as Trainer
 
 def _top_name(folder: Path, path: Path) -> str | None:
     """The entry of ``folder`` that ``path`` lies in, or None when it lies outside."""
@@ -42,8 +42,9 @@ def _top_name(folder: Path, path: Path) -> str | None:
 def run_names(trainer: "Trainer") -> dict[str, str]:
     """The entries of output_dir that ``train()`` writes itself (checkpoints aside), with what it writes there."""
     out, log = trainer.output_dir, trainer._metrics_log
-    names = {METRICS_FILE: "this run appends its metrics log to it", PLOT_FILE: "this run draws its training curves "
-             "there (it is replaced at the end)"}
+    names = {METRICS_FILE: "this run appends its metrics log to it"}
+    if trainer._plot.left_alone is None:
+        names[PLOT_FILE] = "this run draws its training curves there (it is replaced at the end)"
     if log.tensorboard:
         board = _top_name(out, Path(log.tensorboard_dir or out / "tensorboard").expanduser())
         if board is not None:
@@ -73,11 +74,18 @@ def ready(trainer: "Trainer", set_aside: bool, say: Callable[[str], None]) -> No
     aside (when ``set_aside``) and record the names this run writes. The main process only."""
     out = trainer.output_dir
     prepare_output_dir(out)  # a read-only parent or disk: one clear error now, not a traceback later
+    proven = ownership.unrecorded_run(out)  # a run of a braeburn from before the record: what it proves
     needs = checked_names(trainer)
-    clashes = ownership.foreign(out, needs)
-    if clashes:
-        name = next(iter(clashes))  # the record first, then what train() writes, then the final model's names
-        raise ownership.refusal(out / name, clashes[name], needs[name])
+    clashes = ownership.foreign(out, needs, proven)
+    if proven and PLOT_FILE in clashes:  # its curves cannot be proven braeburn's: left as they are, not redrawn
+        trainer._plot.leave_alone(out / PLOT_FILE, clashes.pop(PLOT_FILE))
+        needs.pop(PLOT_FILE)
+    if clashes:  # every one, in the order: the record, what train() writes, the final model's names
+        raise ownership.refusal_of_all(out, clashes, needs)
+    if proven:
+        ownership.adopt(out, proven)
+        say(f"braeburn: {out} holds a run of a braeburn from before its record of files ({ownership.MARKER}); its "
+            f"manifests and metrics log prove {', '.join(sorted(proven))} braeburn's: recorded as such")
     if not set_aside:  # the run appends to its log as it is (a rerun sets it aside first)
         no_follow.check_unshared(out / METRICS_FILE)
     trainer.checkpoints.clean_staging()  # what a killed save of braeburn's left (its record names it)

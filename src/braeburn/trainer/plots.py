@@ -18,7 +18,7 @@ from .state import TrainerState
 from .write_faults import WriteWarnings
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .loop import CoreTrainer as Trainer
 
 PLOT_FILE = "training_curves.png"
 _said_no_matplotlib = False
@@ -82,9 +82,19 @@ class PlotCallback(Callback):
         self.path: Path | None = None
         self._thread: threading.Thread | None = None
         self._warnings = WriteWarnings()
+        self.left_alone: str | None = None  # why output_dir's training_curves.png is not redrawn (not braeburn's)
+
+    def leave_alone(self, path: Path, why: str) -> None:
+        """Draw nothing this run: ``path`` is there, and braeburn cannot prove it wrote it (``why``)."""
+        self.left_alone = (f"braeburn: no {PLOT_FILE} this run: {path} is there and braeburn cannot prove it wrote "
+                           f"it ({why}), so it is left as it is (the numbers are in metrics.jsonl). Move it out of "
+                           f"{path.parent} to get this run's curves.")
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
         if not (trainer.is_main_process and state.log_history):
+            return
+        if self.left_alone is not None:
+            print(self.left_alone, flush=True)
             return
         history, target = [dict(record) for record in state.log_history], Path(trainer.output_dir) / PLOT_FILE
 

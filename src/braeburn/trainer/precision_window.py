@@ -26,7 +26,7 @@ from ..data.loader import cast_float64, move_to_device
 from ..plan.precision_trial import Snapshot, decide, measure_reason, run_trials
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .loop import CoreTrainer as Trainer
 
 
 def choose_precision(trainer: "Trainer", loader: Any) -> dict[str, Any] | None:

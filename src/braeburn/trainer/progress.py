@@ -20,7 +20,7 @@ from .callbacks import Callback
 from .state import TrainerState
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .loop import CoreTrainer as Trainer
 
 REFRESH_SECONDS = 0.1
 HEARTBEAT_SECONDS = 30.0  # without a terminal, a line at least this often even when logs are far apart

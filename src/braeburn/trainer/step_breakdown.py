@@ -31,7 +31,7 @@ from ..plan.option_spelling import advice
 from .callbacks import Callback
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .loop import CoreTrainer as Trainer
     from .state import TrainerState
 
 SAMPLED_STEPS = 5

@@ -9,7 +9,7 @@ from ..plan.option_spelling import advice, option, shown
 from .progress import memory_line
 
 if TYPE_CHECKING:
-    from .loop import Trainer
+    from .loop import CoreTrainer as Trainer
 
 
 def non_finite_message(trainer: "Trainer", step: int, value: float) -> str:

@@ -10,7 +10,8 @@ from typing import Any
 
 from ...accelerator import core
 from ...accelerator.core import say_once
-from ...plan.envvars import MIXED_PRECISION_VAR, accelerate_env, env_default
+from ...plan.envvars import MIXED_PRECISION_VAR, env_default
+from .environment import accelerate_env
 from .api import AccelerateCompat, GradientAccumulationPlugin
 from .options import accelerate_options
 

@@ -13,7 +13,7 @@ from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
-from ...trainer.config import TrainingConfig
+from ...trainer.config import CoreTrainingConfig as TrainingConfig
 from .callbacks import OWN_TRAINER, callback_errors
 from .spelling import PRECISIONS
 

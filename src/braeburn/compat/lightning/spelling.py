@@ -27,7 +27,7 @@ _INSTEAD = {"learning_rate": ("the optimizer's learning rate in configure_optimi
             "per_device_train_batch_size": ("the DataLoader's batch_size", "DataLoader(batch_size={})"),
             "dataloader_num_workers": ("DataLoader(num_workers=N)", "DataLoader(num_workers={})"),
             "cpu": ("Trainer(accelerator='cpu')", "Trainer(accelerator='cpu')"),
-            "save_model": ("trainer.braeburn_trainer.save_model(<another folder>)",) * 2,
+            "save_state": ("trainer.braeburn_trainer.accelerator.save_state(<another folder>)",) * 2,
             "compute_metrics": ("validation_step with self.log",) * 2}
 # Options a Lightning user has no counterpart for: advice naming them is left out (seed: Lightning's Trainer takes
 # none; the script seeds itself).

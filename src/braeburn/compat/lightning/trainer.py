@@ -30,8 +30,8 @@ from ...errors import debug_requested, is_user_error, note_once
 from ...plan.option_spelling import spelled
 from ...trainer.callbacks import Callback
 from ...trainer.checkpoint import CheckpointManager
-from ...trainer.config import ConfigError, TrainingConfig
-from ...trainer.loop import Trainer as BraeburnTrainer
+from ...trainer.config import ConfigError, CoreTrainingConfig as TrainingConfig
+from ...trainer.loop import CoreTrainer as BraeburnTrainer
 from ...trainer.outputs import EvalLoopOutput
 from ...trainer.scheduler_interval import is_plateau
 from ...trainer.write_faults import OutputDirError
@@ -387,6 +387,7 @@ class _LightningRun(BraeburnTrainer):
     """braeburn's Trainer with the loss and the evaluation taken from the module's steps."""
 
     stop_past_max_steps = True  # as Lightning: a checkpoint past max_epochs/max_steps is restored, nothing trained
+    peer_methods_called = ("compute_loss", "log")  # its own, called by its loss and the module's self.log
 
     def __init__(self, lightning: Trainer, module: torch.nn.Module, **kwargs: Any):
         self.lightning, self.batch_idx = lightning, 0

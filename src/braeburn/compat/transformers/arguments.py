@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ...plan.rules import OptionError
-from ...trainer.config import TrainingConfig as CoreConfig
+from ...trainer.config import CoreTrainingConfig
 
 
 # The reason for each refused field is kept out of its metadata on purpose: Transformers' HfArgumentParser
@@ -243,7 +243,7 @@ class HfArgumentsMixin:
 
 
 @dataclass
-class TrainingArguments(CoreConfig, HfArgumentsMixin, UnsupportedFields):
+class TrainingArguments(CoreTrainingConfig, HfArgumentsMixin, UnsupportedFields):
     """How to train, as Transformers' ``TrainingArguments`` says it: braeburn's TrainingConfig, whose fields carry
     Transformers' names, with every other field of Transformers' class refused when set (UnsupportedFields) and
     what scripts read off it (HfArgumentsMixin), and Transformers' defaults. ``braeburn.TrainingConfig`` is this

@@ -12,17 +12,16 @@ subclasses are recognised. Hooks braeburn cannot call at Transformers' moment
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...trainer.callbacks import Callback
+from ...trainer.callbacks import Callback, takes_transformers_hooks
 from ...trainer.options_callback import OptionsCallback
 from ...trainer.state import TrainerState
 
 if TYPE_CHECKING:
-    from ...trainer.loop import Trainer
+    from ...trainer.loop import CoreTrainer as Trainer
 
 HF_HOOKS = ("on_init_end", "on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end", "on_step_begin",
             "on_optimizer_step", "on_step_end", "on_evaluate", "on_predict", "on_save", "on_log")
@@ -105,16 +104,7 @@ class HfStateView:
 def is_hf_callback(callback: Any) -> bool:
     """True for Transformers-style callbacks: a (braeburn or transformers) TrainerCallback, or hooks taking args."""
     cls = callback if isinstance(callback, type) else type(callback)
-    if isinstance(callback, Callback) or (isinstance(callback, type) and issubclass(callback, Callback)):
-        return False
-    if any(base.__name__ == "TrainerCallback" for base in cls.__mro__):
-        return True
-    for hook in HF_HOOKS:
-        method = getattr(cls, hook, None)
-        if method is not None:
-            params = list(inspect.signature(method).parameters)
-            return params[1:4] == ["args", "state", "control"]
-    return False
+    return not issubclass(cls, Callback) and takes_transformers_hooks(cls, HF_HOOKS)
 
 
 class HfCallbackAdapter(Callback):

@@ -42,11 +42,11 @@ from ...trainer.batches import batch_inputs, compute_loss
 from ...trainer.checkpoint import step_of, write_manifest
 from .callbacks import watches_saves
 from ...trainer.outputs import EvalLoopOutput
+from ...trainer.peer_methods import TRANSFORMERS_OVERRIDABLE
 
-# The methods a subclass may replace; Overrides has one flag per name.
-OVERRIDABLE = ("training_step", "compute_loss", "create_optimizer", "create_scheduler", "prediction_step",
-               "evaluation_loop", "log", "get_train_dataloader", "get_eval_dataloader", "get_test_dataloader",
-               "save_model")
+# The methods a subclass may replace (the core Trainer refuses a subclass of its own that defines them);
+# Overrides has one flag per name.
+OVERRIDABLE = TRANSFORMERS_OVERRIDABLE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +73,8 @@ class Overrides:
 class HfOverridableMixin:
     """Transformers' overridable methods of the Trainer (see the module doc). A mixin of ``braeburn.Trainer``: it
     fills the core Trainer's hooks, calling a subclass's override where there is one."""
+
+    peer_methods_called = OVERRIDABLE  # each is called where Transformers calls it
 
     # -- the core's hooks: a subclass's override, else braeburn's own ---------------------------------------
     def _micro_batch(self, model: torch.nn.Module, batch: Any) -> None:

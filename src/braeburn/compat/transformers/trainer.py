@@ -32,7 +32,7 @@ from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
 
 
-class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.Trainer):
+class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer):
     """Train ``model`` on ``train_dataset`` as ``args`` says; see docs/trainer.md.
 
     Transformers' arguments work as there (``args=``, ``data_collator=``, ``processing_class=``,
@@ -41,6 +41,8 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.Trainer):
     A subclass may override Transformers' ``training_step``, ``compute_loss``, ``create_optimizer``,
     ``create_scheduler``, ``prediction_step``, ``evaluation_loop`` and ``log`` (overrides.py).
     """
+
+    final_save_option = "save_model"  # a message says trainer.save_model(<another folder>) writes the model in memory
 
     def __init__(self, model: torch.nn.Module | None = None, args: Any = None,
                  data_collator: Callable | None = None, train_dataset: Dataset | None = None,

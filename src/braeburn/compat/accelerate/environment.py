@@ -1,0 +1,93 @@
+"""Accelerate's ``ACCELERATE_*`` variables (set by ``accelerate launch`` and ``accelerate config``), read with
+Accelerate 1.15's meaning and precedence by :func:`accelerate_env`; the ones braeburn cannot honour come back as notes
+naming the variable and the fix, which the Accelerate-compatible Accelerator says once."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ...plan.envvars import env_value
+
+
+# Accelerate 1.15's Accelerator reads these, and braeburn cannot do what they ask (read only when they ask it).
+ACCELERATE_UNSUPPORTED: dict[str, str] = {
+    "ACCELERATE_USE_DEEPSPEED": "braeburn has no DeepSpeed; unset it, and pass Accelerator(strategy='fsdp') "
+                                "(braeburn launch --strategy fsdp) to shard the model",
+    "ACCELERATE_USE_FSDP": "braeburn reads no FSDP_* settings; unset it, and pass Accelerator(strategy='fsdp') "
+                           "(braeburn launch --strategy fsdp)",
+    "ACCELERATE_USE_MEGATRON_LM": "braeburn has no Megatron-LM; unset it, and pass Accelerator(strategy='fsdp')",
+    "ACCELERATE_USE_PARALLELISM_CONFIG": "braeburn has no tensor/context parallelism; unset it, and pass "
+                                         "Accelerator(strategy='ddp' or 'fsdp')",
+    "ACCELERATE_USE_SAGEMAKER": "braeburn does not launch on SageMaker; unset it and use braeburn launch",
+    "ACCELERATE_CPU_AFFINITY": "braeburn does not pin processes to CPU cores; unset it, and use taskset or numactl",
+    "ACCELERATE_DEBUG_MODE": "braeburn does not check collective shapes across processes; unset it",
+    "ACCELERATE_DYNAMO_USE_FULLGRAPH": "braeburn compiles without fullgraph; unset it",
+    "ACCELERATE_DYNAMO_USE_DYNAMIC": "braeburn lets torch.compile choose dynamic shapes; unset it",
+}
+_VALUED_UNSUPPORTED = {  # these ask for something by being set at all
+    "ACCELERATE_TORCH_DEVICE": "braeburn chooses the device itself; unset it, and pass Accelerator(accelerator=...) "
+                               "or set BRAEBURN_DEVICE",
+}
+_PRECISIONS = ("no", "fp16", "bf16")
+
+
+def _flag(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "y", "t", "on")  # Accelerate's str_to_bool
+
+
+@dataclass
+class AccelerateEnv:
+    """What the ACCELERATE_* variables ask of an Accelerator, in braeburn's option names (None: not asked)."""
+
+    cpu: bool = False
+    mixed_precision: str | None = None
+    gradient_accumulation_steps: int | None = None
+    compile: bool | None = None
+    compile_mode: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def accelerate_env(env: Mapping[str, str] | None = None) -> AccelerateEnv:
+    """Read the ACCELERATE_* variables that Accelerate 1.15's Accelerator reads. Their precedence is the
+    caller's, as Accelerate's: ACCELERATE_USE_CPU forces the CPU, ACCELERATE_MIXED_PRECISION fills an unset
+    mixed_precision, ACCELERATE_GRADIENT_ACCUMULATION_STEPS replaces the argument (unless a plugin is given)."""
+    env = os.environ if env is None else env
+    found = AccelerateEnv(cpu=_flag(env.get("ACCELERATE_USE_CPU", "")))
+    precision = env_value("ACCELERATE_MIXED_PRECISION", env)
+    if precision is not None and precision.lower() in _PRECISIONS:
+        found.mixed_precision = precision.lower()
+    elif precision is not None:
+        found.notes.append(f"ACCELERATE_MIXED_PRECISION={precision} is not supported by braeburn and is ignored; set "
+                           f"it to one of {', '.join(_PRECISIONS)}, or unset it and pass Accelerator(mixed_precision=...)")
+    steps = env_value("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", env)
+    if steps is not None:
+        try:
+            found.gradient_accumulation_steps = int(steps)
+        except ValueError:
+            found.notes.append(f"ACCELERATE_GRADIENT_ACCUMULATION_STEPS={steps} is not a whole number and is ignored; "
+                               "set it to one (e.g. 4), or unset it")
+    _read_dynamo(env, found)
+    for name, fix in ACCELERATE_UNSUPPORTED.items():
+        if _flag(env.get(name, "")):
+            found.notes.append(f"{name}={env[name]} is not supported by braeburn and is ignored: {fix}")
+    for name, fix in _VALUED_UNSUPPORTED.items():
+        if env_value(name, env) is not None:
+            found.notes.append(f"{name}={env[name]} is not supported by braeburn and is ignored: {fix}")
+    return found
+
+
+def _read_dynamo(env: Mapping[str, str], found: AccelerateEnv) -> None:
+    """ACCELERATE_DYNAMO_BACKEND/MODE (TorchDynamoPlugin's): inductor is braeburn's compile=True."""
+    backend = (env_value("ACCELERATE_DYNAMO_BACKEND", env) or "no").lower()
+    if backend == "inductor":
+        found.compile = True
+        mode = env_value("ACCELERATE_DYNAMO_MODE", env)
+        found.compile_mode = None if mode in (None, "default") else mode
+    elif backend != "no":
+        found.notes.append(f"ACCELERATE_DYNAMO_BACKEND={env['ACCELERATE_DYNAMO_BACKEND']} is not supported by "
+                           "braeburn and is ignored: braeburn compiles with inductor only; set it to inductor or no")
+
+
+__all__ = ["ACCELERATE_UNSUPPORTED", "AccelerateEnv", "accelerate_env"]
