@@ -218,6 +218,42 @@ def test_on_a_mac_the_mps_generator_is_saved_in_lightnings_checkpoint_and_put_ba
     assert torch.equal(fake.generator.get_state(), expected)  # put back at resume; nothing trained past max_steps
 
 
+@pytest.mark.parametrize("entry, shown", [("garbage", "a str"), ({"device_rng": "garbage"}, "{'device_rng': str}"),
+                                          ({"device_rng": {"kind": "mps"}}, "{'device_rng': dict with keys ['kind']}"),
+                                          ({"device_rng": {"kind": "mps", "state": "junk"}},
+                                           "{'device_rng': dict with keys ['kind', 'state']}")])
+def test_a_damaged_braeburn_entry_in_a_checkpoint_is_one_error_naming_it_and_the_fix(lightning_on_a_mac, monkeypatch,
+                                                                                     tmp_path, entry, shown):
+    FakeMpsGenerator(seed=7).install(monkeypatch)
+    fit_printing(mac_trainer(tmp_path / "first", max_steps=2), Classifier(), classification_data())
+    path = next((tmp_path / "first").rglob("*.ckpt"))
+    checkpoint = torch.load(path, weights_only=False)
+    checkpoint["callbacks"]["Braeburn"] = entry
+    torch.save(checkpoint, path)
+    with pytest.raises(ValueError) as caught:  # (was an AttributeError, TypeError or KeyError from inside)
+        fit_printing(mac_trainer(tmp_path / "again", max_steps=3), Classifier(), classification_data(),
+                     ckpt_path=str(path))
+    message = str(caught.value)
+    assert message.startswith(f"the checkpoint's callbacks['Braeburn'] entry is {shown}")
+    assert "del ckpt['callbacks']['Braeburn']" in message
+
+
+def test_a_braeburn_entry_of_another_device_or_with_unknown_keys_is_left_alone(lightning_on_a_mac, monkeypatch,
+                                                                               tmp_path):
+    fake = FakeMpsGenerator(seed=7)
+    fake.install(monkeypatch)
+    fit_printing(mac_trainer(tmp_path / "first", max_steps=2), Classifier(), classification_data())
+    path = next((tmp_path / "first").rglob("*.ckpt"))
+    checkpoint = torch.load(path, weights_only=False)
+    checkpoint["callbacks"]["Braeburn"] = {"device_rng": {"kind": "cuda", "state": [torch.zeros(3)]}, "later": 1}
+    torch.save(checkpoint, path)
+    before = fake.generator.get_state()
+    fit_printing(mac_trainer(tmp_path / "again", max_steps=3), Classifier(), classification_data(),
+                 ckpt_path=str(path))
+    assert not torch.equal(fake.generator.get_state(), torch.zeros(3))  # another device's state is not put here
+    assert fake.generator.get_state().shape == before.shape
+
+
 def test_on_the_cpu_lightnings_checkpoint_holds_nothing_of_braeburns(tmp_path):
     trainer = quiet_trainer(tmp_path, True, max_steps=2, logger=False)
     fit_printing(trainer, Classifier(), classification_data())

@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import torch
+
 from ...accelerator import checkpoint_replay
 from ...devices.base import DeviceKind
 from ...devices.fallback import FallbackRecorder
@@ -166,7 +168,7 @@ class Braeburn(_pl.Callback):
         return {} if state is None else {"device_rng": {"kind": self.kind.name, "state": state}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        saved = state_dict.get("device_rng")
+        saved = _checked_state(state_dict)
         if saved is not None:
             self._saved_rng = saved
             if self._patch is not None:
@@ -176,6 +178,35 @@ class Braeburn(_pl.Callback):
         if saved["kind"] == self.kind.name:
             get_kind(saved["kind"]).set_rng_state(saved["state"])
         self._saved_rng = None
+
+
+_DAMAGED = ("the checkpoint's callbacks['Braeburn'] entry is {what}, not what Braeburn() saves ({{'device_rng': "
+            "{{'kind': str, 'state': the generator's tensor}}}}): the .ckpt was damaged or written by other code. To "
+            "resume without the device's random state (the weights, optimizer and loops are Lightning's and unaffected), "
+            "delete the entry: ckpt = torch.load(path, weights_only=False); del ckpt['callbacks']['Braeburn']; "
+            "torch.save(ckpt, path)")
+
+
+def _checked_state(state_dict: Any) -> dict[str, Any] | None:
+    """The saved device generator state of a Lightning checkpoint's Braeburn entry (None: nothing saved); an entry of
+    another shape is one error naming it and the fix (keys it does not know are left alone: a later version's)."""
+    if not isinstance(state_dict, dict):
+        raise ValueError(_DAMAGED.format(what=f"a {type(state_dict).__name__}"))
+    saved = state_dict.get("device_rng")
+    if saved is None:
+        return None
+    if not (isinstance(saved, dict) and isinstance(saved.get("kind"), str) and _generator_state(saved.get("state"))):
+        shown = f"{{'device_rng': {type(saved).__name__}"
+        shown += f" with keys {sorted(map(str, saved))}}}" if isinstance(saved, dict) else "}"
+        raise ValueError(_DAMAGED.format(what=shown))
+    return saved
+
+
+def _generator_state(state: Any) -> bool:
+    """A device generator's state as torch gives it: a tensor (or one per device)."""
+    if isinstance(state, (list, tuple)):
+        return bool(state) and all(isinstance(item, torch.Tensor) for item in state)
+    return isinstance(state, torch.Tensor)
 
 
 __all__ = ["Braeburn"]
