@@ -171,6 +171,37 @@ def test_an_explicit_precision_is_kept_on_a_mac(lightning_on_a_mac, tmp_path):
     assert "timed on your model" not in printed
 
 
+class FirstSample(Classifier):
+    """Records the first input value of each batch its training_step sees (the trial's calls first, if any)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append(batch[0][0, 0].item())
+        return super().training_step(batch, batch_idx)
+
+
+def test_the_precision_trial_leaves_a_seeded_loaders_order_as_lightnings(lightning_on_a_mac, monkeypatch, tmp_path):
+    from torch.utils.data import DataLoader
+
+    from braeburn.compat.lightning import extension_precision
+    from braeburn.lightning import Braeburn
+
+    monkeypatch.setattr(extension_precision, "why_not_measured", lambda trainer, found: None)  # as a long run
+    seen = {}
+    for choice in ("keep", "auto"):
+        loader = DataLoader(classification_data(64, 8).dataset, batch_size=8, shuffle=True,
+                            generator=torch.Generator().manual_seed(0))  # the order of the user's own generator
+        model = FirstSample()
+        fit_printing(mac_trainer(tmp_path / choice, max_steps=8, callbacks=[Braeburn(precision=choice)]), model,
+                     loader)
+        seen[choice] = model.seen
+    assert len(seen["auto"]) > len(seen["keep"]) == 8  # the trial ran the training_step on a batch first
+    assert seen["auto"][-8:] == seen["keep"]  # (the trial's read of a batch drew from the loader's generator)
+
+
 class CheckpointedDropout(Classifier):
     """A block checkpointed with torch.utils.checkpoint whose dropout draws from the (fake) MPS generator."""
 
