@@ -202,6 +202,32 @@ def test_the_precision_trial_leaves_a_seeded_loaders_order_as_lightnings(lightni
     assert seen["auto"][-8:] == seen["keep"]  # (the trial's read of a batch drew from the loader's generator)
 
 
+def test_a_resumed_fit_keeps_the_precision_measured_and_its_grad_scale(lightning_on_a_mac, monkeypatch, tmp_path):
+    from braeburn.compat.lightning import extension_precision
+
+    measured = []
+    monkeypatch.setattr(extension_precision, "why_not_measured", lambda trainer, found: None)  # as a long run
+
+    def measure(trainer, module, kind, found):  # a trial on a busy machine: fp16 first, bf16 the next time
+        measured.append(("fp16", "bf16")[len(measured)])
+        return measured[-1], "timed on your model: (faked)"
+    monkeypatch.setattr(extension_precision, "measure", measure)
+    first = mac_trainer(tmp_path / "first", max_steps=3)
+    fit_printing(first, Classifier(), classification_data())
+    path = next((tmp_path / "first").rglob("*.ckpt"))
+    saved = torch.load(path, weights_only=False)
+    assert saved["callbacks"]["Braeburn"]["precision"] == "fp16" and first.precision == "16-mixed"
+    resumed = mac_trainer(tmp_path / "again", max_steps=6)
+    scales = []
+    monkeypatch.setattr(Classifier, "on_train_start", lambda self: scales.append(
+        (self.trainer.scaler.get_scale(), self.trainer.scaler._get_growth_tracker())), raising=False)
+    printed = fit_printing(resumed, Classifier(), classification_data(), ckpt_path=str(path))
+    assert measured == ["fp16"]  # not measured again: the resumed run goes on as it was
+    assert resumed.precision == "16-mixed"
+    assert scales == [(saved["MixedPrecision"]["scale"], saved["MixedPrecision"]["_growth_tracker"])]
+    assert "precision 16-mixed (as measured by the run this resumes" in printed
+
+
 class CheckpointedDropout(Classifier):
     """A block checkpointed with torch.utils.checkpoint whose dropout draws from the (fake) MPS generator."""
 

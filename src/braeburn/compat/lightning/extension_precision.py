@@ -24,6 +24,7 @@ from .module import step_loss
 DEFAULT = "32-true"  # Lightning's precision when none is given (and float32 when it is given so)
 LIGHTNING_NAMES = {"bf16": "bf16-mixed", "fp16": "16-mixed", "no": "32-true"}
 KEEP = "Braeburn(precision='keep') keeps Lightning's precision without measuring"
+RESUMED = "as measured by the run this resumes: its checkpoint's Braeburn entry"
 
 
 def candidates(kind: DeviceKind, host: HostFacts, optimizers: list[Any]) -> tuple[str, ...]:
@@ -143,4 +144,5 @@ def lightning_plugin(package: Any, precision: str, device_type: str) -> Any:
     return package.plugins.precision.MixedPrecision(LIGHTNING_NAMES[precision], device=device_type)
 
 
-__all__ = ["DEFAULT", "KEEP", "LIGHTNING_NAMES", "candidates", "lightning_plugin", "measure", "why_not_measured"]
+__all__ = ["DEFAULT", "KEEP", "LIGHTNING_NAMES", "RESUMED", "candidates", "lightning_plugin", "measure",
+           "why_not_measured"]
