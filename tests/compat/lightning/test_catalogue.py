@@ -300,6 +300,22 @@ def _metrics_every_step(tmp_path: Path) -> None:
     assert ours.seen == theirs.seen and theirs.seen[1] is not None
 
 
+@CATALOGUE.idiom(BRAEBURN_TRAINER + "trainer.callback_metrics['val_loss'].item(), trainer.logged_metrics", "identical",
+                 "0-d tensors, as Lightning's (Optuna's pruning callback reads `.item()`); logged_metrics holds "
+                 "`<name>_step`/`<name>_epoch` without the plain name, as Lightning; values within 1e-6")
+def _metrics_are_tensors(tmp_path: Path) -> None:
+    pl.seed_everything(0, verbose=False)
+    theirs = lightning_run(tmp_path / "l", Classifier())
+    pl.seed_everything(0, verbose=False)
+    ours = braeburn_trainer_run(tmp_path / "b", Classifier())
+    for name in ("callback_metrics", "logged_metrics"):
+        want, got = getattr(theirs, name), getattr(ours, name)
+        assert sorted(got) == sorted(want)
+        assert all(isinstance(value, torch.Tensor) and value.ndim == 0 for value in got.values())
+        assert {k: v.item() for k, v in got.items()} == pytest.approx({k: v.item() for k, v in want.items()},
+                                                                       rel=1e-6, abs=1e-7)
+
+
 @CATALOGUE.idiom(BRAEBURN_TRAINER + "Trainer(precision='16-mixed') on the CPU", "on purpose",
                  "autocasts to float16, as asked, where Lightning switches to bf16-mixed (with a warning); one line "
                  "at run time names precision='16-mixed' and precision='bf16-mixed' for Lightning's numbers")

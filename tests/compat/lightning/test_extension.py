@@ -171,6 +171,63 @@ def test_an_explicit_precision_is_kept_on_a_mac(lightning_on_a_mac, tmp_path):
     assert "timed on your model" not in printed
 
 
+class FirstSample(Classifier):
+    """Records the first input value of each batch its training_step sees (the trial's calls first, if any)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append(batch[0][0, 0].item())
+        return super().training_step(batch, batch_idx)
+
+
+def test_the_precision_trial_leaves_a_seeded_loaders_order_as_lightnings(lightning_on_a_mac, monkeypatch, tmp_path):
+    from torch.utils.data import DataLoader
+
+    from braeburn.compat.lightning import extension_precision
+    from braeburn.lightning import Braeburn
+
+    monkeypatch.setattr(extension_precision, "why_not_measured", lambda trainer, found: None)  # as a long run
+    seen = {}
+    for choice in ("keep", "auto"):
+        loader = DataLoader(classification_data(64, 8).dataset, batch_size=8, shuffle=True,
+                            generator=torch.Generator().manual_seed(0))  # the order of the user's own generator
+        model = FirstSample()
+        fit_printing(mac_trainer(tmp_path / choice, max_steps=8, callbacks=[Braeburn(precision=choice)]), model,
+                     loader)
+        seen[choice] = model.seen
+    assert len(seen["auto"]) > len(seen["keep"]) == 8  # the trial ran the training_step on a batch first
+    assert seen["auto"][-8:] == seen["keep"]  # (the trial's read of a batch drew from the loader's generator)
+
+
+def test_a_resumed_fit_keeps_the_precision_measured_and_its_grad_scale(lightning_on_a_mac, monkeypatch, tmp_path):
+    from braeburn.compat.lightning import extension_precision
+
+    measured = []
+    monkeypatch.setattr(extension_precision, "why_not_measured", lambda trainer, found: None)  # as a long run
+
+    def measure(trainer, module, kind, found):  # a trial on a busy machine: fp16 first, bf16 the next time
+        measured.append(("fp16", "bf16")[len(measured)])
+        return measured[-1], "timed on your model: (faked)"
+    monkeypatch.setattr(extension_precision, "measure", measure)
+    first = mac_trainer(tmp_path / "first", max_steps=3)
+    fit_printing(first, Classifier(), classification_data())
+    path = next((tmp_path / "first").rglob("*.ckpt"))
+    saved = torch.load(path, weights_only=False)
+    assert saved["callbacks"]["Braeburn"]["precision"] == "fp16" and first.precision == "16-mixed"
+    resumed = mac_trainer(tmp_path / "again", max_steps=6)
+    scales = []
+    monkeypatch.setattr(Classifier, "on_train_start", lambda self: scales.append(
+        (self.trainer.scaler.get_scale(), self.trainer.scaler._get_growth_tracker())), raising=False)
+    printed = fit_printing(resumed, Classifier(), classification_data(), ckpt_path=str(path))
+    assert measured == ["fp16"]  # not measured again: the resumed run goes on as it was
+    assert resumed.precision == "16-mixed"
+    assert scales == [(saved["MixedPrecision"]["scale"], saved["MixedPrecision"]["_growth_tracker"])]
+    assert "precision 16-mixed (as measured by the run this resumes" in printed
+
+
 class CheckpointedDropout(Classifier):
     """A block checkpointed with torch.utils.checkpoint whose dropout draws from the (fake) MPS generator."""
 
@@ -216,6 +273,42 @@ def test_on_a_mac_the_mps_generator_is_saved_in_lightnings_checkpoint_and_put_ba
     resumed = mac_trainer(tmp_path / "again", max_steps=2)
     fit_printing(resumed, Classifier(), classification_data(), ckpt_path=str(path))
     assert torch.equal(fake.generator.get_state(), expected)  # put back at resume; nothing trained past max_steps
+
+
+@pytest.mark.parametrize("entry, shown", [("garbage", "a str"), ({"device_rng": "garbage"}, "{'device_rng': str}"),
+                                          ({"device_rng": {"kind": "mps"}}, "{'device_rng': dict with keys ['kind']}"),
+                                          ({"device_rng": {"kind": "mps", "state": "junk"}},
+                                           "{'device_rng': dict with keys ['kind', 'state']}")])
+def test_a_damaged_braeburn_entry_in_a_checkpoint_is_one_error_naming_it_and_the_fix(lightning_on_a_mac, monkeypatch,
+                                                                                     tmp_path, entry, shown):
+    FakeMpsGenerator(seed=7).install(monkeypatch)
+    fit_printing(mac_trainer(tmp_path / "first", max_steps=2), Classifier(), classification_data())
+    path = next((tmp_path / "first").rglob("*.ckpt"))
+    checkpoint = torch.load(path, weights_only=False)
+    checkpoint["callbacks"]["Braeburn"] = entry
+    torch.save(checkpoint, path)
+    with pytest.raises(ValueError) as caught:  # (was an AttributeError, TypeError or KeyError from inside)
+        fit_printing(mac_trainer(tmp_path / "again", max_steps=3), Classifier(), classification_data(),
+                     ckpt_path=str(path))
+    message = str(caught.value)
+    assert message.startswith(f"the checkpoint's callbacks['Braeburn'] entry is {shown}")
+    assert "del ckpt['callbacks']['Braeburn']" in message
+
+
+def test_a_braeburn_entry_of_another_device_or_with_unknown_keys_is_left_alone(lightning_on_a_mac, monkeypatch,
+                                                                               tmp_path):
+    fake = FakeMpsGenerator(seed=7)
+    fake.install(monkeypatch)
+    fit_printing(mac_trainer(tmp_path / "first", max_steps=2), Classifier(), classification_data())
+    path = next((tmp_path / "first").rglob("*.ckpt"))
+    checkpoint = torch.load(path, weights_only=False)
+    checkpoint["callbacks"]["Braeburn"] = {"device_rng": {"kind": "cuda", "state": [torch.zeros(3)]}, "later": 1}
+    torch.save(checkpoint, path)
+    before = fake.generator.get_state()
+    fit_printing(mac_trainer(tmp_path / "again", max_steps=3), Classifier(), classification_data(),
+                 ckpt_path=str(path))
+    assert not torch.equal(fake.generator.get_state(), torch.zeros(3))  # another device's state is not put here
+    assert fake.generator.get_state().shape == before.shape
 
 
 def test_on_the_cpu_lightnings_checkpoint_holds_nothing_of_braeburns(tmp_path):

@@ -321,6 +321,18 @@ def test_lightnings_own_callbacks_are_refused_by_name_with_the_way_out(tmp_path)
     _trainer(tmp_path, callbacks=[user_callback()])  # a subclass of Lightning's base Callback alone is the user's
 
 
+def test_braeburns_own_extension_is_refused_by_trainer_naming_lightnings_trainer_as_its_place(tmp_path):
+    extension = _lightning_class("Braeburn", "braeburn.compat.lightning")  # placed as braeburn.lightning.Braeburn
+    extension.__module__ = "braeburn.compat.lightning.extension"
+    with pytest.raises(LightningArgumentError) as caught:
+        _trainer(tmp_path, callbacks=[extension()])  # refused by Trainer(...), before fit writes anything
+    assert len(caught.value.errors) == 1
+    error = caught.value.errors[0]
+    assert error.startswith("callbacks=[Braeburn()]: braeburn.lightning.Braeburn brings braeburn into Lightning's own")
+    assert "remove Braeburn() here" in error and "Trainer(..., callbacks=[braeburn.lightning.Braeburn()])" in error
+    assert not any(tmp_path.iterdir())
+
+
 class _Stream(torch.utils.data.IterableDataset):
     def __iter__(self):
         for _ in range(8):

@@ -33,6 +33,13 @@ _INSTEAD = {
     "GradientAccumulationScheduler": "for a fixed count, pass Trainer(accumulate_grad_batches=N) instead; for a "
                                      f"schedule, {OWN_TRAINER}",
 }
+# braeburn's own extension for Lightning's Trainer (extension.py), by module and name: checked without importing it.
+_EXTENSION = ("braeburn.compat.lightning.extension", "Braeburn")
+_EXTENSION_ERROR = ("callbacks=[Braeburn()]: braeburn.lightning.Braeburn brings braeburn into Lightning's own Trainer, "
+                    "and braeburn.lightning.Trainer is braeburn's Trainer already (its device facts, precision and "
+                    "summary are on): remove Braeburn() here, or keep it and use Lightning's own Trainer: from "
+                    "lightning import Trainer; Trainer(..., callbacks=[braeburn.lightning.Braeburn()])")
+
 # Lightning's subclasses that take the way out of their family.
 _FAMILY = {"TQDMProgressBar": "ProgressBar", "RichProgressBar": "ProgressBar", "RichModelSummary": "ModelSummary"}
 
@@ -50,6 +57,9 @@ def callback_errors(callbacks: list[Any]) -> list[str]:
     """One error per Lightning callback in ``callbacks``, naming it and the way out."""
     errors = []
     for callback in callbacks:
+        if any((cls.__module__, cls.__name__) == _EXTENSION for cls in type(callback).__mro__):
+            errors.append(_EXTENSION_ERROR)
+            continue
         name = lightning_class(callback)
         if name is None:
             continue

@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import torch
+
 from ...accelerator import checkpoint_replay
 from ...devices.base import DeviceKind
 from ...devices.fallback import FallbackRecorder
@@ -55,6 +57,8 @@ class Braeburn(_pl.Callback):
         self._patch: checkpoint_replay.CheckpointPatch | None = None
         self._patched = False
         self._saved_rng: dict[str, Any] | None = None
+        self._measured: str | None = None  # the precision the trial chose ("no", "bf16", "fp16"), saved in the .ckpt
+        self._resumed: tuple[str, Any] | None = None  # (that precision, its plugin's state) from the .ckpt resumed
 
     # -- fit start ------------------------------------------------------------------------------------------------
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -85,6 +89,8 @@ class Braeburn(_pl.Callback):
         self._clock.start()
 
     def _precision_at_start(self, trainer: Any) -> str:
+        if self._resumed is not None and self._resumes_precision(trainer):
+            return f"{precision.LIGHTNING_NAMES[self._resumed[0]]} ({precision.RESUMED})"
         found = precision.candidates(self.kind, current_host(), trainer.optimizers or [])
         if self.precision == "keep" or trainer.precision != precision.DEFAULT or not found:
             asked = "as the Trainer was given it" if trainer.precision != precision.DEFAULT else \
@@ -93,6 +99,9 @@ class Braeburn(_pl.Callback):
         return f"{trainer.precision} until measured against {', '.join(precision.LIGHTNING_NAMES[c] for c in found)}"
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self._resumed is not None and self._resumes_precision(trainer):
+            self._resume_precision(trainer)
+            return
         if self.precision == "keep":
             return
         found = precision.candidates(self.kind, current_host(), trainer.optimizers)
@@ -103,10 +112,28 @@ class Braeburn(_pl.Callback):
             self.precision_words = f"32-true, not measured: {why_not}"
         else:
             chosen, line = precision.measure(trainer, pl_module, self.kind, found)
+            self._measured = chosen
             if chosen != "no":
                 trainer.strategy.precision_plugin = precision.lightning_plugin(
                     _pl, chosen, trainer.strategy.root_device.type)
             self.precision_words = f"{trainer.precision}, {line} ({precision.KEEP})"
+        if trainer.is_global_zero:
+            print(f"braeburn: precision {self.precision_words}", flush=True)
+
+    def _resumes_precision(self, trainer: Any) -> bool:
+        return self.precision != "keep" and trainer.precision == precision.DEFAULT
+
+    def _resume_precision(self, trainer: Any) -> None:
+        """The precision the resumed run measured, with its plugin's state (fp16's grad scale): Lightning restored
+        neither, as the Trainer's plugin was its default when the checkpoint was read."""
+        (chosen, plugin_state), self._resumed = self._resumed, None
+        self._measured = chosen
+        if chosen != "no":
+            plugin = precision.lightning_plugin(_pl, chosen, trainer.strategy.root_device.type)
+            if plugin_state is not None:
+                plugin.load_state_dict(plugin_state)
+            trainer.strategy.precision_plugin = plugin
+        self.precision_words = f"{trainer.precision} ({precision.RESUMED})"
         if trainer.is_global_zero:
             print(f"braeburn: precision {self.precision_words}", flush=True)
 
@@ -160,13 +187,22 @@ class Braeburn(_pl.Callback):
     def state_dict(self) -> dict[str, Any]:
         """The device's generator state where torch's own code leaves it out (nothing elsewhere: Lightning's
         checkpoint is then what it would be without braeburn)."""
-        if self._patch is None:
-            return {}
-        state = self.kind.rng_state()
-        return {} if state is None else {"device_rng": {"kind": self.kind.name, "state": state}}
+        saved: dict[str, Any] = {} if self._measured is None else {"precision": self._measured}
+        state = None if self._patch is None else self.kind.rng_state()
+        if state is not None:
+            saved["device_rng"] = {"kind": self.kind.name, "state": state}
+        return saved
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        measured = checkpoint.get("callbacks", {}).get(self.state_key)
+        if isinstance(measured, dict) and measured.get("precision") is not None:
+            if measured["precision"] not in precision.LIGHTNING_NAMES:
+                raise ValueError(_DAMAGED.format(what=f"{{'precision': {measured['precision']!r}}}"))
+            plugin = _pl.plugins.precision.MixedPrecision.__qualname__  # the key Lightning saves its state under
+            self._resumed = (measured["precision"], checkpoint.get(plugin))
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        saved = state_dict.get("device_rng")
+        saved = _checked_state(state_dict)
         if saved is not None:
             self._saved_rng = saved
             if self._patch is not None:
@@ -176,6 +212,35 @@ class Braeburn(_pl.Callback):
         if saved["kind"] == self.kind.name:
             get_kind(saved["kind"]).set_rng_state(saved["state"])
         self._saved_rng = None
+
+
+_DAMAGED = ("the checkpoint's callbacks['Braeburn'] entry is {what}, not what Braeburn() saves ({{'device_rng': "
+            "{{'kind': str, 'state': the generator's tensor}}, 'precision': 'no', 'bf16' or 'fp16'}}): the .ckpt was "
+            "damaged or written by other code. To resume without what it holds (the device's random state, the "
+            "precision measured; the weights, optimizer and loops are Lightning's and unaffected), delete the entry: "
+            "ckpt = torch.load(path, weights_only=False); del ckpt['callbacks']['Braeburn']; torch.save(ckpt, path)")
+
+
+def _checked_state(state_dict: Any) -> dict[str, Any] | None:
+    """The saved device generator state of a Lightning checkpoint's Braeburn entry (None: nothing saved); an entry of
+    another shape is one error naming it and the fix (keys it does not know are left alone: a later version's)."""
+    if not isinstance(state_dict, dict):
+        raise ValueError(_DAMAGED.format(what=f"a {type(state_dict).__name__}"))
+    saved = state_dict.get("device_rng")
+    if saved is None:
+        return None
+    if not (isinstance(saved, dict) and isinstance(saved.get("kind"), str) and _generator_state(saved.get("state"))):
+        shown = f"{{'device_rng': {type(saved).__name__}"
+        shown += f" with keys {sorted(map(str, saved))}}}" if isinstance(saved, dict) else "}"
+        raise ValueError(_DAMAGED.format(what=shown))
+    return saved
+
+
+def _generator_state(state: Any) -> bool:
+    """A device generator's state as torch gives it: a tensor (or one per device)."""
+    if isinstance(state, (list, tuple)):
+        return bool(state) and all(isinstance(item, torch.Tensor) for item in state)
+    return isinstance(state, torch.Tensor)
 
 
 __all__ = ["Braeburn"]

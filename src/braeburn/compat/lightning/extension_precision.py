@@ -24,6 +24,7 @@ from .module import step_loss
 DEFAULT = "32-true"  # Lightning's precision when none is given (and float32 when it is given so)
 LIGHTNING_NAMES = {"bf16": "bf16-mixed", "fp16": "16-mixed", "no": "32-true"}
 KEEP = "Braeburn(precision='keep') keeps Lightning's precision without measuring"
+RESUMED = "as measured by the run this resumes: its checkpoint's Braeburn entry"
 
 
 def candidates(kind: DeviceKind, host: HostFacts, optimizers: list[Any]) -> tuple[str, ...]:
@@ -58,6 +59,7 @@ def measure(trainer: Any, module: Any, kind: DeviceKind, found: tuple[str, ...])
     """(the precision chosen, "no" for float32; the line that says so), from a trial on the first batch."""
     optimizer = trainer.optimizers[0]
     rng = state_io.rng_state(kind)  # before the batch is read: the sampler's draw is made again by the run
+    loader_generators = _loader_generators(trainer.train_dataloader)  # (a loader's own generator, likewise)
     was_logging = module.__dict__.get("log"), module.__dict__.get("log_dict")
     module.log = module.log_dict = _not_logged  # the trial's steps log nothing into Lightning's results
     try:
@@ -70,11 +72,29 @@ def measure(trainer: Any, module: Any, kind: DeviceKind, found: tuple[str, ...])
     finally:
         _restore_logging(module, was_logging)
         state_io.set_rng_state(rng, kind)
+        for generator, state in loader_generators:
+            generator.set_state(state)
         batch = snapshot = None
         gc.collect()
         kind.empty_cache()
     decision = decide(trials, stopped)
     return decision.precision, f"timed on your model: {decision.table}: {decision.reason}"
+
+
+def _loader_generators(loaders: Any) -> list[tuple[torch.Generator, torch.Tensor]]:
+    """Each torch.Generator the training loader(s) draw from (the DataLoader's ``generator=``, its sampler's or its
+    batch sampler's), with its state: reading the trial's batch draws from it, and the run must draw the same."""
+    found: dict[int, tuple[torch.Generator, torch.Tensor]] = {}
+    items = loaders.values() if isinstance(loaders, dict) else loaders if isinstance(loaders, (list, tuple)) else \
+        [loaders]
+    for loader in items:
+        sampler = getattr(loader, "sampler", None)
+        batch_sampler = getattr(loader, "batch_sampler", None)
+        for owner in (loader, sampler, batch_sampler, getattr(batch_sampler, "sampler", None)):
+            generator = getattr(owner, "generator", None)
+            if isinstance(generator, torch.Generator):
+                found[id(generator)] = (generator, generator.get_state())
+    return list(found.values())
 
 
 def _not_logged(*args: Any, **kwargs: Any) -> None:
@@ -124,4 +144,5 @@ def lightning_plugin(package: Any, precision: str, device_type: str) -> Any:
     return package.plugins.precision.MixedPrecision(LIGHTNING_NAMES[precision], device=device_type)
 
 
-__all__ = ["DEFAULT", "KEEP", "LIGHTNING_NAMES", "candidates", "lightning_plugin", "measure", "why_not_measured"]
+__all__ = ["DEFAULT", "KEEP", "LIGHTNING_NAMES", "RESUMED", "candidates", "lightning_plugin", "measure",
+           "why_not_measured"]

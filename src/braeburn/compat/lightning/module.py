@@ -139,6 +139,11 @@ class StepLogger:
             weight = float(batch_size or self.batch_size or 1)
             self.epoch_sums[epoch_name] = (total + value.mean() * weight, count + weight)
 
+    @property
+    def forked_names(self) -> set[str]:
+        """The plain names logged as ``<name>_step`` and ``<name>_epoch``."""
+        return set(self._plain_names.values())
+
     def _name(self, name: str, suffix: str) -> str:
         if suffix:
             self._plain_names[name + suffix] = name

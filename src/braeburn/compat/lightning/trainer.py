@@ -88,10 +88,16 @@ class Trainer:
         return self._run.state.global_step if self._run is not None else 0
 
     @property
-    def callback_metrics(self) -> dict[str, float]:
-        return self.logger.callback_metrics
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
+        """The latest value of each logged name, as Lightning's: a 0-d tensor (``.item()`` reads it)."""
+        return {name: torch.tensor(value) for name, value in self.logger.callback_metrics.items()}
 
-    logged_metrics = callback_metrics
+    @property
+    def logged_metrics(self) -> dict[str, torch.Tensor]:
+        """What went to the logger, as Lightning's: a name logged on_step and on_epoch as ``<name>_step`` and
+        ``<name>_epoch`` only (its plain ``<name>`` is in callback_metrics alone)."""
+        forked = set(self.logger.forked_names)
+        return {name: value for name, value in self.callback_metrics.items() if name not in forked}
 
     @property
     def is_global_zero(self) -> bool:
