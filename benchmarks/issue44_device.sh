@@ -24,4 +24,11 @@ startup)
   python3 benchmarks/recipes.py --recipes mrpc --rounds "${ROUNDS:-3}" --runners "${RUNNERS:-bare;transformers;braeburn}" \
     --out "$out/mrpc" --work /tmp/recipes 2>&1 | tail -20
   ;;
+compile)  # part 2's costs, then part 3's steady state (bare+compile against braeburn, alternating)
+  timeout 330 python3 benchmarks/regional_compile.py --out "$out/regional" 2>&1 | tail -12
+  for round in 1 2; do
+    timeout 120 python3 benchmarks/peers.py --workloads gpt2-small --frameworks bare+compile,braeburn --warmup 40 \
+      --steps 120 --json "$out/peers-$round.json" 2>&1 | tail -6
+  done
+  ;;
 esac

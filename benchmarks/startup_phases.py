@@ -87,7 +87,7 @@ def child(example: str, argv: list[str], profile: str | None) -> None:
 def measure(example: str, argv: list[str], profile: str | None = None) -> dict:
     command = [sys.executable, __file__, "--child", example, *(["--profile", profile] if profile else []), "--", *argv]
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, errors="replace")
     seconds = time.perf_counter() - started
     lines = [line for line in done.stdout.splitlines() if line.startswith(TAG)]
     if done.returncode or not lines:

@@ -96,3 +96,39 @@ class CompileMixin:
         model = model if model is not None else (self._models[0] if self._models else None)
         forward = compile_policy.prepared_forward(self.unwrap_model(model)) if model is not None else None
         return forward.stats if forward is not None else None
+
+
+def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated layers: the blocks of its largest ``ModuleList`` (by parameters) whose modules are all
+    of one class, at least two of them (a transformer's layers); none when it has no such list."""
+    best: list[torch.nn.Module] = []
+    best_size = 0
+    for module in model.modules():
+        if not isinstance(module, torch.nn.ModuleList) or len(module) < 2:
+            continue
+        blocks = list(module)
+        if len({type(block) for block in blocks}) != 1:
+            continue
+        size = sum(p.numel() for p in module.parameters())
+        if size > best_size:
+            best, best_size = blocks, size
+    return best
+
+
+def compile_regions(model: torch.nn.Module, backend: str = "inductor", mode: str | None = None,
+                    dynamic: bool | None = None) -> int:
+    """Regional compilation, in place: each repeated block (:func:`repeated_blocks`) compiled on its own, so the
+    blocks share one compiled graph (torch compiles identical blocks once), and a Transformers model's loss function
+    as one more region (the logits' cast and the cross-entropy fused); the rest runs eagerly. Returns the regions
+    compiled (0: the model has no repeated blocks, and nothing was compiled)."""
+    blocks = repeated_blocks(model)
+    if not blocks:
+        return 0
+    for block in blocks:
+        block.compile(backend=backend, mode=mode, dynamic=dynamic)
+    regions = 1
+    loss = vars(model).get("_loss_function")  # pinned by compile_policy.pin_traced_attributes
+    if callable(loss):
+        model.loss_function = torch.compile(loss, backend=backend, mode=mode, dynamic=dynamic)
+        regions += 1
+    return regions
