@@ -31,4 +31,11 @@ compile)  # part 2's costs, then part 3's steady state (bare+compile against bra
       --steps 120 --json "$out/peers-$round.json" 2>&1 | tail -6
   done
   ;;
+steps)  # part 3: GPT-2 small steady state, compiled, with and without clipping, alternating rounds
+  for round in 1 2 3; do
+    timeout 170 python3 benchmarks/peers.py --workloads gpt2-small --warmup 40 --steps 140 \
+      --frameworks bare+compile,braeburn-compile,bare+compile+clip,braeburn-compile-noclip \
+      --json "$out/peers-$round.json" 2>&1 | grep "^| gpt2"
+  done
+  ;;
 esac

@@ -74,6 +74,8 @@ class CompileMixin:
         slower); returns the model to call from now on."""
         forward = compile_policy.prepared_forward(self.unwrap_model(model))
         if forward is not None and not forward.stats.over_wrapper:
+            if forward.stats.regional:
+                uncompile_regions(self.unwrap_model(model))
             forward.disable_compile()
             return model
         eager = getattr(model, "_orig_mod", model)  # torch.compile's OptimizedModule over a DDP/FSDP wrapper
@@ -88,6 +90,10 @@ class CompileMixin:
             if forward is not None:
                 forward.stats.compiled, forward.stats.reason, forward.stats.over_wrapper = True, decision.reason, True
             return torch.compile(model, backend=self.compile_backend, mode=self.compile_mode)
+        if decision.regional and not compile_regions(self.unwrap_model(model), self.compile_backend,
+                                                     self.compile_mode, decision.dynamic):
+            decision = compile_policy.CompileDecision(True, decision.reason + " (no repeated blocks: compiled whole)",
+                                                      decision.dynamic)
         forward.enable_compile(decision, self.compile_backend, self.compile_mode)
         return model  # the same module: only training batches of the compiled size take the compiled path
 
@@ -132,3 +138,13 @@ def compile_regions(model: torch.nn.Module, backend: str = "inductor", mode: str
         model.loss_function = torch.compile(loss, backend=backend, mode=mode, dynamic=dynamic)
         regions += 1
     return regions
+
+
+def uncompile_regions(model: torch.nn.Module) -> None:
+    """Undo :func:`compile_regions`: the blocks and the loss function run eagerly again."""
+    for block in repeated_blocks(model):
+        block._compiled_call_impl = None  # what nn.Module.compile() set; __call__ then runs the module eagerly
+    loss = vars(model).get("_loss_function")
+    original = getattr(loss, "_torchdynamo_orig_callable", None)
+    if original is not None:
+        model.loss_function = original
