@@ -24,6 +24,14 @@ startup)
   python3 benchmarks/recipes.py --recipes mrpc --rounds "${ROUNDS:-3}" --runners "${RUNNERS:-bare;transformers;braeburn}" \
     --out "$out/mrpc" --work /tmp/recipes 2>&1 | tail -20
   ;;
+phases)  # part 1's accounting alone: the braeburn recipe phase by phase, then the bare loop's own phase times
+  python3 benchmarks/recipes.py --recipes mrpc --rounds 1 --runners "bare" --out "$out/warmup" --work /tmp/recipes \
+    2>&1 | tail -3
+  python3 benchmarks/startup_phases.py --out "$out/phases" --rounds "${PHASE_ROUNDS:-3}" -- \
+    $(mrpc_example /tmp/mrpc-phases) 2>&1 | tail -100
+  python3 benchmarks/recipes.py --recipes mrpc --rounds 2 --runners "bare" --out "$out/bare" --work /tmp/recipes \
+    2>&1 | tail -3
+  ;;
 compile)  # part 2's costs, then part 3's steady state (bare+compile against braeburn, alternating)
   timeout 330 python3 benchmarks/regional_compile.py --out "$out/regional" 2>&1 | tail -12
   for round in 1 2; do
