@@ -222,8 +222,9 @@ def collate(items):
 
 
 def run_bare(w: Workload, ds, clock: StepClock, device, bf16: bool, compile_model: bool = False,
-             pin: bool = False):
-    """A hand-written loop: fused AdamW, pinned memory, non-blocking copies."""
+             pin: bool = False, clip: float = 0.0):
+    """A hand-written loop: fused AdamW, pinned memory, non-blocking copies (gradient clipping at ``clip`` when
+    given, as the Trainers do by default)."""
     model = w.make_model().to(device)
     if pin:  # what braeburn does before compiling: no graph break from Transformers' loss lookup
         from braeburn.plan.compile_policy import pin_traced_attributes
@@ -238,6 +239,8 @@ def run_bare(w: Workload, ds, clock: StepClock, device, bf16: bool, compile_mode
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss = step_fn(**batch)["loss"]
         loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         clock.step_done(step)
@@ -250,6 +253,11 @@ def run_bare_compiled(w, ds, clock, device, bf16):
 def run_bare_compiled_pinned(w, ds, clock, device, bf16):
     """bare+compile without the graph break (braeburn.plan.compile_policy.pin_traced_attributes first)."""
     run_bare(w, ds, clock, device, bf16, compile_model=True, pin=True)
+
+
+def run_bare_compiled_clipped(w, ds, clock, device, bf16):
+    """bare+compile with gradient clipping at 1.0 (the Trainers' default max_grad_norm): clipping's share."""
+    run_bare(w, ds, clock, device, bf16, compile_model=True, clip=1.0)
 
 
 def run_accelerate(w: Workload, ds, clock: StepClock, device, bf16: bool):
@@ -342,6 +350,11 @@ def run_braeburn_compiled(w, ds, clock, device, bf16):
     _run_braeburn(w, ds, clock, device, compile="true", torch_compile_mode=KNOBS.get("compile_mode"))
 
 
+def run_braeburn_compiled_unclipped(w, ds, clock, device, bf16):
+    """braeburn compiled with max_grad_norm=0 (no clipping, as the bare loop): the host's share without clipping."""
+    _run_braeburn(w, ds, clock, device, compile="true", max_grad_norm=0.0)
+
+
 def run_braeburn_eager(w, ds, clock, device, bf16):
     """braeburn with compile=False (the channels-last layout still applies to CNNs on CUDA)."""
     _run_braeburn(w, ds, clock, device, compile="false")
@@ -360,6 +373,7 @@ def run_braeburn_eager_nchw(w, ds, clock, device, bf16):
 
 RUNNERS = {"hf-trainer": run_hf_trainer, "accelerate": run_accelerate, "lightning": run_lightning,
            "bare": run_bare, "bare+compile": run_bare_compiled, "bare+compile+pin": run_bare_compiled_pinned,
+           "bare+compile+clip": run_bare_compiled_clipped, "braeburn-compile-noclip": run_braeburn_compiled_unclipped,
            "braeburn": run_braeburn,
            "braeburn-compile": run_braeburn_compiled, "braeburn-eager": run_braeburn_eager, "braeburn-eager-nchw": run_braeburn_eager_nchw}
 PEERS = ("hf-trainer", "accelerate", "lightning")

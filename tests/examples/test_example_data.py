@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
+import numpy
 import pytest
 import torch
 from PIL import Image as PIL
@@ -205,6 +207,28 @@ def test_binary_and_macro_f1():
     assert binary == {"accuracy": 0.75, "f1": pytest.approx(2 / 3)}
     macro = _metrics.classification_metrics([0, 1, 2], [0, 1, 1], num_classes=3)
     assert macro["accuracy"] == pytest.approx(2 / 3) and macro["f1"] == pytest.approx((1 + 2 / 3 + 0) / 3)
+
+
+def test_accuracy_and_f1_are_scikit_learns_numbers_to_the_bit():
+    metrics = pytest.importorskip("sklearn.metrics")
+    rng = numpy.random.default_rng(0)
+    for trial in range(300):
+        classes, size = int(rng.integers(2, 6)), int(rng.integers(1, 40))
+        labels = rng.integers(0, classes, size).tolist()
+        predictions = [0] * size if trial % 7 == 0 else rng.integers(0, classes, size).tolist()  # a class never predicted
+        average = "binary" if classes == 2 else "macro"
+        expected = {"accuracy": float(metrics.accuracy_score(labels, predictions)),
+                    "f1": float(metrics.f1_score(labels, predictions, average=average, labels=list(range(classes)),
+                                                 zero_division=0))}
+        assert _metrics.classification_metrics(labels, predictions, classes) == expected, (labels, predictions)
+
+
+def test_accuracy_and_f1_leave_scikit_learn_unimported():
+    """Importing scikit-learn costs one to two seconds of a short run's process: the text example does without it."""
+    code = ("import sys; sys.path.insert(0, 'examples'); import _metrics; "
+            "_metrics.classification_metrics([0, 1, 1], [0, 1, 0], 2); print('sklearn' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=EXAMPLES.parent, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_report_and_confusion_matrix_png(tmp_path):

@@ -74,6 +74,8 @@ class CompileMixin:
         slower); returns the model to call from now on."""
         forward = compile_policy.prepared_forward(self.unwrap_model(model))
         if forward is not None and not forward.stats.over_wrapper:
+            if forward.stats.regional:
+                uncompile_regions(self.unwrap_model(model))
             forward.disable_compile()
             return model
         eager = getattr(model, "_orig_mod", model)  # torch.compile's OptimizedModule over a DDP/FSDP wrapper
@@ -88,6 +90,10 @@ class CompileMixin:
             if forward is not None:
                 forward.stats.compiled, forward.stats.reason, forward.stats.over_wrapper = True, decision.reason, True
             return torch.compile(model, backend=self.compile_backend, mode=self.compile_mode)
+        if decision.regional and not compile_regions(self.unwrap_model(model), self.compile_backend,
+                                                     self.compile_mode, decision.dynamic):
+            decision = compile_policy.CompileDecision(True, decision.reason + " (no repeated blocks: compiled whole)",
+                                                      decision.dynamic)
         forward.enable_compile(decision, self.compile_backend, self.compile_mode)
         return model  # the same module: only training batches of the compiled size take the compiled path
 
@@ -96,3 +102,49 @@ class CompileMixin:
         model = model if model is not None else (self._models[0] if self._models else None)
         forward = compile_policy.prepared_forward(self.unwrap_model(model)) if model is not None else None
         return forward.stats if forward is not None else None
+
+
+def repeated_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's repeated layers: the blocks of its largest ``ModuleList`` (by parameters) whose modules are all
+    of one class, at least two of them (a transformer's layers); none when it has no such list."""
+    best: list[torch.nn.Module] = []
+    best_size = 0
+    for module in model.modules():
+        if not isinstance(module, torch.nn.ModuleList) or len(module) < 2:
+            continue
+        blocks = list(module)
+        if len({type(block) for block in blocks}) != 1:
+            continue
+        size = sum(p.numel() for p in module.parameters())
+        if size > best_size:
+            best, best_size = blocks, size
+    return best
+
+
+def compile_regions(model: torch.nn.Module, backend: str = "inductor", mode: str | None = None,
+                    dynamic: bool | None = None) -> int:
+    """Regional compilation, in place: each repeated block (:func:`repeated_blocks`) compiled on its own, so the
+    blocks share one compiled graph (torch compiles identical blocks once), and a Transformers model's loss function
+    as one more region (the logits' cast and the cross-entropy fused); the rest runs eagerly. Returns the regions
+    compiled (0: the model has no repeated blocks, and nothing was compiled)."""
+    blocks = repeated_blocks(model)
+    if not blocks:
+        return 0
+    for block in blocks:
+        block.compile(backend=backend, mode=mode, dynamic=dynamic)
+    regions = 1
+    loss = vars(model).get("_loss_function")  # pinned by compile_policy.pin_traced_attributes
+    if callable(loss):
+        model.loss_function = torch.compile(loss, backend=backend, mode=mode, dynamic=dynamic)
+        regions += 1
+    return regions
+
+
+def uncompile_regions(model: torch.nn.Module) -> None:
+    """Undo :func:`compile_regions`: the blocks and the loss function run eagerly again."""
+    for block in repeated_blocks(model):
+        block._compiled_call_impl = None  # what nn.Module.compile() set; __call__ then runs the module eagerly
+    loss = vars(model).get("_loss_function")
+    original = getattr(loss, "_torchdynamo_orig_callable", None)
+    if original is not None:
+        model.loss_function = original

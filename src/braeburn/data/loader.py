@@ -48,8 +48,8 @@ def _rebuild_mapping(original: Mapping, items: dict) -> Mapping:
 
 def move_to_device(data: Any, device: torch.device, non_blocking: bool = False) -> Any:
     """Move every tensor in ``data`` to ``device``; objects with their own ``.to()`` (BatchEncoding) use it."""
-    if isinstance(data, torch.Tensor):
-        return data.to(device, non_blocking=non_blocking)
+    if isinstance(data, torch.Tensor):  # already there (the CPU): the same tensor .to() would return, without a call
+        return data if data.device == device else data.to(device, non_blocking=non_blocking)
     if _has_to(data):
         try:
             return data.to(device, non_blocking=non_blocking)
@@ -77,6 +77,17 @@ def _float64_names(data: Any, name: str = "batch") -> list[str]:
     if isinstance(data, Mapping):
         return [found for key, value in data.items() for found in _float64_names(value, f"{name}[{key!r}]")]
     return []
+
+
+def _holds_float64(data: Any) -> bool:
+    """Whether ``data`` holds a float64 tensor (the walk of :func:`_float64_names`, with no names built)."""
+    if isinstance(data, torch.Tensor):
+        return data.dtype == torch.float64
+    if isinstance(data, (tuple, list)):
+        return any(_holds_float64(item) for item in data)
+    if isinstance(data, Mapping):
+        return any(_holds_float64(value) for value in data.values())
+    return False
 
 
 def model_is_float64(model: torch.nn.Module) -> bool:
@@ -132,9 +143,9 @@ def cast_float64_model(model: torch.nn.Module, reason: str) -> None:
 def cast_float64(batch: Any, announced: set[str], reason: str) -> Any:
     """``batch`` with float64 tensors cast to float32, on the CPU before the copy (see :func:`cast_float64_model`
     for ``reason``); the first time a name is cast, one line says so (``announced`` remembers the names)."""
-    names = _float64_names(batch)
-    if not names:
+    if not _holds_float64(batch):  # the common case, without building a name for every tensor
         return batch
+    names = _float64_names(batch)
     new = [name for name in names if name not in announced]
     if new:
         announced.update(new)
@@ -146,9 +157,17 @@ def cast_float64(batch: Any, announced: set[str], reason: str) -> Any:
 
 def first_dim(data: Any) -> int | None:
     """The batch size of the first tensor found in ``data``."""
-    found: list[int] = []
-    apply_to_tensors(lambda t: found.append(t.shape[0] if t.dim() else 1), data)
-    return found[0] if found else None
+    if isinstance(data, torch.Tensor):
+        return data.shape[0] if data.dim() else 1
+    if isinstance(data, Mapping):
+        data = data.values()
+    elif not isinstance(data, (tuple, list)):
+        return None
+    for item in data:  # the first tensor found, depth first (as apply_to_tensors walks), without rebuilding data
+        size = first_dim(item)
+        if size is not None:
+            return size
+    return None
 
 
 # -- sharding -----------------------------------------------------------------------------------
@@ -360,6 +379,7 @@ class DeviceDataLoader:
             batches = _with_last(batches)
         self.batches_yielded = skip
         outer, self.tracker.active = self.tracker.active, self  # (an eval loop inside a training loop: restored after)
+        reason = self.float64_to_float32  # asked once an epoch: the model is prepared before its batches are drawn
         for batch in batches:
             self.batches_yielded += 1
             if total is None:
@@ -368,7 +388,6 @@ class DeviceDataLoader:
                 last = self.batches_yielded >= total
             self.tracker.end_of_dataloader = self.end_of_dataloader = last
             self.tracker.remainder = self._remainder() if last else -1
-            reason = self.float64_to_float32
             if reason:
                 batch = cast_float64(batch, self._cast_names, reason)
             yield move_to_device(batch, self.device, non_blocking=self.non_blocking)

@@ -120,6 +120,8 @@ def set_gradient_sync(model: nn.Module, enabled: bool) -> None:
 
 def full_value(tensor: torch.Tensor) -> torch.Tensor:
     """A plain tensor for a DTensor (the gradient norm FSDP's clip returns), else ``tensor`` itself."""
+    if type(tensor) is torch.Tensor:  # every step without FSDP: no import, no isinstance walk
+        return tensor
     from torch.distributed.tensor import DTensor
 
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor

@@ -47,6 +47,14 @@ FAMILY_GAINS: dict[str, FamilyGain] = {
     "bert": FamilyGain(gain=0.32, cold_seconds=48.6, warm_seconds=5.5),  # BERT-base, batch 32 x 128
     "llama": FamilyGain(gain=0.56, cold_seconds=46.5, warm_seconds=7.0),  # 12 layers x 768, batch 8 x 1,024
 }
+REGIONAL_GAINS: dict[str, FamilyGain] = {
+    # Regional compilation (braeburn.accelerator.compile.compile_regions: each repeated block, and the loss, as
+    # regions), measured against eager and whole-model compiles of the same bare loop by
+    # benchmarks/regional_compile.py on an H200, bf16, torch 2.11
+    # (benchmarks/results/h200-issue44/compile/regional/regional.json): 61.1 ms eager, 49.3 regional, 27.7 whole
+    # (29.6 s cold, 4.3 warm); tests/test_compile_gains.py fails when the two differ.
+    "gpt2": FamilyGain(gain=0.19, cold_seconds=18.8, warm_seconds=3.9),
+}
 DEFAULT_GAIN = FamilyGain(gain=0.3, cold_seconds=45.0, warm_seconds=45.0)
 PAYBACK = {"record": 1.25, "family": 1.5, "default": 2.0}
 """The saving must be this many times the compile cost: more margin where less is known about this model."""
@@ -58,6 +66,7 @@ class CompileEstimate:
     compile_seconds: float
     source: str  # "record", "family" or "default"
     words: str  # where the numbers come from, for the decision line
+    regional: "CompileEstimate | None" = None  # the same for regional compilation, where it was measured
 
     @property
     def payback(self) -> float:
@@ -96,10 +105,21 @@ def estimate(model: Any, key: str, records: dict[str, dict]) -> CompileEstimate:
     if known:
         return CompileEstimate(known.gain, known.cold_seconds, "family", (
             f"{family} models save about {known.gain:.0%} compiled and take about {known.cold_seconds:.0f} s "
-            "to compile (measured on an H100)"))
+            "to compile (measured on an H100)"), regional_estimate(family))
     return CompileEstimate(DEFAULT_GAIN.gain, DEFAULT_GAIN.cold_seconds, "default", (
         f"a {family} model: assuming {DEFAULT_GAIN.gain:.0%} saved and about {DEFAULT_GAIN.cold_seconds:.0f} s "
         "to compile"))
+
+
+def regional_estimate(family: str) -> CompileEstimate | None:
+    """Regional compilation's expected gain and cold cost for ``family``, where it was measured; else None (the rule
+    then weighs only eager against whole-model compiling)."""
+    regional = REGIONAL_GAINS.get(family)
+    if regional is None:
+        return None
+    return CompileEstimate(regional.gain, regional.cold_seconds, "family", (
+        f"compiled by regions ({family}'s blocks and loss), about {regional.gain:.0%} saved and "
+        f"{regional.cold_seconds:.0f} s to compile (measured on an H200)"))
 
 
 # -- this machine's records --------------------------------------------------------------------------
@@ -166,5 +186,5 @@ def remember(key: str, *, eager_step_seconds: float, compiled_step_seconds: floa
             partial.unlink(missing_ok=True)
 
 
-__all__ = ["CompileEstimate", "FAMILY_GAINS", "FamilyGain", "estimate", "family_of", "model_key", "read_records",
+__all__ = ["CompileEstimate", "FAMILY_GAINS", "FamilyGain", "REGIONAL_GAINS", "regional_estimate", "estimate", "family_of", "model_key", "read_records",
            "records_path", "remember"]

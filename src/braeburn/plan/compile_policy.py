@@ -46,6 +46,7 @@ class CompileDecision:
     reason: str
     dynamic: bool | None = None  # torch.compile(dynamic=...): True when the input shapes vary
     needs_timing: bool = False  # "auto" could compile here, given the eager step time and the steps to go
+    regional: bool = False  # compile the repeated blocks and the loss as regions, not the whole forward
 
 
 def decide(*, requested: bool | str, device_compiles: bool, device_reason: str, convolutional: bool,
@@ -72,13 +73,42 @@ def decide(*, requested: bool | str, device_compiles: bool, device_reason: str, 
                                needs_timing=True)
     expected = estimate or DEFAULT_ESTIMATE
     ahead = remaining_steps * eager_step_seconds
+    choice = choose_compile(ahead, whole=expected, regional=expected.regional)
     saving = ahead * expected.gain
     numbers = (f"{eager_step_seconds * 1000:.1f} ms/step eager x {remaining_steps} steps to go = {ahead:.0f} s; "
                f"{expected.words}: saves about {saving:.0f} s against {expected.compile_seconds:.0f} s of compiling")
-    if saving < expected.payback * expected.compile_seconds:
+    if expected.regional is not None:
+        regional = expected.regional
+        numbers += (f"; {regional.words}: saves about {ahead * regional.gain:.0f} s against "
+                    f"{regional.compile_seconds:.0f} s")
+    if choice is None:
         return CompileDecision(False, f"auto: {numbers}, short of the {expected.payback:g}x margin: staying eager "
                                       "(--compile true forces it)")
+    if choice == "regional":
+        return CompileDecision(True, f"auto: {numbers}; by regions is the fastest for this run's length, at least "
+                                     f"{expected.regional.payback:g}x: compiling by regions", dynamic, regional=True)
     return CompileDecision(True, f"auto: {numbers}, at least {expected.payback:g}x: compiling", dynamic)
+
+
+def expected_seconds(ahead: float, option: CompileEstimate | None) -> float:
+    """The run's expected time from here: eager (``option`` None), or compiled that way (its cost, then the rest of
+    the eager time ``ahead`` less the share it saves)."""
+    return ahead if option is None else option.compile_seconds + ahead * (1.0 - option.gain)
+
+
+def choose_compile(ahead: float, whole: CompileEstimate, regional: CompileEstimate | None = None) -> str | None:
+    """The expected-gain rule for ``compile="auto"``, a pure function: "whole", "regional" or None (eager), given
+    the eager training time still ``ahead`` (seconds) and each way of compiling's expected gain and cost.
+
+    A way of compiling qualifies when what it saves is at least its margin (``payback``) times what it costs, the
+    margin larger the less is known; of those that qualify, the one with the shortest expected time for the rest of
+    the run wins. With no regional estimate this is the whole-model rule alone."""
+    options = {"whole": whole, "regional": regional}
+    qualified = {name: option for name, option in options.items()
+                 if option is not None and ahead * option.gain >= option.payback * option.compile_seconds}
+    if not qualified:
+        return None
+    return min(qualified, key=lambda name: (expected_seconds(ahead, qualified[name]), name != "whole"))
 
 
 SLOWER_MARGIN = 0.10
@@ -177,6 +207,7 @@ class CompileStats:
     compiled_calls: int = 0
     eager_calls: int = 0  # calls run eagerly after compiling (short batches, evaluation)
     over_wrapper: bool = False  # compiled as torch.compile(DDP/FSDP model): no per-call report
+    regional: bool = False  # compiled by regions (the repeated blocks and the loss), not as a whole
     decided_at_step: int | None = None
     eager_step_seconds: float | None = None
     graph_breaks: list[str] = field(default_factory=list)  # distinct reasons, first lines
@@ -193,7 +224,8 @@ class CompileStats:
                 "compile_seconds": round(self.compile_seconds, 3), "graphs": self.graphs,
                 "recompiles": self.recompiles, "compiled_calls": self.compiled_calls,
                 "eager_calls_after_compile": self.eager_calls, "decided_at_step": self.decided_at_step,
-                "eager_step_seconds": self.eager_step_seconds, "graph_breaks": self.graph_breaks}
+                "eager_step_seconds": self.eager_step_seconds, "graph_breaks": self.graph_breaks,
+                "regional": self.regional}
 
 
 class PreparedForward:
@@ -212,8 +244,13 @@ class PreparedForward:
         functools.update_wrapper(self, self.original)
 
     def enable_compile(self, decision: CompileDecision, backend: str = "inductor", mode: str | None = None) -> None:
+        """The compiled path for training calls: torch.compile of the whole forward, or, for a regional decision
+        (its regions compiled in place beforehand: braeburn.accelerator.compile.compile_regions), the forward as it
+        is, whose blocks now run compiled."""
         self.stats.compiled, self.stats.reason, self.stats.dynamic = True, decision.reason, decision.dynamic
-        self.compiled = torch.compile(self.original, backend=backend, mode=mode, dynamic=decision.dynamic)
+        self.stats.regional = decision.regional
+        self.compiled = self.original if decision.regional else torch.compile(
+            self.original, backend=backend, mode=mode, dynamic=decision.dynamic)
 
     def disable_compile(self) -> None:
         """Every call eager from now on (the stats keep what compiling did)."""
@@ -287,5 +324,5 @@ def install_forward(module: torch.nn.Module, autocast: Callable[[], Any] | None,
     return forward
 
 
-__all__ = ["CompileDecision", "CompileStats", "DEFAULT_ESTIMATE", "MIN_EAGER_SECONDS", "PreparedForward", "decide",
+__all__ = ["CompileDecision", "CompileStats", "DEFAULT_ESTIMATE", "choose_compile", "expected_seconds", "MIN_EAGER_SECONDS", "PreparedForward", "decide",
            "install_forward", "measurably_slower", "prepared_forward"]

@@ -126,7 +126,8 @@ class CompileWindow:
         return self.acc.uncompile_model(model)
 
     def _key(self, model: Any) -> str:
-        return self.acc.compile_key(model, self._batch_size)
+        key = self.acc.compile_key(model, self._batch_size)
+        return key + "|regions" if self.decision is not None and self.decision.regional else key
 
     def _remember(self, model: Any) -> None:
         """Keep this run's eager and compiled step times and compile time for the next run's decision."""
@@ -203,7 +204,7 @@ class CompileWindow:
 
     def _cache_words(self) -> str:
         if not self._prior:
-            return ""
+            return " (torch's compile caches were cold: no earlier compile of this model here)"
         return (f" (compiled here before: torch's caches on disk were warm; the first compile of this model here "
                 f"took {self._prior['compile_seconds']:.1f} s)")
 

@@ -259,6 +259,7 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         model.train()
         for epoch in range(loader.epoch, state.num_epochs):  # loader.epoch: 0, or where a resumed run stopped
             loader.set_epoch(epoch)
+            batches_in_epoch = len(loader)  # read once an epoch, not at every step's fractional epoch
             self.callbacks.on_epoch_begin(self, state)
             step_begun = False
             for batch in loader:  # already on the device (a resumed epoch skips the batches done)
@@ -274,7 +275,7 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                     continue
                 step_begun = False
                 state.global_step += 1
-                state.epoch = epoch + loader.batches_yielded / len(loader)  # Transformers' fractional epoch
+                state.epoch = epoch + loader.batches_yielded / batches_in_epoch  # Transformers' fractional epoch
                 if window.pending:  # compile=auto decides from the measured eager steps (two syncs, once)
                     model = self._prepared_model = window.after_step(state.global_step, model, self._shapes)
                 self.callbacks.on_step_end(self, state)

@@ -1,0 +1,60 @@
+"""Regional compilation: each repeated block and the loss compiled as regions, in place, the numbers unchanged, and
+undone when the compiled steps measure slower (torch.compile's "eager" backend: Dynamo traces, nothing is built)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from braeburn.accelerator.compile import compile_regions, repeated_blocks, uncompile_regions
+from braeburn.plan.compile_policy import CompileDecision
+
+
+def _gpt2():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=128, n_positions=32, bos_token_id=0,
+                                     eos_token_id=0, resid_pdrop=0, embd_pdrop=0, attn_pdrop=0)
+    torch.manual_seed(0)
+    model, reference = transformers.GPT2LMHeadModel(config), transformers.GPT2LMHeadModel(config)
+    reference.load_state_dict(model.state_dict())
+    return model, reference
+
+
+def test_the_repeated_blocks_are_the_transformer_layers():
+    model, _ = _gpt2()
+    assert repeated_blocks(model) == list(model.transformer.h)
+    assert repeated_blocks(torch.nn.Sequential(torch.nn.Linear(2, 2))) == []
+
+
+def test_a_model_without_repeated_blocks_compiles_no_region():
+    assert compile_regions(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), backend="eager") == 0
+
+
+def test_a_regional_decision_compiles_the_blocks_and_the_loss_with_the_same_losses_and_can_be_undone():
+    from braeburn import Accelerator
+
+    model, reference = _gpt2()
+    accelerator = Accelerator(cpu=True, compile=False, compile_backend="eager")
+    prepared = accelerator.prepare(model)
+    prepared = accelerator.compile_model(prepared, CompileDecision(True, "by regions", regional=True))
+    assert all(block._compiled_call_impl is not None for block in model.transformer.h)
+    assert hasattr(model.loss_function, "_torchdynamo_orig_callable")  # the loss, a region of its own
+    ids = torch.randint(0, 128, (4, 16))
+    for _ in range(2):
+        loss = prepared(input_ids=ids, labels=ids).loss
+        loss.backward()
+    stats = accelerator.compile_stats()
+    assert stats.compiled and stats.regional and stats.compiled_calls == 2 and stats.as_dict()["regional"]
+    torch.testing.assert_close(loss, reference(input_ids=ids, labels=ids).loss)
+    accelerator.uncompile_model(prepared)
+    assert all(block._compiled_call_impl is None for block in model.transformer.h)
+    assert not hasattr(model.loss_function, "_torchdynamo_orig_callable")
+    torch.testing.assert_close(prepared(input_ids=ids, labels=ids).loss, loss)
+
+
+def test_uncompiling_a_model_never_compiled_by_regions_changes_nothing():
+    model, _ = _gpt2()
+    blocks = list(model.transformer.h)
+    uncompile_regions(model)
+    assert list(model.transformer.h) == blocks and all(block._compiled_call_impl is None for block in blocks)
+    assert "_loss_function" not in vars(model)
