@@ -119,3 +119,17 @@ def test_run_glue_like_run_keeps_the_transformers_best_checkpoint(peer_env, tmp_
     assert ours[:2] == theirs[:2] and ours[3] == theirs[3]
     assert ours[2].keys() == theirs[2].keys()
     assert all(torch.equal(ours[2][k], theirs[2][k]) for k in ours[2])
+
+
+def test_data_seed_orders_the_training_set_as_the_transformers_trainer(peer_env, tmp_path):
+    """data_seed seeds the training order (Transformers hands it to Accelerate's seedable sampler); the run's seed
+    still draws the weights and dropout. Another order than the plain seed's, and bitwise the peer's."""
+    runs = {}
+    for name, lib in PEERS.items():
+        trainer = _trainer(lib, tmp_path / name, data_seed=5, num_train_epochs=3)
+        trainer.train()
+        runs[name] = (_losses(trainer), _losses(trainer, "eval_loss"))
+    plain = _trainer(braeburn, tmp_path / "plain", num_train_epochs=3)
+    plain.train()
+    assert _losses(plain) != runs["braeburn"][0]
+    assert runs["braeburn"] == runs["transformers"]

@@ -23,6 +23,7 @@ from ...trainer import loop as core
 from ...trainer.checkpoint import CheckpointError
 from ...trainer.outputs import EvalPrediction, PredictionOutput, TrainOutput
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
+from ..accelerate.options import DataLoaderConfiguration
 from . import hf_checkpoint
 from .arguments import TrainingArguments, from_transformers_arguments, is_transformers_arguments
 from .callbacks import adapt_callback
@@ -78,8 +79,12 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.Trainer):
         return model, optimizer, loss_fn
 
     def _make_accelerator(self) -> Accelerator:
-        """The Accelerate-compatible Accelerator, the accumulation passed as Transformers passes it."""
-        return Accelerator(**accumulation_as_plugin(self.config.accelerator_options()))
+        """The Accelerate-compatible Accelerator, the accumulation passed as Transformers passes it, and data_seed
+        as Transformers passes it (DataLoaderConfiguration(data_seed=...): it seeds the training order)."""
+        options = accumulation_as_plugin(self.config.accelerator_options())
+        if self.config.data_seed is not None:
+            options["dataloader_config"] = DataLoaderConfiguration(data_seed=self.config.data_seed)
+        return Accelerator(**options)
 
     def _adapt_callback(self, callback: Any) -> Any:
         return adapt_callback(callback, self)
