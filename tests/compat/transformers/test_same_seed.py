@@ -133,3 +133,17 @@ def test_data_seed_orders_the_training_set_as_the_transformers_trainer(peer_env,
     plain.train()
     assert _losses(plain) != runs["braeburn"][0]
     assert runs["braeburn"] == runs["transformers"]
+
+
+def test_dataloader_drop_last_drops_the_short_last_evaluation_batch_as_the_transformers_trainer(peer_env, tmp_path):
+    """Transformers' get_eval_dataloader and get_test_dataloader drop a short last batch under
+    dataloader_drop_last, as its training loader does: 12 evaluation samples in batches of 5 are 10 evaluated."""
+    runs = {}
+    for name, lib in PEERS.items():
+        trainer = _trainer(lib, tmp_path / name, dataloader_drop_last=True, per_device_eval_batch_size=5)
+        trainer.train()
+        prediction = trainer.predict(Points(7, 3))
+        runs[name] = (_losses(trainer), _losses(trainer, "eval_loss"), prediction.predictions.shape,
+                      prediction.label_ids.tolist())
+    assert runs["braeburn"][2] == (5, 2)
+    assert runs["braeburn"] == runs["transformers"]

@@ -92,6 +92,11 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.Trainer):
     def _eval_losses(self) -> SampleLosses:
         return SampleLosses(self.accelerator)
 
+    def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool, train: bool | None = None) -> Any:
+        """A DataLoader as braeburn's, but dataloader_drop_last drops a short last batch from the evaluation and
+        prediction loaders too, as Transformers' get_eval_dataloader and get_test_dataloader do."""
+        return super()._loader(dataset, batch_size, shuffle, train=True if self.config.dataloader_drop_last else train)
+
     def _loader_generator(self) -> None:
         """None: each DataLoader iteration (an epoch, an evaluation) draws its worker seed from torch's global
         generator, as the Transformers Trainer's DataLoaders do, so the dropout masks after it are Transformers'."""
