@@ -45,7 +45,7 @@ def run_names(trainer: "Trainer") -> dict[str, str]:
     names = {METRICS_FILE: "this run appends its metrics log to it", PLOT_FILE: "this run draws its training curves "
              "there (it is replaced at the end)"}
     if log.tensorboard:
-        board = _top_name(out, Path(log.tensorboard_dir or out / "tensorboard").expanduser())
+        board = _top_name(out, Path(log.tensorboard_dir or out / log.default_dir).expanduser())
         if board is not None:
             names[board] = "this run writes TensorBoard's event files into it (--logging_dir chooses another folder)"
     return names
