@@ -147,3 +147,24 @@ def test_dataloader_drop_last_drops_the_short_last_evaluation_batch_as_the_trans
                       prediction.label_ids.tolist())
     assert runs["braeburn"][2] == (5, 2)
     assert runs["braeburn"] == runs["transformers"]
+
+
+def test_evaluate_on_a_dict_of_datasets_is_the_transformers_trainers(peer_env, tmp_path):
+    """evaluate(eval_dataset={"a": ..., "b": ...}) evaluates each, its metrics prefixed eval_a_, eval_b_, each logged
+    (it was a KeyError from inside the DataLoader); as the Trainer's eval_dataset, a dict is refused before
+    training in one line that names the way."""
+    runs = {}
+    for name, lib in PEERS.items():
+        trainer = _trainer(lib, tmp_path / name, eval_strategy="no", num_train_epochs=1, gradient_accumulation_steps=1)
+        trainer.train()
+        metrics = trainer.evaluate(eval_dataset={"a": Points(6, 3), "b": Points(5, 4)})
+        runs[name] = ({k: v for k, v in metrics.items() if not k.endswith(("_runtime", "_per_second"))},
+                      [{k: v for k, v in r.items() if not k.endswith(("_runtime", "_per_second"))}
+                       for r in trainer.state.log_history])
+    assert {"eval_a_loss", "eval_b_loss"} <= set(runs["braeburn"][0])
+    assert runs["braeburn"] == runs["transformers"]
+    trainer = _trainer(braeburn, tmp_path / "dict", eval_strategy="epoch")
+    trainer.eval_dataset = {"a": Points(6, 3), "b": Points(5, 4)}
+    with pytest.raises(ValueError, match=r"eval_dataset is a dict of 2 datasets .*trainer.evaluate\(eval_dataset="):
+        trainer.train()
+    assert not (tmp_path / "dict" / "metrics.jsonl").exists()

@@ -66,6 +66,17 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.Trainer):
                          callbacks=callbacks, accelerator=accelerator)
         self._call_hf_hook("on_init_end")
 
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
+        """As Transformers' evaluate: a dict of datasets is evaluated one by one, each named in its metrics'
+        prefix (``eval_<name>_loss``), each logged as it ends."""
+        if isinstance(eval_dataset, dict):
+            metrics: dict[str, float] = {}
+            for name, dataset in eval_dataset.items():
+                metrics.update(self.evaluate(dataset, ignore_keys, f"{metric_key_prefix}_{name}"))
+            return metrics
+        return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+
     # -- the core's hooks --------------------------------------------------------------------------------
     def _resolve_parts(self, model: Any, optimizer: Any, loss_fn: Any) -> tuple[Any, Any, Any]:
         """``model_init``, ``optimizer_cls_and_kwargs`` and ``compute_loss_func``, Transformers' ways to give them.
