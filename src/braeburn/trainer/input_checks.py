@@ -42,6 +42,12 @@ def check_datasets(train_dataset: Any, eval_dataset: Any, eval_strategy: str) ->
     if eval_strategy != "no" and eval_dataset is None:
         raise ValueError(f"eval_strategy={eval_strategy!r} asks for evaluation during training, but no "
                          "eval_dataset was given. Pass Trainer(..., eval_dataset=...), or --eval_strategy no.")
+    if isinstance(eval_dataset, dict):
+        raise ValueError(f"eval_dataset is a dict of {len(eval_dataset)} datasets ({', '.join(map(str, eval_dataset))}); "
+                         "braeburn's Trainer evaluates one eval_dataset during training. Pass the one the run should "
+                         "be judged on as eval_dataset, and evaluate the others after training with "
+                         "trainer.evaluate(eval_dataset={name: dataset, ...}) (metrics eval_<name>_loss, as "
+                         "Transformers names them).")
     if eval_strategy != "no" and not hasattr(eval_dataset, "__len__"):
         _refuse_iterable(eval_dataset, "eval_dataset")
     if eval_strategy != "no" and len(eval_dataset) == 0:

@@ -46,7 +46,7 @@ def run_names(trainer: "Trainer") -> dict[str, str]:
     if trainer._plot.left_alone is None:
         names[PLOT_FILE] = "this run draws its training curves there (it is replaced at the end)"
     if log.tensorboard:
-        board = _top_name(out, Path(log.tensorboard_dir or out / "tensorboard").expanduser())
+        board = _top_name(out, Path(log.tensorboard_dir or out / log.default_dir).expanduser())
         if board is not None:
             names[board] = "this run writes TensorBoard's event files into it (--logging_dir chooses another folder)"
     return names

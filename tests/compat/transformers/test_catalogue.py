@@ -80,11 +80,12 @@ register("max_grad_norm=0 (no clipping, grad_norm still logged)", args=dict(max_
 register("max_grad_norm=0.01", args=dict(max_grad_norm=0.01, max_steps=3))
 register("weight_decay=0.1", args=dict(weight_decay=0.1, max_steps=4))
 register("label_smoothing_factor=0.1", args=dict(label_smoothing_factor=0.1, max_steps=3))
-register("seed=123", args=dict(seed=123, max_steps=3))
+register("seed=123 (shuffled: the seed orders the data)", args=dict(seed=123, max_steps=3,
+                                                                  train_sampling_strategy="random"))
 register("optim='adamw_torch'", args=dict(optim="adamw_torch", max_steps=3))
 register("optim='sgd' with optim_args", args=dict(optim="sgd", optim_args="momentum=0.9", max_steps=3))
 register("adam_beta2=0.98, adam_epsilon=1e-6", args=dict(adam_beta2=0.98, adam_epsilon=1e-6, max_steps=3))
-register("per_device_train_batch_size=8, dataloader_drop_last=True",
+register("per_device_train_batch_size=6, dataloader_drop_last=True",
          args=dict(per_device_train_batch_size=6, dataloader_drop_last=True, num_train_epochs=1))
 register("dataloader_pin_memory=False", args=dict(dataloader_pin_memory=False, max_steps=2))
 register("train_sampling_strategy='sequential'", args=dict(max_steps=4))

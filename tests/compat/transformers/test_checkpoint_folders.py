@@ -125,3 +125,59 @@ def test_a_transformers_checkpoint_resumes_into_another_folder_as_transformers_r
         runs[name] = ([(s, loss) for s, loss in _losses(trainer) if s > step], _losses(trainer, "eval_loss")[-1:])
         assert trainer.state.global_step == 10 and (tmp_path / name / "checkpoint-10").is_dir()
     assert runs["braeburn"] == runs["transformers"] and len(runs["braeburn"][0]) == 10 - step
+
+
+class _Payload:
+    """Unpickled, it would create ``marker``: the proof that a load ran code from the file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def _state_with(**values):
+    def plant(folder: Path) -> None:
+        state = json.loads((folder / "trainer_state.json").read_text())
+        (folder / "trainer_state.json").write_text(json.dumps({**state, **values}))
+    return plant
+
+
+def _hostile_checkpoints(marker: Path) -> dict[str, tuple[str, object]]:
+    """Each change to a genuine Transformers checkpoint, and the file its one line names."""
+    def saved(name: str, value: object):
+        return lambda folder: torch.save(value, folder / name)
+    return {"code in optimizer.pt": ("optimizer.pt", saved("optimizer.pt", {"state": _Payload(marker)})),
+            "code in rng_state.pth": ("rng_state.pth", saved("rng_state.pth", {"python": _Payload(marker)})),
+            "code in scheduler.pt": ("scheduler.pt", saved("scheduler.pt", _Payload(marker))),
+            "optimizer.pt of another shape": ("optimizer.pt", saved("optimizer.pt", {"state": {}, "param_groups": "x"})),
+            "scheduler.pt of another shape": ("scheduler.pt", saved("scheduler.pt", {"last_epoch": 1})),
+            "rng_state.pth without numpy's state": ("rng_state.pth", saved("rng_state.pth", {"python": 1, "cpu": 2})),
+            "a negative global_step": ("trainer_state.json", _state_with(global_step=-5)),
+            "a boolean global_step": ("trainer_state.json", _state_with(global_step=True)),
+            "a NaN epoch": ("trainer_state.json", _state_with(epoch=float("nan"))),
+            "log_history of numbers": ("trainer_state.json", _state_with(log_history=[1, 2])),
+            "a text best_metric": ("trainer_state.json", _state_with(best_metric="high"))}
+
+
+def test_a_hostile_transformers_checkpoint_runs_no_code_and_is_refused_in_one_line(peer_env, tmp_path):
+    """A Transformers checkpoint whose files were planted or garbled: nothing in it runs, and the resume stops in one
+    CheckpointError naming the file (not a KeyError or TypeError from inside the load, nor a run resumed at a
+    negative step)."""
+    import shutil
+
+    _train(transformers, tmp_path / "peer")
+    genuine, marker = tmp_path / "peer" / "checkpoint-2", tmp_path / "ran"
+    for index, (what, (name, plant)) in enumerate(_hostile_checkpoints(marker).items()):
+        folder = tmp_path / f"hostile-{index}"
+        shutil.copytree(genuine, folder)
+        plant(folder)
+        _reset_accelerate()
+        args = braeburn.TrainingArguments(output_dir=str(tmp_path / f"out-{index}"), per_device_train_batch_size=4,
+                                          num_train_epochs=1, seed=3, report_to="none", disable_tqdm=True)
+        trainer = braeburn.Trainer(model=_bert(), args=args, train_dataset=Tokens(16))
+        with pytest.raises(CheckpointError, match=f"whose {re.escape(name)} cannot be read") as refused:
+            trainer.train(resume_from_checkpoint=str(folder))
+        assert "\n" not in str(refused.value), what
+        assert not marker.exists(), what

@@ -119,3 +119,52 @@ def test_run_glue_like_run_keeps_the_transformers_best_checkpoint(peer_env, tmp_
     assert ours[:2] == theirs[:2] and ours[3] == theirs[3]
     assert ours[2].keys() == theirs[2].keys()
     assert all(torch.equal(ours[2][k], theirs[2][k]) for k in ours[2])
+
+
+def test_data_seed_orders_the_training_set_as_the_transformers_trainer(peer_env, tmp_path):
+    """data_seed seeds the training order (Transformers hands it to Accelerate's seedable sampler); the run's seed
+    still draws the weights and dropout. Another order than the plain seed's, and bitwise the peer's."""
+    runs = {}
+    for name, lib in PEERS.items():
+        trainer = _trainer(lib, tmp_path / name, data_seed=5, num_train_epochs=3)
+        trainer.train()
+        runs[name] = (_losses(trainer), _losses(trainer, "eval_loss"))
+    plain = _trainer(braeburn, tmp_path / "plain", num_train_epochs=3)
+    plain.train()
+    assert _losses(plain) != runs["braeburn"][0]
+    assert runs["braeburn"] == runs["transformers"]
+
+
+def test_dataloader_drop_last_drops_the_short_last_evaluation_batch_as_the_transformers_trainer(peer_env, tmp_path):
+    """Transformers' get_eval_dataloader and get_test_dataloader drop a short last batch under
+    dataloader_drop_last, as its training loader does: 12 evaluation samples in batches of 5 are 10 evaluated."""
+    runs = {}
+    for name, lib in PEERS.items():
+        trainer = _trainer(lib, tmp_path / name, dataloader_drop_last=True, per_device_eval_batch_size=5)
+        trainer.train()
+        prediction = trainer.predict(Points(7, 3))
+        runs[name] = (_losses(trainer), _losses(trainer, "eval_loss"), prediction.predictions.shape,
+                      prediction.label_ids.tolist())
+    assert runs["braeburn"][2] == (5, 2)
+    assert runs["braeburn"] == runs["transformers"]
+
+
+def test_evaluate_on_a_dict_of_datasets_is_the_transformers_trainers(peer_env, tmp_path):
+    """evaluate(eval_dataset={"a": ..., "b": ...}) evaluates each, its metrics prefixed eval_a_, eval_b_, each logged
+    (it was a KeyError from inside the DataLoader); as the Trainer's eval_dataset, a dict is refused before
+    training in one line that names the way."""
+    runs = {}
+    for name, lib in PEERS.items():
+        trainer = _trainer(lib, tmp_path / name, eval_strategy="no", num_train_epochs=1, gradient_accumulation_steps=1)
+        trainer.train()
+        metrics = trainer.evaluate(eval_dataset={"a": Points(6, 3), "b": Points(5, 4)})
+        runs[name] = ({k: v for k, v in metrics.items() if not k.endswith(("_runtime", "_per_second"))},
+                      [{k: v for k, v in r.items() if not k.endswith(("_runtime", "_per_second"))}
+                       for r in trainer.state.log_history])
+    assert {"eval_a_loss", "eval_b_loss"} <= set(runs["braeburn"][0])
+    assert runs["braeburn"] == runs["transformers"]
+    trainer = _trainer(braeburn, tmp_path / "dict", eval_strategy="epoch")
+    trainer.eval_dataset = {"a": Points(6, 3), "b": Points(5, 4)}
+    with pytest.raises(ValueError, match=r"eval_dataset is a dict of 2 datasets .*trainer.evaluate\(eval_dataset="):
+        trainer.train()
+    assert not (tmp_path / "dict" / "metrics.jsonl").exists()

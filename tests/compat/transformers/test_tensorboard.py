@@ -78,3 +78,39 @@ def test_a_link_at_the_runs_folder_is_not_followed(fake_tensorboard, tmp_path, m
     _, error = run.quietly(trainer.train)
     assert error is None and fake_tensorboard == [] and list(elsewhere.iterdir()) == []
     assert "TensorBoard logging is off" in run.printed
+
+
+class _FolderWriter(_Writer):
+    """As torch's SummaryWriter: it makes its log_dir and an event file there."""
+
+    def __init__(self, log_dir=None, **kwargs):
+        super().__init__(log_dir, **kwargs)
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        (Path(log_dir) / "events.out.tfevents.0").touch()
+
+
+def test_the_runs_folder_is_the_name_output_dir_checks_and_records(fake_tensorboard, tmp_path, monkeypatch,
+                                                                   no_launcher_env, one_thread):
+    """TensorBoard writes into output_dir/runs: a user's runs/ there refuses the run before training (as any name the
+    run writes); a user's tensorboard/ folder is not the run's, so it neither refuses the run nor is set aside with
+    the run's files by a rerun (it was: the record named tensorboard, the folder braeburn's own Trainer uses)."""
+    pytest.importorskip("transformers")
+    monkeypatch.setitem(sys.modules["torch.utils.tensorboard"].__dict__, "SummaryWriter", _FolderWriter)
+    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    run = _runs.Run("braeburn", tmp_path)
+    out = run.folder / "out"
+    (out / "runs").mkdir(parents=True)
+    (out / "runs" / "notes.txt").write_text("a user's")
+    _, error = run.quietly(run.trainer(run.args(max_steps=1, report_to="tensorboard"), record=False).train)
+    assert type(error).__name__ == "ForeignFileError" and "runs" in str(error) and "TensorBoard" in str(error)
+    (out / "runs" / "notes.txt").unlink()
+    (out / "runs").rmdir()
+    for attempt in range(2):  # a first run, then a rerun that sets the first aside
+        if attempt:
+            (out / "tensorboard").mkdir()
+            (out / "tensorboard" / "mine.txt").write_text("a user's")
+        _, error = run.quietly(run.trainer(run.args(max_steps=1, report_to="tensorboard"), record=False).train)
+        assert error is None
+    assert (out / "tensorboard" / "mine.txt").read_text() == "a user's"
+    assert [p.name for p in (out / "previous-run-1").iterdir() if p.name == "runs"] == ["runs"]

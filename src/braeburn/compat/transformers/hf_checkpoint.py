@@ -63,12 +63,14 @@ def resume(trainer: Any, folder: Path, loader: Any) -> None:
     """Load ``folder`` into the prepared run of ``trainer`` (model, optimizer, schedule, state, data position,
     random states)."""
     acc = trainer.accelerator
-    _load_weights(acc.unwrap_model(trainer.prepared_model()), folder)
-    trainer.optimizer.load_state_dict(_regrouped(_load(folder / "optimizer.pt"), trainer.optimizer,
-                                                 acc.unwrap_model(trainer.prepared_model()), folder))
-    trainer.lr_scheduler.load_state_dict(_per_group(_load(folder / "scheduler.pt"), len(trainer.optimizer.param_groups),
-                                                    folder))
+    model = acc.unwrap_model(trainer.prepared_model())
+    _load_weights(model, folder)
     saved = _trainer_state(folder / "trainer_state.json")
+    _applied(folder / "optimizer.pt", lambda: trainer.optimizer.load_state_dict(
+        _regrouped(_load(folder / "optimizer.pt"), trainer.optimizer, model, folder)))
+    _applied(folder / "scheduler.pt", lambda: trainer.lr_scheduler.load_state_dict(
+        _per_group(_load(folder / "scheduler.pt"), len(trainer.optimizer.param_groups), folder)))
+    random_states = _load(folder / "rng_state.pth", numpy_arrays=True)
     state = trainer.state
     state.global_step, state.epoch = saved["global_step"], float(saved["epoch"])
     state.log_history = list(saved.get("log_history", []))
@@ -78,7 +80,7 @@ def resume(trainer: Any, folder: Path, loader: Any) -> None:
     state.samples_seen = state.global_step * trainer._samples_per_batch * trainer.config.gradient_accumulation_steps
     loader.load_state_dict({"epoch": epochs_done,
                             "batches_yielded": steps_in_epoch * trainer.config.gradient_accumulation_steps})
-    _set_random_states(_load(folder / "rng_state.pth", numpy_arrays=True), acc.plan.device)
+    _applied(folder / "rng_state.pth", lambda: _set_random_states(random_states, acc.plan.device))
     acc.print(f"braeburn: resumed from Transformers' checkpoint {folder} at step {state.global_step} "
               f"(epoch {state.epoch:g}); braeburn's checkpoints of this run go into {trainer.output_dir}")
 
@@ -86,10 +88,31 @@ def resume(trainer: Any, folder: Path, loader: Any) -> None:
 def _trainer_state(path: Path) -> dict[str, Any]:
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(saved.get("global_step"), int) or not isinstance(saved.get("epoch"), (int, float)):
-            raise ValueError("no whole global_step and numeric epoch")
+        if not isinstance(saved, dict):
+            raise ValueError("not a JSON object")
+        step, epoch = saved.get("global_step"), saved.get("epoch")
+        if type(step) is not int or step < 0:
+            raise ValueError(f"global_step {step!r} is not a whole number of steps")
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, float)) or not 0 <= epoch < float("inf"):
+            raise ValueError(f"epoch {epoch!r} is not a finite number of epochs")
+        history, best = saved.get("log_history", []), saved.get("best_metric")
+        if not isinstance(history, list) or not all(isinstance(record, dict) for record in history):
+            raise ValueError("log_history is not a list of records")
+        if best is not None and (isinstance(best, bool) or not isinstance(best, (int, float))):
+            raise ValueError(f"best_metric {best!r} is not a number")
         return saved
-    except (OSError, ValueError, AttributeError) as error:
+    except (OSError, ValueError) as error:
+        raise _unreadable(path, error) from None
+
+
+def _applied(path: Path, apply: Any) -> None:
+    """``apply()``, which puts the plain data read from ``path`` into the run; data of another shape than
+    Transformers writes (a missing key, a wrong type) is said in one line naming the file."""
+    try:
+        apply()
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as error:
         raise _unreadable(path, error) from None
 
 

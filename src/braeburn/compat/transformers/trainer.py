@@ -23,6 +23,7 @@ from ...trainer import loop as core
 from ...trainer.checkpoint import CheckpointError
 from ...trainer.outputs import EvalPrediction, PredictionOutput, TrainOutput
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
+from ..accelerate.options import DataLoaderConfiguration
 from . import hf_checkpoint
 from .arguments import TrainingArguments, from_transformers_arguments, is_transformers_arguments
 from .callbacks import adapt_callback
@@ -67,6 +68,17 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
                          callbacks=callbacks, accelerator=accelerator)
         self._call_hf_hook("on_init_end")
 
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
+        """As Transformers' evaluate: a dict of datasets is evaluated one by one, each named in its metrics'
+        prefix (``eval_<name>_loss``), each logged as it ends."""
+        if isinstance(eval_dataset, dict):
+            metrics: dict[str, float] = {}
+            for name, dataset in eval_dataset.items():
+                metrics.update(self.evaluate(dataset, ignore_keys, f"{metric_key_prefix}_{name}"))
+            return metrics
+        return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+
     # -- the core's hooks --------------------------------------------------------------------------------
     def _resolve_parts(self, model: Any, optimizer: Any, loss_fn: Any) -> tuple[Any, Any, Any]:
         """``model_init``, ``optimizer_cls_and_kwargs`` and ``compute_loss_func``, Transformers' ways to give them.
@@ -80,14 +92,23 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
         return model, optimizer, loss_fn
 
     def _make_accelerator(self) -> Accelerator:
-        """The Accelerate-compatible Accelerator, the accumulation passed as Transformers passes it."""
-        return Accelerator(**accumulation_as_plugin(self.config.accelerator_options()))
+        """The Accelerate-compatible Accelerator, the accumulation passed as Transformers passes it, and data_seed
+        as Transformers passes it (DataLoaderConfiguration(data_seed=...): it seeds the training order)."""
+        options = accumulation_as_plugin(self.config.accelerator_options())
+        if self.config.data_seed is not None:
+            options["dataloader_config"] = DataLoaderConfiguration(data_seed=self.config.data_seed)
+        return Accelerator(**options)
 
     def _adapt_callback(self, callback: Any) -> Any:
         return adapt_callback(callback, self)
 
     def _eval_losses(self) -> SampleLosses:
         return SampleLosses(self.accelerator)
+
+    def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool, train: bool | None = None) -> Any:
+        """A DataLoader as braeburn's, but dataloader_drop_last drops a short last batch from the evaluation and
+        prediction loaders too, as Transformers' get_eval_dataloader and get_test_dataloader do."""
+        return super()._loader(dataset, batch_size, shuffle, train=True if self.config.dataloader_drop_last else train)
 
     def _loader_generator(self) -> None:
         """None: each DataLoader iteration (an epoch, an evaluation) draws its worker seed from torch's global
