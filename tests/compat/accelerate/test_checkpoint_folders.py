@@ -113,3 +113,25 @@ def test_total_limit_never_removes_a_checkpoint_another_live_process_holds(tmp_p
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_total_limit_keeps_an_old_checkpoint_whose_lock_name_is_a_planted_link(tmp_path, no_launcher_env, capsys):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    config = ProjectConfiguration(project_dir=str(tmp_path / "project"), automatic_checkpoint_naming=True,
+                                  total_limit=1)
+    accelerator = Accelerator(cpu=True, project_config=config)
+    accelerator.prepare(torch.nn.Linear(2, 2))
+    accelerator.save_state()
+    accelerator.save_state()  # checkpoint_0's lock released: a link is planted at its name
+    checkpoints = tmp_path / "project" / "checkpoints"
+    assert not (checkpoints / "checkpoint_0").exists()
+    shutil.copytree(checkpoints / "checkpoint_1", checkpoints / "checkpoint_0")
+    (checkpoints / ".checkpoint_0.braeburn.lock").symlink_to(outside)
+    accelerator.save_state()  # saves; the old folder behind the link is kept, one line says why
+    assert sorted(p.name for p in checkpoints.iterdir() if not p.name.startswith(".")) == ["checkpoint_0",
+                                                                                       "checkpoint_2"]
+    assert outside.read_text() == "keep"
+    assert any("checkpoint_0 past total_limit" in line and "symbolic link" in line
+               for line in capsys.readouterr().out.splitlines())
+    accelerator.end_training()

@@ -177,11 +177,15 @@ def _remove_unless_held(folder: Path) -> None:
     same project_dir that still saves there): that folder is kept, and one line says so."""
     from ...checkpoints import no_follow, output_lock
 
+    lock_file = folder.parent / f".{folder.name}{output_lock.LOCK_FILE}"
     try:
         output_lock.acquire(folder, "removing an old checkpoint (total_limit)", state_folder=True)
     except output_lock.OutputDirBusyError:
         say_once(f"braeburn: save_state() kept {folder} past total_limit: another live process holds it "
-                 f"({output_lock.describe_holder(folder.parent / f'.{folder.name}{output_lock.LOCK_FILE}')})")
+                 f"({output_lock.describe_holder(lock_file)})")
+        return
+    except no_follow.PlantedLinkError as error:  # (the save itself succeeded: the old folder is only kept)
+        say_once(f"braeburn: save_state() kept {folder} past total_limit: {error}")
         return
     try:
         no_follow.remove_tree(folder)  # (a mount point inside: refused, nothing removed)
