@@ -104,10 +104,17 @@ def test_a_rerun_of_an_automatic_naming_script_refuses_instead_of_replacing(tmp_
     for _ in range(3):  # checkpoint_0 rotated away: a rerun's first save would be, then run 1's replaced
         first.save_state()
     before = {p.name: (p / "manifest.json").read_bytes() for p in (tmp_path / "checkpoints").glob("checkpoint_*")}
-    with pytest.raises(FileExistsError, match=r"checkpoint_2' already exists at or after this save's iteration 0"):
-        script().save_state()
+    rerun = script()
+    rerun.load_state()  # (does not move the iteration, as in Accelerate: the refusal used to advise it)
+    with pytest.raises(FileExistsError, match=r"checkpoint_2' already exists at or after this save's iteration 0"
+                       r".*iteration = 3 before the first save_state\(\) \(load_state\(\) does not change it") as raised:
+        rerun.save_state()
+    assert "or load_state() the earlier run first" not in str(raised.value)
     assert sorted(before) == ["checkpoint_1", "checkpoint_2"]
     assert {p.name: (p / "manifest.json").read_bytes() for p in (tmp_path / "checkpoints").glob("checkpoint_*")} == before
+    rerun.project_configuration.iteration = 3  # the way out the refusal names works
+    rerun.save_state()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("checkpoint_*")) == ["checkpoint_2", "checkpoint_3"]
 
 
 def test_no_tree_removal_crosses_a_mount_point(tmp_path, monkeypatch):

@@ -181,7 +181,9 @@ class ShardSampler(Sampler[int]):
     "drawn" as torch's RandomSampler without a generator (Accelerate's default on one process): each epoch's seed is
     drawn from torch's generator when the epoch starts (kept in ``seed``, so that a resumed epoch replays it without
     drawing); "stream" as one generator seeded with ``seed`` giving a permutation per epoch (Accelerate's default on
-    several processes, whose RandomSampler gets a generator seeded when the loader is prepared).
+    several processes, whose RandomSampler gets a generator seeded when the loader is prepared); "loader generator" as
+    ``DataLoader(shuffle=True, generator=g)`` with ``g`` seeded with ``seed``: each epoch ``g`` gives the iteration's
+    base seed, then the permutation.
     """
 
     def __init__(self, dataset_len: int, *, batch_size: int, num_replicas: int = 1, rank: int = 0,
@@ -220,14 +222,22 @@ class ShardSampler(Sampler[int]):
             if not self._resuming:  # what RandomSampler draws at the start of an epoch (a resumed one drew it before)
                 self.seed = int(torch.empty((), dtype=torch.int64).random_().item())
             generator.manual_seed(self.seed)
-        elif self.order == "stream":
+        elif self.order in ("stream", "loader generator"):
             generator.manual_seed(self.seed)
-            # RandomSampler takes two permutations an epoch (the second for num_samples % n, here none of it)
-            for _ in range(2 * self.epoch):
+            # RandomSampler takes two permutations an epoch (the second for num_samples % n, here none of it); a
+            # DataLoader's own generator (DataLoader(generator=g)) also gives each iteration its base seed first
+            for _ in range(self.epoch):
+                self._base_seed_draw(generator)
                 torch.randperm(self.dataset_len, generator=generator)
+                torch.randperm(self.dataset_len, generator=generator)
+            self._base_seed_draw(generator)
         else:
             generator.manual_seed(self.seed + self.epoch)
         return torch.randperm(self.dataset_len, generator=generator).tolist()
+
+    def _base_seed_draw(self, generator: torch.Generator) -> None:
+        if self.order == "loader generator":
+            torch.empty((), dtype=torch.int64).random_(generator=generator)
 
     def rank_indices(self) -> list[int]:
         order, chunk, mine = self.global_order(), self.num_replicas * self.batch_size, []

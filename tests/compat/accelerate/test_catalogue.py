@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
 
 from tests.compat.accelerate._peers import both, dataset, loader, model, setup, step, weights
-from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_refused
+from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose, assert_refused
 
 CATALOGUE = Catalogue("accelerate")
 idiom = CATALOGUE.idiom
@@ -217,7 +217,7 @@ def _set_seed(tmp_path):
         net, optimizer, data, other = accelerator.prepare(net, optimizer, loader(shuffle=True),
                                                           loader(n=6, batch_size=3, shuffle=True))
         losses = [step(accelerator, net, optimizer, batch) for _ in range(2) for batch in data]
-        return Observation(losses=losses, extra={"other": [b[1].tolist() for _ in range(2) for b in other]})
+        return Observation(losses=losses, extra={"other": [b[0].tolist() for _ in range(2) for b in other]})
 
     _identical(script, tmp_path)
 
@@ -428,11 +428,43 @@ def _dataloader_configuration(tmp_path):
     def script(lib, folder):
         config = lib.DataLoaderConfiguration(use_seedable_sampler=True)
         accelerator, net, optimizer, data = setup(lib, data=loader(shuffle=True), dataloader_config=config)
-        order = [batch[1].tolist() for _ in range(2) for batch in data]
+        order = [batch[0].tolist() for _ in range(2) for batch in data]
         return Observation(extra={"flags": [accelerator.use_seedable_sampler, accelerator.even_batches,
                                             accelerator.split_batches], "order": order})
 
     _identical(script, tmp_path)
+
+
+def _generator_orders(lib, generator):
+    accelerator = lib.Accelerator()
+    data = dataset(n=12)
+    prepared = accelerator.prepare(DataLoader(data, batch_size=4, shuffle=True, generator=generator),
+                                   DataLoader(data, batch_size=5, sampler=torch.utils.data.RandomSampler(
+                                       data, generator=torch.Generator().manual_seed(5))))
+    return Observation(extra={"orders": [[b[0].tolist() for _ in range(2) for b in loader] for loader in prepared],
+                              "next random": torch.rand(2).tolist()})
+
+
+@idiom("DataLoader(shuffle=True, generator=torch.Generator().manual_seed(123)) / sampler=RandomSampler(data, "
+       "generator=...) prepared", "identical", "the same shuffled order every epoch (the generator's, from its seed), "
+       "the same random numbers after")
+def _users_generator(tmp_path):
+    _identical(lambda lib, folder: _generator_orders(lib, torch.Generator().manual_seed(123)), tmp_path)
+
+
+@idiom("DataLoader(shuffle=True, generator=g) where g was drawn from after g.manual_seed(...)", "on purpose",
+       "one line: the order follows the generator from its seed, where Accelerate's continues from where it stands")
+def _users_drawn_generator(tmp_path):
+    def script(lib, folder):
+        generator = torch.Generator().manual_seed(123)
+        torch.rand(1, generator=generator)
+        return _generator_orders(lib, generator)
+
+    peer, ours, said = both(script, tmp_path)
+    assert_on_purpose(said, "drawn from after it was seeded")
+    assert peer.extra["orders"][0] != ours.extra["orders"][0]
+    assert_identical(Observation(extra={"rest": peer.extra["orders"][1:]}),
+                     Observation(extra={"rest": ours.extra["orders"][1:]}))
 
 
 # -- the process helpers on one process ----------------------------------------------------------------
@@ -521,8 +553,8 @@ def _skip_first_batches(tmp_path):
         accelerator = lib.Accelerator()
         seen = []
         for data in accelerator.prepare(loader(n=12, batch_size=2), loader(n=12, batch_size=2, shuffle=True)):
-            seen += [[b[1].tolist() for b in lib.skip_first_batches(data, 2)],
-                     [b[1].tolist() for b in accelerator.skip_first_batches(data, 4)], [b[1].tolist() for b in data]]
+            seen += [[b[0].tolist() for b in lib.skip_first_batches(data, 2)],
+                     [b[0].tolist() for b in accelerator.skip_first_batches(data, 4)], [b[0].tolist() for b in data]]
         return Observation(extra={"seen": seen, "next random": torch.rand(2).tolist()})
 
     _identical(script, tmp_path)

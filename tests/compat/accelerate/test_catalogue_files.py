@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.compat.accelerate._peers import both, files, loader, setup, step, weights
+from tests.compat.accelerate._peers import library as library_of
 from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose
 
 CATALOGUE = Catalogue("accelerate")
@@ -118,6 +119,68 @@ def _register_for_checkpointing(tmp_path):
                            extra={"count": counter.count})
 
     _on_purpose_files(*both(script, tmp_path))
+
+
+class _NumpyScores:
+    """A metric tracker's state, as such objects often hold it: numpy values."""
+
+    def state_dict(self):
+        import numpy
+
+        return {"best": numpy.float64(0.5), "history": numpy.arange(3)}
+
+    def load_state_dict(self, state):
+        self.best = state["best"]
+
+
+def _refused_in(tmp_path, build, idiom_words, way_out_words):
+    """Accelerate takes ``build(lib, folder)``; braeburn refuses it in one error of its own, naming the way out."""
+    from tests.compat.accelerate._peers import library, reset_accelerate, seed_all
+    from tests.compat.catalogue import assert_refused
+
+    for name in ("accelerate", "braeburn"):
+        (tmp_path / name).mkdir()
+        reset_accelerate()
+        seed_all()
+        if name == "accelerate":
+            build(library(name), tmp_path / name)
+            continue
+        with pytest.raises(Exception) as raised:
+            build(library(name), tmp_path / name)
+        assert_refused(raised.value, idiom_words, way_out_words)
+    reset_accelerate()
+
+
+@idiom("accelerator.register_for_checkpointing(obj) whose state_dict() holds numpy values + save_state / load_state",
+       "refused", "save_state() refuses it before writing (load_state() reads plain data only): return tensors, "
+       "numbers, strings, lists and dicts from state_dict()")
+def _register_numpy_state(tmp_path):
+    def build(lib, folder):
+        accelerator, net, optimizer, data = setup(lib)
+        accelerator.register_for_checkpointing(_NumpyScores())
+        accelerator.save_state(str(folder / "ckpt"))
+        accelerator.load_state(str(folder / "ckpt"))
+
+    _refused_in(tmp_path, build, ["registered object 0 (_NumpyScores)", "numpy"],
+                ["Fix: return tensors, numbers, strings, lists and dicts from state_dict()"])
+
+
+@idiom("accelerator.load_state(folder) of a folder Accelerate's save_state() wrote", "refused",
+       "resume it with Accelerate, or carry its weights over (model.safetensors, optimizer.bin: the message writes "
+       "the two lines)")
+def _load_accelerates_folder(tmp_path):
+    pytest.importorskip("accelerate")
+    written = tmp_path / "written"
+    written.mkdir()
+    saver, net, optimizer, data = setup(library_of("accelerate"))
+    saver.save_state(str(written / "ckpt"))
+
+    def build(lib, folder):
+        accelerator, net, optimizer, data = setup(lib)
+        accelerator.load_state(str(written / "ckpt"))
+
+    _refused_in(tmp_path, build, ["load_state(", "written by Accelerate's save_state()"],
+                ["Fix: resume it with Accelerate, or carry its weights over"])
 
 
 @idiom("accelerator.save_model(model, 'out') + accelerator.save(obj, 'out/extra.pt')", "identical",

@@ -113,6 +113,11 @@ SCRIPT = textwrap.dedent('''
         accelerator.wait_for_everyone()
         folder = os.path.join(os.path.dirname(out), sys.argv[1] + "_ckpt")
         r["files"] = sorted(os.listdir(folder))
+        torch.manual_seed(5)  # (the refused IterableDataset above drew nothing here, one number under Accelerate)
+        mine = accelerator.prepare(DataLoader(data(10), batch_size=2, shuffle=True,
+                                              generator=torch.Generator().manual_seed(3)))
+        r["user_generator"] = [index.tolist() for _ in range(2) for _, index in mine]
+        r["after_user_generator"] = torch.rand(2).tolist()
     r["said"] = [line for line in said.getvalue().splitlines() + [str(w.message) for w in caught]
                  if line.startswith("braeburn:") and "training on" not in line]
     with open(f"{out}.{rank}.json", "w") as handle:
@@ -237,6 +242,12 @@ def _split(ranks):
        "the same functions run on the same ranks")
 def _decorated(ranks):
     _compare(ranks, "decorated")
+
+
+@idiom("2 processes: DataLoader(shuffle=True, generator=torch.Generator().manual_seed(3)) prepared", "identical",
+       "the same samples per rank and epoch (the generator's order, from its seed), the same random numbers after")
+def _users_generator(ranks):
+    _compare(ranks, "user_generator", "after_user_generator")
 
 
 @idiom("2 processes: accelerator.save_state(folder)", "on purpose",

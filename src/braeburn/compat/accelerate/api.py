@@ -241,11 +241,14 @@ class AccelerateCompat(AccelerateCheckpointing):
         """A shuffled DataLoader (a RandomSampler without a generator) is shuffled as Accelerate's default does
         (use_seedable_sampler=False, no seed=/data_seed given): on one process a seed drawn from torch's generator
         at each epoch's start, as the RandomSampler itself would; on several, one drawn now on every process (rank
-        0's kept) seeding a generator whose next permutation each epoch takes."""
+        0's kept) seeding a generator whose next permutation each epoch takes. A DataLoader given generator=g: g's
+        stream from its seed, as the loader itself (and Accelerate) would draw it."""
         sampler = getattr(loader, "sampler", None)
         if (self.use_seedable_sampler or self._data_seed_given
-                or not isinstance(sampler, torch.utils.data.RandomSampler) or sampler.generator is not None):
+                or not isinstance(sampler, torch.utils.data.RandomSampler)):
             return None
+        if sampler.generator is not None:
+            return _users_generator(sampler.generator, loader)
         if self.num_processes == 1:
             return "drawn", 0
         seed = int(torch.empty((), dtype=torch.int64).random_().item())  # Accelerate's draw in prepare_data_loader
@@ -440,6 +443,22 @@ class AccelerateCompat(AccelerateCheckpointing):
         return [None for _ in objects]  # as Accelerate's release_memory: [] for no objects
 
     clear = free_memory
+
+
+def _users_generator(generator: torch.Generator, loader: Any) -> tuple[str, int]:
+    """A shuffled DataLoader with the user's generator ``g``: the order ``g`` gives it from ``g``'s seed (each epoch a
+    base seed when ``g`` is the DataLoader's own, then a permutation), rank 0's on several processes (Accelerate keeps
+    every rank's ``g`` in step with rank 0's)."""
+    from ...accelerator.core import say_once
+
+    seed = generator.initial_seed()
+    if not torch.equal(generator.get_state(), torch.Generator().manual_seed(seed).get_state()):
+        say_once(f"braeburn: prepare() got a DataLoader whose generator was drawn from after it was seeded: the "
+                 f"shuffled order follows the generator from its seed {seed}, where Accelerate's continues from where "
+                 "the generator stands; seed it just before building the DataLoader for the same order",
+                 as_warning=True)
+    order = "loader generator" if getattr(loader, "generator", None) is generator else "stream"
+    return order, pg.broadcast_int(seed)
 
 
 def _placement(device_placement: bool | None) -> None:

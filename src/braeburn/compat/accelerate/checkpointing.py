@@ -32,6 +32,7 @@ class AccelerateCheckpointing:
                      f"{SAVED_BY_BRAEBURN} where Accelerate writes random_states_<rank>.pkl (a pickle braeburn would "
                      "have to load unsafely); while this run lives, .<folder>.braeburn.lock beside the newest folder "
                      "keeps other processes from saving into it: docs/migrating.md")
+        _refuse_unreadable_states(self._custom_objects)
         if kwargs.get("safe_serialization") is False and self.is_main_process:
             say_once("braeburn: save_state(safe_serialization=False) writes the weights as model.safetensors all the "
                      "same (Accelerate writes pytorch_model.bin): braeburn writes no pickled weights")
@@ -39,6 +40,8 @@ class AccelerateCheckpointing:
 
     def load_state(self, input_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
         """Accelerate's load_state(); a prepared DataLoader saved mid-epoch resumes there, which it says."""
+        input_dir = input_dir if input_dir is not None else self._latest_automatic_checkpoint()
+        _refuse_accelerates_folder(input_dir)
         super().load_state(input_dir, **kwargs)
         for i, loader in enumerate(self._dataloaders):
             if loader.batches_yielded and self.is_main_process:
@@ -86,8 +89,9 @@ class AccelerateCheckpointing:
                 f"save_state(): the checkpoint folder {taken!r} already exists at or after this save's iteration "
                 f"{config.iteration}, "
                 "written by an earlier run in this project_dir; braeburn does not replace it, as Accelerate does "
-                "not. Pass another project_dir, set accelerator.project_configuration.iteration to the next free "
-                "number (or load_state() the earlier run first), or move the checkpoints folder away."))
+                "not. Pass another project_dir, set accelerator.project_configuration.iteration = "
+                f"{int(Path(taken).name.split('_')[-1]) + 1} before the first save_state() (load_state() does not "
+                "change it, as in Accelerate), or move the checkpoints folder away."))
         return folder
 
     def _after_automatic_save(self, output_dir: Any) -> None:
@@ -97,13 +101,13 @@ class AccelerateCheckpointing:
         config.iteration += 1
         folder = Path(output_dir).parent
         if config.total_limit is not None and self.is_main_process:
-            from ...checkpoints import no_follow, ownership
+            from ...checkpoints import ownership
 
             found = sorted((p for p in folder.glob("checkpoint_*") if p.name.split("_")[-1].isdigit()
                             and ownership.saved_state(p)),  # its manifest says braeburn saved it
                            key=lambda p: int(p.name.split("_")[-1]))
             for old in found[:max(0, len(found) - config.total_limit)]:
-                no_follow.remove_tree(old)  # (a mount point inside: refused, nothing removed)
+                _remove_unless_held(old)
         self._release_older_checkpoint_locks(os.path.abspath(output_dir))
 
     def _release_older_checkpoint_locks(self, newest: str) -> None:
@@ -125,6 +129,68 @@ class AccelerateCheckpointing:
             raise ValueError("load_state() needs a folder: pass load_state(input_dir) (no automatically named "
                              f"checkpoint was found in {folder})")
         return str(found[-1])
+
+
+def _refuse_unreadable_states(objects: list[Any]) -> None:
+    """Before anything is written: each registered object's state_dict() must be what load_state() reads back
+    (``torch.load(weights_only=True)``: tensors and plain data), else the saved state could never be resumed."""
+    import io
+    import pickle
+    import re
+
+    import torch
+
+    for i, obj in enumerate(objects):
+        buffer = io.BytesIO()
+        torch.save(obj.state_dict(), buffer)
+        buffer.seek(0)
+        try:
+            torch.load(buffer, weights_only=True)
+        except pickle.UnpicklingError as error:
+            found = re.search(r"GLOBAL ([\w.]+)", str(error))
+            what = f"objects pickled as {found.group(1)}" if found else "objects other than tensors and plain data"
+            raise ValueError(
+                f"save_state(): the state_dict() of registered object {i} ({type(obj).__name__}) holds {what}, which "
+                f"load_state() would refuse to read back from custom_checkpoint_{i}.pkl (braeburn loads plain data "
+                "only: unpickling other objects could run code; Accelerate loads it with weights_only=False). "
+                "Nothing was written. Fix: return tensors, numbers, strings, lists and dicts from state_dict() (a "
+                "numpy array: torch.from_numpy(a) or a.tolist(); a numpy number: float(x); a dataclass: "
+                "dataclasses.asdict(d))") from None
+
+
+def _refuse_accelerates_folder(folder: Any) -> None:
+    """A folder Accelerate's save_state() wrote (its random_states_<rank>.pkl, no accelerator.pt) named as such."""
+    path = Path(folder)
+    if (path / "accelerator.pt").exists() or not any(path.glob("random_states_*.pkl")):
+        return
+    raise ValueError(
+        f"load_state({str(folder)!r}): this folder was written by Accelerate's save_state() (random_states_<rank>.pkl, "
+        "no accelerator.pt), which braeburn does not resume: its random states are a pickle that only an unsafe "
+        "unpickling reads, and it lacks the loader positions an exact resume needs. Fix: resume it with Accelerate, "
+        "or carry its weights over: accelerator.unwrap_model(model).load_state_dict(safetensors.torch.load_file("
+        f"{str(path / 'model.safetensors')!r})), optimizer.load_state_dict(torch.load({str(path / 'optimizer.bin')!r}, "
+        "weights_only=True)); then save_state() writes a folder braeburn resumes")
+
+
+def _remove_unless_held(folder: Path) -> None:
+    """total_limit's removal of an old checkpoint, unless another live process holds its lock (a second run in the
+    same project_dir that still saves there): that folder is kept, and one line says so."""
+    from ...checkpoints import no_follow, output_lock
+
+    lock_file = folder.parent / f".{folder.name}{output_lock.LOCK_FILE}"
+    try:
+        output_lock.acquire(folder, "removing an old checkpoint (total_limit)", state_folder=True)
+    except output_lock.OutputDirBusyError:
+        say_once(f"braeburn: save_state() kept {folder} past total_limit: another live process holds it "
+                 f"({output_lock.describe_holder(lock_file)})")
+        return
+    except no_follow.PlantedLinkError as error:  # (the save itself succeeded: the old folder is only kept)
+        say_once(f"braeburn: save_state() kept {folder} past total_limit: {error}")
+        return
+    try:
+        no_follow.remove_tree(folder)  # (a mount point inside: refused, nothing removed)
+    finally:
+        output_lock.release(folder)
 
 
 __all__ = ["AccelerateCheckpointing", "SAVED_AS_ACCELERATE", "SAVED_BY_BRAEBURN"]
