@@ -171,6 +171,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow  # 24 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_an_old_module_path_leaves_the_module_its_own_spec(tmp_path):
     """Importing an old path gives the module under both names, but the module keeps its own __spec__: a relative
     import inside its functions does not warn (an error under -W error), and importlib.reload runs its code again."""

@@ -186,6 +186,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # 11 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 @pytest.mark.parametrize("host, bad_input, words", [case[1:] for case in CASES], ids=[case[0] for case in CASES])
 def test_bad_input_gives_one_clear_error(tmp_path, fake_host, capsys, host, bad_input, words):
     if host is not None:

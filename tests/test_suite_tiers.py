@@ -44,6 +44,7 @@ def _run(root: Path, *args: str) -> tuple[set[str], str]:
     return set(re.findall(r"::(\w+) PASSED", done.stdout)), done.stdout
 
 
+@pytest.mark.slow  # 4 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_no_path_runs_the_fast_tier_and_says_how_to_run_the_rest(suite):
     passed, out = _run(suite)
     assert passed == {"test_fast"} and "2 deselected" in out

@@ -30,6 +30,7 @@ def test_a_model_without_repeated_blocks_compiles_no_region():
     assert compile_regions(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), backend="eager") == 0
 
 
+@pytest.mark.slow  # 10 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_a_regional_decision_compiles_the_blocks_and_the_loss_with_the_same_losses_and_can_be_undone():
     from braeburn import Accelerator
 

@@ -148,6 +148,7 @@ def _add_entry(folder: Path, name: str) -> None:
 CASES = _cases()
 
 
+@pytest.mark.slow  # 5 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_a_planted_payload_never_runs_and_is_refused_clearly(tmp_path, pristine, case):
     name, strategy, plant, expected = case

@@ -262,6 +262,7 @@ def test_save_state_to_a_sibling_folder_is_not_refused_but_the_same_folder_is(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == [f".job_a{LOCK_FILE}", "job_a", "job_b"]  # killed: its record
 
 
+@pytest.mark.slow  # 10 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_no_lock_file_is_left_after_a_normal_end(tmp_path):
     save_in_another_process(tmp_path / "state", wait=False).wait(timeout=60)  # no end_training(): released at exit
     accelerator = Accelerator(cpu=True)

@@ -27,6 +27,7 @@ def _launch(tmp_path, *flags: str) -> subprocess.CompletedProcess:
                            str(tmp_path / "seen.json")], env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # 11 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_accelerate_launch_threads_and_dynamo_flags_reach_the_script(tmp_path, clean_env):
     done = _launch(tmp_path, "--num_cpu_threads_per_process", "3", "--dynamo_backend", "inductor")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -346,6 +346,7 @@ def _facts(out: Path) -> dict:
 
 @pytest.mark.parametrize("form, env", [("script", {}), ("script raising", {}), ("module", {}),
                                        ("script", {"PYTHONSAFEPATH": "1"}), ("module", {"PYTHONSAFEPATH": "1"})])
+@pytest.mark.slow  # 6 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_the_target_sees_what_a_direct_start_shows_it(tmp_path, form, env):
     """Code after the script's last line (a thread, an atexit handler) could not pickle the script's classes
     (runpy put the wrapper back as __main__); __file__ was relative; PYTHONSAFEPATH's sys.path was overwritten."""

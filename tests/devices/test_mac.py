@@ -247,6 +247,7 @@ def memory_hungry_step(memory: FakeMpsMemory, per_sample: int, error_over: int, 
     return step
 
 
+@pytest.mark.slow  # 12 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 @pytest.mark.parametrize("text", [BUFFER_ERROR, WATERMARK_OOM])
 def test_row4_both_mps_out_of_memory_errors_halve(fake_mac, text):
     tries: list[int] = []

@@ -311,6 +311,7 @@ def _train(tmp_path, name: str, precision: str, clock: FakeClock, ms: dict[str, 
 @pytest.mark.parametrize("ms, chosen", [({"no": 10.0, "bf16": 6.0, "fp16": 8.0}, "bf16"),
                                         ({"no": 10.0, "bf16": 9.9, "fp16": 6.0}, "fp16"),
                                         ({"no": 10.0, "bf16": 10.0, "fp16": 10.0}, "no")])
+@pytest.mark.slow  # 6 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_the_trial_leaves_the_run_bitwise_as_the_precision_asked_outright(fake_mac, one_thread, clock, tmp_path,
                                                                           capsys, ms, chosen):
     # The dataset and the collator draw from torch's, numpy's and python's random: the trial's batch must not
@@ -512,6 +513,7 @@ class HalfRefusingNet(ClockedNet):
     ({torch.bfloat16: TypeError("this custom layer has no half-precision path"),
       torch.float16: TypeError("this custom layer has no half-precision path")}, "no",
      "fp16 failed (TypeError: this custom layer has no half-precision path)")])
+@pytest.mark.slow  # 5 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_a_candidate_failing_with_any_error_is_passed_over(fake_mac, one_thread, clock, monkeypatch, tmp_path, capsys,
                                                            refused, chosen, words):
     # A TypeError or AssertionError under autocast crashed `auto` (only RuntimeError and ValueError were caught).

@@ -313,6 +313,7 @@ class MemoryHungry(torch.nn.Module):
         return self.linear(x)
 
 
+@pytest.mark.slow  # 4 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_auto_find_batch_size_halves_until_a_step_fits(tmp_path, capsys):
     config = TrainingConfig(output_dir=str(tmp_path), per_device_train_batch_size=16, auto_find_batch_size=True,
                             max_steps=3, save_strategy="no")

@@ -155,6 +155,7 @@ def _autobatch_run(out: Path, fail_at: int | None) -> tuple[Trainer, torch.nn.Mo
     return trainer, model
 
 
+@pytest.mark.slow  # 7 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 @pytest.mark.parametrize("step", [4, 6])  # mid-epoch, and the first step of the second epoch (5 steps an epoch)
 def test_out_of_memory_during_an_auto_find_batch_size_run_halves_the_batch_and_continues(tmp_path, cpu_only,
                                                                                         capsys, step):

@@ -91,6 +91,7 @@ def _write_mrpc(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow  # 31 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_the_text_example_from_before_the_layout_writes_loadable_checkpoints_unchanged(tmp_path):
     """The text example as it was (``from braeburn.trainer.loop import Trainer``), run unchanged: its checkpoints
     hold the model's config.json, so from_pretrained(checkpoint) loads them, as they did when it was written."""

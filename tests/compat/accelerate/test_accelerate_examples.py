@@ -23,6 +23,7 @@ def test_cv_example_with_tracking_and_epoch_checkpoints(acc_lib, tmp_path):
     assert observed["tensorboard_events"] == (importlib.util.find_spec("tensorboard") is not None)
 
 
+@pytest.mark.slow  # 6 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_checkpointing_resume_matches_uninterrupted(acc_lib, tmp_path):
     assert ports.checkpointing(acc_lib, tmp_path) == {"resumed_equals_uninterrupted": True,
                                                       "checkpoint_written": True}

@@ -623,6 +623,7 @@ def _dynamo_backend(tmp_path):
 
 
 # (last: the parameters are the idioms registered above)
+@pytest.mark.slow  # 10 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 @pytest.mark.parametrize("case", CATALOGUE.params())
 def test_idiom(case, tmp_path):
     case.run(tmp_path)

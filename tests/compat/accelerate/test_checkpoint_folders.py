@@ -87,6 +87,7 @@ def test_load_state_of_a_folder_accelerate_wrote_says_so_and_its_way_out_works(t
                        optimizer.state_dict()["state"][0]["momentum_buffer"])
 
 
+@pytest.mark.slow  # 4 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_total_limit_never_removes_a_checkpoint_another_live_process_holds(tmp_path, no_launcher_env, capsys):
     """A second run in the same project_dir, started at another iteration as the refusal of a rerun advises: its
     rotation used to remove the first run's newest checkpoint while that run lived and held its lock."""

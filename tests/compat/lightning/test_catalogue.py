@@ -382,6 +382,7 @@ refused_idiom("Trainer(callbacks=[EarlyStopping(...)])",
               lambda T, root: T(callbacks=[pl.callbacks.EarlyStopping(monitor="val_loss")]), ["EarlyStopping"])
 
 
+@pytest.mark.slow  # 32 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 @pytest.mark.parametrize("idiom", CATALOGUE.params())
 def test_lightning_idiom(idiom, tmp_path):
     idiom.run(tmp_path)

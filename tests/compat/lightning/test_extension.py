@@ -62,6 +62,7 @@ def test_the_extension_is_lightnings_callback_and_one_argument_turns_it_on():
         Braeburn(precision="fp16")
 
 
+@pytest.mark.slow  # 36 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_import_braeburn_loads_no_lightning_and_the_extension_loads_the_one_installed():
     code = ("import sys, braeburn, braeburn.lightning; assert not any(m.split('.')[0] in ('lightning', "
             "'pytorch_lightning') for m in sys.modules), 'loaded'; from braeburn.lightning import Braeburn; "
@@ -71,6 +72,7 @@ def test_import_braeburn_loads_no_lightning_and_the_extension_loads_the_one_inst
     assert out.stdout.strip().startswith("pytorch_lightning.")
 
 
+@pytest.mark.slow  # 10 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_without_lightning_the_extension_says_how_to_install_it():
     code = ("import sys\nfor name in ('lightning', 'lightning.pytorch', 'pytorch_lightning'): sys.modules[name] = None\n"
             "import braeburn.lightning\ntry:\n    braeburn.lightning.Braeburn\nexcept ImportError as error:\n"
@@ -150,6 +152,7 @@ class FasterMixed(Classifier):
         return super().training_step(batch, batch_idx)
 
 
+@pytest.mark.slow  # 8 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_on_a_mac_the_precision_is_chosen_by_measurement_and_set_in_lightnings_plugin(lightning_on_a_mac, tmp_path):
     trainer = mac_trainer(tmp_path, max_steps=1100, limit_val_batches=0)
     printed = fit_printing(trainer, FasterMixed(), classification_data(64, 8))
@@ -163,6 +166,7 @@ def test_on_a_mac_the_precision_is_chosen_by_measurement_and_set_in_lightnings_p
     assert f"precision  {trainer.precision}" in printed[printed.index("braeburn: fit summary"):]
 
 
+@pytest.mark.slow  # 6 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 def test_an_explicit_precision_is_kept_on_a_mac(lightning_on_a_mac, tmp_path):
     trainer = mac_trainer(tmp_path, max_steps=1100, precision="16-mixed", limit_val_batches=0)
     printed = fit_printing(trainer, Classifier(), classification_data(64, 8))  # long enough to be measured

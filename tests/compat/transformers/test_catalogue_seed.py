@@ -71,6 +71,7 @@ def transformers_checkpoint_resumed(tmp_path: Path) -> None:
     assert_identical(seen["transformers"], seen["braeburn"])
 
 
+@pytest.mark.slow  # 7 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 @pytest.mark.parametrize("idiom", CATALOGUE.params())
 def test_idiom(idiom, peer_env, tmp_path):
     idiom.run(tmp_path)

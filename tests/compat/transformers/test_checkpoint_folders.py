@@ -111,6 +111,7 @@ def test_arguments_that_cannot_be_pickled_leave_only_training_args_bin_out(peer_
     assert "checkpoints hold no training_args.bin" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # 4 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 @pytest.mark.parametrize("step", [3, 5], ids=["mid-epoch", "epoch-end"])
 def test_a_transformers_checkpoint_resumes_into_another_folder_as_transformers_resumes_it(peer_env, tmp_path, step):
     """Transformers' run of a dropout model (shuffled, accumulation 2, evaluated each epoch), checkpointed at every

@@ -133,6 +133,7 @@ def braeburn_lib(monkeypatch, no_launcher_env, one_thread):
     return SimpleNamespace(name="braeburn", Trainer=braeburn.Trainer, TrainingArguments=braeburn.TrainingArguments)
 
 
+@pytest.mark.slow  # 9 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
 def test_override_changes_the_weights_as_in_transformers(case, transformers_runs, braeburn_lib, tmp_path):
     _, make, overrides = next(c for c in CASES if c[0] == case)
