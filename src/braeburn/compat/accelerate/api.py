@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ...accelerator import trackers as tracking
+from ...data.loader import DeviceDataLoader
 from ...distributed import process_group as pg
 from .checkpointing import AccelerateCheckpointing
 from .state import AcceleratorState, GradientState
@@ -73,10 +74,25 @@ class GradientAccumulationPlugin:
     sync_with_dataloader: bool = True
 
 
+class AcceleratePreparedLoader(DeviceDataLoader):
+    """A prepared loader reporting Accelerate's values: its prepared map-style loader batches through a batch
+    sampler, so ``batch_size`` is None and ``drop_last`` False there (``per_process_batch_size`` is the size)."""
+
+    @property
+    def batch_size(self) -> int | None:
+        return self.original.batch_size if isinstance(self.original.dataset, torch.utils.data.IterableDataset) else None
+
+    @property
+    def drop_last(self) -> bool:
+        return self.original.drop_last if isinstance(self.original.dataset, torch.utils.data.IterableDataset) else False
+
+
 class AccelerateCompat(AccelerateCheckpointing):
     """Accelerate's public names that braeburn's Accelerator adds on top of its core (see the module doc). Its
     ``_checkpoint_dir``, ``_after_automatic_save``, ``_save_custom_objects``, ``_load_custom_objects``,
-    ``_latest_automatic_checkpoint`` and ``_end_trackers`` fill the core's hooks."""
+    ``_latest_automatic_checkpoint`` and ``_end_trackers`` fill the core's hooks; ``_loader_type`` too."""
+
+    _loader_type = AcceleratePreparedLoader
 
     # -- set up, from Accelerator.__init__ (before the core's) ------------------------------------------------
     def _init_accelerate_compat(self, log_with: Any = None, project_dir: Any = None,
