@@ -548,13 +548,14 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
 
 def find_executable_batch_size(function: Callable | None = None, starting_batch_size: int = 128,
                                reduce_batch_size_fn: Callable[[], int] | None = None) -> Callable:
-    """Decorator (Accelerate's): call ``function(batch_size, ...)``; after each out-of-memory error, free memory
-    and retry with ``reduce_batch_size_fn()`` (default: 90% of the size, as Accelerate); RuntimeError at zero.
-    The size found is kept for the next call, as in Accelerate."""
+    """Decorator (Accelerate's): call ``function(batch_size, ...)``; after each error Accelerate's
+    ``should_reduce_batch_size`` accepts (:func:`_should_reduce_batch_size`), free memory and retry with
+    ``reduce_batch_size_fn()`` (default: 90% of the size, as Accelerate); RuntimeError at zero. The size found is
+    kept for the next call, as in Accelerate."""
     if function is None:
         return functools.partial(find_executable_batch_size, starting_batch_size=starting_batch_size,
                                  reduce_batch_size_fn=reduce_batch_size_fn)
-    from ...data.batch_size import free_memory, is_out_of_memory
+    from ...data.batch_size import free_memory
 
     batch_size = starting_batch_size
     if reduce_batch_size_fn is None:
@@ -577,8 +578,8 @@ def find_executable_batch_size(function: Callable | None = None, starting_batch_
             failed = False
             try:
                 return function(batch_size, *args, **kwargs)
-            except Exception as error:  # noqa: BLE001 - anything but out-of-memory is re-raised
-                if not is_out_of_memory(error):
+            except Exception as error:  # noqa: BLE001 - anything Accelerate would not retry is re-raised
+                if not _should_reduce_batch_size(error):
                     raise
                 failed = True
             if failed:  # outside the except block, so the failed try's frames are gone
@@ -587,6 +588,19 @@ def find_executable_batch_size(function: Callable | None = None, starting_batch_
                 batch_size = reduce_batch_size_fn()
 
     return decorator
+
+
+# Accelerate's should_reduce_batch_size (accelerate/utils/memory.py): exactly these texts, in a RuntimeError of one
+# argument; "CUDA error: out of memory" (no " out of memory." with its stop) and MemoryError are raised at once there.
+_REDUCE_BATCH_SIZE_TEXTS = (" out of memory.", "MPS backend out of memory", "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
+                            "DefaultCPUAllocator: can't allocate memory", "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed")
+
+
+def _should_reduce_batch_size(error: BaseException) -> bool:
+    """Whether Accelerate's find_executable_batch_size retries after ``error`` at a smaller size."""
+    if isinstance(error, RuntimeError) and len(error.args) == 1 and isinstance(error.args[0], str):
+        return any(text in error.args[0] for text in _REDUCE_BATCH_SIZE_TEXTS)
+    return False
 
 
 def _empty_accelerator_caches() -> None:
