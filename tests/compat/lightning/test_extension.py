@@ -54,6 +54,18 @@ def test_a_whole_lightning_script_gives_lightnings_results_with_the_extension_on
     assert "  time " in printed and " in " in printed
 
 
+def test_the_summary_counts_batches_and_optimizer_steps_and_labels_the_cpus_peak_as_the_processs(tmp_path):
+    trainer = quiet_trainer(tmp_path, True, max_epochs=1, accumulate_grad_batches=3, logger=False)
+    printed = fit_printing(trainer, Classifier(), classification_data(80, 8))  # 10 batches, 4 optimizer steps
+    assert trainer.global_step == 4
+    summary = printed[printed.index("braeburn: fit summary"):]
+    time_line = next(line for line in summary.splitlines() if line.strip().startswith("time"))
+    assert " in 10 batches (4 optimizer steps; " in time_line and "ms/batch" in time_line
+    assert "steps (" not in time_line.replace("optimizer steps", "")  # no batch is called a step
+    memory = next(line for line in summary.splitlines() if line.strip().startswith("peak mem"))
+    assert memory.endswith("(process peak since start)")  # ru_maxrss: the CPU's peak cannot be reset
+
+
 def test_the_extension_is_lightnings_callback_and_one_argument_turns_it_on():
     from braeburn.lightning import Braeburn
 
@@ -126,7 +138,7 @@ def test_on_a_mac_the_extension_says_the_device_the_fallback_and_the_driver_memo
     assert "32-true, not measured: a run of 5 steps is too short" in printed  # the measurement's cost gate
     assert "Trainer(precision='bf16-mixed')" in printed and "mixed_precision=" not in printed  # Lightning's words
     summary = printed[printed.index("braeburn: fit summary"):]
-    assert "3.0 GiB held by the driver" in summary and "in 5 steps" in summary
+    assert "3.0 GiB held by the driver" in summary and "in 5 batches (5 optimizer steps; " in summary
 
 
 def test_on_a_mac_where_torch_loaded_first_one_line_names_the_fix(lightning_on_a_mac, fake_host, monkeypatch,
