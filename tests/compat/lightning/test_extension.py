@@ -90,6 +90,20 @@ def test_without_lightning_the_extension_says_how_to_install_it():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("LightningMissingError") and "pip install 'braeburn[lightning]'" in out.stdout
+    # the extra installs pytorch-lightning only: the other import name needs its own package, as the docs say
+    assert ("which installs pytorch-lightning (`import pytorch_lightning as pl`); a script that does `import "
+            "lightning as L` needs pip install lightning") in out.stdout
+
+
+def test_the_lightning_extra_installs_pytorch_lightning_and_the_docs_say_import_lightning_needs_its_own_package():
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["lightning"]
+    assert [requirement.split(">")[0] for requirement in extra] == ["pytorch-lightning"]
+    page = " ".join((ROOT / "docs" / "migrating.md").read_text().split())
+    assert "`braeburn[lightning]` installs `pytorch-lightning`" in page
+    assert "a script that does `import lightning as L` needs `pip install lightning`" in page
+    assert "Both of its import names work" not in page
 
 
 # -- a (faked) Mac: Lightning's own MPS accelerator, answering as on a Mac, with CPU tensors --------------------
