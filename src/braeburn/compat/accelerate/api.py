@@ -22,10 +22,9 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ...accelerator import trackers as tracking
-from ...data.loader import DeviceDataLoader
 from ...distributed import process_group as pg
 from .checkpointing import AccelerateCheckpointing
-from .state import AcceleratorState, GradientState
+from .state import AcceleratePreparedLoader, AcceleratorState, GradientState
 
 
 class DistributedType(str, enum.Enum):
@@ -72,19 +71,6 @@ class GradientAccumulationPlugin:
     num_steps: int = 1
     adjust_scheduler: bool = True
     sync_with_dataloader: bool = True
-
-
-class AcceleratePreparedLoader(DeviceDataLoader):
-    """A prepared loader reporting Accelerate's values: its prepared map-style loader batches through a batch
-    sampler, so ``batch_size`` is None and ``drop_last`` False there (``per_process_batch_size`` is the size)."""
-
-    @property
-    def batch_size(self) -> int | None:
-        return self.original.batch_size if isinstance(self.original.dataset, torch.utils.data.IterableDataset) else None
-
-    @property
-    def drop_last(self) -> bool:
-        return self.original.drop_last if isinstance(self.original.dataset, torch.utils.data.IterableDataset) else False
 
 
 class AccelerateCompat(AccelerateCheckpointing):
@@ -548,10 +534,9 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
 
 def find_executable_batch_size(function: Callable | None = None, starting_batch_size: int = 128,
                                reduce_batch_size_fn: Callable[[], int] | None = None) -> Callable:
-    """Decorator (Accelerate's): call ``function(batch_size, ...)``; after each error Accelerate's
-    ``should_reduce_batch_size`` accepts (:func:`_should_reduce_batch_size`), free memory and retry with
-    ``reduce_batch_size_fn()`` (default: 90% of the size, as Accelerate); RuntimeError at zero. The size found is
-    kept for the next call, as in Accelerate."""
+    """Decorator (Accelerate's): call ``function(batch_size, ...)``; after each error Accelerate retries
+    (:func:`_should_reduce_batch_size`), free memory and retry with ``reduce_batch_size_fn()`` (default: 90% of the
+    size, as Accelerate); RuntimeError at zero. The size found is kept for the next call, as in Accelerate."""
     if function is None:
         return functools.partial(find_executable_batch_size, starting_batch_size=starting_batch_size,
                                  reduce_batch_size_fn=reduce_batch_size_fn)
@@ -590,8 +575,7 @@ def find_executable_batch_size(function: Callable | None = None, starting_batch_
     return decorator
 
 
-# Accelerate's should_reduce_batch_size (accelerate/utils/memory.py): exactly these texts, in a RuntimeError of one
-# argument; "CUDA error: out of memory" (no " out of memory." with its stop) and MemoryError are raised at once there.
+# Accelerate's should_reduce_batch_size (accelerate/utils/memory.py): these texts in a one-argument RuntimeError only
 _REDUCE_BATCH_SIZE_TEXTS = (" out of memory.", "MPS backend out of memory", "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
                             "DefaultCPUAllocator: can't allocate memory", "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed")
 
