@@ -348,3 +348,12 @@ def test_a_scheduler_stepped_per_epoch_on_several_processes_is_said_in_one_line(
     printed = warnings.formatwarning(said[0].message, said[0].category, said[0].filename, said[0].lineno)
     assert printed.startswith("braeburn: the prepared ExponentialLR moves 2 steps per step() call on 2 processes")
     assert printed.count("\n") == 1  # the message alone: no file name, no source line under it
+
+
+def test_the_core_accelerators_loader_reports_the_dataloaders_batch_size_and_accelerates_reports_none():
+    from braeburn.accelerator.core import Accelerator as CoreAccelerator
+    data = _regression(n=40)
+    core = CoreAccelerator(cpu=True).prepare(DataLoader(data, batch_size=8, drop_last=True))
+    assert (core.batch_size, core.drop_last, len(data) // core.batch_size) == (8, True, 5)
+    compat = Accelerator(cpu=True).prepare(DataLoader(data, batch_size=8, drop_last=True))
+    assert (compat.batch_size, compat.drop_last, compat.per_process_batch_size) == (None, False, 8)  # Accelerate's

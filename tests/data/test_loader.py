@@ -99,8 +99,9 @@ def test_resume_mid_epoch_draws_the_same_batches():
 def test_loader_attributes_and_len():
     prepared = DeviceDataLoader(_loader(n=10, batch_size=4), CPU, num_processes=2, process_index=1, seed=0)
     assert prepared.per_process_batch_size == 4 and len(prepared.dataset) == 10 and len(prepared) == 2
-    assert prepared.batch_size is None  # Accelerate's: a map-style dataset's prepared loader batches by its sampler
+    assert prepared.batch_size == 4  # the DataLoader's (braeburn.Accelerator's loaders report Accelerate's None)
     assert prepared.total_batch_size == 8 and prepared.total_dataset_length == 10 and prepared.drop_last is False
+    assert DeviceDataLoader(_loader(n=10, batch_size=4, drop_last=True), CPU, seed=0).drop_last is True
 
 
 def test_tracker_marks_the_last_batch_and_remainder():

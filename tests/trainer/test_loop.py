@@ -103,6 +103,15 @@ def test_dict_batches_and_the_models_own_loss(tmp_path):
     assert [r["step"] for r in trainer.state.log_history if "eval_loss" in r] == [3, 6]
 
 
+def test_the_core_trainers_prepared_loader_reports_the_dataloaders_batch_size(tmp_path):
+    from braeburn.trainer import CoreTrainer, CoreTrainingConfig
+    config = CoreTrainingConfig(output_dir=str(tmp_path), max_steps=1, save_strategy="no", per_device_train_batch_size=4)
+    trainer = CoreTrainer(DictModel(), config, train_dataset=DictData())
+    trainer.train()
+    loader = trainer._train_loader
+    assert loader.batch_size == 4 and len(loader.dataset) // loader.batch_size == 8
+
+
 def test_output_without_loss_names_both_fixes(tmp_path):
     x, y = torch.randn(8, 64), torch.randint(0, 10, (8,))
     trainer = Trainer(mlp(), TrainingConfig(output_dir=str(tmp_path), max_steps=1),

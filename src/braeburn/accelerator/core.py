@@ -241,6 +241,8 @@ class Accelerator(CompileMixin):
     def _float64_batch_reason(self) -> str | None:
         return float64_batch_reason(self.plan.device.float64_cast_reason(), self._float64_model)
 
+    _loader_type: type[DeviceDataLoader] = DeviceDataLoader  # hook: braeburn.Accelerator's reports Accelerate's values
+
     def _torch_shuffle(self, loader: torch.utils.data.DataLoader) -> tuple[str, int] | None:
         """Hook (braeburn.Accelerator's): a ShardSampler order other than the seeded one, and its seed."""
 
@@ -258,10 +260,10 @@ class Accelerator(CompileMixin):
             seed = torch.initial_seed() % 2**63
             self._data_seed = pg.broadcast_int(seed) if self.num_processes > 1 else seed
         pin = self.plan.device.pin_memory_helps and self.pin_memory_allowed
-        prepared = DeviceDataLoader(loader, self.device, pin_memory=pin,
-                                    num_processes=self.num_processes, process_index=self.process_index,
-                                    seed=self._data_seed if torch_seed is None else torch_seed, tracker=self._tracker,
-                                    host=current_host(), float64_to_float32=self._float64_batch_reason, order=order)
+        prepared = self._loader_type(loader, self.device, pin_memory=pin,
+                                     num_processes=self.num_processes, process_index=self.process_index,
+                                     seed=self._data_seed if torch_seed is None else torch_seed, tracker=self._tracker,
+                                     host=current_host(), float64_to_float32=self._float64_batch_reason, order=order)
         return prepared
 
     def prepare_scheduler(self, scheduler: Any, *, once_per_step: bool = False) -> AcceleratedScheduler:

@@ -16,6 +16,7 @@ import pickle
 import random
 import re
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,16 +276,37 @@ def load_file(directory: str | os.PathLike, name: str, map_location: Any = "cpu"
                                 "schedulers and dataloaders)")
     safetensors_file.require_regular_file(path)  # (torch.load of a named pipe would wait forever)
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # torch's "Detected pickle protocol N" advice is about its loader, not the user
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:  # weights_only refused an object: loading it could run code
         from ..errors import UnsafeFileError
 
-        reason = next((line.strip().split(". ")[0] for line in str(error).splitlines()
-                       if "WeightsUnpickler error" in line), type(error).__name__)
+        found = _weights_only_refusal(error)
+        what = (f"is a pickle torch's safe loader cannot read ({found}: written by pickle, not torch.save)"
+                if found.startswith("Unsupported operand") else
+                f"holds pickled objects other than tensors and plain data ({found})")
         raise UnsafeFileError(
-            f"{path} holds pickled objects other than tensors and plain data, which braeburn refuses to load: "
-            f"unpickling them could run arbitrary code ({reason}). A file written by save_state() never "
-            "does. Delete this checkpoint, or resume from one you wrote yourself.") from None
+            f"{path} {what}, which braeburn refuses to load: unpickling it could run arbitrary code. A file written "
+            "by save_state() never does. Delete this checkpoint, or resume from one you wrote yourself.") from None
+
+
+_TORCH_ADVICE = ("Weights only load failed", "(1)", "(2)", "Check the documentation", "This file can still be loaded")
+
+
+def _weights_only_refusal(error: BaseException) -> str:
+    """What torch's weights_only loader refused, from its many-line error: "Unsupported global: GLOBAL exec ...",
+    "Trying to load unsupported GLOBAL posix.system ...", "Unsupported operand 149"; never its advice to load
+    with weights_only=False or to file an issue."""
+    for line in str(error).splitlines():
+        line = line.strip()
+        if "WeightsUnpickler error:" in line:
+            line = line.split("WeightsUnpickler error:", 1)[1].strip()
+        elif line.startswith(_TORCH_ADVICE):
+            continue
+        if line:
+            return line.split(". ")[0].rstrip(".")
+    return type(error).__name__
 
 
 # -- model weights --------------------------------------------------------------------------------

@@ -353,14 +353,13 @@ class DeviceDataLoader:
 
     @property
     def batch_size(self) -> int | None:
-        """Accelerate's value: None for a map-style dataset (its prepared loader batches through a batch sampler),
-        the DataLoader's batch_size for an IterableDataset. :attr:`per_process_batch_size` is the size itself."""
-        return self.original.batch_size if isinstance(self.original.dataset, IterableDataset) else None
+        """The DataLoader's batch_size (braeburn.Accelerator's loaders report Accelerate's value instead)."""
+        return self.original.batch_size
 
     @property
     def drop_last(self) -> bool:
-        """Accelerate's value: False for a map-style dataset (its batch sampler drops), the DataLoader's otherwise."""
-        return self.original.drop_last if isinstance(self.original.dataset, IterableDataset) else False
+        """The DataLoader's drop_last."""
+        return self.original.drop_last
 
     @property
     def total_batch_size(self) -> int | None:

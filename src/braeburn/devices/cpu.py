@@ -51,7 +51,8 @@ class CpuDevice(DeviceKind):
     def memory_stats(self) -> dict[str, int]:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         # ru_maxrss is KiB on Linux and bytes on macOS.
-        stats = {"peak_bytes": peak if sys.platform == "darwin" else peak * 1024}
+        stats = {"peak_bytes": peak if sys.platform == "darwin" else peak * 1024,
+                 "peak_is_process_lifetime": 1}  # the process's peak since it started: ru_maxrss cannot be reset
         total = _physical_memory()
         if total:
             stats["total_bytes"] = total  # the CPU device's memory is the machine's

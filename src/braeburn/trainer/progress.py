@@ -61,7 +61,8 @@ def _length(sized: object) -> int | None:
 def memory_line(stats: dict[str, int]) -> str:
     """The summary's memory line: the peak where the device counts one, else what it can tell."""
     if stats.get("peak_bytes"):
-        return f"peak mem   {human_bytes(stats['peak_bytes'])}"
+        since = " (process peak since start)" if stats.get("peak_is_process_lifetime") else ""
+        return f"peak mem   {human_bytes(stats['peak_bytes'])}{since}"
     if "allocated_bytes" not in stats:
         return "memory     not measured on this device"
     limit = ""

@@ -578,6 +578,38 @@ def _find_executable_batch_size(tmp_path):
     _identical(script, tmp_path)
 
 
+@idiom("@find_executable_batch_size around a function raising errors that only look like out-of-memory "
+       "(CUDA error: out of memory, MemoryError, a two-argument RuntimeError) or that Accelerate retries (cuDNN "
+       "not supported, the CPU allocator's, MPS's)", "identical",
+       "the same errors retried at a smaller size, the others raised at once")
+def _find_executable_batch_size_errors(tmp_path):
+    errors = [RuntimeError("CUDA error: out of memory"), MemoryError(), RuntimeError("CUDA out of memory.", "two"),
+              ValueError("CUDA out of memory."), RuntimeError("cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error"),
+              RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes"),
+              RuntimeError("MPS backend out of memory (MPS allocated: 1 GB)"),
+              torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")]
+
+    def script(lib, folder):
+        seen = []
+        for error in errors:
+            tried = []
+
+            @lib.find_executable_batch_size(starting_batch_size=64)
+            def train(batch_size):
+                tried.append(batch_size)
+                if batch_size > 40:
+                    raise error
+                return batch_size
+
+            try:
+                seen.append([train(), tried])
+            except Exception as raised:  # noqa: BLE001 - what escaped is the observation
+                seen.append([type(raised).__name__, str(raised), tried])
+        return Observation(extra={"seen": seen})
+
+    _identical(script, tmp_path)
+
+
 # -- refused: braeburn cannot do it, and says what to do instead ----------------------------------------------
 
 def _refused(build, idiom_words, way_out_words):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.compat.accelerate._peers import both, files, loader, setup, step, weights
+from tests.compat.accelerate._peers import both, files, loader, reset_accelerate, setup, step, weights
 from tests.compat.accelerate._peers import library as library_of
-from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose
+from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose, assert_refused
 
 CATALOGUE = Catalogue("accelerate")
 idiom = CATALOGUE.idiom
@@ -91,6 +91,39 @@ def _automatic_naming(tmp_path):
                                   "iteration": accelerator.project_configuration.iteration})
 
     _on_purpose_files(*both(script, tmp_path))
+
+
+@idiom("a rerun into the same project_dir with automatic_checkpoint_naming=True, total_limit=1 (the first run left "
+       "only checkpoint_1)", "refused",
+       "pass another project_dir, or set project_configuration.iteration past the earlier run's checkpoints; "
+       "Accelerate would delete the earlier run's checkpoint_1 and write checkpoint_0")
+def _rerun_into_the_same_project_dir(tmp_path):
+    def script(lib, folder):
+        config = dict(project_dir=str(folder), automatic_checkpoint_naming=True, total_limit=1)
+        first, *_ = setup(lib, project_config=lib.ProjectConfiguration(**config))
+        first.save_state()
+        first.save_state()  # checkpoint_0 deleted by total_limit: checkpoint_1 is left
+        first.end_training()
+        reset_accelerate()
+        second, *_ = setup(lib, project_config=lib.ProjectConfiguration(**config))
+        try:
+            second.save_state()
+            refused = None
+        except Exception as error:  # noqa: BLE001 - the refusal is the observation
+            refused = error
+        second.end_training()
+        return Observation(files=sorted(p.name for p in (folder / "checkpoints").iterdir()
+                                        if not p.name.startswith(".")), extra={"refused": refused})
+
+    peer, ours, _ = both(script, tmp_path)
+    assert peer.extra["refused"] is None and peer.files == ["checkpoint_0"]  # Accelerate: checkpoint_1 deleted
+    assert ours.files == ["checkpoint_1"]  # braeburn: nothing written, nothing deleted
+    message = str(ours.extra["refused"])
+    assert_refused(ours.extra["refused"], ["checkpoint_1", "iteration 0", "earlier run"],
+                   ["Pass another project_dir", "iteration = 2"])
+    assert ("Accelerate would delete checkpoint_1 for total_limit=1 and then write checkpoint_0; braeburn refuses: "
+            "that would delete the earlier run's checkpoint.") in message
+    assert "as Accelerate does not" not in message
 
 
 class _Counter:

@@ -136,3 +136,50 @@ def test_total_limit_keeps_an_old_checkpoint_whose_lock_name_is_a_planted_link(t
     assert any("checkpoint_0 past total_limit" in line and "symbolic link" in line
                for line in capsys.readouterr().out.splitlines())
     accelerator.end_training()
+
+
+class _Counter:
+    def __init__(self):
+        self.count = 0
+
+    def state_dict(self):
+        return {"count": self.count}
+
+    def load_state_dict(self, state):
+        self.count = state["count"]
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').close()",)
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_a_pickle_planted_as_a_registered_objects_state_is_refused_in_one_clean_line(tmp_path, no_launcher_env,
+                                                                                     protocol):
+    import pickle
+    import warnings
+
+    from braeburn.checkpoints.manifest import WHOLE, write_sizes
+    from braeburn.errors import UnsafeFileError
+
+    accelerator = Accelerator(cpu=True)
+    accelerator.prepare(torch.nn.Linear(2, 2))
+    accelerator.register_for_checkpointing(_Counter())
+    accelerator.save_state(tmp_path / "state")
+    planted, marker = tmp_path / "state" / "custom_checkpoint_0.pkl", tmp_path / "pwned"
+    planted.write_bytes(pickle.dumps({"count": _Payload(marker)}, protocol=protocol))
+    write_sizes(tmp_path / "state", WHOLE)  # an attacker who rewrites the manifest too
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(UnsafeFileError) as error:
+        warnings.simplefilter("always")
+        accelerator.load_state(tmp_path / "state")
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(f"{planted} ")  # the file first, on one line
+    assert ("GLOBAL exec was not an allowed global" if protocol == 2 else "Unsupported operand 149: written by pickle") in message
+    assert message.endswith("Delete this checkpoint, or resume from one you wrote yourself.")
+    assert "Please file an issue" not in message and "WeightsUnpickler" not in message
+    assert not [w for w in caught if "pickle protocol" in str(w.message)]
+    assert not marker.exists()

@@ -54,6 +54,18 @@ def test_a_whole_lightning_script_gives_lightnings_results_with_the_extension_on
     assert "  time " in printed and " in " in printed
 
 
+def test_the_summary_counts_batches_and_optimizer_steps_and_labels_the_cpus_peak_as_the_processs(tmp_path):
+    trainer = quiet_trainer(tmp_path, True, max_epochs=1, accumulate_grad_batches=3, logger=False)
+    printed = fit_printing(trainer, Classifier(), classification_data(80, 8))  # 10 batches, 4 optimizer steps
+    assert trainer.global_step == 4
+    summary = printed[printed.index("braeburn: fit summary"):]
+    time_line = next(line for line in summary.splitlines() if line.strip().startswith("time"))
+    assert " in 10 batches (4 optimizer steps; " in time_line and "ms/batch" in time_line
+    assert "steps (" not in time_line.replace("optimizer steps", "")  # no batch is called a step
+    memory = next(line for line in summary.splitlines() if line.strip().startswith("peak mem"))
+    assert memory.endswith("(process peak since start)")  # ru_maxrss: the CPU's peak cannot be reset
+
+
 def test_the_extension_is_lightnings_callback_and_one_argument_turns_it_on():
     from braeburn.lightning import Braeburn
 
@@ -80,6 +92,20 @@ def test_without_lightning_the_extension_says_how_to_install_it():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("LightningMissingError") and "pip install 'braeburn[lightning]'" in out.stdout
+    # the extra installs pytorch-lightning only: the other import name needs its own package, as the docs say
+    assert ("which installs pytorch-lightning (`import pytorch_lightning as pl`); a script that does `import "
+            "lightning as L` needs pip install lightning") in out.stdout
+
+
+def test_the_lightning_extra_installs_pytorch_lightning_and_the_docs_say_import_lightning_needs_its_own_package():
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["lightning"]
+    assert [requirement.split(">")[0] for requirement in extra] == ["pytorch-lightning"]
+    page = " ".join((ROOT / "docs" / "migrating.md").read_text().split())
+    assert "`braeburn[lightning]` installs `pytorch-lightning`" in page
+    assert "a script that does `import lightning as L` needs `pip install lightning`" in page
+    assert "Both of its import names work" not in page
 
 
 # -- a (faked) Mac: Lightning's own MPS accelerator, answering as on a Mac, with CPU tensors --------------------
@@ -128,7 +154,7 @@ def test_on_a_mac_the_extension_says_the_device_the_fallback_and_the_driver_memo
     assert "32-true, not measured: a run of 5 steps is too short" in printed  # the measurement's cost gate
     assert "Trainer(precision='bf16-mixed')" in printed and "mixed_precision=" not in printed  # Lightning's words
     summary = printed[printed.index("braeburn: fit summary"):]
-    assert "3.0 GiB held by the driver" in summary and "in 5 steps" in summary
+    assert "3.0 GiB held by the driver" in summary and "in 5 batches (5 optimizer steps; " in summary
 
 
 def test_on_a_mac_where_torch_loaded_first_one_line_names_the_fix(lightning_on_a_mac, fake_host, monkeypatch,

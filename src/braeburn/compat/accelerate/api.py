@@ -24,7 +24,7 @@ import torch
 from ...accelerator import trackers as tracking
 from ...distributed import process_group as pg
 from .checkpointing import AccelerateCheckpointing
-from .state import AcceleratorState, GradientState
+from .state import AcceleratePreparedLoader, AcceleratorState, GradientState
 
 
 class DistributedType(str, enum.Enum):
@@ -76,7 +76,9 @@ class GradientAccumulationPlugin:
 class AccelerateCompat(AccelerateCheckpointing):
     """Accelerate's public names that braeburn's Accelerator adds on top of its core (see the module doc). Its
     ``_checkpoint_dir``, ``_after_automatic_save``, ``_save_custom_objects``, ``_load_custom_objects``,
-    ``_latest_automatic_checkpoint`` and ``_end_trackers`` fill the core's hooks."""
+    ``_latest_automatic_checkpoint`` and ``_end_trackers`` fill the core's hooks; ``_loader_type`` too."""
+
+    _loader_type = AcceleratePreparedLoader
 
     # -- set up, from Accelerator.__init__ (before the core's) ------------------------------------------------
     def _init_accelerate_compat(self, log_with: Any = None, project_dir: Any = None,
@@ -532,13 +534,13 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
 
 def find_executable_batch_size(function: Callable | None = None, starting_batch_size: int = 128,
                                reduce_batch_size_fn: Callable[[], int] | None = None) -> Callable:
-    """Decorator (Accelerate's): call ``function(batch_size, ...)``; after each out-of-memory error, free memory
-    and retry with ``reduce_batch_size_fn()`` (default: 90% of the size, as Accelerate); RuntimeError at zero.
-    The size found is kept for the next call, as in Accelerate."""
+    """Decorator (Accelerate's): call ``function(batch_size, ...)``; after each error Accelerate retries
+    (:func:`_should_reduce_batch_size`), free memory and retry with ``reduce_batch_size_fn()`` (default: 90% of the
+    size, as Accelerate); RuntimeError at zero. The size found is kept for the next call, as in Accelerate."""
     if function is None:
         return functools.partial(find_executable_batch_size, starting_batch_size=starting_batch_size,
                                  reduce_batch_size_fn=reduce_batch_size_fn)
-    from ...data.batch_size import free_memory, is_out_of_memory
+    from ...data.batch_size import free_memory
 
     batch_size = starting_batch_size
     if reduce_batch_size_fn is None:
@@ -561,8 +563,8 @@ def find_executable_batch_size(function: Callable | None = None, starting_batch_
             failed = False
             try:
                 return function(batch_size, *args, **kwargs)
-            except Exception as error:  # noqa: BLE001 - anything but out-of-memory is re-raised
-                if not is_out_of_memory(error):
+            except Exception as error:  # noqa: BLE001 - anything Accelerate would not retry is re-raised
+                if not _should_reduce_batch_size(error):
                     raise
                 failed = True
             if failed:  # outside the except block, so the failed try's frames are gone
@@ -571,6 +573,18 @@ def find_executable_batch_size(function: Callable | None = None, starting_batch_
                 batch_size = reduce_batch_size_fn()
 
     return decorator
+
+
+# Accelerate's should_reduce_batch_size (accelerate/utils/memory.py): these texts in a one-argument RuntimeError only
+_REDUCE_BATCH_SIZE_TEXTS = (" out of memory.", "MPS backend out of memory", "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
+                            "DefaultCPUAllocator: can't allocate memory", "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed")
+
+
+def _should_reduce_batch_size(error: BaseException) -> bool:
+    """Whether Accelerate's find_executable_batch_size retries after ``error`` at a smaller size."""
+    if isinstance(error, RuntimeError) and len(error.args) == 1 and isinstance(error.args[0], str):
+        return any(text in error.args[0] for text in _REDUCE_BATCH_SIZE_TEXTS)
+    return False
 
 
 def _empty_accelerator_caches() -> None:

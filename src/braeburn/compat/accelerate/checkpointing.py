@@ -84,14 +84,7 @@ class AccelerateCheckpointing:
         ahead = [p for p in Path(folder).parent.glob("checkpoint_*")
                  if p.name.split("_")[-1].isdigit() and int(p.name.split("_")[-1]) >= config.iteration]
         if ahead:  # an earlier run of the same script: never replaced, and this run's save never rotated away first
-            taken = str(max(ahead, key=lambda p: int(p.name.split("_")[-1])))
-            raise FileExistsError(errno.EEXIST, (
-                f"save_state(): the checkpoint folder {taken!r} already exists at or after this save's iteration "
-                f"{config.iteration}, "
-                "written by an earlier run in this project_dir; braeburn does not replace it, as Accelerate does "
-                "not. Pass another project_dir, set accelerator.project_configuration.iteration = "
-                f"{int(Path(taken).name.split('_')[-1]) + 1} before the first save_state() (load_state() does not "
-                "change it, as in Accelerate), or move the checkpoints folder away."))
+            raise FileExistsError(errno.EEXIST, _rerun_refusal(Path(folder), ahead, config.total_limit))
         return folder
 
     def _after_automatic_save(self, output_dir: Any) -> None:
@@ -194,3 +187,31 @@ def _remove_unless_held(folder: Path) -> None:
 
 
 __all__ = ["AccelerateCheckpointing", "SAVED_AS_ACCELERATE", "SAVED_BY_BRAEBURN"]
+
+
+def _number(path: Path) -> int:
+    return int(path.name.split("_")[-1])
+
+
+def _rerun_refusal(folder: Path, ahead: list[Path], total_limit: int | None) -> str:
+    """Why save_state() refuses to save into ``folder`` (checkpoint_<iteration>) with ``ahead`` (checkpoint_<n>, n at
+    or past the iteration) left by an earlier run: what Accelerate would do, and what that would cost."""
+    taken, iteration = max(ahead, key=_number), _number(folder)
+    existing = sorted((p for p in folder.parent.glob("checkpoint_*") if p.name.split("_")[-1].isdigit()), key=_number)
+    doomed = existing[:max(0, len(existing) + 1 - total_limit)] if total_limit is not None else []  # Accelerate's
+    lost = ", ".join(p.name for p in doomed if p in ahead)
+    if folder.exists() and folder not in doomed:
+        accelerate = (f"Accelerate {f'deletes {lost} for total_limit={total_limit} and then ' if lost else ''}refuses "
+                      f"too (its ValueError: {folder.name} already exists)")
+        why = " before deleting anything" if lost else " before writing anything"
+    elif lost:
+        accelerate = f"Accelerate would delete {lost} for total_limit={total_limit} and then write {folder.name}"
+        why = ": that would delete the earlier run's checkpoint" + ("s" if "," in lost else "")
+    else:
+        accelerate = f"Accelerate would write {folder.name} below {taken.name}"
+        why = f": load_state() would then resume the earlier run's {taken.name}, not this run's checkpoint"
+    return (f"save_state(): the checkpoint folder {str(taken)!r} already exists at or after this save's iteration "
+            f"{iteration}, written by an earlier run in this project_dir. {accelerate}; braeburn refuses{why}. "
+            "Pass another project_dir, set accelerator.project_configuration.iteration = "
+            f"{_number(taken) + 1} before the first save_state() (load_state() does not change it, as in Accelerate), "
+            "or move the checkpoints folder away.")

@@ -6,12 +6,17 @@ braeburn keeps those facts on the Accelerator itself, so each object here is a l
 the Accelerator at every access and holds nothing of its own. The attributes are the ones Accelerate 1.15 has, with
 its values (``gradient_state.adjust_scheduler`` is Accelerate's ``plugin_kwargs.get("adjust_scheduler", False)``:
 False unless a GradientAccumulationPlugin set it to False, as there). Setting an attribute is refused: braeburn's
-Accelerator decides these values, and a write here would change nothing.
+Accelerator decides these values, and a write here would change nothing. :class:`AcceleratePreparedLoader`: a
+prepared DataLoader reporting Accelerate's ``batch_size`` and ``drop_last``.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import torch
+
+from ...data.loader import DeviceDataLoader
 
 
 class _View:
@@ -127,4 +132,17 @@ class GradientState(_View):
                 f"Extra samples added: {self.remainder}\nGradient accumulation plugin: {self.plugin_kwargs}\n")
 
 
-__all__ = ["AcceleratorState", "GradientState"]
+class AcceleratePreparedLoader(DeviceDataLoader):
+    """A prepared loader reporting Accelerate's values: its prepared map-style loader batches through a batch
+    sampler, so ``batch_size`` is None and ``drop_last`` False there (``per_process_batch_size`` is the size)."""
+
+    @property
+    def batch_size(self) -> int | None:
+        return self.original.batch_size if isinstance(self.original.dataset, torch.utils.data.IterableDataset) else None
+
+    @property
+    def drop_last(self) -> bool:
+        return self.original.drop_last if isinstance(self.original.dataset, torch.utils.data.IterableDataset) else False
+
+
+__all__ = ["AcceleratePreparedLoader", "AcceleratorState", "GradientState"]

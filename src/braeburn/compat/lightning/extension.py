@@ -170,7 +170,7 @@ class Braeburn(_pl.Callback):
         fallbacks = self._stop()
         if trainer.is_global_zero:
             print(summary_block(self.kind, current_host(), self.precision_words or trainer.precision, self._clock,
-                                fallbacks), flush=True)
+                                fallbacks, trainer.global_step), flush=True)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._stop()

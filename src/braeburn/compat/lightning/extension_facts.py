@@ -87,28 +87,29 @@ class StepClock:
             self.seconds[phase] += time.perf_counter() - began
             self.counts[phase] += 1
 
-    def line(self) -> str:
-        """``time       3.1 s = 2.0 s in 96 steps (20.8 ms/step: ...) + 0.9 s between steps (...) + 0.2 s validation
-        (3x)``"""
+    def line(self, optimizer_steps: int) -> str:
+        """``time       3.1 s = 2.0 s in 96 batches (32 optimizer steps; 20.8 ms/batch: ...) + 0.9 s between batches
+        (...) + 0.2 s validation (3x)``: a batch is one training_step; with accumulate_grad_batches=N the optimizer
+        steps (Lightning's global_step) are one in N of them."""
         total = time.perf_counter() - self.started
         steps, validation = self.seconds["steps"], self.seconds["validation"]
         count = self.counts["steps"]
-        per_step = f" ({steps / count * 1000:.1f} ms/step: forward, backward, optimizer)" if count else ""
+        per_batch = f"; {steps / count * 1000:.1f} ms/batch: forward, backward, optimizer step when due" if count else ""
         between = max(0.0, total - steps - validation)
-        parts = [f"{steps:.1f} s in {count} steps{per_step}",
-                 f"{between:.1f} s between steps (data loading, logging, checkpoints)"]
+        parts = [f"{steps:.1f} s in {count} batches ({optimizer_steps} optimizer steps{per_batch})",
+                 f"{between:.1f} s between batches (data loading, logging, checkpoints)"]
         if self.counts["validation"]:
             parts.append(f"{validation:.1f} s validation ({self.counts['validation']}x)")
         return f"  time       {total:.1f} s = " + " + ".join(parts)
 
 
 def summary_block(kind: DeviceKind, host: HostFacts, precision: str, clock: StepClock,
-                  fallbacks: list[tuple[str, int]]) -> str:
-    """The one block printed at the end of fit."""
+                  fallbacks: list[tuple[str, int]], optimizer_steps: int) -> str:
+    """The one block printed at the end of fit (``optimizer_steps``: Lightning's global_step)."""
     lines = ["braeburn: fit summary (braeburn.lightning.Braeburn)",
              f"  device     {kind.describe(host)}",
              f"  precision  {precision}",
-             clock.line(),
+             clock.line(optimizer_steps),
              f"  {memory_line(kind.memory_stats())}"]
     if fallbacks:
         ops = ", ".join(f"{op} ({count}x)" for op, count in fallbacks)

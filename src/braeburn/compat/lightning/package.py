@@ -14,7 +14,8 @@ from types import ModuleType
 
 # (the module holding Trainer and Callback, the name a user imports), in the order they are tried
 _PACKAGES = (("lightning.pytorch", "lightning"), ("pytorch_lightning", "pytorch_lightning"))
-INSTALL = "pip install 'braeburn[lightning]' (or pip install lightning)"
+INSTALL = ("pip install 'braeburn[lightning]', which installs pytorch-lightning (`import pytorch_lightning as pl`); "
+           "a script that does `import lightning as L` needs pip install lightning")
 
 
 class LightningMissingError(ImportError):
