@@ -21,7 +21,8 @@ from torch.utils.data import TensorDataset
 
 from braeburn.accelerator.core import Accelerator
 from braeburn.errors import is_user_error
-from braeburn.trainer import Trainer, TrainingConfig
+from braeburn.trainer.config import CoreTrainingConfig as TrainingConfig
+from braeburn.trainer.loop import CoreTrainer as Trainer
 from braeburn.trainer.checkpoint import write_manifest
 
 pytestmark = pytest.mark.usefixtures("one_thread", "no_launcher_env")

@@ -22,7 +22,9 @@ from braeburn.accelerator.core import Accelerator
 from braeburn.errors import UnsafeFileError, is_user_error
 from braeburn.checkpoints.manifest import WHOLE, ManifestError, write_sizes
 from braeburn.checkpoints.ownership import MARKER
-from braeburn.trainer import ConfigError, Trainer, TrainingConfig, parse_config
+from braeburn.trainer import ConfigError, parse_config
+from braeburn.trainer.config import CoreTrainingConfig as TrainingConfig
+from braeburn.trainer.loop import CoreTrainer as Trainer
 from braeburn.trainer.checkpoint import CheckpointCorruptError, write_manifest
 
 

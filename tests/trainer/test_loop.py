@@ -9,7 +9,9 @@ import pytest
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from braeburn.trainer import (Callback, EarlyStoppingCallback, NonFiniteLossError, Trainer, TrainingConfig)
+from braeburn.trainer import Callback, EarlyStoppingCallback, NonFiniteLossError
+from braeburn.trainer.config import CoreTrainingConfig as TrainingConfig
+from braeburn.trainer.loop import CoreTrainer as Trainer
 from braeburn.trainer.metrics_log import read_metrics
 from braeburn.trainer.optim import parameter_groups, schedule_factor
 

@@ -338,16 +338,18 @@ class StateNames:
 
 BRAEBURN_NAMES = StateNames(first_plain=False, suffix=".pt", custom_suffix=".pt")
 ACCELERATE_NAMES = StateNames(first_plain=True, suffix=".bin", custom_suffix=".pkl")
+TRANSFORMERS_NAMES = StateNames(first_plain=True, suffix=".pt", custom_suffix=".pt")  # optimizer.pt, scheduler.pt
+NAMINGS = (BRAEBURN_NAMES, ACCELERATE_NAMES, TRANSFORMERS_NAMES)
 
 
 def state_file(directory: str | os.PathLike, names: StateNames, kind: str, index: int) -> str:
-    """The name of ``kind``'s ``index``-th file in ``directory``: ``names``' own, else the other naming's where only
-    that one exists (a checkpoint written by the other Accelerator class)."""
+    """The name of ``kind``'s ``index``-th file in ``directory``: ``names``' own, else another naming's where only
+    that one exists (a checkpoint written by another Accelerator class, or by braeburn's Transformers Trainer)."""
     name = names.name(kind, index)
     if os.path.lexists(Path(directory) / name):
         return name
-    other = (ACCELERATE_NAMES if names is BRAEBURN_NAMES else BRAEBURN_NAMES).name(kind, index)
-    return other if os.path.lexists(Path(directory) / other) else name
+    others = [other.name(kind, index) for other in NAMINGS if other is not names]
+    return next((other for other in others if os.path.lexists(Path(directory) / other)), name)
 
 
 def model_pickle(index: int) -> str:

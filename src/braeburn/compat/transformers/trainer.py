@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import Dataset
 
-from ...checkpoints.state import seed_everything
+from ...checkpoints.state import TRANSFORMERS_NAMES, seed_everything
 from ...devices.registry import fallback_kind
 from ...errors import note_once
 from ...trainer import loop as core
@@ -97,7 +97,9 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
         options = accumulation_as_plugin(self.config.accelerator_options())
         if self.config.data_seed is not None:
             options["dataloader_config"] = DataLoaderConfiguration(data_seed=self.config.data_seed)
-        return Accelerator(**options)
+        accelerator = Accelerator(**options)
+        accelerator._state_names = TRANSFORMERS_NAMES  # checkpoints hold optimizer.pt and scheduler.pt, as there
+        return accelerator
 
     def _adapt_callback(self, callback: Any) -> Any:
         return adapt_callback(callback, self)
