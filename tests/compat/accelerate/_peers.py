@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from tests.compat.catalogue import Observation
+from tests.compat.catalogue import Observation, assert_identical
 
 NAMES = ("Accelerator", "ProjectConfiguration", "DataLoaderConfiguration", "GradientAccumulationPlugin",
          "DistributedDataParallelKwargs", "DistributedType", "skip_first_batches", "find_executable_batch_size")
@@ -122,3 +122,31 @@ def step(accelerator: Any, net: torch.nn.Module, optimizer: Any, batch: Any) -> 
 
 def weights(net: torch.nn.Module) -> list[float]:
     return [v for p in net.parameters() for v in p.detach().flatten().tolist()]
+
+
+@pytest.fixture(autouse=True)
+def cpu_for_accelerate(monkeypatch, no_launcher_env, one_thread):
+    """Accelerate on the CPU (ACCELERATE_USE_CPU), and braeburn deciding its own device; one torch thread."""
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+
+
+def identical(script: Callable[[SimpleNamespace, Path], Observation], tmp_path: Path,
+              **kwargs: Any) -> tuple[Observation, Observation]:
+    """``script`` under Accelerate and braeburn: the same observation, and nothing more said by braeburn."""
+    peer, ours, said = both(script, tmp_path)
+    assert_identical(peer, ours, **kwargs)
+    assert said == [], f"braeburn said more than Accelerate: {said}"
+    return peer, ours
+
+
+class Counter:
+    """An object with state for ``register_for_checkpointing``: a count saved and loaded back."""
+
+    def __init__(self):
+        self.count = 0
+
+    def state_dict(self):
+        return {"count": self.count}
+
+    def load_state_dict(self, state):
+        self.count = state["count"]

@@ -7,6 +7,8 @@ import os
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.compat.accelerate._peers import Counter
+
 
 def _setup(lib, **kwargs):
     accelerator = lib.Accelerator(cpu=True, **kwargs)
@@ -98,17 +100,6 @@ def test_saving(acc_lib, tmp_path):
     assert torch.equal(load_file(tmp_path / "model" / "model.safetensors")["weight"], state["weight"].cpu())
     accelerator.save({"answer": torch.tensor(42)}, tmp_path / "obj.pt")
     assert int(torch.load(tmp_path / "obj.pt")["answer"]) == 42
-
-
-class Counter:
-    def __init__(self):
-        self.count = 0
-
-    def state_dict(self):
-        return {"count": self.count}
-
-    def load_state_dict(self, state):
-        self.count = state["count"]
 
 
 def test_register_for_checkpointing(acc_lib, tmp_path):

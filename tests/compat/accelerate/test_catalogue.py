@@ -9,23 +9,12 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
 
-from tests.compat.accelerate._peers import both, dataset, loader, model, setup, step, weights
+from tests.compat.accelerate._peers import cpu_for_accelerate  # noqa: F401  (an autouse fixture)
+from tests.compat.accelerate._peers import both, identical as _identical, dataset, loader, model, setup, step, weights
 from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose, assert_refused
 
 CATALOGUE = Catalogue("accelerate")
 idiom = CATALOGUE.idiom
-
-
-@pytest.fixture(autouse=True)
-def _cpu(monkeypatch, no_launcher_env, one_thread):
-    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
-
-
-def _identical(script, tmp_path, **kwargs):
-    peer, ours, said = both(script, tmp_path)
-    assert_identical(peer, ours, **kwargs)
-    assert said == [], f"braeburn said more than Accelerate: {said}"
-    return peer, ours
 
 
 # -- the training step -------------------------------------------------------------------------------

@@ -6,23 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.compat.accelerate._peers import both, files, loader, reset_accelerate, setup, step, weights
+from tests.compat.accelerate._peers import cpu_for_accelerate  # noqa: F401  (an autouse fixture)
+from tests.compat.accelerate._peers import (Counter, both, files, identical as _identical, loader, reset_accelerate, setup,
+                                           step, weights)
 from tests.compat.accelerate._peers import library as library_of
 from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose, assert_refused
 
 CATALOGUE = Catalogue("accelerate")
 idiom = CATALOGUE.idiom
-
-
-@pytest.fixture(autouse=True)
-def _cpu(monkeypatch, no_launcher_env, one_thread):
-    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
-
-
-def _identical(script, tmp_path, **kwargs):
-    peer, ours, said = both(script, tmp_path)
-    assert_identical(peer, ours, **kwargs)
-    assert said == [], f"braeburn said more than Accelerate: {said}"
 
 
 # -- checkpoints ------------------------------------------------------------------------------------------
@@ -126,23 +117,12 @@ def _rerun_into_the_same_project_dir(tmp_path):
     assert "as Accelerate does not" not in message
 
 
-class _Counter:
-    def __init__(self):
-        self.count = 0
-
-    def state_dict(self):
-        return {"count": self.count}
-
-    def load_state_dict(self, state):
-        self.count = state["count"]
-
-
 @idiom("accelerator.register_for_checkpointing(obj) + save_state / load_state", "on purpose",
        "custom_checkpoint_0.pkl as Accelerate names it (plain data, loaded with weights_only); save_state()'s line")
 def _register_for_checkpointing(tmp_path):
     def script(lib, folder):
         accelerator, net, optimizer, data = setup(lib)
-        counter = _Counter()
+        counter = Counter()
         accelerator.register_for_checkpointing(counter)
         counter.count = 7
         accelerator.save_state(str(folder / "ckpt"))

@@ -13,6 +13,8 @@ import torch
 
 from braeburn import Accelerator, ProjectConfiguration
 
+from tests.compat.accelerate._peers import Counter
+
 
 def test_automatic_naming_holds_only_the_newest_checkpoints_lock_and_leaves_none(tmp_path, no_launcher_env):
     config = ProjectConfiguration(project_dir=str(tmp_path), automatic_checkpoint_naming=True, total_limit=2)
@@ -138,17 +140,6 @@ def test_total_limit_keeps_an_old_checkpoint_whose_lock_name_is_a_planted_link(t
     accelerator.end_training()
 
 
-class _Counter:
-    def __init__(self):
-        self.count = 0
-
-    def state_dict(self):
-        return {"count": self.count}
-
-    def load_state_dict(self, state):
-        self.count = state["count"]
-
-
 class _Payload:
     def __init__(self, marker):
         self.marker = str(marker)
@@ -168,7 +159,7 @@ def test_a_pickle_planted_as_a_registered_objects_state_is_refused_in_one_clean_
 
     accelerator = Accelerator(cpu=True)
     accelerator.prepare(torch.nn.Linear(2, 2))
-    accelerator.register_for_checkpointing(_Counter())
+    accelerator.register_for_checkpointing(Counter())
     accelerator.save_state(tmp_path / "state")
     planted, marker = tmp_path / "state" / "custom_checkpoint_0.pkl", tmp_path / "pwned"
     planted.write_bytes(pickle.dumps({"count": _Payload(marker)}, protocol=protocol))
