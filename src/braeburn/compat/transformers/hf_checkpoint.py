@@ -78,7 +78,10 @@ def resume(trainer: Any, folder: Path, loader: Any) -> None:
     epochs_done, steps_in_epoch = divmod(state.global_step, state.steps_per_epoch)
     state.epochs_ended = epochs_done
     state.samples_seen = state.global_step * trainer._samples_per_batch * trainer.config.gradient_accumulation_steps
-    loader.load_state_dict({"epoch": epochs_done,
+    # The position as a resumed run's (the loader's own seed and order kept), not a bare skip_first_batches: the
+    # resumed epoch starts without drawing from torch's generator, whose saved state is set here, before the epoch
+    # starts; Transformers draws at the epoch's start and sets the saved state after it, the same numbers.
+    loader.load_state_dict({**loader.state_dict(), "epoch": epochs_done,
                             "batches_yielded": steps_in_epoch * trainer.config.gradient_accumulation_steps})
     _applied(folder / "rng_state.pth", lambda: _set_random_states(random_states, acc.plan.device))
     acc.print(f"braeburn: resumed from Transformers' checkpoint {folder} at step {state.global_step} "
