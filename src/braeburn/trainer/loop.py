@@ -46,7 +46,7 @@ from .saving import SavingMixin
 from ..errors import note_once
 from .input_checks import NO_CONTEXT, check_batch_inputs, check_datasets, check_labels, float_labels_explained
 from .metrics_log import MetricsLogCallback
-from .optim import default_optimizer, default_scheduler
+from .optim import default_optimizer, default_scheduler, parameter_groups
 from .options_callback import OptionsCallback
 from .outputs import EvalPrediction, PredictionOutput, TrainOutput
 from .peer_methods import refuse_uncalled
@@ -527,8 +527,14 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
             return False
         acc = self.accelerator
         model = model if model is not None else acc.unwrap_model(self.prepared_model())
-        self.optimizer = default_optimizer(model, self.config, acc.plan.device, grad_scaler=acc.plan.grad_scaler)
+        self.optimizer = default_optimizer(model, self.config, acc.plan.device, grad_scaler=acc.plan.grad_scaler,
+                                           groups=self._parameter_groups(model))
         return True
+
+    def _parameter_groups(self, model: torch.nn.Module) -> list[dict]:
+        """The default optimizer's parameter groups: what decays (optim.parameter_groups: by shape). A hook: a peer's
+        Trainer decides by name, as the peer does."""
+        return parameter_groups(model, self.config.weight_decay)
 
     def _make_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> None:
         """``self.lr_scheduler``, built from lr_scheduler_type and the warm-up when none was given. A hook, as

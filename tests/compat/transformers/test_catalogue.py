@@ -214,6 +214,41 @@ def _transformers_arguments(tmp_path):
     assert_identical(*seen)
 
 
+class _NamedParameters(torch.nn.Module):
+    """A model whose parameter names and shapes disagree: ``scale`` is 1-D but not a bias or a norm (Transformers
+    decays it), ``relative_attention_bias`` is 2-D but named bias (T5's; Transformers does not decay it)."""
+
+    def __init__(self, vocab: int, as_tuple: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(vocab, 8)
+        self.scale = torch.nn.Parameter(torch.rand(8) + 0.5)
+        self.relative_attention_bias = torch.nn.Parameter(torch.randn(8, 2))
+        self.as_tuple = as_tuple
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None):
+        hidden = (self.embed(input_ids) * attention_mask[..., None]).mean(1) * self.scale
+        logits = hidden @ self.relative_attention_bias
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        return (loss, logits) if self.as_tuple else {"loss": loss, "logits": logits}
+
+
+register("weight_decay=0.5 on a 1-D parameter not named bias and a 2-D one named *bias* (decided by name)",
+         args=dict(weight_decay=0.5, learning_rate=5e-2, max_steps=4),
+         model=per_run(lambda run: _NamedParameters(len(run.tok))))
+
+
+@idiom("trainer.get_decay_parameter_names(model)", "identical", "the same names, in the same order")
+def _decay_names(tmp_path):
+    names = []
+    for name in _runs.LIBS:
+        run = Run(name, tmp_path)
+        trainer = run.trainer(record=False)
+        names.append((trainer.get_decay_parameter_names(trainer.model),
+                      trainer.get_decay_parameter_names(_NamedParameters(len(run.tok)))))
+    assert names[0] == names[1] and "scale" in names[0][1] and "relative_attention_bias" not in names[0][1]
+
+
 # -- different on purpose ---------------------------------------------------------------------------------------
 def _accumulation(steps: int, epochs: float):
     def check(tmp_path):
