@@ -141,7 +141,7 @@ class EvaluationMixin:
         positional and keyword arguments), and the loss when there is one. A hook: a peer's Trainer routes it to a
         subclass's own loss."""
         args, kwargs = inputs
-        outputs = model(*args, **kwargs)
+        outputs = self._loss_outputs(model(*args, **kwargs), labels)
         return _eval_loss(outputs, labels, self.loss_fn, loss_without_labels), outputs
 
     def _prediction_output(self, prefix, losses, predictions, labels, started, samples) -> PredictionOutput:

@@ -328,7 +328,7 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         forward = self._outputs_as_computed(model)
         with float_labels_explained(labels) if not self._inputs_checked else NO_CONTEXT:
             try:
-                outputs = model(*args, **kwargs)  # a prepared model autocasts inside its forward
+                outputs = self._loss_outputs(model(*args, **kwargs), labels)  # a prepared model autocasts
             finally:
                 if forward is not None:
                     forward.float_outputs = True
@@ -337,6 +337,11 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
             loss = compute_loss(outputs, labels, self.loss_fn)
         self._inputs_checked = True
         return loss.float() if forward is not None and loss.dtype in (torch.float16, torch.bfloat16) else loss
+
+    def _loss_outputs(self, outputs: Any, labels: Any) -> Any:
+        """The model's outputs as the loss is read from them (``.loss`` or ``["loss"]``). A hook: a peer's Trainer
+        reads a tuple's first item as the loss, as the peer does."""
+        return outputs
 
     def _outputs_as_computed(self, model: torch.nn.Module) -> PreparedForward | None:
         """Where the model computes the loss itself (no loss_fn), a training forward returns its outputs as

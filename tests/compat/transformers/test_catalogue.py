@@ -238,6 +238,11 @@ register("weight_decay=0.5 on a 1-D parameter not named bias and a 2-D one named
          model=per_run(lambda run: _NamedParameters(len(run.tok))))
 
 
+register("a model returning a tuple (loss, logits): outputs[0] is the loss, the rest the predictions",
+         args=dict(max_steps=4, eval_strategy="steps", eval_steps=2), compute_metrics=_runs.accuracy,
+         model=per_run(lambda run: _NamedParameters(len(run.tok), as_tuple=True)))
+
+
 @idiom("trainer.get_decay_parameter_names(model)", "identical", "the same names, in the same order")
 def _decay_names(tmp_path):
     names = []

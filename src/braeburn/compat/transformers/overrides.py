@@ -229,9 +229,17 @@ class HfOverridableMixin:
                      num_items_in_batch: Any = None) -> Any:
         """The loss of one batch: the model's own, or loss_fn / compute_loss_func on its outputs and labels."""
         args, kwargs, labels = batch_inputs(inputs, pass_labels=self.loss_fn is None)
-        outputs = model(*args, **kwargs)
+        outputs = self._loss_outputs(model(*args, **kwargs), labels)
         loss = compute_loss(outputs, labels, self.loss_fn)
         return (loss, outputs) if return_outputs else loss
+
+    def _loss_outputs(self, outputs: Any, labels: Any) -> Any:
+        """A model that computed its loss and returned a tuple: Transformers takes ``outputs[0]`` as the loss and the
+        rest as the predictions (one item alone, else a tuple); here the tuple becomes a dict of them, which the
+        loss and the predictions are read from as from a ModelOutput."""
+        if self.loss_fn is not None or labels is None or not isinstance(outputs, (tuple, list)) or not outputs:
+            return outputs
+        return {"loss": outputs[0], **{f"output_{index}": value for index, value in enumerate(outputs[1:], 1)}}
 
     # -- evaluation --------------------------------------------------------------------------------------
     def prediction_step(self, model: torch.nn.Module, inputs: Any, prediction_loss_only: bool,
