@@ -61,17 +61,18 @@ class LogWindowMixin:
             return None
         self._check_finite()
         losses = self._window_checked
-        mean, window_total = self._window_mean(losses)  # sync
+        mean, window_total, window_count = self._window_mean(losses)  # sync
         total, count = self._loss_total
-        self._loss_total = (total + window_total, count + len(losses))
+        self._loss_total = (total + window_total, count + window_count)
         self._window_losses, self._window_checked = [], torch.empty(0)
         self._window_first_step = self.state.global_step + 1
         return mean
 
-    def _window_mean(self, losses: torch.Tensor) -> tuple[float, float]:
-        """The window's mean loss and its total (one sync). A hook: a peer that adds its losses one by one does so."""
+    def _window_mean(self, losses: torch.Tensor) -> tuple[float, float, int]:
+        """The window's mean loss, its total and what the total counts (one sync): here a mean over micro-batches.
+        A hook: a peer that adds its losses one by one, and averages over optimizer steps, does so."""
         mean = float(losses.mean())
-        return mean, mean * len(losses)
+        return mean, mean * len(losses), len(losses)
 
     @property
     def has_unlogged_losses(self) -> bool:

@@ -243,6 +243,11 @@ register("a model returning a tuple (loss, logits): outputs[0] is the loss, the 
          model=per_run(lambda run: _NamedParameters(len(run.tok), as_tuple=True)))
 
 
+register("gradient_accumulation_steps=3 with a partial last window, a model without **kwargs (train_loss a mean "
+         "over steps)", args=dict(gradient_accumulation_steps=3, num_train_epochs=2, logging_steps=3),
+         model=per_run(lambda run: _NamedParameters(len(run.tok))))
+
+
 @idiom("trainer.get_decay_parameter_names(model)", "identical", "the same names, in the same order")
 def _decay_names(tmp_path):
     names = []

@@ -93,7 +93,12 @@ class HfOverridableMixin:
         per-batch losses, as braeburn's own path does."""
         with backward_as_in_transformers(self.accelerator):
             loss = self.training_step(model, batch, None)
-        self._keep_loss(loss.detach().float() * self.current_gradient_accumulation_steps)
+        super()._keep_loss(loss.detach().float())  # divided already
+
+    def _keep_loss(self, loss: torch.Tensor) -> None:
+        """The micro-batch's share of its step's loss, as Transformers' training_step returns it: divided by the
+        window's length (a short last window's by its own); the log adds the shares and divides by the steps."""
+        super()._keep_loss(loss / self.current_gradient_accumulation_steps)
 
     def _batch_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         if self._overrides.compute_loss:  # a subclass overrode Transformers' compute_loss

@@ -29,6 +29,7 @@ from .arguments import TrainingArguments, from_transformers_arguments, is_transf
 from .callbacks import adapt_callback
 from .files import TRAINING_ARGS, final_model_names, pretrained_config_files, processing_files, training_args_bytes
 from .logs import HfLogsMixin
+from .not_here import refuse_trainer_attribute
 from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
 
@@ -67,6 +68,11 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
                          compute_metrics=compute_metrics, preprocess_logits_for_metrics=preprocess_logits_for_metrics,
                          callbacks=callbacks, accelerator=accelerator)
         self._call_hf_hook("on_init_end")
+
+    def __getattr__(self, name: str) -> Any:
+        """Only for names not found: a Transformers Trainer name braeburn lacks is refused with its way out
+        (not_here.py); any other name is a plain AttributeError."""
+        refuse_trainer_attribute(type(self).__name__, name)
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
