@@ -51,7 +51,7 @@ class EvaluationMixin:
         output = self._evaluation_output(self._eval_loader(dataset), "Evaluation", metric_key_prefix, loss_only,
                                          ignore_keys)
         metrics = output.metrics
-        if self.state.max_steps:
+        if self.state.max_steps or self.epoch_before_training:
             metrics["epoch"] = self._logged_epoch()
         self._update_best(metrics)
         self._emit_log(dict(metrics))

@@ -24,6 +24,8 @@ class NonFiniteLossError(RuntimeError):
 class LogWindowMixin:
     """The losses since the last log, the log itself (:meth:`log_now`) and train()'s metrics."""
 
+    epoch_before_training = False  # a log before train() (evaluate() first) carries no epoch; a peer's may
+
     def _reset_window(self) -> None:
         """Fresh counters for a train() call: the losses since the last log stay on the device until read."""
         self._window_losses: list[torch.Tensor] = []
@@ -108,7 +110,7 @@ class LogWindowMixin:
     def _emit_log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Record ``logs`` (with the epoch) in log_history and send them to the callbacks' on_log. A hook: a peer's
         Trainer routes it to a subclass's own ``log``."""
-        if self.state.max_steps:
+        if self.state.max_steps or self.epoch_before_training:
             logs = {**logs, "epoch": self._logged_epoch()}
         self._record(dict(logs))
 

@@ -186,6 +186,19 @@ def _evaluate_predict(tmp_path):
     assert_identical(peer, ours)
 
 
+@idiom("evaluate() before train()", "identical", "the same eval_loss and epoch (0) in the metrics and log_history "
+       "(timings by name; Transformers' eval_model_preparation_time left out)")
+def _evaluate_first(tmp_path):
+    seen = []
+    for name in _runs.LIBS:
+        run = Run(name, tmp_path)
+        trainer = run.trainer(record=False)
+        metrics, _ = run.quietly(trainer.evaluate)
+        keep = lambda record: {k: v for k, v in record.items() if k in ("eval_loss", "epoch", "step")}  # noqa: E731
+        seen.append((keep(metrics), [keep(record) for record in trainer.state.log_history]))
+    assert seen[0] == seen[1] and seen[0][0]["epoch"] == 0
+
+
 @idiom("trainer.state fields after train()", "identical", "global_step, max_steps, epoch, num_train_epochs, "
        "logging_steps, eval_steps, save_steps, train_batch_size, total_flos, best_metric")
 def _state(tmp_path):

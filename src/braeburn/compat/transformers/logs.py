@@ -51,6 +51,7 @@ class HfLogsMixin:
     """The log hooks of braeburn's loop (log_window.py, loop.py), as Transformers' Trainer logs."""
 
     ends_epoch_at_stop = True
+    epoch_before_training = True  # evaluate() before train() logs epoch 0, as Transformers' log() adds state.epoch
     flow_at_max_steps = True
     grad_norm_unclipped = True
     _flos_parameters: int | None = None
