@@ -309,6 +309,13 @@ idiom("save_only_model=True", "refused", "checkpoints hold the full state; --sav
     refused(dict(save_only_model=True), ["save_only_model"], ["save_total_limit", "save_model()"]))
 
 
+idiom("group_by_length=True", "refused", "override get_train_dataloader() to return a DataLoader with a "
+      "length-grouped sampler (braeburn.Trainer calls it and prepares its loader)")(
+    refused(dict(group_by_length=True), ["group_by_length"], ["get_train_dataloader()", "LengthGroupedSampler"]))
+register("hub_model_id='me/model', hub_strategy='end' with push_to_hub=False (ignored, as Transformers)",
+         args=dict(hub_model_id="me/model", hub_strategy="end", max_steps=2))
+
+
 class _Stream(torch.utils.data.IterableDataset):
     def __init__(self, rows):
         self.rows = rows
