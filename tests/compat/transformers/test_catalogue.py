@@ -287,6 +287,19 @@ idiom("gradient_accumulation_steps=2", "on purpose", ACCUMULATION)(_accumulation
 idiom("gradient_accumulation_steps=3 with a partial last window", "on purpose", ACCUMULATION)(_accumulation(3, 1))
 
 
+@idiom("fp16=True with use_cpu=True", "on purpose", "the same float32 run as Transformers (Accelerate has no fp16 on "
+       "the CPU); one line says so and names bf16=True for mixed precision there")
+def _fp16_on_cpu(tmp_path):
+    peer, ours, runs = train_both(tmp_path, dict(fp16=True, max_steps=3))
+    assert_identical(peer, ours)
+    line = assert_on_purpose(runs[1].printed.splitlines(), "fp16=True")
+    assert "float32" in line and "bf16=True" in line
+
+
+register("bf16=True with use_cpu=True", "bitwise: bf16 autocast on the CPU, as Transformers",
+         args=dict(bf16=True, max_steps=3))
+
+
 # -- refused before training, with the way out ------------------------------------------------------------------
 def refused(args: dict, idiom_words, way_out, **trainer_kwargs):
     def check(tmp_path):
