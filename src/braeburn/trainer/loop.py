@@ -387,7 +387,9 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         strategy_now = "steps" if step_end else "epoch"
         eval_every = config.eval_steps or config.logging_steps
         last = step_end and self.flow_at_max_steps and state.global_step >= state.max_steps
-        if config.eval_strategy == strategy_now and (not step_end or state.global_step % eval_every == 0 or last):
+        asked, state.should_evaluate = step_end and state.should_evaluate, False  # a callback, in on_step_end
+        if asked or (config.eval_strategy == strategy_now and (not step_end or state.global_step % eval_every == 0
+                                                               or last)):
             with self._phases.timed(EVALUATION):
                 metrics = self.evaluate()
             self._scheduler_steps.after_evaluate(metrics)  # ReduceLROnPlateau's step, as Transformers

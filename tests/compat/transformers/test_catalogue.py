@@ -396,6 +396,18 @@ register("a TrainerCallback setting control.should_log", args=dict(logging_steps
          callbacks=per_run(_log_setter))
 
 
+def _eval_setter(run: Run):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 2:
+            control.should_evaluate = True
+        return control
+    return [type("EvalAt", (run.lib.TrainerCallback,), {"on_step_end": on_step_end})()]
+
+
+register("a TrainerCallback setting control.should_evaluate in on_step_end (the step's loss logged first)",
+         args=dict(logging_steps=2, max_steps=4), callbacks=per_run(_eval_setter))
+
+
 @idiom("Trainer subclass overriding compute_loss(model, inputs, return_outputs=False, num_items_in_batch=None)",
        "identical", BITWISE)
 def _compute_loss(tmp_path):
