@@ -300,6 +300,18 @@ register("bf16=True with use_cpu=True", "bitwise: bf16 autocast on the CPU, as T
          args=dict(bf16=True, max_steps=3))
 
 
+@idiom("torch_compile=True", "on purpose", "braeburn compiles the model its own way: losses differ from a Transformers "
+       "compiled run from step 1 (rounding; other dropout masks); leave torch_compile off for Transformers' eager "
+       "numbers, bitwise")
+def _torch_compile(tmp_path):
+    run = Run("braeburn", tmp_path)
+    trainer = run.trainer(run.args(torch_compile=True, max_steps=1), record=False)
+    _, error = run.quietly(trainer.train)
+    assert error is None, error
+    line = assert_on_purpose(run.printed.splitlines(), "torch_compile=True")
+    assert "differ" in line and "Leave torch_compile off" in line
+
+
 # -- refused before training, with the way out ------------------------------------------------------------------
 def refused(args: dict, idiom_words, way_out, **trainer_kwargs):
     def check(tmp_path):

@@ -169,6 +169,8 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
             self._model_from_init_again()
         if self.config.gradient_accumulation_steps > 1 and self.accelerator.is_main_process:
             self.accelerator.print(ACCUMULATION_NOTE.format(self.config.gradient_accumulation_steps))
+        if self.config.torch_compile and self.accelerator.is_main_process:
+            self.accelerator.print(COMPILE_NOTE)
         if getattr(self, "_fp16_dropped", False):
             self.accelerator.print(FP16_ON_FALLBACK.format(fallback_kind().name))
         return super().train(resume_from_checkpoint)
@@ -212,6 +214,13 @@ ACCUMULATION_NOTE = (
     "Accelerate does); Transformers 5 differs on purpose here: it hands a model whose forward takes **kwargs the "
     "window's label count (num_items_in_batch) and does not divide, so its losses and gradients are a token-weighted "
     "mean (its language models) or the window's sum (models that ignore the count)")
+
+
+COMPILE_NOTE = (
+    "braeburn: torch_compile=True: braeburn compiles the model its own way (its forward wrapper, its graph), not as "
+    "Transformers' Accelerate does, so the compiled kernels round differently and dropout draws other masks: losses "
+    "differ from a Transformers compiled run from the first step (by float rounding without dropout). Leave "
+    "torch_compile off for the numbers of Transformers' uncompiled run, bitwise")
 
 
 FP16_ON_FALLBACK = (
