@@ -38,6 +38,10 @@ def __getattr__(name: str):
         import importlib
 
         return getattr(importlib.import_module(_WHERE[name_there], __name__), name_there)
+    if name in ("DefaultFlowCallback", "PrinterCallback", "ProgressCallback"):  # Transformers' built-in callbacks
+        from .compat.transformers.not_here import refuse_callback
+
+        refuse_callback(name)
     raise AttributeError(f"module 'braeburn' has no attribute {name!r}")
 
 

@@ -51,7 +51,7 @@ class EvaluationMixin:
         output = self._evaluation_output(self._eval_loader(dataset), "Evaluation", metric_key_prefix, loss_only,
                                          ignore_keys)
         metrics = output.metrics
-        if self.state.max_steps:
+        if self.state.max_steps or self.epoch_before_training:
             metrics["epoch"] = self._logged_epoch()
         self._update_best(metrics)
         self._emit_log(dict(metrics))
@@ -141,7 +141,7 @@ class EvaluationMixin:
         positional and keyword arguments), and the loss when there is one. A hook: a peer's Trainer routes it to a
         subclass's own loss."""
         args, kwargs = inputs
-        outputs = model(*args, **kwargs)
+        outputs = self._loss_outputs(model(*args, **kwargs), labels)
         return _eval_loss(outputs, labels, self.loss_fn, loss_without_labels), outputs
 
     def _prediction_output(self, prefix, losses, predictions, labels, started, samples) -> PredictionOutput:

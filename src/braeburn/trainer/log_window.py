@@ -24,6 +24,8 @@ class NonFiniteLossError(RuntimeError):
 class LogWindowMixin:
     """The losses since the last log, the log itself (:meth:`log_now`) and train()'s metrics."""
 
+    epoch_before_training = False  # a log before train() (evaluate() first) carries no epoch; a peer's may
+
     def _reset_window(self) -> None:
         """Fresh counters for a train() call: the losses since the last log stay on the device until read."""
         self._window_losses: list[torch.Tensor] = []
@@ -61,17 +63,18 @@ class LogWindowMixin:
             return None
         self._check_finite()
         losses = self._window_checked
-        mean, window_total = self._window_mean(losses)  # sync
+        mean, window_total, window_count = self._window_mean(losses)  # sync
         total, count = self._loss_total
-        self._loss_total = (total + window_total, count + len(losses))
+        self._loss_total = (total + window_total, count + window_count)
         self._window_losses, self._window_checked = [], torch.empty(0)
         self._window_first_step = self.state.global_step + 1
         return mean
 
-    def _window_mean(self, losses: torch.Tensor) -> tuple[float, float]:
-        """The window's mean loss and its total (one sync). A hook: a peer that adds its losses one by one does so."""
+    def _window_mean(self, losses: torch.Tensor) -> tuple[float, float, int]:
+        """The window's mean loss, its total and what the total counts (one sync): here a mean over micro-batches.
+        A hook: a peer that adds its losses one by one, and averages over optimizer steps, does so."""
         mean = float(losses.mean())
-        return mean, mean * len(losses)
+        return mean, mean * len(losses), len(losses)
 
     @property
     def has_unlogged_losses(self) -> bool:
@@ -107,7 +110,7 @@ class LogWindowMixin:
     def _emit_log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Record ``logs`` (with the epoch) in log_history and send them to the callbacks' on_log. A hook: a peer's
         Trainer routes it to a subclass's own ``log``."""
-        if self.state.max_steps:
+        if self.state.max_steps or self.epoch_before_training:
             logs = {**logs, "epoch": self._logged_epoch()}
         self._record(dict(logs))
 

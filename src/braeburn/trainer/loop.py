@@ -46,7 +46,7 @@ from .saving import SavingMixin
 from ..errors import note_once
 from .input_checks import NO_CONTEXT, check_batch_inputs, check_datasets, check_labels, float_labels_explained
 from .metrics_log import MetricsLogCallback
-from .optim import default_optimizer, default_scheduler
+from .optim import default_optimizer, default_scheduler, parameter_groups
 from .options_callback import OptionsCallback
 from .outputs import EvalPrediction, PredictionOutput, TrainOutput
 from .peer_methods import refuse_uncalled
@@ -328,7 +328,7 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         forward = self._outputs_as_computed(model)
         with float_labels_explained(labels) if not self._inputs_checked else NO_CONTEXT:
             try:
-                outputs = model(*args, **kwargs)  # a prepared model autocasts inside its forward
+                outputs = self._loss_outputs(model(*args, **kwargs), labels)  # a prepared model autocasts
             finally:
                 if forward is not None:
                     forward.float_outputs = True
@@ -337,6 +337,11 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
             loss = compute_loss(outputs, labels, self.loss_fn)
         self._inputs_checked = True
         return loss.float() if forward is not None and loss.dtype in (torch.float16, torch.bfloat16) else loss
+
+    def _loss_outputs(self, outputs: Any, labels: Any) -> Any:
+        """The model's outputs as the loss is read from them (``.loss`` or ``["loss"]``). A hook: a peer's Trainer
+        reads a tuple's first item as the loss, as the peer does."""
+        return outputs
 
     def _outputs_as_computed(self, model: torch.nn.Module) -> PreparedForward | None:
         """Where the model computes the loss itself (no loss_fn), a training forward returns its outputs as
@@ -382,7 +387,9 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         strategy_now = "steps" if step_end else "epoch"
         eval_every = config.eval_steps or config.logging_steps
         last = step_end and self.flow_at_max_steps and state.global_step >= state.max_steps
-        if config.eval_strategy == strategy_now and (not step_end or state.global_step % eval_every == 0 or last):
+        asked, state.should_evaluate = step_end and state.should_evaluate, False  # a callback, in on_step_end
+        if asked or (config.eval_strategy == strategy_now and (not step_end or state.global_step % eval_every == 0
+                                                               or last)):
             with self._phases.timed(EVALUATION):
                 metrics = self.evaluate()
             self._scheduler_steps.after_evaluate(metrics)  # ReduceLROnPlateau's step, as Transformers
@@ -527,8 +534,14 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
             return False
         acc = self.accelerator
         model = model if model is not None else acc.unwrap_model(self.prepared_model())
-        self.optimizer = default_optimizer(model, self.config, acc.plan.device, grad_scaler=acc.plan.grad_scaler)
+        self.optimizer = default_optimizer(model, self.config, acc.plan.device, grad_scaler=acc.plan.grad_scaler,
+                                           groups=self._parameter_groups(model))
         return True
+
+    def _parameter_groups(self, model: torch.nn.Module) -> list[dict]:
+        """The default optimizer's parameter groups: what decays (optim.parameter_groups: by shape). A hook: a peer's
+        Trainer decides by name, as the peer does."""
+        return parameter_groups(model, self.config.weight_decay)
 
     def _make_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> None:
         """``self.lr_scheduler``, built from lr_scheduler_type and the warm-up when none was given. A hook, as

@@ -48,12 +48,12 @@ def use_fused_adamw(kind: DeviceKind, grad_scaler: bool, host: HostFacts | None 
 
 
 def default_optimizer(model: torch.nn.Module, config: CoreTrainingConfig, kind: DeviceKind, *,
-                      grad_scaler: bool = False) -> torch.optim.Optimizer:
+                      grad_scaler: bool = False, groups: list[dict] | None = None) -> torch.optim.Optimizer:
     """config.optim: AdamW with decoupled weight decay (fused into one kernel where the device kind has it,
     optim is adamw_torch_fused, the default, and ``grad_scaler`` does not rule the fused kernel out), or
-    SGD, Adagrad, RMSprop."""
-    groups = parameter_groups(model, config.weight_decay)
-    if not groups:
+    SGD, Adagrad, RMSprop. ``groups``: the parameter groups, :func:`parameter_groups`'s when not given."""
+    groups = parameter_groups(model, config.weight_decay) if groups is None else groups
+    if not any(group["params"] for group in groups):
         raise ValueError("the model has no parameter with requires_grad=True, so there is nothing to train; "
                          "unfreeze some parameters or pass your own optimizer=")
     extra = _optim_args(getattr(config, "optim_args", None))

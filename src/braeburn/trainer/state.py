@@ -44,6 +44,7 @@ class TrainerState:
     should_stop: bool = field(default=False, metadata={"transient": True})
     should_save: bool = field(default=False, metadata={"transient": True})
     should_log: bool = field(default=False, metadata={"transient": True})  # log after this step's on_step_end
+    should_evaluate: bool = field(default=False, metadata={"transient": True})  # after the step's log, as should_log
     stop_reason: str = field(default="", metadata={"transient": True})
 
     @property

@@ -186,6 +186,19 @@ def _evaluate_predict(tmp_path):
     assert_identical(peer, ours)
 
 
+@idiom("evaluate() before train()", "identical", "the same eval_loss and epoch (0) in the metrics and log_history "
+       "(timings by name; Transformers' eval_model_preparation_time left out)")
+def _evaluate_first(tmp_path):
+    seen = []
+    for name in _runs.LIBS:
+        run = Run(name, tmp_path)
+        trainer = run.trainer(record=False)
+        metrics, _ = run.quietly(trainer.evaluate)
+        keep = lambda record: {k: v for k, v in record.items() if k in ("eval_loss", "epoch", "step")}  # noqa: E731
+        seen.append((keep(metrics), [keep(record) for record in trainer.state.log_history]))
+    assert seen[0] == seen[1] and seen[0][0]["epoch"] == 0
+
+
 @idiom("trainer.state fields after train()", "identical", "global_step, max_steps, epoch, num_train_epochs, "
        "logging_steps, eval_steps, save_steps, train_batch_size, total_flos, best_metric")
 def _state(tmp_path):
@@ -214,6 +227,51 @@ def _transformers_arguments(tmp_path):
     assert_identical(*seen)
 
 
+class _NamedParameters(torch.nn.Module):
+    """A model whose parameter names and shapes disagree: ``scale`` is 1-D but not a bias or a norm (Transformers
+    decays it), ``relative_attention_bias`` is 2-D but named bias (T5's; Transformers does not decay it)."""
+
+    def __init__(self, vocab: int, as_tuple: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(vocab, 8)
+        self.scale = torch.nn.Parameter(torch.rand(8) + 0.5)
+        self.relative_attention_bias = torch.nn.Parameter(torch.randn(8, 2))
+        self.as_tuple = as_tuple
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None):
+        hidden = (self.embed(input_ids) * attention_mask[..., None]).mean(1) * self.scale
+        logits = hidden @ self.relative_attention_bias
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        return (loss, logits) if self.as_tuple else {"loss": loss, "logits": logits}
+
+
+register("weight_decay=0.5 on a 1-D parameter not named bias and a 2-D one named *bias* (decided by name)",
+         args=dict(weight_decay=0.5, learning_rate=5e-2, max_steps=4),
+         model=per_run(lambda run: _NamedParameters(len(run.tok))))
+
+
+register("a model returning a tuple (loss, logits): outputs[0] is the loss, the rest the predictions",
+         args=dict(max_steps=4, eval_strategy="steps", eval_steps=2), compute_metrics=_runs.accuracy,
+         model=per_run(lambda run: _NamedParameters(len(run.tok), as_tuple=True)))
+
+
+register("gradient_accumulation_steps=3 with a partial last window, a model without **kwargs (train_loss a mean "
+         "over steps)", args=dict(gradient_accumulation_steps=3, num_train_epochs=2, logging_steps=3),
+         model=per_run(lambda run: _NamedParameters(len(run.tok))))
+
+
+@idiom("trainer.get_decay_parameter_names(model)", "identical", "the same names, in the same order")
+def _decay_names(tmp_path):
+    names = []
+    for name in _runs.LIBS:
+        run = Run(name, tmp_path)
+        trainer = run.trainer(record=False)
+        names.append((trainer.get_decay_parameter_names(trainer.model),
+                      trainer.get_decay_parameter_names(_NamedParameters(len(run.tok)))))
+    assert names[0] == names[1] and "scale" in names[0][1] and "relative_attention_bias" not in names[0][1]
+
+
 # -- different on purpose ---------------------------------------------------------------------------------------
 def _accumulation(steps: int, epochs: float):
     def check(tmp_path):
@@ -227,6 +285,31 @@ ACCUMULATION = ("each micro-batch's loss is divided by the window's length (Acce
                 "models that take **kwargs num_items_in_batch and does not divide (the window's sum for a classifier)")
 idiom("gradient_accumulation_steps=2", "on purpose", ACCUMULATION)(_accumulation(2, 1))
 idiom("gradient_accumulation_steps=3 with a partial last window", "on purpose", ACCUMULATION)(_accumulation(3, 1))
+
+
+@idiom("fp16=True with use_cpu=True", "on purpose", "the same float32 run as Transformers (Accelerate has no fp16 on "
+       "the CPU); one line says so and names bf16=True for mixed precision there")
+def _fp16_on_cpu(tmp_path):
+    peer, ours, runs = train_both(tmp_path, dict(fp16=True, max_steps=3))
+    assert_identical(peer, ours)
+    line = assert_on_purpose(runs[1].printed.splitlines(), "fp16=True")
+    assert "float32" in line and "bf16=True" in line
+
+
+register("bf16=True with use_cpu=True", "bitwise: bf16 autocast on the CPU, as Transformers",
+         args=dict(bf16=True, max_steps=3))
+
+
+@idiom("torch_compile=True", "on purpose", "braeburn compiles the model its own way: losses differ from a Transformers "
+       "compiled run from step 1 (rounding; other dropout masks); leave torch_compile off for Transformers' eager "
+       "numbers, bitwise")
+def _torch_compile(tmp_path):
+    run = Run("braeburn", tmp_path)
+    trainer = run.trainer(run.args(torch_compile=True, max_steps=1), record=False)
+    _, error = run.quietly(trainer.train)
+    assert error is None, error
+    line = assert_on_purpose(run.printed.splitlines(), "torch_compile=True")
+    assert "differ" in line and "Leave torch_compile off" in line
 
 
 # -- refused before training, with the way out ------------------------------------------------------------------
@@ -249,6 +332,13 @@ idiom("lr_scheduler_type='greedy' (a schedule braeburn does not build)", "refuse
 idiom("save_only_model=True", "refused", "checkpoints hold the full state; --save_total_limit bounds the disk and "
       "trainer.save_model() writes the weights")(
     refused(dict(save_only_model=True), ["save_only_model"], ["save_total_limit", "save_model()"]))
+
+
+idiom("group_by_length=True", "refused", "override get_train_dataloader() to return a DataLoader with a "
+      "length-grouped sampler (braeburn.Trainer calls it and prepares its loader)")(
+    refused(dict(group_by_length=True), ["group_by_length"], ["get_train_dataloader()", "LengthGroupedSampler"]))
+register("hub_model_id='me/model', hub_strategy='end' with push_to_hub=False (ignored, as Transformers)",
+         args=dict(hub_model_id="me/model", hub_strategy="end", max_steps=2))
 
 
 class _Stream(torch.utils.data.IterableDataset):
@@ -316,6 +406,18 @@ def _log_setter(run: Run):
 
 register("a TrainerCallback setting control.should_log", args=dict(logging_steps=500, max_steps=4),
          callbacks=per_run(_log_setter))
+
+
+def _eval_setter(run: Run):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 2:
+            control.should_evaluate = True
+        return control
+    return [type("EvalAt", (run.lib.TrainerCallback,), {"on_step_end": on_step_end})()]
+
+
+register("a TrainerCallback setting control.should_evaluate in on_step_end (the step's loss logged first)",
+         args=dict(logging_steps=2, max_steps=4), callbacks=per_run(_eval_setter))
 
 
 @idiom("Trainer subclass overriding compute_loss(model, inputs, return_outputs=False, num_items_in_batch=None)",

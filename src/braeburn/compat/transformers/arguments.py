@@ -98,9 +98,11 @@ class UnsupportedFields:
                                  "always continues exactly where the run stopped")
     restore_callback_states_from_checkpoint: bool = _no(False, "keep callback state in your callback")
     dataloader_in_order: bool = _no(True, "batches always arrive in order")
-    length_column_name: str = _no("length", "length grouping is not supported")
-    group_by_length: bool = _no(False, "length grouping is not supported; braeburn's collators pad to length "
-                                "buckets instead")
+    length_column_name: str = _no("length", "length grouping is not built in; see group_by_length")
+    group_by_length: bool = _no(False, "length grouping is not built in: override get_train_dataloader() in a "
+                                "Trainer subclass to return a DataLoader with a length-grouped sampler (e.g. "
+                                "transformers.trainer_pt_utils.LengthGroupedSampler), which braeburn.Trainer calls "
+                                "and prepares; or keep braeburn's collators, which pad to length buckets")
     ddp_find_unused_parameters: bool | None = _no(None, _DDP)
     ddp_bucket_cap_mb: int | None = _no(None, _DDP)
     ddp_broadcast_buffers: bool | None = _no(None, _DDP)
@@ -136,6 +138,8 @@ def unsupported_errors(config: Any) -> list[OptionError]:
     """An error for every unsupported field set away from Transformers' default."""
     errors = []
     for spec in dataclasses.fields(UnsupportedFields):
+        if spec.name.startswith("hub_") and not getattr(config, "push_to_hub", False):
+            continue  # ignored without push_to_hub, as Transformers ignores them
         value = getattr(config, spec.name)
         default = spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()
         if value != default and not (value in (None, "", [], False) and default in (None, "", [], False)):

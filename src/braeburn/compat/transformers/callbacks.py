@@ -153,7 +153,11 @@ class HfCallbackAdapter(Callback):
                 trainer.log_now()
         if control.should_evaluate:
             control.should_evaluate = False
-            if trainer.eval_dataset is not None:
+            if trainer.eval_dataset is None:
+                pass
+            elif self._in_step_end:  # after every callback's on_step_end and the step's log, as Transformers does
+                trainer.state.should_evaluate = True
+            else:
                 trainer.evaluate()
 
     def on_train_begin(self, trainer: "Trainer", state: TrainerState) -> None:

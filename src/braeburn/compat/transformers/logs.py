@@ -51,6 +51,7 @@ class HfLogsMixin:
     """The log hooks of braeburn's loop (log_window.py, loop.py), as Transformers' Trainer logs."""
 
     ends_epoch_at_stop = True
+    epoch_before_training = True  # evaluate() before train() logs epoch 0, as Transformers' log() adds state.epoch
     flow_at_max_steps = True
     grad_norm_unclipped = True
     _flos_parameters: int | None = None
@@ -85,13 +86,16 @@ class HfLogsMixin:
         ordered.update((key, value) for key, value in logs.items() if key not in ordered)
         super()._emit_log(ordered, start_time)
 
-    def _window_mean(self, losses: Any) -> tuple[float, float]:
-        """As Transformers adds them: one float32 sum, a step at a time, read once and divided in double precision."""
+    def _window_mean(self, losses: Any) -> tuple[float, float, int]:
+        """As Transformers adds them: one float32 sum of the micro-batches' shares (each loss divided by its window's
+        length, ``_keep_loss``), read once and divided in double precision by the optimizer steps since the last
+        log, so a short last accumulation window weighs as a whole step (train_loss too)."""
         total = losses.new_zeros(())
         for loss in losses:
             total = total + loss
         window_total = float(total)  # sync
-        return window_total / len(losses), window_total
+        steps = max(self.state.global_step - self._window_first_step + 1, 1)
+        return window_total / steps, window_total, steps
 
     def _record(self, logs: dict[str, float]) -> None:
         extras, self._braeburn_extras = getattr(self, "_braeburn_extras", {}), {}

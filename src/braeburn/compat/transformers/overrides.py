@@ -93,7 +93,12 @@ class HfOverridableMixin:
         per-batch losses, as braeburn's own path does."""
         with backward_as_in_transformers(self.accelerator):
             loss = self.training_step(model, batch, None)
-        self._keep_loss(loss.detach().float() * self.current_gradient_accumulation_steps)
+        super()._keep_loss(loss.detach().float())  # divided already
+
+    def _keep_loss(self, loss: torch.Tensor) -> None:
+        """The micro-batch's share of its step's loss, as Transformers' training_step returns it: divided by the
+        window's length (a short last window's by its own); the log adds the shares and divides by the steps."""
+        super()._keep_loss(loss / self.current_gradient_accumulation_steps)
 
     def _batch_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         if self._overrides.compute_loss:  # a subclass overrode Transformers' compute_loss
@@ -229,9 +234,17 @@ class HfOverridableMixin:
                      num_items_in_batch: Any = None) -> Any:
         """The loss of one batch: the model's own, or loss_fn / compute_loss_func on its outputs and labels."""
         args, kwargs, labels = batch_inputs(inputs, pass_labels=self.loss_fn is None)
-        outputs = model(*args, **kwargs)
+        outputs = self._loss_outputs(model(*args, **kwargs), labels)
         loss = compute_loss(outputs, labels, self.loss_fn)
         return (loss, outputs) if return_outputs else loss
+
+    def _loss_outputs(self, outputs: Any, labels: Any) -> Any:
+        """A model that computed its loss and returned a tuple: Transformers takes ``outputs[0]`` as the loss and the
+        rest as the predictions (one item alone, else a tuple); here the tuple becomes a dict of them, which the
+        loss and the predictions are read from as from a ModelOutput."""
+        if self.loss_fn is not None or labels is None or not isinstance(outputs, (tuple, list)) or not outputs:
+            return outputs
+        return {"loss": outputs[0], **{f"output_{index}": value for index, value in enumerate(outputs[1:], 1)}}
 
     # -- evaluation --------------------------------------------------------------------------------------
     def prediction_step(self, model: torch.nn.Module, inputs: Any, prediction_loss_only: bool,

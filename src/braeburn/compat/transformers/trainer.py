@@ -29,6 +29,7 @@ from .arguments import TrainingArguments, from_transformers_arguments, is_transf
 from .callbacks import adapt_callback
 from .files import TRAINING_ARGS, final_model_names, pretrained_config_files, processing_files, training_args_bytes
 from .logs import HfLogsMixin
+from .not_here import refuse_trainer_attribute
 from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
 
@@ -68,6 +69,11 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
                          callbacks=callbacks, accelerator=accelerator)
         self._call_hf_hook("on_init_end")
 
+    def __getattr__(self, name: str) -> Any:
+        """Only for names not found: a Transformers Trainer name braeburn lacks is refused with its way out
+        (not_here.py); any other name is a plain AttributeError."""
+        refuse_trainer_attribute(type(self).__name__, name)
+
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
         """As Transformers' evaluate: a dict of datasets is evaluated one by one, each named in its metrics'
@@ -95,6 +101,9 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
         """The Accelerate-compatible Accelerator, the accumulation passed as Transformers passes it, and data_seed
         as Transformers passes it (DataLoaderConfiguration(data_seed=...): it seeds the training order)."""
         options = accumulation_as_plugin(self.config.accelerator_options())
+        self._fp16_dropped = options["mixed_precision"] == "fp16" and _on_fallback_device(options)
+        if self._fp16_dropped:  # said by train()
+            options["mixed_precision"] = "no"
         if self.config.data_seed is not None:
             options["dataloader_config"] = DataLoaderConfiguration(data_seed=self.config.data_seed)
         accelerator = Accelerator(**options)
@@ -162,6 +171,10 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
             self._model_from_init_again()
         if self.config.gradient_accumulation_steps > 1 and self.accelerator.is_main_process:
             self.accelerator.print(ACCUMULATION_NOTE.format(self.config.gradient_accumulation_steps))
+        if self.config.torch_compile and self.accelerator.is_main_process:
+            self.accelerator.print(COMPILE_NOTE)
+        if getattr(self, "_fp16_dropped", False):
+            self.accelerator.print(FP16_ON_FALLBACK.format(fallback_kind().name))
         return super().train(resume_from_checkpoint)
 
     def _model_from_init_again(self) -> None:
@@ -203,6 +216,33 @@ ACCUMULATION_NOTE = (
     "Accelerate does); Transformers 5 differs on purpose here: it hands a model whose forward takes **kwargs the "
     "window's label count (num_items_in_batch) and does not divide, so its losses and gradients are a token-weighted "
     "mean (its language models) or the window's sum (models that ignore the count)")
+
+
+COMPILE_NOTE = (
+    "braeburn: torch_compile=True: braeburn compiles the model its own way (its forward wrapper, its graph), not as "
+    "Transformers' Accelerate does, so the compiled kernels round differently and dropout draws other masks: losses "
+    "differ from a Transformers compiled run from the first step (by float rounding without dropout). Leave "
+    "torch_compile off for the numbers of Transformers' uncompiled run, bitwise")
+
+
+FP16_ON_FALLBACK = (
+    "braeburn: fp16=True on the {0}: training in float32, as Transformers does there (Accelerate has no fp16 on the "
+    "{0}: no autocast, no grad scaler); pass bf16=True for mixed precision on the {0}")
+
+
+def _on_fallback_device(options: dict[str, Any]) -> bool:
+    """Whether the run will train on the device kind that is no accelerator: asked for (use_cpu, --accelerator,
+    BRAEBURN_DEVICE, ACCELERATE_USE_CPU), or the only one usable here."""
+    from ...devices.host import current_host
+    from ...devices.registry import accelerator_kinds
+    from ...plan.envvars import env_device
+    from ..accelerate.environment import accelerate_env
+
+    name = fallback_kind().name
+    if options.get("cpu") or options.get("accelerator") == name or env_device() == name or accelerate_env().cpu:
+        return True
+    host = current_host()
+    return not any(kind.availability(host).usable for kind in accelerator_kinds())
 
 
 def _from_model_init(model_init: Callable | None) -> torch.nn.Module:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -78,6 +79,24 @@ def resolve_training_parts(model: Any, *, optimizer: Any, optimizer_cls_and_kwar
     if loss_fn is None and compute_loss_func is not None:
         loss_fn = lambda outputs, labels: compute_loss_func(outputs, labels, num_items_in_batch=None)  # noqa: E731
     return optimizer, loss_fn
+
+
+NO_DECAY_NAMES = [re.compile(pattern) for pattern in
+                  (r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)")]
+
+
+def decay_parameter_names(module: Any) -> list[str]:
+    """Transformers' rule (get_parameter_names with its patterns): every parameter but those inside a LayerNorm and
+    those whose lower-cased name contains "bias", "layernorm", "rmsnorm", or a "norm" / "_norm" name part."""
+    import torch
+
+    names = []
+    for child_name, child in module.named_children():
+        if isinstance(child, torch.nn.LayerNorm):
+            continue
+        names += [f"{child_name}.{name}" for name in decay_parameter_names(child)
+                  if not any(p.search(f"{child_name}.{name}".lower()) for p in NO_DECAY_NAMES)]
+    return names + [name for name in module._parameters if not any(p.search(name.lower()) for p in NO_DECAY_NAMES)]
 
 
 # -- Trainer methods scripts call ------------------------------------------------------------------------
@@ -220,6 +239,22 @@ class HfTrainerMixin:
 
     def num_examples(self, dataloader: Any) -> int:
         return len(dataloader.dataset)
+
+    def get_decay_parameter_names(self, model: Any) -> list[str]:
+        """The names of the parameters that weight_decay applies to, as Transformers decides: by name, not by shape
+        (braeburn's own Trainer decays every parameter of 2 or more dimensions). A subclass may override it."""
+        return decay_parameter_names(model)
+
+    def _parameter_groups(self, model: Any) -> list[dict]:
+        """Transformers' two groups: the parameters named by get_decay_parameter_names, then the others; one group
+        without weight decay (the same arithmetic, one fused kernel)."""
+        trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        if self.config.weight_decay == 0:
+            return [{"params": [p for _, p in trainable], "weight_decay": 0.0}]
+        decayed = set(self.get_decay_parameter_names(model))
+        groups = [{"params": [p for name, p in trainable if name in decayed], "weight_decay": self.config.weight_decay},
+                  {"params": [p for name, p in trainable if name not in decayed], "weight_decay": 0.0}]
+        return [group for group in groups if group["params"]]
 
     def get_num_trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)

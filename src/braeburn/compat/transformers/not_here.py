@@ -1,0 +1,92 @@
+"""The Transformers Trainer's names that ``braeburn.Trainer`` does not have, each refused in one line with the way out.
+
+``MISSING_ON_TRAINER``: the public methods and attributes of ``transformers.Trainer`` (its class's and those its
+``__init__`` sets) that braeburn's lacks; ``Trainer.__getattr__`` raises :class:`NotInBraeburn` for them instead
+of a bare AttributeError. ``MISSING_CALLBACKS``: Transformers' built-in callbacks that braeburn does not export;
+``from braeburn import PrinterCallback`` raises an ImportError that says what to do instead. A test compares the
+lists with the installed Transformers (tests/compat/transformers/test_missing_names.py).
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+_AUTOCAST = "a prepared model autocasts inside its forward (mixed_precision / bf16 / fp16 choose the precision)"
+_PARALLEL = "braeburn runs DDP or FSDP (TrainingArguments.strategy); no {} parallelism"
+_HUB = "braeburn does not upload to the Hub: trainer.save_model(dir), then `huggingface-cli upload <repo> dir`"
+_FLOPS = "braeburn reports samples/s and trainer.state.total_flos, and counts no FLOPs of its own"
+_DEEPSPEED = "braeburn has no DeepSpeed or XLA FSDP: it is always False here; use strategy='fsdp'"
+
+MISSING_ON_TRAINER: dict[str, str] = {
+    # methods
+    "autocast_smart_context_manager": _AUTOCAST,
+    "compute_loss_context_manager": _AUTOCAST,
+    "call_model_init": "model_init is called at construction and again by train(); trainer.model is its model",
+    "create_accelerator_and_postprocess": "pass Trainer(accelerator=braeburn.Accelerator(...)); trainer.accelerator "
+                                          "is the one in use",
+    "end": "nothing to end: braeburn's trackers close when train() returns",
+    "get_batch_samples": "override get_train_dataloader() to change what a step reads",
+    "get_cp_size": _PARALLEL.format("context"),
+    "get_sp_size": _PARALLEL.format("sequence"),
+    "get_tp_size": _PARALLEL.format("tensor"),
+    "get_optimizer_cls_and_kwargs": "set optim / optim_args in TrainingArguments, or pass "
+                                    "optimizer_cls_and_kwargs=(cls, kwargs) or optimizers=(optimizer, scheduler)",
+    "get_optimizer_group": "read trainer.optimizer.param_groups (get_decay_parameter_names(model) names what decays)",
+    "hyperparameter_search": "braeburn has no hyperparameter search: loop over configs and build a Trainer per trial",
+    "init_hf_repo": _HUB,
+    "loss_is_scaled_for_ga": "training_step returns the loss divided by gradient_accumulation_steps, always",
+    "set_initial_training_values": "train() computes its steps itself; read trainer.state.max_steps after train()",
+    "store_flos": _FLOPS,
+    # attributes that Transformers' __init__ sets
+    "callback_handler": "trainer.callbacks holds the callbacks; use add_callback / pop_callback / remove_callback",
+    "control": "a TrainerCallback's hooks get control as an argument: set control.should_* there",
+    "current_flos": _FLOPS,
+    "deepspeed": _DEEPSPEED,
+    "is_deepspeed_enabled": _DEEPSPEED,
+    "is_fsdp_enabled": "read trainer.accelerator.plan.strategy == 'fsdp'",
+    "is_fsdp_xla_enabled": _DEEPSPEED,
+    "is_fsdp_xla_v1_enabled": _DEEPSPEED,
+    "is_fsdp_xla_v2_enabled": _DEEPSPEED,
+    "gather_function": "use trainer.accelerator.gather_for_metrics",
+    "hp_name": "braeburn has no hyperparameter search: loop over configs and build a Trainer per trial",
+    "hp_search_backend": "braeburn has no hyperparameter search: loop over configs and build a Trainer per trial",
+    "hub_model_id": _HUB,
+    "is_distributed_loading_by_transformers": "braeburn loads the model you pass; use strategy='fsdp' to shard it",
+    "is_in_train": "a TrainerCallback's on_train_begin / on_train_end mark the run",
+    "is_model_parallel": "braeburn has no model parallelism across devices (device_map); use strategy='fsdp'",
+    "label_smoother": "set label_smoothing_factor in TrainingArguments (the loss is smoothed as there)",
+    "model_accepts_loss_kwargs": "braeburn never hands num_items_in_batch to the model (docs/migrating.md, "
+                                 "gradient_accumulation_steps)",
+    "model_wrapped": "trainer.accelerator.unwrap_model(trainer.model) is the model; the prepared one is "
+                     "trainer.accelerator's",
+    "neftune_noise_alpha": "braeburn has no NEFTune: add the noise in your model's embedding forward",
+    "place_model_on_device": "braeburn always places the model on the device it trains on",
+}
+
+MISSING_CALLBACKS: dict[str, str] = {
+    "DefaultFlowCallback": "braeburn's loop decides logging, evaluation and saving from the arguments itself; set "
+                           "control.should_log / should_evaluate / should_save in a TrainerCallback to change when",
+    "PrinterCallback": "pass disable_tqdm=True: braeburn then prints each log as a plain line",
+    "ProgressCallback": "braeburn shows its own progress (disable_tqdm=True: plain log lines instead)",
+}
+
+
+class NotInBraeburn(AttributeError, NotImplementedError):
+    """A Transformers Trainer name braeburn does not have. An AttributeError, so ``hasattr`` and ``getattr(x, name,
+    default)`` still answer; the message names the way out."""
+
+
+def refuse_trainer_attribute(owner: str, name: str) -> NoReturn:
+    way_out = MISSING_ON_TRAINER.get(name)
+    if way_out is None:
+        raise AttributeError(f"'{owner}' object has no attribute {name!r}")
+    raise NotInBraeburn(f"Trainer.{name} is Transformers' and braeburn.Trainer does not have it: {way_out} "
+                        "(docs/migrating.md, Trainer methods)")
+
+
+def refuse_callback(name: str) -> NoReturn:
+    raise ImportError(f"{name} is a Transformers callback that braeburn does not have: {MISSING_CALLBACKS[name]} "
+                      "(docs/migrating.md)", name=name)
+
+
+__all__ = ["MISSING_CALLBACKS", "MISSING_ON_TRAINER", "NotInBraeburn", "refuse_callback", "refuse_trainer_attribute"]

@@ -1,0 +1,58 @@
+"""Every public name of ``transformers.Trainer`` that ``braeburn.Trainer`` lacks is refused in one line naming it and
+the way out (not a bare AttributeError); the list is checked against the installed Transformers."""
+
+from __future__ import annotations
+
+import pytest
+
+from braeburn.compat.transformers.not_here import MISSING_CALLBACKS, MISSING_ON_TRAINER, NotInBraeburn
+
+from . import _runs
+
+
+@pytest.fixture
+def trainers(tmp_path, monkeypatch, no_launcher_env, one_thread):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
+    theirs = _runs.Run("transformers", tmp_path).trainer(record=False)
+    ours = _runs.Run("braeburn", tmp_path).trainer(record=False)
+    return theirs, ours
+
+
+def _public(names) -> set[str]:
+    return {name for name in names if not name.startswith("_")}
+
+
+def test_the_list_is_exactly_what_braeburn_lacks(trainers):
+    import transformers
+
+    theirs, ours = trainers
+    peer = _public(dir(transformers.Trainer)) | _public(vars(theirs))
+    lacking = {name for name in peer if name not in dir(ours) and name not in vars(ours)}
+    assert lacking == set(MISSING_ON_TRAINER)
+
+
+@pytest.mark.parametrize("name", sorted(MISSING_ON_TRAINER))
+def test_each_missing_name_is_refused_with_the_way_out(trainers, name):
+    _, ours = trainers
+    with pytest.raises(NotInBraeburn) as raised:
+        getattr(ours, name)
+    message = str(raised.value)
+    assert f"Trainer.{name}" in message and MISSING_ON_TRAINER[name] in message
+    assert not hasattr(ours, name)  # still an AttributeError for hasattr / getattr with a default
+
+
+def test_other_names_stay_plain_attribute_errors(trainers):
+    _, ours = trainers
+    with pytest.raises(AttributeError) as raised:
+        ours.no_such_name
+    assert type(raised.value) is AttributeError
+
+
+@pytest.mark.parametrize("name", sorted(MISSING_CALLBACKS))
+def test_transformers_callbacks_refused_on_import(name):
+    transformers = pytest.importorskip("transformers")
+    assert hasattr(transformers, name)
+    with pytest.raises(ImportError, match=f"{name} is a Transformers callback") as raised:
+        exec(f"from braeburn import {name}", {})
+    assert MISSING_CALLBACKS[name] in str(raised.value)
