@@ -116,7 +116,8 @@ def test_two_processes_report_measured_shares(tmp_path):
     line = next(line for line in done.stdout.splitlines() if line.startswith("  step time"))
     assert "steps 25-29 profiled on 2 of 2 processes" in line, line
     assert "USDT" not in done.stdout + done.stderr  # Kineto's profiler_start/stop lines
-    record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["run"]["step_breakdown"]
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    record = next(r["run"] for r in reversed(records) if "run" in r)["step_breakdown"]
     assert record["first_step"] == 25 and len(record["processes"]) == 2
     for part in record["processes"]:
         assert part["steps"] == 5 and part["wall_s"] > 0

@@ -101,7 +101,10 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
         """The Accelerate-compatible Accelerator, the accumulation passed as Transformers passes it, and data_seed
         as Transformers passes it (DataLoaderConfiguration(data_seed=...): it seeds the training order)."""
         options = accumulation_as_plugin(self.config.accelerator_options())
-        self._fp16_dropped = options["mixed_precision"] == "fp16" and _on_fallback_device(options)
+        # Transformers' spelling (fp16=True) on the CPU trains in float32 there; braeburn's own
+        # --mixed_precision fp16 asked for float16 autocast and gets it
+        self._fp16_dropped = (self.config.fp16 and options["mixed_precision"] == "fp16"
+                              and _on_fallback_device(options))
         if self._fp16_dropped:  # said by train()
             options["mixed_precision"] = "no"
         if self.config.data_seed is not None:
