@@ -64,6 +64,7 @@ import stat
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 from pathlib import Path
 
 from . import manifest as manifest_io
@@ -310,8 +311,9 @@ def earlier_braeburn_run(folder: str | os.PathLike) -> dict[str, str]:
 
 
 def _metrics_log(path: Path, checkpoint: Path) -> bool:
-    """Whether ``path``, a regular file, begins with the records ``checkpoint``'s trainer_state.json logged (its
-    log_history, as braeburn's metrics log writes them: one JSON object a line, in order)."""
+    """Whether ``path``, a regular file, holds the records ``checkpoint``'s trainer_state.json logged, in order (its
+    log_history: each of its records the same keys and values as one line of braeburn's metrics log, which may
+    hold more keys and more lines: the Transformers-style Trainer's log_history keeps Transformers' keys only)."""
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return False
@@ -323,8 +325,23 @@ def _metrics_log(path: Path, checkpoint: Path) -> bool:
     history = state.get("log_history") if isinstance(state, dict) else None
     if not isinstance(history, list) or not history or not records:
         return False
-    shared = min(len(records), len(history))
-    return records[:shared] == history[:shared]
+    return _logged_in_order(records, history)
+
+
+def _logged_in_order(records: list[Any], history: list[Any]) -> bool:
+    """Every record of ``history`` up to the last step ``records`` reached is, in order, within a line of them."""
+    matched = 0
+    for record in records:
+        if matched < len(history) and _within(history[matched], record):
+            matched += 1
+    last = max((r["step"] for r in records if isinstance(r, dict) and isinstance(r.get("step"), int)), default=-1)
+    due = sum(1 for h in history if isinstance(h, dict) and isinstance(h.get("step"), int) and h["step"] <= last)
+    return matched >= max(1, due)
+
+
+def _within(logged: Any, record: Any) -> bool:
+    return (isinstance(logged, dict) and isinstance(record, dict)
+            and all(key in record and record[key] == value for key, value in logged.items()))
 
 
 def unrecorded_run(folder: str | os.PathLike) -> dict[str, str]:
