@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from braeburn.plan.compile_policy import outputs_are_overwritten
-from braeburn.trainer import Trainer, TrainingConfig
+from braeburn.trainer.config import CoreTrainingConfig as TrainingConfig
+from braeburn.trainer.loop import CoreTrainer as Trainer
 from braeburn.trainer.callbacks import Callback
 
 

@@ -98,7 +98,8 @@ class HfOverridableMixin:
     def _keep_loss(self, loss: torch.Tensor) -> None:
         """The micro-batch's share of its step's loss, as Transformers' training_step returns it: divided by the
         window's length (a short last window's by its own); the log adds the shares and divides by the steps."""
-        super()._keep_loss(loss / self.current_gradient_accumulation_steps)
+        steps = self.current_gradient_accumulation_steps
+        super()._keep_loss(loss / steps if steps != 1 else loss)  # (x / 1 is x: no operator on a step without one)
 
     def _batch_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
         if self._overrides.compute_loss:  # a subclass overrode Transformers' compute_loss
