@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI, run again and again as CI runs it: a fresh clone of this repository, `bash .ci/run` with CI=true and no
 # standard input (a fresh virtual environment, the README's test command). A flaky test shows up here as a failed
-# run; issue 32 asks for 20 passes in a row under load.
+# run; a suite that passes 20 runs in a row under load has no flaky test left that this finds.
 #
 #   bash benchmarks/ci_soak.sh 20                 # 20 runs, one after another
 #   bash benchmarks/ci_soak.sh 20 --load          # each beside a second copy of the suite (the load of a busy box)

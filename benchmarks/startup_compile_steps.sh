@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 44 on a lent GPU, parts 1-3, from a carried copy of the worktree (benchmarks/make_carry.sh's .carry/ inside
-# it): bash benchmarks/issue44_device.sh PART OUT   (PART: startup, compile or steps); everything lands in
+# it): bash benchmarks/startup_compile_steps.sh PART OUT   (PART: startup, compile or steps); everything lands in
 # OUT/PART.tgz (the device tool brings back few files, none deep).
 set -uo pipefail
-part=$1 dest=$2 out=/tmp/issue44-$1
+part=$1 dest=$2 out=/tmp/startup-compile-steps-$1
 mkdir -p "$out" "$dest"
 trap 'tar czf "$dest/$part.tgz" -C "$out" .' EXIT
 source benchmarks/device_setup.sh

@@ -12,10 +12,10 @@
 #               then one knob at a time (attention backend, no dropout, inductor tuning, max-autotune)
 # Prepare with bash benchmarks/make_carry.sh here, then in the first device call (carry [".carry"]):
 #   source benchmarks/device_setup.sh; set +e
-#   bash benchmarks/device_bg.sh start 'bash benchmarks/issue28_gpu.sh /tmp/bg/out'
+#   bash benchmarks/device_bg.sh start 'bash benchmarks/gpt2_mfu_knobs.sh /tmp/bg/out'
 #   bash benchmarks/device_bg.sh wait 560          # again in the next calls, until it prints "finished"
 set -uo pipefail
-out=${1:?usage: issue28_gpu.sh OUT_DIR}
+out=${1:?usage: gpt2_mfu_knobs.sh OUT_DIR}
 cd "$(dirname "$0")/.."
 mkdir -p "$out/mfu"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv >"$out/gpu.txt" 2>&1
@@ -45,4 +45,4 @@ mfu no-dropout-flash --frameworks braeburn-compile --gpt2-dropout 0 --sdpa flash
 mfu coordinate-descent --frameworks braeburn-compile --inductor coordinate_descent_tuning=True
 timeout 420 bash -c "$(declare -f mfu); out=$out; mfu max-autotune --frameworks braeburn-compile \
   --compile-mode max-autotune-no-cudagraphs"
-echo "issue28_gpu: done $(date +%T)"
+echo "gpt2_mfu_knobs: done $(date +%T)"

@@ -3,9 +3,9 @@
 # step, and is braeburn behind bare+compile on GPT-2 small beyond the noise? Steady state (peers.py), two
 # alternating rounds a process, one process a (workload, mode); then whether "--sdpa flash" runs eagerly. About
 # 8 minutes on an H200. Results in OUT_DIR (one .txt and one .json a process).
-#   bash benchmarks/issue28_cudagraphs.sh OUT_DIR
+#   bash benchmarks/gpt2_cudagraphs.sh OUT_DIR
 set -uo pipefail
-out=${1:?usage: issue28_cudagraphs.sh OUT_DIR}
+out=${1:?usage: gpt2_cudagraphs.sh OUT_DIR}
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
 peers() {  # name, then peers.py's arguments
