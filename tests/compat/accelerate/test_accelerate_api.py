@@ -7,8 +7,6 @@ import os
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from tests.compat.accelerate._peers import Counter
-
 
 def _setup(lib, **kwargs):
     accelerator = lib.Accelerator(cpu=True, **kwargs)
@@ -100,18 +98,6 @@ def test_saving(acc_lib, tmp_path):
     assert torch.equal(load_file(tmp_path / "model" / "model.safetensors")["weight"], state["weight"].cpu())
     accelerator.save({"answer": torch.tensor(42)}, tmp_path / "obj.pt")
     assert int(torch.load(tmp_path / "obj.pt")["answer"]) == 42
-
-
-def test_register_for_checkpointing(acc_lib, tmp_path):
-    accelerator, model, optimizer, loader = _setup(acc_lib)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    counter = Counter()
-    accelerator.register_for_checkpointing(counter)
-    counter.count = 7
-    accelerator.save_state(str(tmp_path / "ckpt"))
-    counter.count = 0
-    accelerator.load_state(str(tmp_path / "ckpt"))
-    assert counter.count == 7
 
 
 def test_skip_first_batches_and_triggers(acc_lib):
