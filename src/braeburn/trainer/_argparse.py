@@ -107,65 +107,89 @@ def _specs(dataclass_types: tuple[type, ...]) -> list[_Spec]:
 
 def convert(hint: Any, value: Any) -> Any:
     """``value`` (a string from the command line, or data from a file) as type ``hint``; ValueError if not."""
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        if value is None or (isinstance(value, str) and value.lower() in _NONE and type(None) in args):
-            if type(None) in args:
-                return None
-        for option in (a for a in args if a is not type(None)):
-            try:
-                return convert(option, value)
-            except ValueError:
-                continue
-        raise ValueError(f"expected {_type_name(hint)}")
-    if typing.get_origin(hint) is Literal:
-        for choice in args:
-            if value == choice or str(value) == str(choice):
-                return choice
-        raise ValueError(f"choose one of {', '.join(map(str, args))}")
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
-            return value.lower() in _TRUE
-        raise ValueError("expected true or false")
-    if hint is int:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ValueError("expected a whole number")
-        try:
-            return int(value) if not isinstance(value, str) else int(value.strip())
-        except (TypeError, ValueError):
-            raise ValueError("expected a whole number") from None
-    if hint is float:
-        if isinstance(value, bool):
-            raise ValueError("expected a number")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ValueError("expected a number, e.g. 2e-5") from None
-    if hint is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise ValueError("expected text")
-    if hint is Path:
-        return Path(str(value))
-    if hint is dict or typing.get_origin(hint) is dict:
-        if isinstance(value, dict):
-            return value
-        if isinstance(value, str):
-            import json
-
-            try:
-                parsed = json.loads(value)
-            except ValueError:
-                raise ValueError("expected a JSON object, e.g. {\"key\": 1}") from None
-            if isinstance(parsed, dict):
-                return parsed
-        raise ValueError("expected a JSON object, e.g. {\"key\": 1}")
-    if typing.get_origin(hint) is list:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        return _to_union(hint, value)
+    if origin is Literal:
+        return _to_literal(typing.get_args(hint), value)
+    if hint is dict or origin is dict:
+        return _to_dict(value)
+    if origin is list:
+        args = typing.get_args(hint)
         items = value if isinstance(value, list) else [value]
         return [convert(args[0] if args else str, item) for item in items]
+    if hint in _SCALARS:
+        return _SCALARS[hint](value)
     raise ValueError(f"unsupported field type {hint!r}")
+
+
+def _to_union(hint: Any, value: Any) -> Any:
+    args = typing.get_args(hint)
+    if type(None) in args and (value is None or (isinstance(value, str) and value.lower() in _NONE)):
+        return None
+    for option in (a for a in args if a is not type(None)):
+        try:
+            return convert(option, value)
+        except ValueError:
+            continue
+    raise ValueError(f"expected {_type_name(hint)}")
+
+
+def _to_literal(choices: tuple, value: Any) -> Any:
+    for choice in choices:
+        if value == choice or str(value) == str(choice):
+            return choice
+    raise ValueError(f"choose one of {', '.join(map(str, choices))}")
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
+        return value.lower() in _TRUE
+    raise ValueError("expected true or false")
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError("expected a whole number")
+    try:
+        return int(value) if not isinstance(value, str) else int(value.strip())
+    except (TypeError, ValueError):
+        raise ValueError("expected a whole number") from None
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("expected a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError("expected a number, e.g. 2e-5") from None
+
+
+def _to_str(value: Any) -> str:
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ValueError("expected text")
+
+
+def _to_dict(value: Any) -> dict:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str):
+        import json
+
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
+    raise ValueError("expected a JSON object, e.g. {\"key\": 1}")
+
+
+_SCALARS = {bool: _to_bool, int: _to_int, float: _to_float, str: _to_str, Path: lambda value: Path(str(value))}
 
 
 def _type_name(hint: Any) -> str:
