@@ -34,6 +34,13 @@ from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
 
 
+class TrainerAccelerator(Accelerator):
+    """The Accelerate-compatible Accelerator whose checkpoints hold optimizer.pt and scheduler.pt, as the
+    Transformers Trainer's do (save_state()'s file names are a class attribute, as for Accelerate's own names)."""
+
+    _state_names = TRANSFORMERS_NAMES
+
+
 class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer):
     """Train ``model`` on ``train_dataset`` as ``args`` says; see docs/trainer.md.
 
@@ -109,9 +116,7 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
             options["mixed_precision"] = "no"
         if self.config.data_seed is not None:
             options["dataloader_config"] = DataLoaderConfiguration(data_seed=self.config.data_seed)
-        accelerator = Accelerator(**options)
-        accelerator._state_names = TRANSFORMERS_NAMES  # checkpoints hold optimizer.pt and scheduler.pt, as there
-        return accelerator
+        return TrainerAccelerator(**options)
 
     def _adapt_callback(self, callback: Any) -> Any:
         return adapt_callback(callback, self)
