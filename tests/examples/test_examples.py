@@ -7,9 +7,11 @@ import os
 import platform
 import random
 import re
+import socket
 import subprocess
 import time
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ sys.path.insert(0, str(EXAMPLES))
 
 import image_classification  # noqa: E402
 import text_classification  # noqa: E402
+import _text  # noqa: E402
 
 WORDS = ("the company said shares rose fell on monday tuesday profit deal was done he she market "
          "stock bank price court ruled judge police officials report new year").split()
@@ -276,9 +279,57 @@ def test_mrpc_download_without_datasets_or_network_says_in_one_line_where_to_put
     assert "put GLUE's MRPC train.tsv and dev.tsv in a folder and pass --data_dir FOLDER" in message
     assert "download_glue_data.py from https://gist.github.com/W4ngatang/" in message  # where the script is
     monkeypatch.setitem(sys.modules, "datasets", _FakeDatasets(ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub\nmore")))
+    monkeypatch.setattr(_text, "_hub_host_unresolved", lambda: None)  # the hub's name resolves
     message = _one_line_exit(["--task_name", "mrpc", "--output_dir", str(tmp_path)])
     assert "MRPC could not be loaded from the Hugging Face hub (nyu-mll/glue: ConnectionError: Couldn't reach" in message
     assert "pass --data_dir FOLDER" in message
+
+
+class _HubClientDatasets(_FakeDatasets):
+    """`datasets` as it behaves with no network: asked for the hub, its client warns ten times over about 25 s of
+    back-off, then raises; with the hub's offline switch on, it reads its cache at once (``cached``: a copy is there)."""
+
+    def __init__(self, cached: bool):
+        super().__init__()
+        self.cached, self.config = cached, types.SimpleNamespace(HF_HUB_OFFLINE=False)
+
+    def load_dataset(self, *args):
+        import huggingface_hub.constants as hub
+
+        if not (hub.HF_HUB_OFFLINE and self.config.HF_HUB_OFFLINE):
+            for attempt in range(1, 6):
+                print(f"'[Errno -2] Name or service not known' thrown while requesting HEAD https://huggingface.co\n"
+                      f"Retrying in {2 ** (attempt - 1)}s [Retry {attempt}/5].", file=sys.stderr)
+            raise ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub (LocalEntryNotFoundError)")
+        if not self.cached:
+            raise ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub (OfflineModeIsEnabled)")
+        return super().load_dataset(*args)
+
+
+def _no_name_resolves(monkeypatch):
+    def unresolved(host, *args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+    monkeypatch.setattr(socket, "getaddrinfo", unresolved)
+
+
+def test_offline_mrpc_without_a_cached_copy_says_where_to_put_it_in_one_line_at_once(tmp_path, monkeypatch, capsys):
+    """Offline, `datasets` retried the hub five times (ten warning lines, about 25 s) before the one line came."""
+    import huggingface_hub.constants as hub
+
+    _no_name_resolves(monkeypatch)
+    monkeypatch.setitem(sys.modules, "datasets", _HubClientDatasets(cached=False))
+    message = _one_line_exit(["--task_name", "mrpc", "--output_dir", str(tmp_path)])
+    assert "MRPC could not be loaded from the Hugging Face hub (this machine is offline (huggingface.co does not " \
+           "resolve) and the datasets cache has no copy); put GLUE's MRPC train.tsv and dev.tsv in a folder" in message
+    assert "Retrying" not in capsys.readouterr().err and hub.HF_HUB_OFFLINE is False  # the switch is put back
+
+
+def test_offline_mrpc_with_a_cached_copy_loads_it(tmp_path, monkeypatch):
+    _no_name_resolves(monkeypatch)
+    fake = _HubClientDatasets(cached=True)
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    train, validation = text_classification.read_splits(text_classification.DataTrainingArguments(task_name="mrpc"))
+    assert (len(train), len(validation)) == (24, 8) and fake.calls == [("nyu-mll/glue", "mrpc")]
 
 
 def test_offline_glue_advice_names_the_scripts_own_task_and_folder_names(tmp_path, monkeypatch):
