@@ -50,12 +50,13 @@ def test_digits_few_steps_write_metrics_and_confusion_matrix(tmp_path):
     assert is_png(tmp_path / "confusion_matrix.png")
 
 
-def documented_digits_run() -> tuple[float, float, int]:
-    """docs/examples.md's measured row for the bare digits command, (test accuracy, idle seconds in all), and the
-    factor of that time the page says a test keeps the run within."""
+def documented_digits_run() -> tuple[float, float, float, int]:
+    """docs/examples.md's measured row for the bare digits command, (test accuracy, macro F1, idle seconds in all),
+    and the factor of that time the page says a test keeps the run within."""
     page = (EXAMPLES.parent / "docs" / "examples.md").read_text(encoding="utf-8")
     row = next(line for line in page.splitlines() if line.startswith("| `python examples/image_classification.py`"))
     return (float(re.search(r"test accuracy (0\.\d+)", row).group(1)),
+            float(re.search(r"macro F1 (0\.\d+)", row).group(1)),
             float(re.search(r"(\d+(?:\.\d+)?) s in all", row).group(1)),
             int(re.search(r"a run within (\d+)x its time in all", page).group(1)))
 
@@ -67,16 +68,29 @@ def test_the_bare_digits_command_gives_the_documented_accuracy_within_the_docume
     one thread in proportion; two threads that spin waiting for each other went 80x slower): docs/examples.md's
     accuracy exactly where it was measured (x86-64, torch 2.13), within two images elsewhere (other float
     kernels), and its time within the factor the page states."""
-    accuracy, idle_seconds, factor = documented_digits_run()
+    accuracy, macro_f1, idle_seconds, factor = documented_digits_run()
     started = time.perf_counter()
     metrics = image_classification.main(["--cpu", "--output_dir", str(tmp_path)])
     elapsed = time.perf_counter() - started
     where_measured = platform.machine() in ("x86_64", "AMD64") and torch.__version__.startswith("2.13")
     assert abs(metrics["accuracy"] - accuracy) <= (1e-4 if where_measured else 2 / 359 + 1e-4), (metrics, accuracy)
+    assert abs(metrics["f1"] - macro_f1) <= (5.1e-5 if where_measured else 0.01), (metrics, macro_f1)  # (said 0.9916)
     assert elapsed <= factor * idle_seconds, f"{elapsed:.1f} s; the page says {idle_seconds} s idle, at most {factor}x"
     printed = capsys.readouterr().out
     assert "precision" in printed and "recall" in printed  # the per-class report
     assert results(tmp_path)["eval_samples"] == 359  # 20% of each digit class held out
+
+
+@pytest.mark.slow  # a pytest collection as a subprocess (3 s)
+def test_the_page_counts_the_example_tests_it_describes():
+    """docs/examples.md said 39 tests where its two files held 44."""
+    page = (EXAMPLES.parent / "docs" / "examples.md").read_text(encoding="utf-8")
+    files = ("tests/examples/test_example_data.py", "tests/examples/test_examples.py")
+    said = int(re.search(rf"`{files[0]}` and `{files[1]}` \((\d+) tests\)", page).group(1))
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-m", "slow or not slow", *files], cwd=EXAMPLES.parent, capture_output=True, text=True,
+                          timeout=120)
+    assert f"{said} tests collected" in done.stdout, done.stdout[-2000:]
 
 
 def _colour_images(root: Path, pets: bool) -> None:
