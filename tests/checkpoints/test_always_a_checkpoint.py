@@ -219,6 +219,7 @@ def _trainer_resave_calls(folder: Path) -> list[str]:
     return system_calls(lambda: manager.save(accelerator, state))
 
 
+@pytest.mark.slow  # three saves under a profile hook (3 s on a loaded machine)
 def test_the_reliability_page_counts_the_kills_these_tests_make(tmp_path):
     """docs/reliability.md said 88 kills: 41 system calls of save_state, 30 random times, 17 of the 60 of the
     Trainer's re-save. The code had grown to 60 and 22 of 110 (112 in all); the page's figures are these tests'."""

@@ -133,7 +133,7 @@ def test_save_state_writes_safetensors_and_a_torch_file_only_where_safetensors_c
     assert counter2.count == 7
 
 
-@pytest.mark.parametrize("umask", [0o022, 0o077])
+@pytest.mark.parametrize("umask", [0o022, 0o077], ids=["umask-022", "umask-077"])
 def test_the_weights_file_has_the_mode_of_every_other_file_of_the_state(tmp_path, umask):
     """safetensors 0.8 writes a private temporary file and renames it: model.safetensors came out 0600 while every
     other file of a checkpoint was 0644, so a group that reads the checkpoint could read all of it but its weights."""
