@@ -93,6 +93,14 @@ def test_the_page_counts_the_example_tests_it_describes():
     assert f"{said} tests collected" in done.stdout, done.stdout[-2000:]
 
 
+def test_the_cnn_has_the_parameter_count_the_page_gives():
+    page = (EXAMPLES.parent / "docs" / "examples.md").read_text(encoding="utf-8")
+    said = int(re.search(r"a linear head; (\d+)k parameters", page).group(1))
+    for channels in (1, 3):  # the digits are grey, images from a folder RGB
+        count = sum(p.numel() for p in image_classification.SmallCNN(channels, 10).parameters())
+        assert round(count / 1000) == said, (channels, count)
+
+
 def _colour_images(root: Path, pets: bool) -> None:
     """Red and blue squares with noise: two classes a CNN can tell apart."""
     rng = random.Random(0)
