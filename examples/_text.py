@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
+from urllib.request import getproxies, proxy_bypass
 
 # GLUE tasks with a header row: (first text column, second text column or None, label column, labels).
 # Label order follows GLUE's, so index 1 is the positive class of MRPC/QQP ("equivalent", "duplicate").
@@ -204,8 +205,12 @@ def glue_from_hub(task_name: str) -> tuple[TextExamples, TextExamples]:
 
 def _hub_host_unresolved() -> str | None:
     """The hub's host name when it does not resolve (no network, or no DNS), else None. Offline, the hub's client
-    retries five times with back-off, ten warning lines and about 25 s, before failing; one look-up says it at once."""
+    retries five times with back-off, ten warning lines and about 25 s, before failing; one look-up says it at once.
+    Behind an HTTPS proxy the proxy resolves the name, so nothing is concluded from this machine's DNS."""
     host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or "huggingface.co"
+    proxies = getproxies()
+    if ("https" in proxies or "all" in proxies) and not proxy_bypass(host):
+        return None
     try:
         socket.getaddrinfo(host, 443)
     except OSError:  # socket.gaierror: the name does not resolve

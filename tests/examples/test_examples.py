@@ -346,6 +346,18 @@ def test_offline_mrpc_without_a_cached_copy_says_where_to_put_it_in_one_line_at_
     assert "Retrying" not in capsys.readouterr().err and hub.HF_HUB_OFFLINE is False  # the switch is put back
 
 
+def test_behind_an_https_proxy_the_hub_is_asked_even_where_its_name_does_not_resolve(monkeypatch):
+    """A proxy resolves the hub's name for a machine without outside DNS: that machine is not offline."""
+    _no_name_resolves(monkeypatch)
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert _text._hub_host_unresolved() == "huggingface.co"
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert _text._hub_host_unresolved() is None
+    monkeypatch.setenv("NO_PROXY", "huggingface.co")
+    assert _text._hub_host_unresolved() == "huggingface.co"
+
+
 def test_offline_mrpc_with_a_cached_copy_loads_it(tmp_path, monkeypatch):
     _no_name_resolves(monkeypatch)
     fake = _HubClientDatasets(cached=True)
