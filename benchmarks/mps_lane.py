@@ -28,7 +28,12 @@ sys.path.insert(0, str(ROOT / "src"))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
 
 import braeburn  # noqa: E402  (before torch: the MPS fallback default, as for a user's script)
-import pytest  # noqa: E402
+
+try:
+    import pytest  # noqa: E402
+except ImportError:  # the README's first command installs the examples' extra, which has no pytest
+    raise SystemExit('benchmarks/mps_lane.py runs braeburn\'s tests, which need pytest and the peers they compare '
+                     'against: pip install -e ".[test]" (the README\'s test set-up), then run it again') from None
 import torch  # noqa: E402
 
 

@@ -9,10 +9,14 @@ from __future__ import annotations
 import csv
 import json
 import os
+import socket
 import sys
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import getproxies, proxy_bypass
 
 # GLUE tasks with a header row: (first text column, second text column or None, label column, labels).
 # Label order follows GLUE's, so index 1 is the positive class of MRPC/QQP ("equivalent", "duplicate").
@@ -186,14 +190,53 @@ def glue_from_hub(task_name: str) -> tuple[TextExamples, TextExamples]:
         raise SystemExit(f"--task_name {task_name} without --data_dir downloads {task_name.upper()} with the `datasets` "
                          f"package, which is not installed: pip install datasets (it is in braeburn's mrpc extra), or "
                          f"{_local_copy(task_name)}.") from None
+    unresolved = _hub_host_unresolved()
     try:
-        loaded = datasets.load_dataset(GLUE_HUB_DATASET, task_name)
+        with _cache_only(datasets, unresolved is not None):
+            loaded = datasets.load_dataset(GLUE_HUB_DATASET, task_name)
     except Exception as error:  # no network, no cache, a hub error: the data cannot be had this way
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        why = (f"this machine is offline ({unresolved} does not resolve) and the datasets cache has no copy"
+               if unresolved else f"{GLUE_HUB_DATASET}: {type(error).__name__}: {first_line}")
         raise SystemExit(f"--task_name {task_name} without --data_dir: {task_name.upper()} could not be loaded from "
-                         f"the Hugging Face hub ({GLUE_HUB_DATASET}: {type(error).__name__}: {first_line}); "
-                         f"{_local_copy(task_name)}.") from None
+                         f"the Hugging Face hub ({why}); {_local_copy(task_name)}.") from None
     return _hub_split(loaded["train"], task_name), _hub_split(loaded["validation"], task_name)
+
+
+def _hub_host_unresolved() -> str | None:
+    """The hub's host name when it does not resolve (no network, or no DNS), else None. Offline, the hub's client
+    retries five times with back-off, ten warning lines and about 25 s, before failing; one look-up says it at once.
+    Behind an HTTPS proxy the proxy resolves the name, so nothing is concluded from this machine's DNS."""
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or "huggingface.co"
+    proxies = getproxies()
+    if ("https" in proxies or "all" in proxies) and not proxy_bypass(host):
+        return None
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:  # socket.gaierror: the name does not resolve
+        return host
+    return None
+
+
+@contextmanager
+def _cache_only(datasets, offline: bool):
+    """While loading, what HF_HUB_OFFLINE=1 set before Python started does: the cache only, no request (the
+    libraries read that variable once, when imported, as Transformers' import already did here; older datasets
+    releases read their own HF_DATASETS_OFFLINE)."""
+    import huggingface_hub.constants as hub
+
+    config = getattr(datasets, "config", None)
+    switches = [(hub, "HF_HUB_OFFLINE")] + [(config, name) for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+                                            if hasattr(config, name)]
+    saved = [getattr(owner, name) for owner, name in switches]
+    if offline:
+        for owner, name in switches:
+            setattr(owner, name, True)
+    try:
+        yield
+    finally:
+        for (owner, name), value in zip(switches, saved):
+            setattr(owner, name, value)
 
 
 def _hub_split(split, task_name: str) -> TextExamples:

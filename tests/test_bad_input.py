@@ -10,6 +10,7 @@ processes and read stderr: no traceback without --debug, a traceback with it.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -208,6 +209,15 @@ def test_bad_input_gives_one_clear_error(tmp_path, fake_host, capsys, host, bad_
 
 def test_at_least_forty_bad_inputs_are_tried():
     assert len(CASES) >= 40
+
+
+def test_the_reliability_page_counts_the_rows_of_this_table():
+    """docs/reliability.md said 57 rows (61 bad inputs in all) where the table held 56."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text(encoding="utf-8")
+    total, rows, more = (int(n) for n in re.search(
+        r"\| bad inputs tried \| \*\*(\d+)\*\* \| (\d+) rows of the table in `tests/test_bad_input.py` \+ (\d+) given",
+        page).groups())
+    assert (rows, total) == (len(CASES), len(CASES) + more)
 
 
 def test_run_main_keeps_the_traceback_of_an_error_from_deep_inside_torch(capsys):

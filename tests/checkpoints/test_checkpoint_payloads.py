@@ -12,6 +12,7 @@ attacker who also rewrites ``manifest.json`` so that sizes and checksums match.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -150,6 +151,18 @@ CASES = _cases()
 
 
 @pytest.mark.slow  # 5 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
+def test_the_reliability_page_counts_these_planted_cases():
+    """docs/reliability.md counted 25 planted files and manifests (35 payloads in all) where this table held 27."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reliability.md").read_text(encoding="utf-8")
+    row = next(line for line in page.splitlines() if line.startswith("| payloads refused |"))
+    _, _, total, details, _ = row.split("|")
+    parts = [int(n) for n in re.findall(r"(?:^|, |; |and )(\d+) ", details.strip())]  # 4 files, 1 Trainer ...
+    assert int(re.search(r"(\d+) planted checkpoint files and manifests", row).group(1)) == len(CASES)
+    assert int(total.strip().strip("*")) == sum(parts) and len(parts) == 6, (total, parts)
+    assert f"`tests/checkpoints/test_checkpoint_payloads.py::test_a_planted_payload_never_runs_and_is_refused_clearly` " \
+           f"({len(CASES)} cases)" in page
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_a_planted_payload_never_runs_and_is_refused_clearly(tmp_path, pristine, case):
     name, strategy, plant, expected = case

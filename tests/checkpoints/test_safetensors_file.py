@@ -133,6 +133,27 @@ def test_save_state_writes_safetensors_and_a_torch_file_only_where_safetensors_c
     assert counter2.count == 7
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077], ids=["umask-022", "umask-077"])
+def test_the_weights_file_has_the_mode_of_every_other_file_of_the_state(tmp_path, umask):
+    """safetensors 0.8 writes a private temporary file and renames it: model.safetensors came out 0600 while every
+    other file of a checkpoint was 0644, so a group that reads the checkpoint could read all of it but its weights."""
+    import os
+
+    old = os.umask(umask)
+    try:
+        accelerator = Accelerator(cpu=True)
+        model = torch.nn.Linear(3, 3)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        accelerator.prepare(model, optimizer)
+        accelerator.save_state(tmp_path / "state")
+        (tmp_path / "plain").write_bytes(b"")
+    finally:
+        os.umask(old)
+    expected = (tmp_path / "plain").stat().st_mode & 0o777
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / "state").iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {oct(expected)}, modes
+
+
 def test_a_snapshot_captures_the_same_bytes_as_a_write(tmp_path):
     state = {"a": torch.randn(4, 4), "b": torch.arange(3)}
     state_io.save_model_state(state, tmp_path, 0)

@@ -398,3 +398,24 @@ def test_the_mps_lane_runs_with_one_command_and_writes_its_report(tmp_path):
                   "test_the_image_example_trains_on_mps", "test_the_text_example_trains_on_mps"):
         assert f"| {claim} | skipped | Skipped: needs 1 usable mps device(s)" in report, claim
     assert f"report written to {out}" in done.stdout and (root / "mps-lane-report.md").exists() == left_before
+
+
+@pytest.mark.slow  # the lane's script as a subprocess (3 s)
+def test_the_mps_lane_without_pytest_says_in_one_line_what_to_install(tmp_path):
+    """After the README's first command (the examples' extra: no pytest) the lane died with a ModuleNotFoundError
+    traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    hidden = tmp_path / "no-pytest"
+    hidden.mkdir()
+    (hidden / "pytest.py").write_text("raise ModuleNotFoundError(\"No module named 'pytest'\", name='pytest')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "mps_lane.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == ['benchmarks/mps_lane.py runs braeburn\'s tests, which need pytest and '
+                                                'the peers they compare against: pip install -e ".[test]" (the '
+                                                'README\'s test set-up), then run it again']

@@ -64,7 +64,8 @@ def write(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]
 
     ``path`` is made afresh first (a link or file there is removed: the link, never its target); the package
     then writes it whole. Its I/O errors come out as ``OSError`` with their errno."""
-    no_follow.create_new(path).close()
+    with no_follow.create_new(path) as made:
+        mode = os.fstat(made.fileno()).st_mode & 0o777  # what the umask gives any new file (0644 under 022)
     packed = {name: tensor.detach().contiguous() for name, tensor in tensors.items()}  # a copy only where not dense
     try:
         _save_file(packed, str(path), metadata=metadata)
@@ -73,6 +74,18 @@ def write(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]
         if code is None:
             raise
         raise OSError(code, os.strerror(code)) from None  # (as a Python write says it: no file name)
+    _give_mode(path, mode)
+
+
+def _give_mode(path: Path, mode: int) -> None:
+    """The package (0.8) writes a private temporary file (0600) and renames it over ``path``: the weights alone
+    would then be unreadable to the group and others that may read every other file of the checkpoint."""
+    fd = no_follow.open_fd(path, os.O_RDONLY)
+    try:
+        if os.fstat(fd).st_mode & 0o777 != mode:
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def _errno(error: BaseException) -> int | None:

@@ -13,6 +13,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -315,6 +316,16 @@ def bench_workload(name: str, args, kinds: list[DeviceKind], host, peaks: dict) 
             "flops_per_sample": flops, "devices": rows}
 
 
+def _say_shared_caveats(kinds: list[DeviceKind], host) -> None:
+    import torch
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    for kind in kinds:
+        caveat = kind.shared_timing_caveat(host, load, torch.get_num_threads())
+        if caveat:
+            _say(caveat)
+
+
 def _say(text: str) -> None:
     """Progress on stderr (stdout stays the table, or the JSON with --json): long runs are not silent."""
     print(f"braeburn bench: {text}", file=sys.stderr, flush=True)
@@ -353,6 +364,7 @@ def run_workloads(args, host) -> dict:
         _say(why)
     _say(f"{len(names) - len(skipped)} workload(s) on {', '.join(k.name for k in kinds)}; measuring each device's "
          "matmul peak and bandwidth first...")
+    _say_shared_caveats(kinds, host)
     peaks = {kind.name: device_peaks(kind, host, args.size, args.mixed_precision) for kind in kinds}
     results = [bench_workload(n, args, kinds, host, peaks) for n in names if n not in skipped]
     for result in results:

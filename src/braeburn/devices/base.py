@@ -109,6 +109,11 @@ class DeviceKind(ABC):
         """Why ``mixed_precision="auto"`` keeps float32 when :meth:`auto_precision_order` offers nothing usable."""
         return f"since {self.name} has no mixed precision worth using here"
 
+    def shared_timing_caveat(self, host: HostFacts, load_average: float, threads: int) -> str | None:
+        """Why this kind's timings may be far off on a machine other jobs keep busy (``load_average``: the system's
+        over the last minute; ``threads``: torch's intra-op threads), or None where that does not hold."""
+        return None
+
     def float64_cast_reason(self) -> str | None:
         """Why float64 models and batches become float32 on the way to this kind (one line says so, the first time),
         or None where this kind computes in float64: there a model the user made float64 trains in float64 as given

@@ -43,6 +43,16 @@ class CpuDevice(DeviceKind):
                 "autocast changes the numbers, and whether it is faster than float32 depends on the CPU (AMX or "
                 "AVX512-BF16 instructions) and the model")
 
+    def shared_timing_caveat(self, host: HostFacts, load_average: float, threads: int) -> str | None:
+        # OpenMP threads spin while they wait for each other; with other jobs holding the cores they wait for, a
+        # step or a matmul on 2 threads measured 30 to 130 times slower than on one (a 2-core machine, load 2-3).
+        if threads < 2 or load_average < host.cpu_count:
+            return None
+        return (f"the load average is {load_average:.1f} on {host.cpu_count} cores: other jobs share this CPU, and "
+                f"torch's {threads} threads then spend steps waiting for each other, so the CPU's figures below can be "
+                "many times too low; OMP_NUM_THREADS=1 before the command times one thread, or run it on an idle "
+                "machine")
+
     def torch_device(self, index: int = 0):
         import torch
 
