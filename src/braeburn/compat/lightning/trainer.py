@@ -33,6 +33,7 @@ from ...trainer.checkpoint import CheckpointManager
 from ...trainer.config import ConfigError, CoreTrainingConfig as TrainingConfig
 from ...trainer.loop import CoreTrainer as BraeburnTrainer
 from ...trainer.outputs import EvalLoopOutput
+from ...trainer.phase_clock import EVALUATION
 from ...trainer.scheduler_interval import is_plateau
 from ...trainer.write_faults import OutputDirError
 from ...warn import warn
@@ -79,6 +80,7 @@ class Trainer:
         self.current_epoch = 0
         self.estimated_stepping_batches: int | float = math.inf
         self.logger = StepLogger()
+        self.sanity_checking = False  # True while the validation batches before training run, as Lightning's
         self._run: _LightningRun | None = None
         self._run_folder: Path | None = None
 
@@ -146,8 +148,8 @@ class Trainer:
             resume, warnings = checkpoint_to_resume(ckpt_path, self.options.root)
         except CheckpointPathError as error:
             raise LightningArgumentError([str(error)]) from None
-        if val_loader is not None and len(val_loader) == 0:
-            val_loader = None  # Lightning skips a validation loader without batches
+        if val_loader is not None and (len(val_loader) == 0 or not self.options.validates):
+            val_loader = None  # Lightning skips a validation loader without batches, and all with limit_val_batches=0
         self._call("on_fit_start", model)
         if len(train_loader) == 0:  # as Lightning: a warning, nothing trained, and no run folder made
             self._run_folder = None
@@ -247,15 +249,15 @@ class Trainer:
         optimizer, scheduler = None, None
         if train_loader is not None:
             optimizer, scheduler = split_optimizers(model.configure_optimizers())  # reads estimated_stepping_batches
-            _check_plateau(scheduler, val_loader)
+            _check_plateau(scheduler, val_loader, self.options)
+            _check_interval(self.options.val_check_interval, len(train_loader), val_loader)
         if new_run:  # last: a refusal above leaves no empty run folder behind
             self._run_folder = _run_folder(logs_folder(self.options.root), accelerator)
             config.output_dir = str(self._run_folder)
         if scheduler is not None and not isinstance(scheduler, Mapping):
             scheduler = {"scheduler": scheduler, "interval": "epoch"}  # Lightning steps a bare one per epoch
         return _LightningRun(self, model, config=config, train_dataset=train_loader, eval_dataset=val_loader,
-                             optimizer=optimizer, lr_scheduler=scheduler, callbacks=[_LightningHooks(self, model)],
-                             accelerator=accelerator)
+                             optimizer=optimizer, lr_scheduler=scheduler, accelerator=accelerator)
 
     def _config_for(self, train_loader: Any, val_loader: Any, processes: int) -> TrainingConfig:
         """The run's config: batch sizes from the loaders, validation each epoch when there is a val loader, and
@@ -367,14 +369,44 @@ def _check_unshuffled(loader: Any) -> None:
             f"the first step; pass shuffle=False, or {OWN_TRAINER}"])
 
 
-def _check_plateau(scheduler: Any, val_loader: Any) -> None:
+def _check_interval(interval: float, batches: int, val_loader: Any) -> None:
+    """An int val_check_interval past the epoch's batches: Lightning's ValueError, refused the same."""
+    if val_loader is not None and isinstance(interval, int) and interval > batches:
+        raise LightningArgumentError([
+            f"Trainer(val_check_interval={interval}) is more than the {batches} training batches of an epoch, so no "
+            "validation would run (Lightning raises a ValueError for it too): pass val_check_interval <= "
+            f"{batches}, or a fraction of the epoch such as 0.5"])
+
+
+def _check_plateau(scheduler: Any, val_loader: Any, options: Any) -> None:
     inner = scheduler.get("scheduler") if isinstance(scheduler, Mapping) else scheduler
     if is_plateau(inner) and val_loader is None:
         raise LightningArgumentError([
             "configure_optimizers() returned a ReduceLROnPlateau, which braeburn steps after each validation, on "
             "the value its 'monitor' names (logged with self.log in validation_step); fit() has no validation "
-            "data, so its learning rate would never change. Pass val_dataloaders= to fit() (or define "
-            "val_dataloader()), or return another scheduler"])
+            "data (or Trainer(limit_val_batches=0)), so its learning rate would never change. Pass val_dataloaders= "
+            "to fit() (or define val_dataloader()), or return another scheduler"])
+    if is_plateau(inner) and options.val_every_n_epochs > 1:
+        raise LightningArgumentError([
+            f"configure_optimizers() returned a ReduceLROnPlateau with Trainer(check_val_every_n_epoch="
+            f"{options.val_every_n_epochs}): Lightning steps it at the end of every epoch on the monitored value, "
+            "which an epoch without validation does not have (Lightning raises there, or steps on an earlier epoch's "
+            f"value); pass check_val_every_n_epoch=1, or {OWN_TRAINER}"])
+    if is_plateau(inner) and options.val_check_interval != 1.0:
+        raise LightningArgumentError([
+            f"configure_optimizers() returned a ReduceLROnPlateau with Trainer(val_check_interval="
+            f"{options.val_check_interval!r}): braeburn steps it after each validation, Lightning at its interval "
+            f"(once an epoch by default) on the latest value; remove val_check_interval, or {OWN_TRAINER}"])
+
+
+class _FirstBatches:
+    """The first ``count`` batches of ``loader`` (-1: all), for the sanity check."""
+
+    def __init__(self, loader: Any, count: int):
+        self.loader, self.count = loader, count
+
+    def __iter__(self) -> Any:
+        return iter(self.loader) if self.count < 0 else itertools.islice(self.loader, self.count)
 
 
 class _StepForward(torch.nn.Module):
@@ -394,10 +426,61 @@ class _LightningRun(BraeburnTrainer):
 
     stop_past_max_steps = True  # as Lightning: a checkpoint past max_epochs/max_steps is restored, nothing trained
     peer_methods_called = ("compute_loss", "log")  # its own, called by its loss and the module's self.log
+    ends_epoch_at_stop = True  # max_steps part way through an epoch: Lightning still calls on_train_epoch_end
 
     def __init__(self, lightning: Trainer, module: torch.nn.Module, **kwargs: Any):
         self.lightning, self.batch_idx = lightning, 0
-        super().__init__(_StepForward(module), **kwargs)
+        self.hooks = _LightningHooks(lightning, module)
+        super().__init__(_StepForward(module), callbacks=[self.hooks], **kwargs)
+
+    def _evaluate_and_save(self, step_end: bool) -> None:
+        """At an epoch's end, Lightning's order (its fit loop): the epoch's validation (when this epoch validates),
+        then on_train_epoch_end (which sees the validation's metrics in callback_metrics), then a ReduceLROnPlateau's
+        step, then the checkpoint. (An epoch scheduler stepped before all of them, as Lightning's last batch does.)"""
+        batches = len(self.train_dataset)
+        done = round((self.state.epoch - self.lightning.current_epoch) * batches)  # this epoch's batches so far
+        if step_end:
+            if done < batches and self._validates_after(done, batches):  # val_check_interval: part way through
+                with self._phases.timed(EVALUATION):
+                    self.evaluate()
+            super()._evaluate_and_save(step_end)
+            return
+        self._saver.poll()  # a background save that has finished since: its on_save fires now
+        metrics = None
+        if self.hooks.epoch_finished and self._validates_after(batches, batches):
+            with self._phases.timed(EVALUATION):
+                metrics = self.evaluate()
+        self.hooks.train_epoch_end(self)
+        if metrics is not None:
+            self._scheduler_steps.after_evaluate(metrics)
+        if self.config.save_strategy == "epoch" or self.state.should_save:
+            self._save()
+
+    def _validates_after(self, done: int, batches: int) -> bool:
+        """Whether Lightning validates after the ``done``-th training batch of this epoch (of ``batches``): in every
+        check_val_every_n_epoch-th epoch, after every val_check_interval batches (a float: that fraction of the
+        epoch's batches, at least 1; 1.0: the last batch)."""
+        options = self.lightning.options
+        if self.eval_dataset is None or (self.lightning.current_epoch + 1) % options.val_every_n_epochs:
+            return False
+        interval = options.val_check_interval
+        every = interval if isinstance(interval, int) else max(1, int(batches * interval))
+        return done % every == 0
+
+    def sanity_check(self) -> None:
+        """Lightning's sanity check: the validation hooks over the first ``num_sanity_val_steps`` batches before
+        training, whose logged values are then forgotten; torch's random state is put back after it (Lightning's
+        isolate_rng: iterating a DataLoader draws its seed), so training draws the same numbers as without it."""
+        lightning, wanted = self.lightning, self.lightning.options.sanity_batches
+        if self.eval_dataset is None or wanted == 0:
+            return
+        loader = self._eval_loader(self.eval_dataset)
+        lightning.sanity_checking = True
+        try:
+            with torch.random.fork_rng(devices=[]), lightning.logger.forgotten():
+                self._validation(_FirstBatches(loader, wanted), "Sanity check", "eval", None)
+        finally:
+            lightning.sanity_checking = False
 
     def _loader(self, dataset: Any, batch_size: int, shuffle: bool, train: bool | None = None) -> Any:
         """The user's own DataLoader (the Accelerator shards it, and moves its batches to the device)."""
@@ -431,18 +514,20 @@ class _LightningRun(BraeburnTrainer):
     def _validation(self, loader: Any, description: str, prefix: str, ignore_keys: list[str] | None) -> EvalLoopOutput:
         """Validation as Lightning orders it: its hooks around the batches, then what self.log recorded (epoch
         means) added to the metrics as ``eval_<name>``."""
-        lightning, module = self.lightning, self.model.module
-        saved_idx, lightning.logger.training = self.batch_idx, False
+        lightning, module, logger = self.lightning, self.model.module, self.lightning.logger
+        saved_idx, logger.training = self.batch_idx, False
+        training_sums, logger.epoch_sums = logger.epoch_sums, {}  # the training epoch's, reduced at its end
         self.batch_idx = 0
         try:
             lightning._call("on_validation_start", module)
             lightning._call("on_validation_epoch_start", module)
             output = super()._evaluation_output(loader, description, prefix, True, ignore_keys)
+            logged = logger.take_epoch_means()  # in callback_metrics from on_validation_epoch_end on, as Lightning
             lightning._call("on_validation_epoch_end", module)
-            logged = lightning.logger.take_epoch_means()
+            logged.update(logger.take_epoch_means())  # what on_validation_epoch_end logged
             lightning._call("on_validation_end", module)
         finally:
-            self.batch_idx, lightning.logger.training = saved_idx, True
+            self.batch_idx, logger.training, logger.epoch_sums = saved_idx, True, training_sums
         metrics = {**(output.metrics or {}), **{f"{prefix}_{k}": v for k, v in logged.items()}}
         return EvalLoopOutput(output.predictions, output.label_ids, metrics, output.num_samples)
 
@@ -466,10 +551,13 @@ class _LightningHooks(Callback):
     def __init__(self, lightning: Trainer, module: torch.nn.Module):
         self.lightning, self.module = lightning, module
         self.nothing_to_train = False
+        self.epoch_finished = False  # the epoch ending now ran all its batches (not stopped by max_steps)
 
     def on_train_begin(self, trainer: Any, state: Any) -> None:
         self.nothing_to_train = state.global_step >= state.max_steps
         if not self.nothing_to_train:
+            if state.global_step == 0:  # a resumed run restores Lightning's validation loop: no sanity check there
+                trainer.sanity_check()
             self.lightning._call("on_train_start", self.module)
 
     def on_epoch_begin(self, trainer: Any, state: Any) -> None:
@@ -479,15 +567,23 @@ class _LightningHooks(Callback):
             self.lightning._call("on_train_epoch_start", self.module)
 
     def on_epoch_end(self, trainer: Any, state: Any) -> None:
+        """(The core calls this before its epoch-end evaluation; Lightning validates first: train_epoch_end is
+        called by the run's _evaluate_and_save, after the validation.)"""
+        self.epoch_finished = state.epochs_ended > self.lightning.current_epoch
+
+    def train_epoch_end(self, trainer: Any) -> None:
+        """on_train_epoch_end of the callbacks and the module, then the epoch's means logged (those of training_step
+        in callback_metrics before the hooks run, as Lightning's)."""
         if self.nothing_to_train:
             return
         logger = self.lightning.logger
+        means = logger.take_epoch_means()  # self.log(..., on_epoch=True) in training_step
         logger.epoch_end = True  # what on_train_epoch_end logs is the epoch's, as Lightning's defaults there
         try:
             self.lightning._call("on_train_epoch_end", self.module)
         finally:
             logger.epoch_end = False
-        means = self.lightning.logger.take_epoch_means()  # self.log(..., on_epoch=True) in training_step
+        means.update(logger.take_epoch_means())
         if means:
             trainer.log(means)
 

@@ -1,0 +1,124 @@
+"""When validation runs, and in which order the hooks come around it, under Lightning's own Trainer and under
+``braeburn.lightning.Trainer``, in the same test: the hooks a callback and the module record (with the names in
+``trainer.callback_metrics`` as each hook sees them), the losses, and the metrics after fit. Lightning validates an
+epoch before its ``on_train_epoch_end`` (which sees the validation's metrics), runs a sanity check before training,
+and validates part way through an epoch with ``val_check_interval``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.compat.catalogue import Catalogue
+from tests.compat.lightning.scripts import Classifier, classification_data, pl, quiet_trainer
+
+CATALOGUE = Catalogue("lightning")
+HOOKS = ("on_fit_start", "on_fit_end", "on_train_start", "on_train_end", "on_train_epoch_start",
+         "on_train_epoch_end", "on_validation_start", "on_validation_end", "on_validation_epoch_start",
+         "on_validation_epoch_end")
+
+
+def _recording(hook: str, module_hook: bool) -> Any:
+    def record(self, *args: Any) -> None:
+        trainer = self.trainer if module_hook else args[0]
+        self.calls.append(f"{'module' if module_hook else 'callback'}.{hook}: {sorted(trainer.callback_metrics)}")
+    return record
+
+
+class HookRecorder(pl.Callback):
+    """A user's callback with every hook braeburn.lightning calls, recording what each sees."""
+
+    def __init__(self, calls: list[str]):
+        self.calls = calls
+
+
+class HookModule(Classifier):
+    """The module's hooks, recorded in the same list; on_train_epoch_end logs the epoch's val_loss as it reads it."""
+
+    def __init__(self, calls: list[str]):
+        super().__init__()
+        self.calls = calls
+
+    def on_train_epoch_end(self):
+        self.calls.append(f"module.on_train_epoch_end: {sorted(self.trainer.callback_metrics)}")
+        seen = self.trainer.callback_metrics.get("val_loss")
+        self.log("val_loss_at_epoch_end", -1.0 if seen is None else float(seen))
+
+
+for _hook in HOOKS:
+    setattr(HookRecorder, _hook, _recording(_hook, module_hook=False))
+    if _hook != "on_train_epoch_end":
+        setattr(HookModule, _hook, _recording(_hook, module_hook=True))
+
+
+def _run(root: Path, lightning: bool, options: dict[str, Any]) -> dict[str, Any]:
+    calls: list[str] = []
+    pl.seed_everything(0, verbose=False)
+    module = HookModule(calls)
+    common = {"max_epochs": 2, "log_every_n_steps": 2, "enable_checkpointing": False, "callbacks": [HookRecorder(calls)],
+              **options}
+    if lightning:
+        trainer = quiet_trainer(root, False, logger=False, **common)
+    else:
+        from braeburn.lightning import Trainer
+
+        trainer = Trainer(accelerator="cpu", devices=1, enable_progress_bar=False, default_root_dir=str(root),
+                          **common)
+    trainer.fit(module, classification_data(40, 8), classification_data(20, 6, seed=1))
+    return {"calls": calls, "losses": module.losses, "steps": trainer.global_step, "epoch": trainer.current_epoch,
+            "metrics": {name: float(value) for name, value in trainer.callback_metrics.items()}}
+
+
+def assert_same_run(tmp_path: Path, options: dict[str, Any]) -> dict[str, Any]:
+    theirs = _run(tmp_path / "lightning", True, options)
+    ours = _run(tmp_path / "braeburn", False, options)
+    assert ours["calls"] == theirs["calls"]
+    assert ours["losses"] == theirs["losses"]  # bitwise
+    assert (ours["steps"], ours["epoch"]) == (theirs["steps"], theirs["epoch"])
+    assert ours["metrics"] == pytest.approx(theirs["metrics"], rel=1e-6, abs=1e-7)  # (weighted means: sum order)
+    return theirs
+
+
+HOW = ("the hooks of a callback and of the module in Lightning's order, each seeing the same names in "
+       "callback_metrics; losses bitwise, metrics within 1e-6")
+BRAEBURN_TRAINER = "braeburn.lightning.Trainer: "
+
+
+def same_run_idiom(name: str, options: dict[str, Any], how: str = HOW) -> None:
+    @CATALOGUE.idiom(BRAEBURN_TRAINER + name, "identical", how)
+    def idiom(tmp_path: Path) -> None:
+        assert_same_run(tmp_path, options)
+
+
+same_run_idiom("an epoch's validation, then on_train_epoch_end (which reads val_loss)", {},
+               "the validation runs before on_train_epoch_end (callbacks', then the module's), which sees its "
+               "val_loss in callback_metrics; " + HOW)
+same_run_idiom("Trainer(num_sanity_val_steps=2) (the default: a sanity check before training)",
+               {"num_sanity_val_steps": 2},
+               "the validation hooks over the first 2 batches before on_train_start, their values forgotten; "
+               "torch's random state untouched by it; " + HOW)
+same_run_idiom("Trainer(num_sanity_val_steps=0)", {"num_sanity_val_steps": 0})
+same_run_idiom("Trainer(check_val_every_n_epoch=2)", {"check_val_every_n_epoch": 2, "max_epochs": 3})
+same_run_idiom("Trainer(val_check_interval=2) (an int: every 2 training batches)", {"val_check_interval": 2})
+same_run_idiom("Trainer(val_check_interval=1) (an int: after every batch)", {"val_check_interval": 1})
+same_run_idiom("Trainer(val_check_interval=0.5)", {"val_check_interval": 0.5})
+same_run_idiom("Trainer(limit_val_batches=0) (no validation)", {"limit_val_batches": 0})
+same_run_idiom("Trainer(max_steps=3) (stops part way through an epoch: on_train_epoch_end still called)",
+               {"max_steps": 3, "max_epochs": -1})
+
+
+@pytest.mark.slow  # 9 idioms, two fits each
+@pytest.mark.parametrize("idiom", CATALOGUE.params())
+def test_lightning_validation_idiom(idiom, tmp_path):
+    idiom.run(tmp_path)
+
+
+def test_on_train_epoch_end_sees_the_epochs_validation(tmp_path):
+    """The fast tier's check: the epoch's val_loss is in callback_metrics when on_train_epoch_end runs."""
+    theirs = assert_same_run(tmp_path, {"max_epochs": 1, "num_sanity_val_steps": 0})
+    epoch_end = [call for call in theirs["calls"] if ".on_train_epoch_end" in call]
+    assert all("'val_loss'" in call for call in epoch_end) and len(epoch_end) == 2
+    assert theirs["metrics"]["val_loss_at_epoch_end"] == pytest.approx(theirs["metrics"]["val_loss"])
