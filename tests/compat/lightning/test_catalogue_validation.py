@@ -122,3 +122,41 @@ def test_on_train_epoch_end_sees_the_epochs_validation(tmp_path):
     epoch_end = [call for call in theirs["calls"] if ".on_train_epoch_end" in call]
     assert all("'val_loss'" in call for call in epoch_end) and len(epoch_end) == 2
     assert theirs["metrics"]["val_loss_at_epoch_end"] == pytest.approx(theirs["metrics"]["val_loss"])
+
+
+@pytest.mark.parametrize("options,words", [
+    ({"limit_val_batches": 0.5}, ["limit_val_batches=0.5", "pass 0"]),
+    ({"check_val_every_n_epoch": None}, ["check_val_every_n_epoch=None", "check_val_every_n_epoch=N"]),
+    ({"val_check_interval": 2, "accumulate_grad_batches": 2}, ["val_check_interval=2", "accumulate_grad_batches=2"]),
+    ({"val_check_interval": 1.5}, ["val_check_interval=1.5", "(0, 1]"]),
+    ({"num_sanity_val_steps": -2}, ["num_sanity_val_steps=-2"]),
+])
+def test_validation_options_braeburn_does_not_do_are_refused_by_name(options, words):
+    from braeburn.lightning import LightningArgumentError, Trainer
+
+    with pytest.raises(LightningArgumentError) as caught:
+        Trainer(accelerator="cpu", **options)
+    assert len(caught.value.errors) == 1 and all(word in str(caught.value) for word in words)
+
+
+class Plateau(Classifier):
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.5)
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val_loss"}}
+
+
+@pytest.mark.parametrize("options,words", [
+    ({"val_check_interval": 6}, ["val_check_interval=6", "5 training batches"]),
+    ({"check_val_every_n_epoch": 2, "model": Plateau}, ["ReduceLROnPlateau", "check_val_every_n_epoch=2"]),
+    ({"val_check_interval": 0.5, "model": Plateau}, ["ReduceLROnPlateau", "val_check_interval=0.5"]),
+])
+def test_validation_that_cannot_match_lightning_is_refused_before_training(tmp_path, options, words):
+    from braeburn.lightning import LightningArgumentError, Trainer
+
+    model = options.pop("model", Classifier)()
+    trainer = Trainer(accelerator="cpu", enable_progress_bar=False, default_root_dir=str(tmp_path), **options)
+    with pytest.raises(LightningArgumentError) as caught:
+        trainer.fit(model, classification_data(40, 8), classification_data(20, 6, seed=1))
+    assert all(word in str(caught.value) for word in words) and model.losses == []
+    assert not (tmp_path / "lightning_logs").exists() or not any((tmp_path / "lightning_logs").iterdir())
