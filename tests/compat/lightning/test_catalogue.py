@@ -372,8 +372,6 @@ refused_idiom("trainer.test(model, dataloaders)", lambda T, root: _fitted(T, roo
               ["trainer.test()"], when="when called (after fit, which it does not change)")
 refused_idiom("trainer.predict(model, dataloaders)", lambda T, root: _fitted(T, root).predict(Classifier()),
               ["trainer.predict()"], when="when called (after fit, which it does not change)")
-refused_idiom("trainer.checkpoint_callback.best_model_path", lambda T, root: _fitted(T, root).checkpoint_callback,
-              ["trainer.checkpoint_callback", "load_from_checkpoint"], when="when read")
 refused_idiom("trainer.fit(model, DataLoader(..., shuffle=True))",
               lambda T, root: T(accelerator="cpu", max_epochs=1, enable_progress_bar=False,
                                 default_root_dir=str(root)).fit(Classifier(), classification_data(16, 8, shuffle=True)),

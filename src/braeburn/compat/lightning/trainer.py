@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import DataLoader
 
 from ...distributed import elastic
 from ...distributed import process_group as pg
@@ -34,11 +34,12 @@ from ...trainer.config import ConfigError, CoreTrainingConfig as TrainingConfig
 from ...trainer.loop import CoreTrainer as BraeburnTrainer
 from ...trainer.outputs import EvalLoopOutput
 from ...trainer.phase_clock import EVALUATION
-from ...trainer.scheduler_interval import is_plateau
 from ...trainer.write_faults import OutputDirError
 from ...warn import warn
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
-from .callbacks import OWN_TRAINER
+from .checks import (LightningArgumentError, check_interval, check_plateau, check_sized, check_unshuffled,
+                     not_here)
+from .ckpt_files import CheckpointSaving, CkptFiles
 from .module import HOOKS, StepLogger, batch_size_of, split_optimizers, step_loss, unsupported_hooks
 from .options import lightning_options
 from .runs import (CheckpointPathError, checkpoint_to_resume, claim_run_folder, job_identity, logs_folder,
@@ -55,15 +56,7 @@ NO_COMPILE_REASON = ("compile=false, braeburn.lightning's default: Lightning's T
                      "by itself")
 
 
-class LightningArgumentError(ValueError):
-    """Lightning Trainer arguments (or module hooks) braeburn does not do: every one, with its fix."""
-
-    def __init__(self, errors: list[str]):
-        self.errors = errors
-        super().__init__("braeburn.lightning.Trainer cannot do what was asked:\n  - " + "\n  - ".join(errors))
-
-
-class Trainer:
+class Trainer(CheckpointSaving):
     """Lightning's Trainer, the common arguments (see lightning_options.py), run by braeburn's Trainer."""
 
     def __init__(self, **kwargs: Any):
@@ -83,6 +76,10 @@ class Trainer:
         self.sanity_checking = False  # True while the validation batches before training run, as Lightning's
         self._run: _LightningRun | None = None
         self._run_folder: Path | None = None
+        self._module: torch.nn.Module | None = None  # the last fit()'s, with its datamodule: save_checkpoint's
+        self._datamodule: Any = None
+        self._ckpts = CkptFiles()
+        self._ckpt_said = False
 
     # -- what a module reads from self.trainer -------------------------------------------------------
     @property
@@ -137,9 +134,10 @@ class Trainer:
         if train_loader is None:
             raise ValueError("fit() needs training data: pass train_dataloaders=, a datamodule with "
                              "train_dataloader(), or define train_dataloader() on the module")
-        _check_sized(train_loader, "train_dataloaders", "train_dataloader()")
-        _check_sized(val_loader, "val_dataloaders", "val_dataloader()")
-        _check_unshuffled(train_loader)
+        check_sized(train_loader, "train_dataloaders", "train_dataloader()")
+        check_sized(val_loader, "val_dataloaders", "val_dataloader()")
+        check_unshuffled(train_loader)
+        self._module, self._datamodule = model, datamodule
         with _bound(model, self), spelled(LightningSpelling(self.options.root, ckpt_path, self._precision)):
             _one_error(self._fit, model, train_loader, val_loader, ckpt_path)
 
@@ -194,7 +192,7 @@ class Trainer:
         if val_loader is None:
             raise ValueError("validate() needs data: pass dataloaders=, a datamodule with val_dataloader(), or "
                              "define val_dataloader() on the module")
-        _check_sized(val_loader, "dataloaders", "val_dataloader()", "validate")
+        check_sized(val_loader, "dataloaders", "val_dataloader()", "validate")
         with _bound(model, self), spelled(LightningSpelling(self.options.root, precision=self._precision)):
             self._run = _one_error(self._build, model, None, val_loader)
             metrics = _one_error(self._run.evaluate)
@@ -206,33 +204,27 @@ class Trainer:
 
     # -- what Lightning's Trainer has and braeburn.lightning.Trainer does not: refused by name, with the way out --
     def test(self, *args: Any, **kwargs: Any) -> list[dict]:
-        raise _not_here("trainer.test()", "runs test_step over a test set with Lightning's loops")
+        raise not_here("trainer.test()", "runs test_step over a test set with Lightning's loops")
 
     def predict(self, *args: Any, **kwargs: Any) -> list[Any]:
-        raise _not_here("trainer.predict()", "runs predict_step with Lightning's loops")
-
-    @property
-    def checkpoint_callback(self) -> Any:
-        raise _not_here("trainer.checkpoint_callback", "is Lightning's ModelCheckpoint, whose .ckpt files "
-                        "LightningModule.load_from_checkpoint reads; braeburn's checkpoints are folders "
-                        "(version_N/checkpoint-S) that fit(ckpt_path=...) resumes and load_from_checkpoint cannot read")
+        raise not_here("trainer.predict()", "runs predict_step with Lightning's loops")
 
     @property
     def checkpoint_callbacks(self) -> Any:
-        raise _not_here("trainer.checkpoint_callbacks", "lists Lightning's ModelCheckpoint callbacks")
+        raise not_here("trainer.checkpoint_callbacks", "lists Lightning's ModelCheckpoint callbacks")
 
     @property
     def early_stopping_callback(self) -> Any:
-        raise _not_here("trainer.early_stopping_callback", "is Lightning's EarlyStopping")
+        raise not_here("trainer.early_stopping_callback", "is Lightning's EarlyStopping")
 
     @property
     def loggers(self) -> Any:
-        raise _not_here("trainer.loggers",
+        raise not_here("trainer.loggers",
                         "lists Lightning's loggers; braeburn writes metrics.jsonl in trainer.log_dir")
 
     @property
     def strategy(self) -> Any:
-        raise _not_here("trainer.strategy", "is Lightning's Strategy object")
+        raise not_here("trainer.strategy", "is Lightning's Strategy object")
 
     def _build(self, model: torch.nn.Module, train_loader: Any, val_loader: Any,
                new_run: bool = False) -> _LightningRun:
@@ -249,8 +241,8 @@ class Trainer:
         optimizer, scheduler = None, None
         if train_loader is not None:
             optimizer, scheduler = split_optimizers(model.configure_optimizers())  # reads estimated_stepping_batches
-            _check_plateau(scheduler, val_loader, self.options)
-            _check_interval(self.options.val_check_interval, len(train_loader), val_loader)
+            check_plateau(scheduler, val_loader, self.options)
+            check_interval(self.options.val_check_interval, len(train_loader), val_loader)
         if new_run:  # last: a refusal above leaves no empty run folder behind
             self._run_folder = _run_folder(logs_folder(self.options.root), accelerator)
             config.output_dir = str(self._run_folder)
@@ -286,11 +278,6 @@ class Trainer:
         method = getattr(model, hook, None)
         if callable(method):
             method(*args)
-
-
-def _not_here(what: str, why: str) -> LightningArgumentError:
-    return LightningArgumentError([f"{what} is not in braeburn.lightning.Trainer (in Lightning it {why}); "
-                                   f"{OWN_TRAINER}"])
 
 
 def _rank_zero() -> bool:
@@ -337,68 +324,6 @@ def _run_folder(logs: Path, accelerator: Accelerator) -> Path:
     return logs / f"version_{number}"
 
 
-def _check_sized(loader: Any, argument: str, hook: str, call: str = "fit") -> None:
-    """Refuse, before anything is written, a loader braeburn cannot count: one over an IterableDataset (a stream,
-    which Lightning's Trainer takes), or anything else without a length."""
-    if loader is None:
-        return
-    dataset = getattr(loader, "dataset", None) if isinstance(loader, DataLoader) else loader
-    if isinstance(dataset, IterableDataset):
-        what = f"a DataLoader over {type(dataset).__name__}, an IterableDataset"
-    else:
-        try:
-            len(loader)
-            return
-        except (TypeError, NotImplementedError) as error:
-            what = f"a {type(loader).__name__} without a length ({error})"
-    raise LightningArgumentError([
-        f"{call}({argument}=...) (or the module's {hook}) is {what}: braeburn.lightning counts the batches of an "
-        "epoch, shards them over the processes and resumes mid-epoch by sample index, which a stream has none of. "
-        "Give the DataLoader a map-style Dataset (with __len__ and __getitem__), or run this script with "
-        "Lightning's own Trainer (from lightning import Trainer)"])
-
-
-def _check_unshuffled(loader: Any) -> None:
-    """Refuse a shuffled training DataLoader: Lightning draws its order from torch's random state as the run goes,
-    braeburn from its own seeded order (so that a resumed run sees the same batches): the batches would differ."""
-    if isinstance(loader, DataLoader) and isinstance(loader.sampler, RandomSampler):
-        raise LightningArgumentError([
-            "fit(train_dataloaders=...) is shuffled (DataLoader(shuffle=True)): Lightning's Trainer takes each "
-            "epoch's order from torch's random state as the run goes, braeburn.lightning.Trainer from its own seeded "
-            "order (so that a resumed run sees the same batches), so the batches and the losses would differ from "
-            f"the first step; pass shuffle=False, or {OWN_TRAINER}"])
-
-
-def _check_interval(interval: float, batches: int, val_loader: Any) -> None:
-    """An int val_check_interval past the epoch's batches: Lightning's ValueError, refused the same."""
-    if val_loader is not None and isinstance(interval, int) and interval > batches:
-        raise LightningArgumentError([
-            f"Trainer(val_check_interval={interval}) is more than the {batches} training batches of an epoch, so no "
-            "validation would run (Lightning raises a ValueError for it too): pass val_check_interval <= "
-            f"{batches}, or a fraction of the epoch such as 0.5"])
-
-
-def _check_plateau(scheduler: Any, val_loader: Any, options: Any) -> None:
-    inner = scheduler.get("scheduler") if isinstance(scheduler, Mapping) else scheduler
-    if is_plateau(inner) and val_loader is None:
-        raise LightningArgumentError([
-            "configure_optimizers() returned a ReduceLROnPlateau, which braeburn steps after each validation, on "
-            "the value its 'monitor' names (logged with self.log in validation_step); fit() has no validation "
-            "data (or Trainer(limit_val_batches=0)), so its learning rate would never change. Pass val_dataloaders= "
-            "to fit() (or define val_dataloader()), or return another scheduler"])
-    if is_plateau(inner) and options.val_every_n_epochs > 1:
-        raise LightningArgumentError([
-            f"configure_optimizers() returned a ReduceLROnPlateau with Trainer(check_val_every_n_epoch="
-            f"{options.val_every_n_epochs}): Lightning steps it at the end of every epoch on the monitored value, "
-            "which an epoch without validation does not have (Lightning raises there, or steps on an earlier epoch's "
-            f"value); pass check_val_every_n_epoch=1, or {OWN_TRAINER}"])
-    if is_plateau(inner) and options.val_check_interval != 1.0:
-        raise LightningArgumentError([
-            f"configure_optimizers() returned a ReduceLROnPlateau with Trainer(val_check_interval="
-            f"{options.val_check_interval!r}): braeburn steps it after each validation, Lightning at its interval "
-            f"(once an epoch by default) on the latest value; remove val_check_interval, or {OWN_TRAINER}"])
-
-
 class _FirstBatches:
     """The first ``count`` batches of ``loader`` (-1: all), for the sanity check."""
 
@@ -432,6 +357,10 @@ class _LightningRun(BraeburnTrainer):
         self.lightning, self.batch_idx = lightning, 0
         self.hooks = _LightningHooks(lightning, module)
         super().__init__(_StepForward(module), callbacks=[self.hooks], **kwargs)
+
+    def _save(self) -> None:
+        super()._save()
+        self.lightning._save_epoch_ckpt()
 
     def _evaluate_and_save(self, step_end: bool) -> None:
         """At an epoch's end, Lightning's order (its fit loop): the epoch's validation (when this epoch validates),
