@@ -54,20 +54,20 @@ for _hook in HOOKS:
         setattr(HookModule, _hook, _recording(_hook, module_hook=True))
 
 
-def _run(root: Path, lightning: bool, options: dict[str, Any]) -> dict[str, Any]:
+def _run(root: Path, lightning: bool, options: dict[str, Any], ckpt_path: str | None = None) -> dict[str, Any]:
     calls: list[str] = []
     pl.seed_everything(0, verbose=False)
     module = HookModule(calls)
-    common = {"max_epochs": 2, "log_every_n_steps": 2, "enable_checkpointing": False, "callbacks": [HookRecorder(calls)],
-              **options}
+    common = {"max_epochs": 2, "log_every_n_steps": 2, "enable_checkpointing": ckpt_path is not None or
+              options.get("max_epochs") == 1, "callbacks": [HookRecorder(calls)], **options}
     if lightning:
-        trainer = quiet_trainer(root, False, logger=False, **common)
+        trainer = quiet_trainer(root, False, **common)
     else:
         from braeburn.lightning import Trainer
 
         trainer = Trainer(accelerator="cpu", devices=1, enable_progress_bar=False, default_root_dir=str(root),
                           **common)
-    trainer.fit(module, classification_data(40, 8), classification_data(20, 6, seed=1))
+    trainer.fit(module, classification_data(40, 8), classification_data(20, 6, seed=1), ckpt_path=ckpt_path)
     return {"calls": calls, "losses": module.losses, "steps": trainer.global_step, "epoch": trainer.current_epoch,
             "metrics": {name: float(value) for name, value in trainer.callback_metrics.items()}}
 
@@ -108,6 +108,23 @@ same_run_idiom("Trainer(val_check_interval=0.5)", {"val_check_interval": 0.5})
 same_run_idiom("Trainer(limit_val_batches=0) (no validation)", {"limit_val_batches": 0})
 same_run_idiom("Trainer(max_steps=3) (stops part way through an epoch: on_train_epoch_end still called)",
                {"max_steps": 3, "max_epochs": -1})
+
+
+def _resumed(root: Path, lightning: bool, epochs: int) -> dict[str, Any]:
+    """One epoch, then a new Trainer resumes its checkpoint to ``epochs``: what the second fit records."""
+    _run(root, lightning, {"max_epochs": 1})
+    first = root / "lightning_logs" / "version_0" / "checkpoints" / "epoch=0-step=5.ckpt"
+    return _run(root, lightning, {"max_epochs": epochs}, ckpt_path=str(first))
+
+
+@pytest.mark.parametrize("epochs", [3, 1])
+def test_a_resumed_fit_calls_lightnings_hooks(tmp_path, epochs):
+    """Resumed at an epoch's end: the sanity check again, no hook of the finished epoch (to max_epochs=1: nothing
+    trained, the sanity check alone), as Lightning."""
+    theirs = _resumed(tmp_path / "lightning", True, epochs)
+    ours = _resumed(tmp_path / "braeburn", False, epochs)
+    assert ours["calls"] == theirs["calls"] and ours["losses"] == theirs["losses"]
+    assert ("module.on_train_start: []" in theirs["calls"]) == (epochs > 1)
 
 
 @pytest.mark.slow  # 9 idioms, two fits each

@@ -374,6 +374,8 @@ class _LightningRun(BraeburnTrainer):
                     self.evaluate()
             super()._evaluate_and_save(step_end)
             return
+        if self.hooks.replayed:
+            return  # (its end was saved before the resume)
         self._saver.poll()  # a background save that has finished since: its on_save fires now
         metrics = None
         if self.hooks.epoch_finished and self._validates_after(batches, batches):
@@ -384,6 +386,11 @@ class _LightningRun(BraeburnTrainer):
             self._scheduler_steps.after_evaluate(metrics)
         if self.config.save_strategy == "epoch" or self.state.should_save:
             self._save()
+
+    @property
+    def train_loader_epoch(self) -> int:
+        """The epoch the prepared training loader is in (the loop's; a resumed run's first may be one it finished)."""
+        return self._train_loader.epoch
 
     def _validates_after(self, done: int, batches: int) -> bool:
         """Whether Lightning validates after the ``done``-th training batch of this epoch (of ``batches``): in every
@@ -481,24 +488,26 @@ class _LightningHooks(Callback):
         self.lightning, self.module = lightning, module
         self.nothing_to_train = False
         self.epoch_finished = False  # the epoch ending now ran all its batches (not stopped by max_steps)
+        self.replayed = False  # the epoch now is one a resumed run had finished (no batch left in it)
 
     def on_train_begin(self, trainer: Any, state: Any) -> None:
         self.nothing_to_train = state.global_step >= state.max_steps
+        trainer.sanity_check()  # (a resumed run's too, as Lightning's, which skips it only resuming mid-validation)
         if not self.nothing_to_train:
-            if state.global_step == 0:  # a resumed run restores Lightning's validation loop: no sanity check there
-                trainer.sanity_check()
             self.lightning._call("on_train_start", self.module)
 
     def on_epoch_begin(self, trainer: Any, state: Any) -> None:
         trainer.batch_idx = 0
         self.lightning.current_epoch = math.floor(state.epoch)
-        if not self.nothing_to_train:
+        # a run resumed at an epoch's end goes through that epoch again with no batch left: no hook of it, as Lightning
+        self.replayed = state.epochs_ended > trainer.train_loader_epoch
+        if not (self.nothing_to_train or self.replayed):
             self.lightning._call("on_train_epoch_start", self.module)
 
     def on_epoch_end(self, trainer: Any, state: Any) -> None:
         """(The core calls this before its epoch-end evaluation; Lightning validates first: train_epoch_end is
         called by the run's _evaluate_and_save, after the validation.)"""
-        self.epoch_finished = state.epochs_ended > self.lightning.current_epoch
+        self.epoch_finished = state.epochs_ended > self.lightning.current_epoch and not self.replayed
 
     def train_epoch_end(self, trainer: Any) -> None:
         """on_train_epoch_end of the callbacks and the module, then the epoch's means logged (those of training_step
