@@ -129,3 +129,13 @@ def test_save_checkpoint_writes_over_no_file_braeburn_did_not_write(tmp_path):
 @pytest.mark.parametrize("idiom", CATALOGUE.params())
 def test_lightning_checkpoint_idiom(idiom, tmp_path):
     idiom.run(tmp_path)
+
+
+def test_what_checkpoint_callback_lacks_is_refused_by_name(tmp_path):
+    from braeburn.lightning import LightningArgumentError
+
+    ours, _, _ = _fit(tmp_path, False, max_epochs=1)
+    callback = ours.checkpoint_callback
+    assert callback.dirpath == str(Path(callback.best_model_path).parent) and callback.best_model_score is None
+    with pytest.raises(LightningArgumentError, match=r"checkpoint_callback\.save_top_k"):
+        callback.save_top_k

@@ -118,11 +118,14 @@ class CkptFiles:
         ownership.claim(folder, {name: ownership.FILE}, "braeburn writes this epoch's .ckpt there")
         path = folder / name
         _write(path, content)
-        previous, self.latest = self.latest, path
-        if previous is not None and previous != path and previous.parent == folder and \
-                ownership.owns(folder, previous.name):
-            no_follow.remove_file(previous)
-            ownership.forget(folder, [previous.name])
+        # the one before (a restarted worker's first: each one braeburn recorded there), as ModelCheckpoint keeps 1
+        stale = [self.latest.name] if self.latest is not None and self.latest.parent == folder else \
+            [entry for entry in ownership.recorded(folder) if _EPOCH_FILE.match(entry)]
+        self.latest = path
+        for entry in stale:
+            if entry != name and ownership.owns(folder, entry):
+                no_follow.remove_file(folder / entry)
+                ownership.forget(folder, [entry])
         return path
 
 
@@ -204,8 +207,8 @@ class CheckpointCallback:
         return str(folder / "checkpoints") if folder is not None else None
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
+        if name.startswith("_"):
+            raise AttributeError(name)  # (Python's and tools' own probes: copy, pickle, IPython)
         raise not_here(f"trainer.checkpoint_callback.{name}", "is an attribute of Lightning's ModelCheckpoint; "
                         "braeburn's has best_model_path, last_model_path, best_model_score, monitor and dirpath")
 
