@@ -133,8 +133,9 @@ def test_a_rerun_writes_where_lightning_writes_and_leaves_the_first_run_alone(tm
 
 
 def _step(path: str) -> int | None:
-    """The step of the checkpoint ``path`` belongs to: Lightning's epoch=E-step=S.ckpt, braeburn's checkpoint-S/."""
-    match = re.search(r"step=(\d+)\.ckpt$", path) or re.search(r"/checkpoint-(\d+)/manifest\.json$", path)
+    """The step of the checkpoint file ``path``: epoch=E-step=S.ckpt, which both write (braeburn beside its
+    checkpoint-S/ folder)."""
+    match = re.search(r"/checkpoints/epoch=\d+-step=(\d+)\.ckpt$", path)
     return int(match.group(1)) if match else None
 
 

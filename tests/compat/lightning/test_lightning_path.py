@@ -63,9 +63,11 @@ def test_self_log_reaches_the_logged_metrics(tmp_path):
 def test_hooks_and_attributes(tmp_path):
     model = Regression()
     _trainer(tmp_path, max_epochs=2).fit(model, regression_data(), regression_data())
-    assert model.calls == ["on_train_start", "on_train_epoch_start:0", "on_train_epoch_end:6",
-                           "on_validation_epoch_end", "on_train_epoch_start:1", "on_train_epoch_end:12",
-                           "on_validation_epoch_end", "on_train_end"]
+    # Lightning's order: the sanity check's validation first, and each epoch's validation before its
+    # on_train_epoch_end (test_catalogue_validation.py compares it with Lightning's own run)
+    assert model.calls == ["on_validation_epoch_end", "on_train_start", "on_train_epoch_start:0",
+                           "on_validation_epoch_end", "on_train_epoch_end:6", "on_train_epoch_start:1",
+                           "on_validation_epoch_end", "on_train_epoch_end:12", "on_train_end"]
     assert type(model) is Regression and not hasattr(model, "log")  # the run's attributes are gone after it
 
 
@@ -82,10 +84,10 @@ def test_callbacks_get_trainer_and_module(tmp_path):
 
 def test_unsupported_arguments_are_refused_together():
     with pytest.raises(LightningArgumentError) as caught:
-        Trainer(accelerator="cpu", precision="64-true", strategy="deepspeed", val_check_interval=0.25,
+        Trainer(accelerator="cpu", precision="64-true", strategy="deepspeed", val_check_interval=1.5,
                 overfit_batches=2, devices=[0, 1])
     message = str(caught.value)
-    for name in ("precision='64-true'", "strategy='deepspeed'", "val_check_interval=0.25", "overfit_batches=2",
+    for name in ("precision='64-true'", "strategy='deepspeed'", "val_check_interval=1.5", "overfit_batches=2",
                  "devices=[0, 1]"):
         assert name in message
     assert len(caught.value.errors) == 5

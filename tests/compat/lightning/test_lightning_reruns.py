@@ -83,7 +83,7 @@ def test_ckpt_path_last_without_a_checkpoint_starts_afresh_with_a_warning(tmp_pa
 
 
 @pytest.mark.parametrize("ckpt_path,words", [("best", "Lightning's own ModelCheckpoint"),
-                                             ("model.ckpt", "not Lightning's .ckpt files"),
+                                             ("model.ckpt", "not other .ckpt files"),
                                              ("missing", "no such file or folder"),
                                              ("empty", "holds none")])
 def test_ckpt_paths_braeburn_cannot_resume_are_refused_before_training(tmp_path, ckpt_path, words):

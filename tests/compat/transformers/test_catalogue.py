@@ -312,6 +312,41 @@ def _torch_compile(tmp_path):
     assert "differ" in line and "Leave torch_compile off" in line
 
 
+def _compiling_device(patch: pytest.MonkeyPatch) -> None:
+    """The CPU faked as a device where braeburn's compile='auto' compiles (as on CUDA; the compile rule's tests fake
+    it the same way)."""
+    from braeburn.devices.cpu import CpuDevice
+
+    patch.setattr(CpuDevice, "compile_by_default", lambda self, host: (True, "faked: auto compiles here"))
+
+
+@idiom("torch_compile unset on a GPU (braeburn's compile='auto')", "on purpose",
+       "braeburn may compile where Transformers never does: it times the first eager steps and compiles when the "
+       "expected gain pays the compile back; one line at the start says so and names torch_compile=False for "
+       "Transformers' eager run (on the CPU auto never compiles: no line, identical)")
+def _torch_compile_unset(tmp_path):
+    with pytest.MonkeyPatch.context() as patch:
+        _compiling_device(patch)
+        peer, ours, runs = train_both(tmp_path, dict(max_steps=3))
+    assert_identical(peer, ours)  # (three steps: too short to earn a compile back, so eager here)
+    line = assert_on_purpose(runs[1].printed.splitlines(), "torch_compile is not set")
+    assert "torch_compile=False" in line and "compile='auto'" in line
+
+
+def _printed_by_braeburn(tmp_path, **args) -> str:
+    run = Run("braeburn", tmp_path)
+    _, error = run.quietly(run.trainer(run.args(max_steps=1, **args), record=False).train)
+    assert error is None, error
+    return run.printed
+
+
+def test_no_compile_line_where_auto_never_compiles_or_torch_compile_is_set(tmp_path, monkeypatch):
+    assert "torch_compile is not set" not in _printed_by_braeburn(tmp_path / "cpu")  # the CPU: eager, as Transformers
+    _compiling_device(monkeypatch)
+    assert "torch_compile is not set" not in _printed_by_braeburn(tmp_path / "off", torch_compile=False)
+    assert "compile    off (compile=False, as asked)" in _printed_by_braeburn(tmp_path / "off2", torch_compile=False)
+
+
 # -- refused before training, with the way out ------------------------------------------------------------------
 def refused(args: dict, idiom_words, way_out, **trainer_kwargs):
     def check(tmp_path):

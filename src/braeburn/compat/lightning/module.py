@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -109,14 +110,21 @@ class StepLogger:
         self.epoch_sums: dict[str, tuple[torch.Tensor, float]] = {}
         self._metrics: dict[str, float] = {}
         self._plain_names: dict[str, str] = {}  # <name>_step / <name>_epoch -> <name>
+        self._new_steps = False  # step values logged since callback_metrics last took them
 
     @property
     def callback_metrics(self) -> dict[str, float]:
         """The latest value of each name: step values as soon as they are logged (a read of the device then), as
         Lightning's callback_metrics holds them from the first step."""
-        if self.step_values:
-            self._remember({name: float(value) for name, value in self.step_values.items()})
+        self._remember_new_steps()
         return self._metrics
+
+    def _remember_new_steps(self) -> None:
+        """The step values logged since the last look, in the latest values (once: an epoch mean taken after them
+        stays the latest, as Lightning's)."""
+        if self._new_steps:
+            self._remember({name: float(value) for name, value in self.step_values.items()})
+            self._new_steps = False
 
     def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None,
             on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: Any = "mean",
@@ -133,6 +141,7 @@ class StepLogger:
         forked = on_step and on_epoch and stepping
         if on_step and stepping:
             self.step_values[self._name(name, "_step" if forked else "")] = value
+            self._new_steps = True
         if on_epoch or not stepping:
             epoch_name = self._name(name, "_epoch" if forked else "")
             total, count = self.epoch_sums.get(epoch_name, (torch.zeros((), device=value.device), 0.0))
@@ -163,11 +172,22 @@ class StepLogger:
         """The last logged step values (a read: waits for the device), cleared."""
         values = {name: float(value) for name, value in self.step_values.items()}
         self._remember(values)
-        self.step_values = {}
+        self.step_values, self._new_steps = {}, False
         return values
+
+    @contextlib.contextmanager
+    def forgotten(self) -> Iterator[None]:
+        """What is logged inside is forgotten after it (Lightning's sanity check: its metrics are reset)."""
+        metrics, sums, steps, new = dict(self._metrics), self.epoch_sums, self.step_values, self._new_steps
+        self.epoch_sums, self.step_values = {}, {}
+        try:
+            yield
+        finally:
+            self._metrics, self.epoch_sums, self.step_values, self._new_steps = metrics, sums, steps, new
 
     def take_epoch_means(self) -> dict[str, float]:
         """Each name's mean over the epoch's logs (a read), cleared."""
+        self._remember_new_steps()
         means = {name: float(total) / count for name, (total, count) in self.epoch_sums.items()}
         self._remember(means)
         self.epoch_sums = {}

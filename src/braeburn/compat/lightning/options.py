@@ -20,10 +20,10 @@ from .spelling import PRECISIONS
 
 # Lightning arguments accepted at the values that change nothing here ("ddp": what braeburn launch runs anyway).
 _HARMLESS = {"logger": (None, True, False), "enable_model_summary": (None, True, False), "num_nodes": (1,),
-             "strategy": ("auto", "ddp"), "num_sanity_val_steps": (None, 0, 2), "check_val_every_n_epoch": (1,),
+             "strategy": ("auto", "ddp"),
              "deterministic": (None, False), "benchmark": (None, False), "barebones": (False,),
              "gradient_clip_algorithm": (None, "norm"), "min_epochs": (None,), "min_steps": (None,),
-             "val_check_interval": (None, 1.0), "limit_train_batches": (None, 1.0), "limit_val_batches": (None, 1.0),
+             "limit_train_batches": (None, 1.0),
              "fast_dev_run": (False,), "max_time": (None,), "plugins": (None,), "sync_batchnorm": (False,),
              "reload_dataloaders_every_n_epochs": (0,), "use_distributed_sampler": (True,),
              "detect_anomaly": (False,), "profiler": (None,), "inference_mode": (True,)}
@@ -37,6 +37,10 @@ class LightningOptions:
     callbacks: list[Any] = field(default_factory=list)
     checkpoints: bool = True
     root: str = "."  # default_root_dir (Trainer sets the working folder when none is given); runs go in lightning_logs/
+    validates: bool = True  # limit_val_batches=0: no validation at all (nor a sanity check), as Lightning
+    val_every_n_epochs: int = 1  # check_val_every_n_epoch: the epochs whose end validates
+    sanity_batches: int = 2  # num_sanity_val_steps: validation batches run before training (-1: all of them)
+    val_check_interval: float = 1.0  # an int: every N training batches; a float: every such fraction of an epoch
 
 
 def lightning_options(kwargs: dict[str, Any], launched: int | None = None) -> tuple[LightningOptions | None, list[str]]:
@@ -116,8 +120,11 @@ def _processes(devices: Any, launched: int | None) -> tuple[str | None, Any]:
 _COUNTS = {"max_epochs": "-1 (no limit) or a whole number of epochs >= 1",
            "max_steps": "-1 (no limit, the default) or a whole number of steps >= 1",
            "accumulate_grad_batches": "a whole number of batches >= 1 (1: no accumulation)",
-           "log_every_n_steps": "a whole number of steps >= 1 (the default is 50)"}
+           "log_every_n_steps": "a whole number of steps >= 1 (the default is 50)",
+           "check_val_every_n_epoch": "a whole number of epochs >= 1 (1, the default: validate after every epoch)",
+           "num_sanity_val_steps": "-1 (every validation batch), 0 (no sanity check) or a whole number of batches"}
 _NO_LIMIT = ("max_epochs", "max_steps")  # where -1 means "no limit"
+_FROM_ZERO = ("num_sanity_val_steps",)  # where 0 is a value
 _AT_ZERO = {"max_epochs": "; Lightning stops before the first epoch, and braeburn trains nothing: leave fit() out",
             "max_steps": "; Lightning stops before the first step, and braeburn trains nothing: leave fit() out",
             "log_every_n_steps": "; Lightning's 0 turns its logger off, while braeburn always writes metrics.jsonl"}
@@ -128,7 +135,8 @@ def _count_errors(given: dict[str, Any]) -> list[str]:
     for name, takes in _COUNTS.items():
         value = given.get(name)
         whole = isinstance(value, Integral)  # (the type was checked: a bool or another type is gone)
-        if value is None or (whole and (value >= 1 or (value == -1 and name in _NO_LIMIT))):
+        low = 0 if name in _FROM_ZERO else 1
+        if value is None or (whole and (value >= low or (value == -1 and name in _NO_LIMIT + _FROM_ZERO))):
             continue
         why = _AT_ZERO.get(name, "") if whole and value == 0 else ""
         errors.append(f"{name}={value!r}: must be {takes}{why}")
@@ -136,8 +144,7 @@ def _count_errors(given: dict[str, Any]) -> list[str]:
 
 
 # Lightning reads an int as a number of batches and a float as a fraction of the epoch: 1 is one batch, 1.0 all.
-_BATCH_COUNTS = {"limit_train_batches": "trains one batch per epoch", "limit_val_batches": "validates one batch",
-                 "val_check_interval": "validates after every training batch"}
+_BATCH_COUNTS = {"limit_train_batches": "trains one batch per epoch", "limit_val_batches": "validates one batch"}
 
 
 def _batch_counts(given: dict[str, Any]) -> list[str]:
@@ -146,6 +153,8 @@ def _batch_counts(given: dict[str, Any]) -> list[str]:
     errors = []
     for name, what in _BATCH_COUNTS.items():
         value = given.get(name)
+        if name == "limit_val_batches" and value == 0:
+            continue  # 0 batches, the int or the float: no validation, as Lightning (read by _options)
         if isinstance(value, Integral) and not isinstance(value, bool):
             example = f" (at {value}, Lightning {what})" if value == 1 else ""
             errors.append(f"{name}={value}: an int is a number of batches in Lightning{example}, which "
@@ -160,6 +169,24 @@ def _unsupported(given: dict[str, Any]) -> list[str]:
     for name in sorted(set(given) - set(_HARMLESS) - set(_READ)):
         errors.append(f"{name}={given[name]!r}: Lightning's Trainer argument {name!r} is not supported by "
                       f"braeburn.lightning.Trainer; remove it (docs/migrating.md, 'Lightning', lists what is)")
+    if "check_val_every_n_epoch" in given and given["check_val_every_n_epoch"] is None:
+        errors.append("check_val_every_n_epoch=None: Lightning then validates every val_check_interval training "
+                      "batches across epochs, which braeburn.lightning.Trainer does not do; pass "
+                      f"check_val_every_n_epoch=N (validate after every N-th epoch), or {OWN_TRAINER}")
+    interval = given.get("val_check_interval")
+    if interval is not None and not (isinstance(interval, Integral) and interval >= 1) and \
+            not (isinstance(interval, Real) and not isinstance(interval, Integral) and 0 < interval <= 1):
+        errors.append(f"val_check_interval={interval!r}: must be a whole number of training batches >= 1, or a "
+                      "fraction of the epoch in (0, 1] (1.0, the default: at the epoch's end)")
+    elif interval not in (None, 1.0) and given.get("accumulate_grad_batches", 1) not in (None, 1):
+        errors.append(f"val_check_interval={interval!r} with accumulate_grad_batches="
+                      f"{given['accumulate_grad_batches']}: Lightning validates between the batches of an "
+                      "accumulation window, where braeburn.lightning.Trainer validates after optimizer steps only; "
+                      f"remove one of the two, or {OWN_TRAINER}")
+    limit = given.get("limit_val_batches")
+    if limit not in (None, 0, 1.0):
+        errors.append(f"limit_val_batches={limit!r}: braeburn.lightning.Trainer validates on every batch (1.0, the "
+                      f"default) or on none (0); remove it, pass 0, or {OWN_TRAINER}")
     for name, allowed in _HARMLESS.items():
         value = given.pop(name, allowed[0])
         if value not in allowed:
@@ -171,7 +198,8 @@ def _unsupported(given: dict[str, Any]) -> list[str]:
 
 _READ = ("accelerator", "devices", "precision", "max_epochs", "max_steps", "gradient_clip_val",
          "accumulate_grad_batches", "log_every_n_steps", "default_root_dir", "enable_progress_bar",
-         "enable_checkpointing", "callbacks")
+         "enable_checkpointing", "callbacks", "check_val_every_n_epoch", "num_sanity_val_steps", "limit_val_batches",
+         "val_check_interval")
 
 
 def _options(given: dict[str, Any], mixed_precision: str, callbacks: list[Any]) -> LightningOptions:
@@ -189,7 +217,12 @@ def _options(given: dict[str, Any], mixed_precision: str, callbacks: list[Any]) 
         disable_tqdm=not given.get("enable_progress_bar", True), compile="false", pad_to_buckets=False,
         save_in_background=False, save_total_limit=1,
         save_strategy="epoch" if given.get("enable_checkpointing", True) else "no")
-    return LightningOptions(config, callbacks, given.get("enable_checkpointing", True), root)
+    sanity = given.get("num_sanity_val_steps")
+    return LightningOptions(config, callbacks, given.get("enable_checkpointing", True), root,
+                            validates=given.get("limit_val_batches") != 0,
+                            val_every_n_epochs=int(given.get("check_val_every_n_epoch") or 1),
+                            sanity_batches=2 if sanity is None else int(sanity),
+                            val_check_interval=given.get("val_check_interval") or 1.0)
 
 
 __all__ = ["LightningOptions", "PRECISIONS", "lightning_options"]

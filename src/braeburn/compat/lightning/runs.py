@@ -30,6 +30,7 @@ from typing import Any
 from ...checkpoints import no_follow
 from ...checkpoints.manifest import MANIFEST
 from ...trainer.checkpoint import CHECKPOINT_RE, CheckpointError, CheckpointManager
+from .ckpt_files import braeburn_folder_of
 
 LOGS = "lightning_logs"
 _VERSION = re.compile(r"^version_(\d+)$")
@@ -157,10 +158,15 @@ def checkpoint_to_resume(ckpt_path: Any, root: str | Path) -> tuple[str | None, 
         raise CheckpointPathError(f"fit(ckpt_path={str(ckpt_path)!r}): no such file or folder. Pass a braeburn "
                                   "checkpoint folder (lightning_logs/version_N/checkpoint-<step>) or 'last'")
     if not path.is_dir():
+        folder = braeburn_folder_of(path)  # version_N/checkpoints/epoch=E-step=S.ckpt, which braeburn wrote
+        if folder is not None:
+            return str(folder), []  # (the core checks it: its manifest and checksums)
         raise CheckpointPathError(
             f"fit(ckpt_path={str(ckpt_path)!r}) is a file; braeburn.lightning resumes braeburn's checkpoint folders "
-            "(lightning_logs/version_N/checkpoint-<step>), not Lightning's .ckpt files (a pickle, which braeburn does "
-            "not load). Pass one of those folders, or 'last'; resume a .ckpt with Lightning itself")
+            "(lightning_logs/version_N/checkpoint-<step>, or the checkpoints/epoch=E-step=S.ckpt written beside "
+            "one), not other .ckpt files (a pickle, which braeburn does not load; one from trainer.save_checkpoint() "
+            "holds the weights only). Pass one of those, or 'last'; load weights with Model.load_from_checkpoint, "
+            "or resume a Lightning .ckpt with Lightning itself")
     if (path / MANIFEST).is_file() or CHECKPOINT_RE.match(path.resolve().name):
         return str(path), []  # a checkpoint: the core checks it (its manifest and checksums)
     if CheckpointManager(path).checkpoints():

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import DataLoader
 
 from ...distributed import elastic
 from ...distributed import process_group as pg
@@ -33,11 +33,13 @@ from ...trainer.checkpoint import CheckpointManager
 from ...trainer.config import ConfigError, CoreTrainingConfig as TrainingConfig
 from ...trainer.loop import CoreTrainer as BraeburnTrainer
 from ...trainer.outputs import EvalLoopOutput
-from ...trainer.scheduler_interval import is_plateau
+from ...trainer.phase_clock import EVALUATION
 from ...trainer.write_faults import OutputDirError
 from ...warn import warn
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
-from .callbacks import OWN_TRAINER
+from .checks import (LightningArgumentError, check_interval, check_plateau, check_sized, check_unshuffled,
+                     not_here)
+from .ckpt_files import CheckpointSaving, CkptFiles
 from .module import HOOKS, StepLogger, batch_size_of, split_optimizers, step_loss, unsupported_hooks
 from .options import lightning_options
 from .runs import (CheckpointPathError, checkpoint_to_resume, claim_run_folder, job_identity, logs_folder,
@@ -54,15 +56,7 @@ NO_COMPILE_REASON = ("compile=false, braeburn.lightning's default: Lightning's T
                      "by itself")
 
 
-class LightningArgumentError(ValueError):
-    """Lightning Trainer arguments (or module hooks) braeburn does not do: every one, with its fix."""
-
-    def __init__(self, errors: list[str]):
-        self.errors = errors
-        super().__init__("braeburn.lightning.Trainer cannot do what was asked:\n  - " + "\n  - ".join(errors))
-
-
-class Trainer:
+class Trainer(CheckpointSaving):
     """Lightning's Trainer, the common arguments (see lightning_options.py), run by braeburn's Trainer."""
 
     def __init__(self, **kwargs: Any):
@@ -79,8 +73,13 @@ class Trainer:
         self.current_epoch = 0
         self.estimated_stepping_batches: int | float = math.inf
         self.logger = StepLogger()
+        self.sanity_checking = False  # True while the validation batches before training run, as Lightning's
         self._run: _LightningRun | None = None
         self._run_folder: Path | None = None
+        self._module: torch.nn.Module | None = None  # the last fit()'s, with its datamodule: save_checkpoint's
+        self._datamodule: Any = None
+        self._ckpts = CkptFiles()
+        self._ckpt_said = False
 
     # -- what a module reads from self.trainer -------------------------------------------------------
     @property
@@ -135,9 +134,10 @@ class Trainer:
         if train_loader is None:
             raise ValueError("fit() needs training data: pass train_dataloaders=, a datamodule with "
                              "train_dataloader(), or define train_dataloader() on the module")
-        _check_sized(train_loader, "train_dataloaders", "train_dataloader()")
-        _check_sized(val_loader, "val_dataloaders", "val_dataloader()")
-        _check_unshuffled(train_loader)
+        check_sized(train_loader, "train_dataloaders", "train_dataloader()")
+        check_sized(val_loader, "val_dataloaders", "val_dataloader()")
+        check_unshuffled(train_loader)
+        self._module, self._datamodule = model, datamodule
         with _bound(model, self), spelled(LightningSpelling(self.options.root, ckpt_path, self._precision)):
             _one_error(self._fit, model, train_loader, val_loader, ckpt_path)
 
@@ -146,8 +146,8 @@ class Trainer:
             resume, warnings = checkpoint_to_resume(ckpt_path, self.options.root)
         except CheckpointPathError as error:
             raise LightningArgumentError([str(error)]) from None
-        if val_loader is not None and len(val_loader) == 0:
-            val_loader = None  # Lightning skips a validation loader without batches
+        if val_loader is not None and (len(val_loader) == 0 or not self.options.validates):
+            val_loader = None  # Lightning skips a validation loader without batches, and all with limit_val_batches=0
         self._call("on_fit_start", model)
         if len(train_loader) == 0:  # as Lightning: a warning, nothing trained, and no run folder made
             self._run_folder = None
@@ -192,7 +192,7 @@ class Trainer:
         if val_loader is None:
             raise ValueError("validate() needs data: pass dataloaders=, a datamodule with val_dataloader(), or "
                              "define val_dataloader() on the module")
-        _check_sized(val_loader, "dataloaders", "val_dataloader()", "validate")
+        check_sized(val_loader, "dataloaders", "val_dataloader()", "validate")
         with _bound(model, self), spelled(LightningSpelling(self.options.root, precision=self._precision)):
             self._run = _one_error(self._build, model, None, val_loader)
             metrics = _one_error(self._run.evaluate)
@@ -204,33 +204,27 @@ class Trainer:
 
     # -- what Lightning's Trainer has and braeburn.lightning.Trainer does not: refused by name, with the way out --
     def test(self, *args: Any, **kwargs: Any) -> list[dict]:
-        raise _not_here("trainer.test()", "runs test_step over a test set with Lightning's loops")
+        raise not_here("trainer.test()", "runs test_step over a test set with Lightning's loops")
 
     def predict(self, *args: Any, **kwargs: Any) -> list[Any]:
-        raise _not_here("trainer.predict()", "runs predict_step with Lightning's loops")
-
-    @property
-    def checkpoint_callback(self) -> Any:
-        raise _not_here("trainer.checkpoint_callback", "is Lightning's ModelCheckpoint, whose .ckpt files "
-                        "LightningModule.load_from_checkpoint reads; braeburn's checkpoints are folders "
-                        "(version_N/checkpoint-S) that fit(ckpt_path=...) resumes and load_from_checkpoint cannot read")
+        raise not_here("trainer.predict()", "runs predict_step with Lightning's loops")
 
     @property
     def checkpoint_callbacks(self) -> Any:
-        raise _not_here("trainer.checkpoint_callbacks", "lists Lightning's ModelCheckpoint callbacks")
+        raise not_here("trainer.checkpoint_callbacks", "lists Lightning's ModelCheckpoint callbacks")
 
     @property
     def early_stopping_callback(self) -> Any:
-        raise _not_here("trainer.early_stopping_callback", "is Lightning's EarlyStopping")
+        raise not_here("trainer.early_stopping_callback", "is Lightning's EarlyStopping")
 
     @property
     def loggers(self) -> Any:
-        raise _not_here("trainer.loggers",
+        raise not_here("trainer.loggers",
                         "lists Lightning's loggers; braeburn writes metrics.jsonl in trainer.log_dir")
 
     @property
     def strategy(self) -> Any:
-        raise _not_here("trainer.strategy", "is Lightning's Strategy object")
+        raise not_here("trainer.strategy", "is Lightning's Strategy object")
 
     def _build(self, model: torch.nn.Module, train_loader: Any, val_loader: Any,
                new_run: bool = False) -> _LightningRun:
@@ -247,15 +241,15 @@ class Trainer:
         optimizer, scheduler = None, None
         if train_loader is not None:
             optimizer, scheduler = split_optimizers(model.configure_optimizers())  # reads estimated_stepping_batches
-            _check_plateau(scheduler, val_loader)
+            check_plateau(scheduler, val_loader, self.options)
+            check_interval(self.options.val_check_interval, len(train_loader), val_loader)
         if new_run:  # last: a refusal above leaves no empty run folder behind
             self._run_folder = _run_folder(logs_folder(self.options.root), accelerator)
             config.output_dir = str(self._run_folder)
         if scheduler is not None and not isinstance(scheduler, Mapping):
             scheduler = {"scheduler": scheduler, "interval": "epoch"}  # Lightning steps a bare one per epoch
         return _LightningRun(self, model, config=config, train_dataset=train_loader, eval_dataset=val_loader,
-                             optimizer=optimizer, lr_scheduler=scheduler, callbacks=[_LightningHooks(self, model)],
-                             accelerator=accelerator)
+                             optimizer=optimizer, lr_scheduler=scheduler, accelerator=accelerator)
 
     def _config_for(self, train_loader: Any, val_loader: Any, processes: int) -> TrainingConfig:
         """The run's config: batch sizes from the loaders, validation each epoch when there is a val loader, and
@@ -284,11 +278,6 @@ class Trainer:
         method = getattr(model, hook, None)
         if callable(method):
             method(*args)
-
-
-def _not_here(what: str, why: str) -> LightningArgumentError:
-    return LightningArgumentError([f"{what} is not in braeburn.lightning.Trainer (in Lightning it {why}); "
-                                   f"{OWN_TRAINER}"])
 
 
 def _rank_zero() -> bool:
@@ -335,46 +324,14 @@ def _run_folder(logs: Path, accelerator: Accelerator) -> Path:
     return logs / f"version_{number}"
 
 
-def _check_sized(loader: Any, argument: str, hook: str, call: str = "fit") -> None:
-    """Refuse, before anything is written, a loader braeburn cannot count: one over an IterableDataset (a stream,
-    which Lightning's Trainer takes), or anything else without a length."""
-    if loader is None:
-        return
-    dataset = getattr(loader, "dataset", None) if isinstance(loader, DataLoader) else loader
-    if isinstance(dataset, IterableDataset):
-        what = f"a DataLoader over {type(dataset).__name__}, an IterableDataset"
-    else:
-        try:
-            len(loader)
-            return
-        except (TypeError, NotImplementedError) as error:
-            what = f"a {type(loader).__name__} without a length ({error})"
-    raise LightningArgumentError([
-        f"{call}({argument}=...) (or the module's {hook}) is {what}: braeburn.lightning counts the batches of an "
-        "epoch, shards them over the processes and resumes mid-epoch by sample index, which a stream has none of. "
-        "Give the DataLoader a map-style Dataset (with __len__ and __getitem__), or run this script with "
-        "Lightning's own Trainer (from lightning import Trainer)"])
+class _FirstBatches:
+    """The first ``count`` batches of ``loader`` (-1: all), for the sanity check."""
 
+    def __init__(self, loader: Any, count: int):
+        self.loader, self.count = loader, count
 
-def _check_unshuffled(loader: Any) -> None:
-    """Refuse a shuffled training DataLoader: Lightning draws its order from torch's random state as the run goes,
-    braeburn from its own seeded order (so that a resumed run sees the same batches): the batches would differ."""
-    if isinstance(loader, DataLoader) and isinstance(loader.sampler, RandomSampler):
-        raise LightningArgumentError([
-            "fit(train_dataloaders=...) is shuffled (DataLoader(shuffle=True)): Lightning's Trainer takes each "
-            "epoch's order from torch's random state as the run goes, braeburn.lightning.Trainer from its own seeded "
-            "order (so that a resumed run sees the same batches), so the batches and the losses would differ from "
-            f"the first step; pass shuffle=False, or {OWN_TRAINER}"])
-
-
-def _check_plateau(scheduler: Any, val_loader: Any) -> None:
-    inner = scheduler.get("scheduler") if isinstance(scheduler, Mapping) else scheduler
-    if is_plateau(inner) and val_loader is None:
-        raise LightningArgumentError([
-            "configure_optimizers() returned a ReduceLROnPlateau, which braeburn steps after each validation, on "
-            "the value its 'monitor' names (logged with self.log in validation_step); fit() has no validation "
-            "data, so its learning rate would never change. Pass val_dataloaders= to fit() (or define "
-            "val_dataloader()), or return another scheduler"])
+    def __iter__(self) -> Any:
+        return iter(self.loader) if self.count < 0 else itertools.islice(self.loader, self.count)
 
 
 class _StepForward(torch.nn.Module):
@@ -394,10 +351,72 @@ class _LightningRun(BraeburnTrainer):
 
     stop_past_max_steps = True  # as Lightning: a checkpoint past max_epochs/max_steps is restored, nothing trained
     peer_methods_called = ("compute_loss", "log")  # its own, called by its loss and the module's self.log
+    ends_epoch_at_stop = True  # max_steps part way through an epoch: Lightning still calls on_train_epoch_end
 
     def __init__(self, lightning: Trainer, module: torch.nn.Module, **kwargs: Any):
         self.lightning, self.batch_idx = lightning, 0
-        super().__init__(_StepForward(module), **kwargs)
+        self.hooks = _LightningHooks(lightning, module)
+        super().__init__(_StepForward(module), callbacks=[self.hooks], **kwargs)
+
+    def _save(self) -> None:
+        super()._save()
+        self.lightning._save_epoch_ckpt()
+
+    def _evaluate_and_save(self, step_end: bool) -> None:
+        """At an epoch's end, Lightning's order (its fit loop): the epoch's validation (when this epoch validates),
+        then on_train_epoch_end (which sees the validation's metrics in callback_metrics), then a ReduceLROnPlateau's
+        step, then the checkpoint. (An epoch scheduler stepped before all of them, as Lightning's last batch does.)"""
+        batches = len(self.train_dataset)
+        done = round((self.state.epoch - self.lightning.current_epoch) * batches)  # this epoch's batches so far
+        if step_end:
+            if done < batches and self._validates_after(done, batches):  # val_check_interval: part way through
+                with self._phases.timed(EVALUATION):
+                    self.evaluate()
+            super()._evaluate_and_save(step_end)
+            return
+        if self.hooks.replayed:
+            return  # (its end was saved before the resume)
+        self._saver.poll()  # a background save that has finished since: its on_save fires now
+        metrics = None
+        if self.hooks.epoch_finished and self._validates_after(batches, batches):
+            with self._phases.timed(EVALUATION):
+                metrics = self.evaluate()
+        self.hooks.train_epoch_end(self)
+        if metrics is not None:
+            self._scheduler_steps.after_evaluate(metrics)
+        if self.config.save_strategy == "epoch" or self.state.should_save:
+            self._save()
+
+    @property
+    def train_loader_epoch(self) -> int:
+        """The epoch the prepared training loader is in (the loop's; a resumed run's first may be one it finished)."""
+        return self._train_loader.epoch
+
+    def _validates_after(self, done: int, batches: int) -> bool:
+        """Whether Lightning validates after the ``done``-th training batch of this epoch (of ``batches``): in every
+        check_val_every_n_epoch-th epoch, after every val_check_interval batches (a float: that fraction of the
+        epoch's batches, at least 1; 1.0: the last batch)."""
+        options = self.lightning.options
+        if self.eval_dataset is None or (self.lightning.current_epoch + 1) % options.val_every_n_epochs:
+            return False
+        interval = options.val_check_interval
+        every = interval if isinstance(interval, int) else max(1, int(batches * interval))
+        return done % every == 0
+
+    def sanity_check(self) -> None:
+        """Lightning's sanity check: the validation hooks over the first ``num_sanity_val_steps`` batches before
+        training, whose logged values are then forgotten; torch's random state is put back after it (Lightning's
+        isolate_rng: iterating a DataLoader draws its seed), so training draws the same numbers as without it."""
+        lightning, wanted = self.lightning, self.lightning.options.sanity_batches
+        if self.eval_dataset is None or wanted == 0:
+            return
+        loader = self._eval_loader(self.eval_dataset)
+        lightning.sanity_checking = True
+        try:
+            with torch.random.fork_rng(devices=[]), lightning.logger.forgotten():
+                self._validation(_FirstBatches(loader, wanted), "Sanity check", "eval", None)
+        finally:
+            lightning.sanity_checking = False
 
     def _loader(self, dataset: Any, batch_size: int, shuffle: bool, train: bool | None = None) -> Any:
         """The user's own DataLoader (the Accelerator shards it, and moves its batches to the device)."""
@@ -431,18 +450,20 @@ class _LightningRun(BraeburnTrainer):
     def _validation(self, loader: Any, description: str, prefix: str, ignore_keys: list[str] | None) -> EvalLoopOutput:
         """Validation as Lightning orders it: its hooks around the batches, then what self.log recorded (epoch
         means) added to the metrics as ``eval_<name>``."""
-        lightning, module = self.lightning, self.model.module
-        saved_idx, lightning.logger.training = self.batch_idx, False
+        lightning, module, logger = self.lightning, self.model.module, self.lightning.logger
+        saved_idx, logger.training = self.batch_idx, False
+        training_sums, logger.epoch_sums = logger.epoch_sums, {}  # the training epoch's, reduced at its end
         self.batch_idx = 0
         try:
             lightning._call("on_validation_start", module)
             lightning._call("on_validation_epoch_start", module)
             output = super()._evaluation_output(loader, description, prefix, True, ignore_keys)
+            logged = logger.take_epoch_means()  # in callback_metrics from on_validation_epoch_end on, as Lightning
             lightning._call("on_validation_epoch_end", module)
-            logged = lightning.logger.take_epoch_means()
+            logged.update(logger.take_epoch_means())  # what on_validation_epoch_end logged
             lightning._call("on_validation_end", module)
         finally:
-            self.batch_idx, lightning.logger.training = saved_idx, True
+            self.batch_idx, logger.training, logger.epoch_sums = saved_idx, True, training_sums
         metrics = {**(output.metrics or {}), **{f"{prefix}_{k}": v for k, v in logged.items()}}
         return EvalLoopOutput(output.predictions, output.label_ids, metrics, output.num_samples)
 
@@ -466,28 +487,41 @@ class _LightningHooks(Callback):
     def __init__(self, lightning: Trainer, module: torch.nn.Module):
         self.lightning, self.module = lightning, module
         self.nothing_to_train = False
+        self.epoch_finished = False  # the epoch ending now ran all its batches (not stopped by max_steps)
+        self.replayed = False  # the epoch now is one a resumed run had finished (no batch left in it)
 
     def on_train_begin(self, trainer: Any, state: Any) -> None:
         self.nothing_to_train = state.global_step >= state.max_steps
+        trainer.sanity_check()  # (a resumed run's too, as Lightning's, which skips it only resuming mid-validation)
         if not self.nothing_to_train:
             self.lightning._call("on_train_start", self.module)
 
     def on_epoch_begin(self, trainer: Any, state: Any) -> None:
         trainer.batch_idx = 0
         self.lightning.current_epoch = math.floor(state.epoch)
-        if not self.nothing_to_train:
+        # a run resumed at an epoch's end goes through that epoch again with no batch left: no hook of it, as Lightning
+        self.replayed = state.epochs_ended > trainer.train_loader_epoch
+        if not (self.nothing_to_train or self.replayed):
             self.lightning._call("on_train_epoch_start", self.module)
 
     def on_epoch_end(self, trainer: Any, state: Any) -> None:
+        """(The core calls this before its epoch-end evaluation; Lightning validates first: train_epoch_end is
+        called by the run's _evaluate_and_save, after the validation.)"""
+        self.epoch_finished = state.epochs_ended > self.lightning.current_epoch and not self.replayed
+
+    def train_epoch_end(self, trainer: Any) -> None:
+        """on_train_epoch_end of the callbacks and the module, then the epoch's means logged (those of training_step
+        in callback_metrics before the hooks run, as Lightning's)."""
         if self.nothing_to_train:
             return
         logger = self.lightning.logger
+        means = logger.take_epoch_means()  # self.log(..., on_epoch=True) in training_step
         logger.epoch_end = True  # what on_train_epoch_end logs is the epoch's, as Lightning's defaults there
         try:
             self.lightning._call("on_train_epoch_end", self.module)
         finally:
             logger.epoch_end = False
-        means = self.lightning.logger.take_epoch_means()  # self.log(..., on_epoch=True) in training_step
+        means.update(logger.take_epoch_means())
         if means:
             trainer.log(means)
 

@@ -181,9 +181,18 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
             self.accelerator.print(ACCUMULATION_NOTE.format(self.config.gradient_accumulation_steps))
         if self.config.torch_compile and self.accelerator.is_main_process:
             self.accelerator.print(COMPILE_NOTE)
+        elif self._may_compile_unasked and self.accelerator.is_main_process:
+            self.accelerator.print(AUTO_COMPILE_NOTE.format(self.accelerator.plan.device.name))
         if getattr(self, "_fp16_dropped", False):
             self.accelerator.print(FP16_ON_FALLBACK.format(fallback_kind().name))
         return super().train(resume_from_checkpoint)
+
+    @property
+    def _may_compile_unasked(self) -> bool:
+        """torch_compile was not set (nor braeburn's compile), and on this device braeburn's compile='auto' compiles
+        where it expects the run to earn the compile back: Transformers would never compile here."""
+        plan = self.accelerator.plan
+        return self.config.torch_compile is None and plan.compile_auto and plan.compile
 
     def _model_from_init_again(self) -> None:
         """Transformers' train() seeds again and calls ``model_init`` again, so a run starts from the same weights
@@ -231,6 +240,13 @@ COMPILE_NOTE = (
     "Transformers' Accelerate does, so the compiled kernels round differently and dropout draws other masks: losses "
     "differ from a Transformers compiled run from the first step (by float rounding without dropout). Leave "
     "torch_compile off for the numbers of Transformers' uncompiled run, bitwise")
+
+
+AUTO_COMPILE_NOTE = (
+    "braeburn: torch_compile is not set, so braeburn decides torch.compile itself (compile='auto'): on {0} it times "
+    "the first eager steps and compiles the model when the time it expects to save pays the compile back (a line "
+    "says so if it does; the run's summary says what it chose), where Transformers never compiles without "
+    "torch_compile=True. Pass torch_compile=False to keep Transformers' eager run")
 
 
 FP16_ON_FALLBACK = (

@@ -1,0 +1,141 @@
+"""The paths a Lightning user hands to ``Model.load_from_checkpoint`` (``trainer.checkpoint_callback.best_model_path``,
+``trainer.save_checkpoint(path)``'s file) and to ``fit(ckpt_path=...)``, under Lightning's own Trainer and under
+``braeburn.lightning.Trainer`` in the same test: the real Lightning loads braeburn's files, with the weights and
+hyperparameters a Lightning run gives."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.compat.catalogue import Catalogue, assert_on_purpose
+from tests.compat.lightning.scripts import Classifier, classification_data, pl, quiet_trainer
+
+CATALOGUE = Catalogue("lightning")
+BRAEBURN_TRAINER = "braeburn.lightning.Trainer: "
+
+
+def _trainer(root: Path, lightning: bool, **options: Any) -> Any:
+    options = {"max_epochs": 2, "log_every_n_steps": 2, **options}
+    if lightning:
+        return quiet_trainer(root, False, **options)  # (its default logger: checkpoints in version_0, as braeburn)
+    from braeburn.lightning import Trainer
+
+    return Trainer(accelerator="cpu", devices=1, enable_progress_bar=False, default_root_dir=str(root), **options)
+
+
+def _fit(root: Path, lightning: bool, ckpt_path: str | None = None, **options: Any) -> tuple[Any, Classifier, str]:
+    """A seeded Classifier fitted (printing into the returned text); the trainer and the module."""
+    pl.seed_everything(0, verbose=False)
+    module = Classifier(lr=0.2, scheduler="epoch")
+    trainer = _trainer(root, lightning, **options)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        trainer.fit(module, classification_data(40, 8), classification_data(20, 6, seed=1), ckpt_path=ckpt_path)
+    return trainer, module, printed.getvalue()
+
+
+def _loaded(path: str) -> tuple[list[torch.Tensor], dict]:
+    module = Classifier.load_from_checkpoint(path)  # Lightning's own classmethod
+    return [value.detach().clone() for value in module.state_dict().values()], dict(module.hparams)
+
+
+def _same_module(theirs: str, ours: str) -> None:
+    (their_weights, their_hparams), (our_weights, our_hparams) = _loaded(theirs), _loaded(ours)
+    assert our_hparams == their_hparams == {"lr": 0.2, "dropout": 0.0, "scheduler": "epoch"}
+    assert len(our_weights) == len(their_weights) and all(torch.equal(a, b) for a, b in zip(our_weights, their_weights))
+
+
+@CATALOGUE.idiom(BRAEBURN_TRAINER + "Model.load_from_checkpoint(trainer.checkpoint_callback.best_model_path)",
+                 "identical", "the same `lightning_logs/version_0/checkpoints/epoch=1-step=10.ckpt`, which Lightning "
+                 "loads with the weights (bitwise) and hyperparameters of Lightning's run; `last_model_path` is '', "
+                 "as Lightning's default ModelCheckpoint")
+def _best_model_path(tmp_path: Path) -> None:
+    theirs, _, _ = _fit(tmp_path / "lightning", True)
+    ours, _, _ = _fit(tmp_path / "braeburn", False)
+    their_path, our_path = theirs.checkpoint_callback.best_model_path, ours.checkpoint_callback.best_model_path
+    assert Path(our_path).relative_to(tmp_path / "braeburn") == Path(their_path).relative_to(tmp_path / "lightning")
+    assert ours.checkpoint_callback.last_model_path == theirs.checkpoint_callback.last_model_path == ""
+    assert sorted(p.name for p in Path(our_path).parent.glob("*.ckpt")) == [Path(their_path).name]  # the latest kept
+    _same_module(their_path, our_path)
+
+
+@CATALOGUE.idiom(BRAEBURN_TRAINER + "trainer.save_checkpoint('model.ckpt'); Model.load_from_checkpoint('model.ckpt')",
+                 "on purpose", "Lightning loads it with the weights (bitwise) and hyperparameters of Lightning's run; "
+                 "the file holds what Lightning's weights_only=True file holds but its `loops` (the optimizer and "
+                 "the run's position stay in braeburn's checkpoint folder); one line says so, naming weights_only")
+def _save_checkpoint(tmp_path: Path) -> None:
+    theirs, _, _ = _fit(tmp_path / "lightning", True)
+    ours, _, printed = _fit(tmp_path / "braeburn", False)
+    theirs.save_checkpoint(str(tmp_path / "lightning" / "model.ckpt"), weights_only=True)
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        ours.save_checkpoint(str(tmp_path / "braeburn" / "model.ckpt"))
+    _same_module(str(tmp_path / "lightning" / "model.ckpt"), str(tmp_path / "braeburn" / "model.ckpt"))
+    their_keys = set(torch.load(tmp_path / "lightning" / "model.ckpt", weights_only=False))
+    our_content = torch.load(tmp_path / "braeburn" / "model.ckpt", weights_only=True)  # plain data
+    assert set(our_content) == their_keys - {"loops"}
+    assert (our_content["epoch"], our_content["global_step"]) == (theirs.current_epoch, theirs.global_step)
+    line = assert_on_purpose((printed + said.getvalue()).splitlines(), "weights_only")
+    assert "Model.load_from_checkpoint" in line and "checkpoint-S" in line
+
+
+@CATALOGUE.idiom(BRAEBURN_TRAINER + "trainer.fit(model, ckpt_path=trainer.checkpoint_callback.best_model_path)",
+                 "identical", "resumes braeburn's checkpoint folder that the .ckpt stands beside: the losses after "
+                 "it are Lightning's resumed run's, bitwise")
+def _resume_from_best(tmp_path: Path) -> None:
+    losses = {}
+    for name, lightning in (("lightning", True), ("braeburn", False)):
+        first, _, _ = _fit(tmp_path / name, lightning, max_epochs=1)
+        _, module, _ = _fit(tmp_path / name, lightning, first.checkpoint_callback.best_model_path, max_epochs=3)
+        losses[name] = module.losses
+    assert losses["braeburn"] == losses["lightning"] and len(losses["lightning"]) == 10
+
+
+def test_lightnings_own_fit_refuses_to_resume_braeburns_ckpt(tmp_path):
+    """Lightning's own Trainer given braeburn's .ckpt to resume: Lightning's error for a weights-only file, before
+    anything is trained, never a silent restart from epoch 0."""
+    ours, _, _ = _fit(tmp_path / "braeburn", False, max_epochs=1)
+    module = Classifier(lr=0.2, scheduler="epoch")
+    with pytest.raises(KeyError, match="contains only the model"):
+        _trainer(tmp_path / "lightning", True, max_epochs=2).fit(
+            module, classification_data(40, 8), ckpt_path=ours.checkpoint_callback.best_model_path)
+    assert module.losses == []
+
+
+def test_save_checkpoint_writes_over_no_file_braeburn_did_not_write(tmp_path):
+    from braeburn.lightning import LightningArgumentError
+
+    ours, _, _ = _fit(tmp_path, False, max_epochs=1, enable_checkpointing=False)
+    assert ours.checkpoint_callback is None  # as Lightning with enable_checkpointing=False
+    theirs = tmp_path / "mine.ckpt"
+    theirs.write_bytes(b"the user's own file")
+    with pytest.raises(LightningArgumentError, match="did not write it") as caught:
+        ours.save_checkpoint(str(theirs))
+    assert str(theirs) in str(caught.value) and theirs.read_bytes() == b"the user's own file"
+    ours.save_checkpoint(str(tmp_path / "model.ckpt"))
+    ours.save_checkpoint(str(tmp_path / "model.ckpt"))  # its own file, written again
+    assert Classifier.load_from_checkpoint(str(tmp_path / "model.ckpt")).hparams.lr == 0.2
+    assert not list(tmp_path.glob(".*.tmp")) and sorted(p.name for p in tmp_path.glob("*.ckpt")) == [
+        "mine.ckpt", "model.ckpt"]
+
+
+@pytest.mark.slow  # two or four fits each
+@pytest.mark.parametrize("idiom", CATALOGUE.params())
+def test_lightning_checkpoint_idiom(idiom, tmp_path):
+    idiom.run(tmp_path)
+
+
+def test_what_checkpoint_callback_lacks_is_refused_by_name(tmp_path):
+    from braeburn.lightning import LightningArgumentError
+
+    ours, _, _ = _fit(tmp_path, False, max_epochs=1)
+    callback = ours.checkpoint_callback
+    assert callback.dirpath == str(Path(callback.best_model_path).parent) and callback.best_model_score is None
+    with pytest.raises(LightningArgumentError, match=r"checkpoint_callback\.save_top_k"):
+        callback.save_top_k
