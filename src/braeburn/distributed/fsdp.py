@@ -85,14 +85,29 @@ def keeps_gathered(model: nn.Module, device_bytes: int | None) -> bool:
     return device_bytes is not None and _count(model) * DDP_BYTES_PER_PARAMETER <= device_bytes
 
 
+def group_units(units: list[nn.Module], groups: int | None) -> list[list[nn.Module]]:
+    """``units`` in ``groups`` contiguous groups of nearly equal length, each group one FSDP unit (one all-gather
+    and one reduce-scatter a step); ``None``: each unit alone; ``0``: none (the root holds every parameter)."""
+    if groups is None:
+        return [[unit] for unit in units]
+    if groups < 0:
+        raise ValueError(f"unit_groups={groups}: must be None (each block its own FSDP unit), 0 (the root alone) "
+                         "or a positive number of groups of consecutive blocks")
+    groups = min(groups, len(units))
+    bounds = [round(i * len(units) / groups) for i in range(groups + 1)] if groups else [0]
+    return [units[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
 def wrap_fsdp(model: nn.Module, device: torch.device, world_size: int,
-              dtype: torch.dtype | None = None, device_bytes: int | None = None, **options: Any) -> nn.Module:
+              dtype: torch.dtype | None = None, device_bytes: int | None = None,
+              unit_groups: int | None = None, **options: Any) -> nn.Module:
     """``fully_shard`` each unit of :func:`shard_units`, then the root; returns the same (now sharded) module.
 
     The model must already be on ``device``; its parameters become DTensors, so build the optimizer
     from them afterwards (the Trainer and the Accelerator's prepare order do). ``options`` are
     ``fully_shard``'s own arguments, for every unit and the root; ``reshard_after_forward`` defaults to
-    what :func:`keeps_gathered` says for a device of ``device_bytes`` memory.
+    what :func:`keeps_gathered` says for a device of ``device_bytes`` memory. ``unit_groups`` joins
+    consecutive units into that many (:func:`group_units`): fewer collectives a step, less overlap.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -100,8 +115,8 @@ def wrap_fsdp(model: nn.Module, device: torch.device, world_size: int,
     options.setdefault("reshard_after_forward", not keeps_gathered(model, device_bytes))
     mesh = init_device_mesh(device.type, (world_size,))
     policy = mixed_precision_policy(dtype)
-    for unit in shard_units(model):
-        fully_shard(unit, mesh=mesh, mp_policy=policy, **options)
+    for group in group_units(shard_units(model), unit_groups):
+        fully_shard(group if len(group) > 1 else group[0], mesh=mesh, mp_policy=policy, **options)
     fully_shard(model, mesh=mesh, mp_policy=policy, **options)
     return model
 
@@ -127,4 +142,4 @@ def full_value(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-__all__ = ["shard_units", "keeps_gathered", "wrap_fsdp", "is_sharded", "set_gradient_sync", "mixed_precision_policy", "full_value"]
+__all__ = ["shard_units", "group_units", "keeps_gathered", "wrap_fsdp", "is_sharded", "set_gradient_sync", "mixed_precision_policy", "full_value"]
