@@ -152,4 +152,5 @@ def full_value(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-__all__ = ["shard_units", "group_units", "keeps_gathered", "wrap_fsdp", "is_sharded", "set_gradient_sync", "mixed_precision_policy", "full_value"]
+__all__ = ["shard_units", "group_units", "keeps_gathered", "wrap_fsdp", "is_sharded", "set_gradient_sync",
+           "mixed_precision_policy", "full_value"]
