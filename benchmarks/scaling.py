@@ -26,7 +26,11 @@ A framework may carry options in brackets: TrainingConfig fields for braeburn (`
 DistributedDataParallel arguments for braeburn's DDP wrap (`[broadcast_buffers=False,bucket_cap_mb=100]`),
 fully_shard arguments for its FSDP wrap (`braeburn-fsdp[reshard_after_forward=False]`, and `prefetch=K`:
 FSDP2's explicit prefetching of the next K units),
-and `numa=MODE` for torchrun's --numa-binding (any framework). braeburn runs report where step time went
+`unit_groups=K` (fsdp: consecutive blocks joined into K units; 0: the root alone),
+`numa=MODE` for torchrun's --numa-binding, `pin=K` (each rank on its own K physical cores, one hardware thread of
+each) and `gc=freeze` (gc.freeze() after the first step) (any framework). Every rank records Python's garbage
+collections in the timed window (count, time, and how much of the slowest steps they were) and the CUDA caching
+allocator's retries. braeburn runs report where step time went
 (its step_breakdown, sampled in steps after the timed ones, so the timing is unaffected).
 Writes <out>.json and <out>.md.
 """
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import gc
 import json
 import os
 import platform
@@ -47,6 +52,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 FRAMEWORKS = ("braeburn-ddp", "braeburn-fsdp", "accelerate", "lightning")
+WORKER_OPTIONS = ("numa", "pin", "gc")  # options the worker or torchrun applies, for any framework
 AFTER_TIMING = 7  # braeburn profiles 5 steps ending one step before max_steps: all after the timed window
 
 
@@ -79,12 +85,17 @@ class Clock:
         self.t0 = self.t1 = self.host_seconds = self.process_seconds = None
         self._cpu0 = (0.0, 0.0)
         self.step_ends: list[float] = []
+        self.freeze_gc = False  # gc=freeze: gc.freeze() once the first step has ended (setup done)
 
     @property
     def done(self) -> bool:
         return self.t1 is not None
 
     def step_done(self, step: int, ready: bool = True) -> None:
+        if self.freeze_gc:
+            self.freeze_gc = False
+            gc.collect()
+            gc.freeze()
         if self.first is None:
             if step >= self.warmup and ready:
                 self.first, self.last = step, step + self.length
@@ -121,6 +132,52 @@ class Clock:
                 "max": round(gaps[-1], 2)}
 
 
+class GcMeter:
+    """Python's garbage collections (gc.callbacks): each one's start, length and generation."""
+
+    def __init__(self):
+        self.events: list[tuple[float, float, int]] = []
+        self._start: float | None = None
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._start = now
+        elif self._start is not None:
+            self.events.append((self._start, now - self._start, info["generation"]))
+            self._start = None
+
+    def summary(self, step_ends: list[float]) -> dict | None:
+        """Collections that began inside the timed steps: count and ms per generation, the longest, and for the
+        3 slowest steps their length and the collections' share of it."""
+        if len(step_ends) < 2:
+            return None
+        inside = [e for e in self.events if step_ends[0] <= e[0] < step_ends[-1]]
+        by_generation = {str(g): {"count": sum(1 for e in inside if e[2] == g),
+                                  "ms": round(sum(e[1] for e in inside if e[2] == g) * 1e3, 2)} for g in (0, 1, 2)}
+        steps = []
+        for a, b in zip(step_ends, step_ends[1:]):
+            pause = sum(e[1] for e in inside if a <= e[0] < b)
+            steps.append({"ms": round((b - a) * 1e3, 2), "gc_ms": round(pause * 1e3, 2)})
+        return {"by_generation": by_generation, "longest_ms": round(max((e[1] for e in inside), default=0) * 1e3, 2),
+                "slowest_steps": sorted(steps, key=lambda s: -s["ms"])[:3],
+                "tracked_objects": len(gc.get_objects()), "frozen": gc.get_freeze_count()}
+
+
+def pin_cores(local_rank: int, per_rank: int) -> list[int]:
+    """Pin this process to its own ``per_rank`` physical cores (one hardware thread of each, disjoint across ranks);
+    returns them. Threads started later (autograd's, NCCL's) inherit the set."""
+    firsts: dict[str, int] = {}
+    for cpu in sorted(os.sched_getaffinity(0)):
+        siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        firsts.setdefault(siblings.read_text().strip() if siblings.exists() else str(cpu), cpu)
+    cores = sorted(firsts.values())[local_rank * per_rank:(local_rank + 1) * per_rank]
+    if cores:
+        os.sched_setaffinity(0, cores)
+    return cores
+
+
 def compile_settle_steps() -> int:
     """The step by which braeburn's compile window has finished on a long run: the eager steps it times, the
     step that compiles, and the compiled steps it times (trainer/compile_window.py)."""
@@ -153,7 +210,7 @@ def _braeburn(strategy: str):
                 clock.step_done(state.global_step, ready=not window.pending)
 
         fields = set(TrainingConfig.__dataclass_fields__)
-        _wrap_arguments(strategy, {k: v for k, v in options.items() if k not in fields and k != "numa"})
+        _wrap_arguments(strategy, {k: v for k, v in options.items() if k not in fields and k not in WORKER_OPTIONS})
         out = Path(os.environ.get("SCALING_TMP", "/tmp")) / f"braeburn-{os.environ.get('RUN_ID', os.getpid())}"
         # a compiled run is timed only once its compile window has finished: room for that before the window
         start = max(clock.warmup, compile_settle_steps() + 1) if _compiles(options) else clock.warmup
@@ -284,8 +341,11 @@ def worker(args: argparse.Namespace) -> None:
     longest = max(args.steps, compile_settle_steps() + 1 + length) + AFTER_TIMING + 2
     dataset = SyntheticDataset(workload.make_sample, length=longest * workload.batch_size * world)
     clock = Clock(args.warmup, length)
+    clock.freeze_gc = options.get("gc") == "freeze"
+    pinned = pin_cores(int(os.environ.get("LOCAL_RANK", "0")), int(options["pin"])) if "pin" in options else None
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    collections = GcMeter()
     probes = {"host_probe_ms": host_probe_ms(), "gpu_tflops": gpu_probe_tflops(), "load": os.getloadavg()[0]}
     error, breakdown = None, None
     try:
@@ -301,7 +361,11 @@ def worker(args: argparse.Namespace) -> None:
     mine = {"rank": rank, "host_ms_per_step": clock.host_seconds * 1e3 / length if clock.host_seconds else None,
             "process_cpu_ms_per_step": clock.process_seconds * 1e3 / length if clock.process_seconds else None,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
-            "step_ms": clock.step_ms(), **probes}
+            "step_ms": clock.step_ms(), "steps_ms": [round((b - a) * 1e3, 2) for a, b in
+                                                      zip(clock.step_ends, clock.step_ends[1:])],
+            "gc": collections.summary(clock.step_ends), "pinned": pinned,
+            "alloc_retries": torch.cuda.memory_stats().get("num_alloc_retries") if torch.cuda.is_available() else None,
+            **probes}
     Path(f"{args.result}.rank{rank}").write_text(json.dumps(mine))
     if rank == 0:
         timed = [clock.first + 1, clock.last] if clock.first is not None else None
@@ -350,25 +414,28 @@ def _last_error(text: str) -> str:
 def single_process_spec(spec: str) -> str:
     """The spec whose one-process run stands for ``spec``'s. On one process braeburn wraps nothing (no DDP, no
     FSDP), so braeburn-ddp and braeburn-fsdp variants that differ only in their wrap's arguments share one run,
-    measured once a round: braeburn-ddp with the spec's TrainingConfig fields (and numa)."""
+    measured once a round: braeburn-ddp with the spec's TrainingConfig fields (and the worker's options)."""
     name, options = parse_spec(spec)
     if not name.startswith("braeburn-"):
         return spec
     from braeburn import TrainingConfig
 
     kept = [item for item in spec.partition("[")[2].rstrip("]").split(",")
-            if item.partition("=")[0].strip() in set(TrainingConfig.__dataclass_fields__) | {"numa"}]
+            if item.partition("=")[0].strip() in set(TrainingConfig.__dataclass_fields__) | set(WORKER_OPTIONS)]
     return "braeburn-ddp" + (f"[{','.join(kept)}]" if kept else "")
 
 
-def jobs(specs: list[str], workloads: list[str], n: int, rounds: int) -> list[tuple[int, str, str, int]]:
-    """(round, workload, spec, processes) in the order they run: rounds interleaved, each one-process run once."""
+def jobs(specs: list[str], workloads: list[str], n: int, rounds: int,
+         single: bool = True) -> list[tuple[int, str, str, int]]:
+    """(round, workload, spec, processes) in the order they run: rounds interleaved, each one-process run once
+    (none with ``single=False``: the N-process rates against each other only)."""
     order = []
     for round_ in range(rounds):
         for workload in workloads:
             for spec in specs:
-                single = (round_, workload, single_process_spec(spec), 1)
-                order += [job for job in (single, (round_, workload, spec, n)) if job not in order]
+                one = (round_, workload, single_process_spec(spec), 1)
+                order += [job for job in ((one,) if single else ()) + ((round_, workload, spec, n),)
+                          if job not in order]
     return order
 
 
@@ -404,12 +471,19 @@ def _breakdown(row: dict, key: str) -> float | None:
     return max(p[key] for p in parts) if parts else None
 
 
+def _slowest(row: dict, key: str) -> float | None:
+    """Over the ranks: the slowest timed step's length (``ms``), or the garbage collections inside it (``gc_ms``)."""
+    steps = [step for r in row.get("ranks", []) for step in ((r.get("gc") or {}).get("slowest_steps") or [])[:1]]
+    return max(steps, key=lambda step: step["ms"])[key] if steps else None
+
+
 def markdown(rows: list[dict], n: int) -> str:
     first = next((r["framework"] for r in rows if r["processes"] == n), "")
     lines = [f"| workload | framework | samples/s, 1 process | samples/s, {n} processes | scaling efficiency "
              f"| {n} processes against {first} | peak GiB/GPU, 1 / {n} | host ms/step, 1 / {n} "
-             f"| {n} processes: GPU idle / waiting on comm | note |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"| {n} processes: GPU idle / waiting on comm | {n} processes: slowest step ms / Python gc in it ms "
+             f"| note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for workload in dict.fromkeys(r["workload"] for r in rows):
         mine_n = {spec: {r["round"]: r for r in rows if r["workload"] == workload and r["framework"] == spec
                          and r["processes"] == n} for spec in dict.fromkeys(r["framework"] for r in rows)}
@@ -429,10 +503,12 @@ def markdown(rows: list[dict], n: int) -> str:
                               for k in (1, n))
             shares = (f"{_spread([_breakdown(r, 'idle') for r in by[n]], '.0%')} / "
                       f"{_spread([_breakdown(r, 'comm_waiting') for r in by[n]], '.0%')}")
+            slowest = (f"{_spread([_slowest(r, 'ms') for r in by[n]], '.0f')} / "
+                       f"{_spread([_slowest(r, 'gc_ms') for r in by[n]], '.0f')}")
             note = "; ".join(sorted({r["error"] for r in by[1] + by[n] if r.get("error")}))
             lines.append(f"| {workload} | {spec} | {_spread(list(rate[1].values()), '.0f')} | "
                          f"{_spread(list(rate[n].values()), '.0f')} | {_spread(efficiency, '.1%')} | "
-                         f"{_spread(against, '.1%')} | {memory} | {host} | {shares} | {note} |")
+                         f"{_spread(against, '.1%')} | {memory} | {host} | {shares} | {slowest} | {note} |")
     return "\n".join(lines)
 
 
@@ -469,6 +545,8 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="tiny models on CPU processes: checks the script")
     parser.add_argument("--rounds", type=int, default=1, help="repeat every measurement, interleaved")
     parser.add_argument("--job-timeout", type=int, default=150, help="seconds one measurement may take")
+    parser.add_argument("--no-single", action="store_true",
+                        help="skip the one-process runs (no efficiency; the N-process rates side by side)")
     parser.add_argument("--out", help="writes OUT.json and OUT.md (required)")
     for flag in ("--worker",):
         parser.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
@@ -498,7 +576,7 @@ def main() -> None:
               f"number of steps once compiling has finished); {args.rounds} round(s), interleaved; "
               f"median (min-max); {time.strftime('%Y-%m-%d')}")
     rows = []
-    for round_, workload, spec, processes in jobs(specs, workloads, n, args.rounds):
+    for round_, workload, spec, processes in jobs(specs, workloads, n, args.rounds, single=not args.no_single):
         rows.append(measure(args, spec, workload, processes, scratch, round_))
         write_results(args, rows, n, header)  # what is done so far survives a run cut short
     print(header + "\n\n" + markdown(rows, n))

@@ -85,3 +85,59 @@ def test_fsdp_efficiency_divides_by_the_shared_single_process_rate_and_compares_
     # FSDP: 300/400 and 171/200; against DDP in the same round: 300/360 and 171/180
     assert table["braeburn-fsdp"][2] == "75 (50-100)"
     assert table["braeburn-fsdp"][4:6] == ["80.2% (75.0%-85.5%)", "89.2% (83.3%-95.0%)"]
+
+
+def test_each_rank_counts_the_garbage_collections_inside_the_timed_steps():
+    import gc
+    import time
+
+    meter = scaling.GcMeter()
+    try:
+        before = time.perf_counter()
+        gc.collect()  # before the window: not counted
+        start = time.perf_counter()
+        gc.collect(0)
+        middle = time.perf_counter()
+        gc.collect()  # a full collection in the second step
+        end = time.perf_counter()
+    finally:
+        gc.callbacks.remove(meter._callback)
+    summary = meter.summary([start, middle, end])
+    assert before < start and summary["by_generation"]["0"]["count"] >= 1
+    assert summary["by_generation"]["2"]["count"] == 1  # the one before the window is left out
+    steps = summary["slowest_steps"]
+    assert len(steps) == 2 and all(step["gc_ms"] <= step["ms"] for step in steps)
+    assert steps[0]["gc_ms"] > 0  # the full collection made the slowest step, and is counted in it
+    assert scaling.GcMeter.summary(meter, [start]) is None  # no timed step
+
+
+def test_gc_freeze_and_pinning_are_worker_options_that_the_single_process_run_shares():
+    assert scaling.single_process_spec("braeburn-fsdp[unit_groups=0,gc=freeze,pin=4]") == \
+        "braeburn-ddp[gc=freeze,pin=4]"  # unit_groups is FSDP's wrap's: one process wraps nothing
+    clock = scaling.Clock(warmup=1, length=2)
+    clock.freeze_gc = True
+    import gc
+
+    gc.unfreeze()
+    try:
+        clock.step_done(1)
+        assert gc.get_freeze_count() > 0 and not clock.freeze_gc  # frozen once, at the first step's end
+    finally:
+        gc.unfreeze()
+
+
+def test_pinning_gives_each_rank_its_own_cores():
+    cpus = sorted(os.sched_getaffinity(0))
+    try:
+        mine = scaling.pin_cores(0, 1)
+        assert len(mine) == 1 and set(os.sched_getaffinity(0)) == set(mine)
+        assert scaling.pin_cores(len(cpus), 1) == []  # more ranks than cores: left as it is
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+def test_no_single_skips_the_one_process_runs():
+    assert scaling.jobs(["braeburn-ddp", "braeburn-fsdp"], ["gpt2-small"], 4, 2, single=False) == [
+        (0, "gpt2-small", "braeburn-ddp", 4), (0, "gpt2-small", "braeburn-fsdp", 4),
+        (1, "gpt2-small", "braeburn-ddp", 4), (1, "gpt2-small", "braeburn-fsdp", 4)]
+    assert (0, "gpt2-small", "braeburn-ddp", 1) in scaling.jobs(["braeburn-fsdp"], ["gpt2-small"], 4, 1)

@@ -11,7 +11,7 @@ from torch import nn
 from braeburn.data.loader import ShardSampler
 from braeburn.distributed.checkpoint import resume_position
 from braeburn.distributed.elastic import is_restarted, restart_count, resume_request
-from braeburn.distributed.fsdp import shard_units
+from braeburn.distributed.fsdp import group_units, shard_units
 from braeburn.plan.rules import PlanError, make_plan
 from braeburn.trainer.config import TrainingConfig
 from tests.conftest import APPLE_M
@@ -46,6 +46,17 @@ def test_fsdp_units_follow_a_transformers_model_declared_blocks():
 
     model = GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=2, n_head=2, n_positions=16, vocab_size=50))
     assert shard_units(model) == list(model.transformer.h)
+
+
+def test_fsdp_unit_groups_join_consecutive_blocks_into_that_many_units():
+    blocks = list(Blocks().layers)
+    assert group_units(blocks, None) == [[block] for block in blocks]  # each block its own unit
+    assert group_units(blocks, 0) == []  # none: the root holds every parameter
+    assert group_units(blocks, 1) == [blocks]
+    assert group_units(blocks, 3) == [blocks[:1], blocks[1:3], blocks[3:]]
+    assert group_units(blocks, 9) == [[block] for block in blocks]  # at most one unit a block
+    with pytest.raises(ValueError, match="unit_groups=-1"):
+        group_units(blocks, -1)
 
 
 @pytest.mark.parametrize("saved_world, saved_batch, yielded, world, batch, expected", [

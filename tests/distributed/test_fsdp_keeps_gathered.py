@@ -1,6 +1,7 @@
-"""FSDP's reshard_after_forward default: a model that DDP could hold on the device keeps each unit's gathered
-parameters from forward to backward (no second all-gather); a larger one, or an unknown device memory, gathers
-again in backward. Checked on two CPU processes (gloo) through Accelerator.prepare, the path the Trainer takes."""
+"""FSDP's defaults for a model that DDP could hold on the device: one unit, the root (one all-gather and one
+reduce-scatter a step), whose gathered parameters stay from forward to backward (no second all-gather); a larger
+model, or an unknown device memory, has a unit per block that gathers again in backward. Checked on two CPU
+processes (gloo) through Accelerator.prepare, the path the Trainer takes."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB = """
 import json, os, torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 from braeburn import Accelerator
 from braeburn.devices.cpu import CpuDevice
@@ -44,7 +46,8 @@ def after_forward(memory_bytes):
     loss = model(torch.randn(4, 8))
     whole = [not isinstance(block.weight, DTensor) for block in model.blocks]  # gathered, not resharded
     accelerator.backward(loss)
-    return {"sharded": accelerator.shards_model, "gathered_after_forward": whole}
+    units = [isinstance(block, FSDPModule) for block in model.blocks]
+    return {"sharded": accelerator.shards_model, "gathered_after_forward": whole, "block_units": units}
 
 report = {"rank": int(os.environ["RANK"]), "machine": after_forward(None), "small": after_forward(1000)}
 with open(f"report{report['rank']}.json", "w") as file:  # one file a rank: printed lines of two ranks can interleave
@@ -63,10 +66,13 @@ def test_the_default_reaches_fully_shard_on_two_gloo_processes(tmp_path):
     reports = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("report*.json"))]
     assert sorted(report["rank"] for report in reports) == [0, 1]
     for report in reports:
-        # the machine's memory holds this model many times over: every block stays gathered after forward
-        assert report["machine"] == {"sharded": True, "gathered_after_forward": [True, True, True]}
-        # 1000 bytes could not hold it under DDP: each block is resharded after its forward (ZeRO-3)
-        assert report["small"] == {"sharded": True, "gathered_after_forward": [False, False, False]}
+        # the machine's memory holds this model many times over: one unit (the root, no block its own), gathered
+        # after forward
+        assert report["machine"] == {"sharded": True, "gathered_after_forward": [True, True, True],
+                                     "block_units": [False, False, False]}
+        # 1000 bytes could not hold it under DDP: each block is its own unit, resharded after its forward (ZeRO-3)
+        assert report["small"] == {"sharded": True, "gathered_after_forward": [False, False, False],
+                                   "block_units": [True, True, True]}
 
 
 def test_keeps_gathered_exactly_where_ddp_could_hold_the_model():

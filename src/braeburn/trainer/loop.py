@@ -40,6 +40,7 @@ from .collators import make_collate
 from .checkpoint import CheckpointManager
 from .config import ConfigError, CoreTrainingConfig
 from .early_stopping import EarlyStoppingCallback  # noqa: F401  (re-exported for users)
+from .frozen_setup import FrozenSetup
 from .evaluation import EvaluationMixin
 from .log_window import LogWindowMixin, NonFiniteLossError
 from .saving import SavingMixin
@@ -119,6 +120,7 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self.output_dir = Path(self.config.output_dir).resolve()
         self.checkpoints = CheckpointManager(self.output_dir, self.config.save_total_limit)
         self._saver = BackgroundSaver(self.checkpoints)
+        self._frozen_setup = FrozenSetup()  # the heap frozen after the first step (trainer/frozen_setup.py)
         self._best_step: int | None = None  # the step of the best evaluation, until its checkpoint is saved
         self._best_before: str | None = None
         self.callbacks = self._callbacks(callbacks or [])
@@ -236,6 +238,7 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                     self._plot.wait()
                 finally:
                     self.signals.restore()
+                    self._frozen_setup.release()
         samples = self.state.samples_seen - start_samples  # really trained: a short last batch counts its own
         summary = run_summary(self, seconds, self.state.global_step - start_step, samples)
         acc.print(summary)
@@ -278,6 +281,8 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
                 state.epoch = epoch + loader.batches_yielded / batches_in_epoch  # Transformers' fractional epoch
                 if window.pending:  # compile=auto decides from the measured eager steps (two syncs, once)
                     model = self._prepared_model = window.after_step(state.global_step, model, self._shapes)
+                if self._frozen_setup.pending:  # the heap as setup left it, out of the collector's walks
+                    self._frozen_setup.after_first_step()
                 self.callbacks.on_step_end(self, state)
                 on_cadence = config.logging_strategy == "steps" and state.global_step % config.logging_steps == 0
                 if on_cadence or state.should_log:  # should_log: a callback asked during on_step_end

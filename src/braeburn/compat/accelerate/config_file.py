@@ -47,7 +47,8 @@ _SAME = ("num_machines", "machine_rank", "main_process_ip", "main_process_port",
 # Keys that must stay empty (Accelerate's value when the feature is not used): why braeburn cannot honour more.
 _EMPTY = {
     "deepspeed_config": "braeburn has no DeepSpeed; use distributed_type: FSDP to shard the model",
-    "fsdp_config": "braeburn configures FSDP itself (torch's fully_shard, one unit per block); remove it",
+    "fsdp_config": "braeburn configures FSDP itself (torch's fully_shard: one unit for a model that fits on a "
+                   "device, else one per block); remove it",
     "megatron_lm_config": "braeburn has no Megatron-LM; use distributed_type: FSDP",
     "parallelism_config": "braeburn has no tensor or context parallelism; use MULTI_GPU or FSDP",
     "fp8_config": "braeburn has no fp8 training; use mixed_precision: bf16",
