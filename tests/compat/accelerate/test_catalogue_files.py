@@ -4,12 +4,15 @@ comparing the files written (names), the values restored and what braeburn says.
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from tests.compat.accelerate._peers import cpu_for_accelerate  # noqa: F401  (an autouse fixture)
 from tests.compat.accelerate._peers import (Counter, both, files, identical as _identical, loader, reset_accelerate, setup,
                                            step, weights)
 from tests.compat.accelerate._peers import library as library_of
+from tests.compat._tensorboard import RANDOM_SUFFIX, shown, tensorboard_view, unsuffixed
 from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose, assert_refused
 
 CATALOGUE = Catalogue("accelerate")
@@ -245,17 +248,37 @@ def _save_state_pickled(tmp_path):
 
 # -- trackers ---------------------------------------------------------------------------------------------
 
-@idiom("Accelerator(log_with='all', project_dir=...) + init_trackers / log / end_training (no tracker "
-       "package installed)", "identical", "no file written on either side")
+@idiom("Accelerator(log_with='all', project_dir=...) + init_trackers(config=...) / log / end_training",
+       "identical", "the same trackers (every one of Accelerate's that is installed: TensorBoard where the "
+       "tensorboard package is, else none) and files: run/ with the event file, run/<time>/ with the "
+       "hyperparameters' event file, run/<time>/hparams.yml; TensorBoard shows the same scalars, texts, steps and "
+       "hyperparameters; braeburn's event file names end in 8 random hex characters (docs/reliability.md)")
 def _log_with_all(tmp_path):
     def script(lib, folder):
         accelerator = lib.Accelerator(log_with="all", project_dir=str(folder))
-        accelerator.init_trackers("run", config={"lr": 0.1})
-        accelerator.log({"loss": 0.5}, step=1)
+        accelerator.init_trackers("run", config={"lr": 0.1, "epochs": 2, "optimizer": "adamw", "warmup": None})
+        accelerator.log({"loss": 0.5, "accuracy": 0.75, "phase": "train"}, step=1)
+        accelerator.log({"loss": 0.25}, step=2)
         accelerator.end_training()
-        return Observation(files=files(folder), extra={"trackers": [t.name for t in accelerator.trackers]})
+        written = [shown(path) for path in files(folder)]
+        yml = [(folder / path).read_text() for path in files(folder) if path.endswith("hparams.yml")]
+        return Observation(files=written, metrics={"tensorboard": tensorboard_view(folder), "hparams.yml": yml},
+                           extra={"trackers": [t.name for t in accelerator.trackers]})
 
-    _identical(script, tmp_path)
+    peer, ours, said = both(script, tmp_path)
+    assert said == [], f"braeburn said more than Accelerate: {said}"
+    assert all(RANDOM_SUFFIX not in path for path in peer.files)
+    assert all(RANDOM_SUFFIX in path for path in ours.files if "tfevents" in path)  # (the one difference)
+    ours.files = unsuffixed(ours.files)
+    ours.metrics["tensorboard"] = {path.removesuffix(f".{RANDOM_SUFFIX}"): seen
+                                   for path, seen in ours.metrics["tensorboard"].items()}
+    assert_identical(peer, ours)
+    if importlib.util.find_spec("tensorboard") is not None:  # what the idiom writes with the package installed
+        assert peer.extra["trackers"] == ["tensorboard"] and len(peer.files) == 3
+        assert peer.metrics["tensorboard"]["run/events.out.tfevents.<time>.<host>.<pid>.<n>"]["scalars"]["loss"] == [
+            (1, 0.5), (2, 0.25)]
+    else:
+        assert peer.files == [] and peer.extra["trackers"] == []
 
 
 @idiom("a GeneralTracker subclass (accelerate.tracking) in log_with + get_tracker(name, unwrap=...)", "identical",

@@ -429,9 +429,8 @@ class AccelerateCompat(AccelerateCheckpointing):
         raise ValueError(f"get_tracker({name!r}): no such tracker was started; started: {started}")
 
     def _end_trackers(self) -> None:
-        for tracker in self.trackers:
+        for tracker in self.trackers:  # (kept in accelerator.trackers afterwards, as Accelerate keeps them)
             tracker.finish()
-        self.trackers = []
 
     # -- memory ------------------------------------------------------------------------------------
     def free_memory(self, *objects: Any) -> list[None] | None:
