@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
 
+from tests.compat._tensorboard import RANDOM_SUFFIX, shown, tensorboard_view, unsuffixed
 from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose, assert_refused
 
 from . import _runs
@@ -310,6 +313,51 @@ def _torch_compile(tmp_path):
     assert error is None, error
     line = assert_on_purpose(run.printed.splitlines(), "torch_compile=True")
     assert "differ" in line and "Leave torch_compile off" in line
+
+
+def _clocked(tag: str) -> bool:
+    name = tag.rsplit("/", 1)[-1]  # eval/runtime (eval_runtime), train/train_runtime, eval/samples_per_second ...
+    return name == "runtime" or name.endswith(_runs.TIMING)
+
+
+def _tensorboard_seen(run, trainer) -> dict:
+    """The TensorBoard files under output_dir/runs and what TensorBoard reads from them, the clock's values by name."""
+    out = run.folder / "out"
+    files = sorted(shown(path.relative_to(out).as_posix()) for path in (out / "runs").rglob("*") if path.is_file())
+    view = {path.removesuffix(f".{RANDOM_SUFFIX}"): {
+        "scalars": {tag: [(step, "<timing>" if _clocked(tag) else value) for step, value in points]
+                    for tag, points in seen["scalars"].items()},
+        "texts": seen["texts"]} for path, seen in tensorboard_view(out).items()}
+    return {"files": files, "tensorboard": view, "args": trainer.args.to_json_string()}
+
+
+@idiom("report_to='all' (and report_to='tensorboard') with the tensorboard package installed", "on purpose",
+       "Transformers' folder and file (output_dir/runs/<date>_<host>/, one event file), tags (train/loss, eval/loss, "
+       "train/train_loss ...), steps, values (timings by name) and model_config text; one line says that the args "
+       "text holds braeburn's TrainingArguments; the event file's name ends in 8 random hex characters "
+       "(docs/reliability.md). Without the package neither writes TensorBoard files, and 'tensorboard' is refused "
+       "by both")
+def _report_to_all(tmp_path):
+    installed = importlib.util.find_spec("tensorboard") is not None
+    for value in ("all", "tensorboard") if installed else ("all",):
+        args = dict(report_to=value, max_steps=3, eval_strategy="steps", eval_steps=2)
+        peer, ours, runs = train_both(tmp_path / value, args, after=_tensorboard_seen)
+        assert peer.exit is None and ours.exit is None, (peer.exit, ours.exit)
+        theirs, mine = peer.extra.pop("tensorboard"), ours.extra.pop("tensorboard")
+        assert [f for f in peer.extra.pop("files") if RANDOM_SUFFIX in f] == []
+        assert unsuffixed(ours.extra.pop("files")) == [f.removesuffix(f".{RANDOM_SUFFIX}") for f in theirs] == list(
+            theirs) == ([f"runs/<date>_<host>/events.out.tfevents.<time>.<host>.<pid>.<n>"] if installed else [])
+        for seen, args_json in ((theirs, peer.extra.pop("args")), (mine, ours.extra.pop("args"))):
+            for file in seen.values():  # the args text: each library's own TrainingArguments
+                assert file["texts"].pop("args/text_summary") == [(0, [args_json.encode()])]
+        assert theirs == mine
+        assert_identical(peer, ours)
+        said = [line for line in runs[1].printed.splitlines() if "report_to=" in line]
+        if installed:
+            assert_on_purpose(said, f"report_to={value}")
+            assert {"train/loss", "eval/loss", "train/train_loss"} <= set(mine[next(iter(mine))]["scalars"])
+        else:
+            assert said == []
 
 
 # -- refused before training, with the way out ------------------------------------------------------------------

@@ -68,6 +68,14 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
                          compute_metrics=compute_metrics, preprocess_logits_for_metrics=preprocess_logits_for_metrics,
                          callbacks=callbacks, accelerator=accelerator)
         self._call_hf_hook("on_init_end")
+        self._set_use_cache()
+
+    def _set_use_cache(self) -> None:
+        """As Transformers' __init__ ends: the model's ``config.use_cache`` is TrainingArguments.use_cache (False, the
+        only value braeburn takes), which the saved config.json and TensorBoard's model_config text show."""
+        model_config = getattr(self.accelerator.unwrap_model(self.model), "config", None) if self.model else None
+        if model_config is not None:
+            model_config.use_cache = self.config.use_cache
 
     def __getattr__(self, name: str) -> Any:
         """Only for names not found: a Transformers Trainer name braeburn lacks is refused with its way out
