@@ -282,6 +282,20 @@ def resolve_log_with(log_with: Any) -> list[Any]:
     return chosen
 
 
+def beyond_braeburn(peer_all: list[str]) -> list[str]:
+    """Of the trackers a peer's "all" starts here (``peer_all``, the peer's own list), those braeburn's "all" would
+    not start: a name braeburn has no tracker for, or tensorboard where only tensorboardX is installed."""
+    return [name for name in dict.fromkeys(peer_all) if name not in TRACKERS or not is_available(name)]
+
+
+def why_lacking(names: list[str]) -> str:
+    """Why braeburn starts none of ``names`` (from beyond_braeburn), in a few words for an error message."""
+    if names == ["tensorboard"]:
+        return "starts only with the tensorboard package (tensorboardX alone is installed: pip install tensorboard)"
+    return "has no tracker for (TensorBoard: it needs the tensorboard package, not tensorboardX alone)" if \
+        "tensorboard" in names else "has no tracker for"
+
+
 def start_trackers(chosen: list[Any], project_name: str, logging_dir: str | os.PathLike | None,
                    init_kwargs: dict[str, dict] | None = None) -> list[GeneralTracker]:
     """Start every tracker in ``chosen`` for ``project_name``; ``init_kwargs`` is per tracker name."""
@@ -307,4 +321,4 @@ def start_trackers(chosen: list[Any], project_name: str, logging_dir: str | os.P
 
 
 __all__ = ["GeneralTracker", "JSONLinesTracker", "MLflowTracker", "TensorBoardTracker", "TRACKERS", "WandBTracker",
-           "available_trackers", "is_tracker", "resolve_log_with", "start_trackers"]
+           "available_trackers", "beyond_braeburn", "is_tracker", "resolve_log_with", "start_trackers", "why_lacking"]

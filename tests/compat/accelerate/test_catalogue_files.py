@@ -281,6 +281,32 @@ def _log_with_all(tmp_path):
         assert peer.files == [] and peer.extra["trackers"] == []
 
 
+@idiom("Accelerator(log_with='all') where a tracker braeburn lacks is installed (aim, comet_ml, clearml, dvclive, "
+       "swanlab, trackio; TensorBoard through tensorboardX alone)", "refused",
+       "names the trackers Accelerate's 'all' would start that braeburn cannot; the way out: name braeburn's trackers "
+       "in log_with, and pass an object of a GeneralTracker subclass of yours for the others")
+def _log_with_all_beyond_braeburn(tmp_path):
+    import accelerate
+    from accelerate import tracking
+
+    import braeburn
+    from braeburn.accelerator import trackers
+
+    installed = [str(getattr(t, "value", t)) for t in tracking.get_available_trackers()]
+    for extra, tensorboard_package in (("aim", True), ("tensorboard", False)):
+        with pytest.MonkeyPatch.context() as patch:  # the tracker installed here, as Accelerate finds it
+            patch.setattr(tracking, "get_available_trackers", lambda: [*installed, extra] if extra not in installed
+                          else installed)
+            if not tensorboard_package:  # tensorboardX alone: Accelerate's "all" has TensorBoard, braeburn's has not
+                patch.setattr(trackers, "is_available", lambda name: name != "tensorboard")
+            assert extra in [str(getattr(t, "value", t)) for t in accelerate.Accelerator(log_with="all").log_with]
+            reset_accelerate()
+            with pytest.raises(ValueError) as refused:
+                braeburn.Accelerator(log_with="all", project_dir=str(tmp_path))
+        assert_refused(refused.value, ["log_with='all'", extra], ["log_with=[", "GeneralTracker"])
+        assert tensorboard_package or "pip install tensorboard" in str(refused.value)
+
+
 @idiom("a GeneralTracker subclass (accelerate.tracking) in log_with + get_tracker(name, unwrap=...)", "identical",
        "the same calls, in order, with the same values")
 def _custom_tracker(tmp_path):

@@ -361,6 +361,22 @@ def _report_to_all(tmp_path):
 
 
 # -- refused before training, with the way out ------------------------------------------------------------------
+@idiom("report_to='all' where an integration braeburn lacks is installed (codecarbon, comet_ml, clearml, neptune, "
+       "dvclive ...)", "refused", "names the integrations Transformers' 'all' would report to that braeburn cannot; the "
+       "way out: --report_to with braeburn's trackers, and a TrainerCallback of yours for the others")
+def _report_to_all_beyond_braeburn(tmp_path):
+    import transformers.integrations as integrations
+
+    with pytest.MonkeyPatch.context() as patch:  # codecarbon installed here, as Transformers finds it
+        patch.setattr(integrations, "get_available_reporting_integrations", lambda: ["codecarbon"])
+        assert Run("transformers", tmp_path).args(report_to="all").report_to == ["codecarbon"]
+        run = Run("braeburn", tmp_path)
+        _, error = run.quietly(lambda: run.trainer(run.args(report_to="all"), record=False))
+    assert error is not None, "braeburn took report_to='all'"
+    assert_refused(error, ["report_to='all'", "codecarbon"], ["--report_to", "TrainerCallback"])
+
+
+
 def refused(args: dict, idiom_words, way_out, **trainer_kwargs):
     def check(tmp_path):
         run = Run("braeburn", tmp_path)

@@ -53,6 +53,28 @@ def tensorboard_tags(logs: dict[str, Any]) -> dict[str, float | str]:
     return tags
 
 
+def refuse_an_all_beyond_braeburn(report_to: list[str] | str | None) -> None:
+    """``report_to="all"`` as Transformers means it: every integration installed here (the installed Transformers' own
+    list). Where one is a tracker braeburn does not have (codecarbon, comet_ml, clearml, neptune ...), braeburn's
+    "all" would report to fewer, a run that silently differs: a ValueError names them and the way out."""
+    import importlib.util
+
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    if "all" not in names or importlib.util.find_spec("transformers") is None:
+        return
+    from transformers.integrations import get_available_reporting_integrations
+
+    from ...accelerator.trackers import available_trackers, beyond_braeburn, why_lacking
+
+    lacking = beyond_braeburn(get_available_reporting_integrations())
+    if lacking:
+        ours = " ".join(name for name in available_trackers() if name != "jsonl") or "none"
+        raise ValueError(f"report_to='all': Transformers' 'all' reports to every integration installed here, "
+                         f"{', '.join(lacking)} among them, which braeburn {why_lacking(lacking)}; name the trackers "
+                         f"braeburn should report to instead (--report_to {ours}), and add a TrainerCallback of yours "
+                         f"for {', '.join(lacking)}")
+
+
 class HfLogsMixin:
     """The log hooks of braeburn's loop (log_window.py, loop.py), as Transformers' Trainer logs."""
 
@@ -153,4 +175,4 @@ class HfLogsMixin:
             super()._save_at_stop()
 
 
-__all__ = ["BRAEBURN_ONLY", "HfLogsMixin"]
+__all__ = ["BRAEBURN_ONLY", "HfLogsMixin", "refuse_an_all_beyond_braeburn"]

@@ -28,7 +28,7 @@ from . import hf_checkpoint
 from .arguments import TrainingArguments, from_transformers_arguments, is_transformers_arguments
 from .callbacks import adapt_callback
 from .files import TRAINING_ARGS, final_model_names, pretrained_config_files, processing_files, training_args_bytes
-from .logs import HfLogsMixin
+from .logs import HfLogsMixin, refuse_an_all_beyond_braeburn
 from .not_here import refuse_trainer_attribute
 from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
@@ -61,6 +61,7 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         if is_transformers_arguments(args):  # the script kept `from transformers import TrainingArguments`
             args = from_transformers_arguments(args)
+        refuse_an_all_beyond_braeburn(getattr(config or args, "report_to", None))
         super().__init__(model, config or args or TrainingArguments(), train_dataset=train_dataset,
                          eval_dataset=eval_dataset, collate_fn=collate_fn or data_collator,
                          processing_class=processing_class or tokenizer, loss_fn=loss_fn,
