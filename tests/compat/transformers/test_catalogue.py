@@ -358,6 +358,12 @@ def _report_to_all(tmp_path):
             assert {"train/loss", "eval/loss", "train/train_loss"} <= set(mine[next(iter(mine))]["scalars"])
         else:
             assert said == []
+    if not installed:  # report_to='tensorboard' without the package: refused by both before training
+        peer_run, run = Run("transformers", tmp_path / "refused"), Run("braeburn", tmp_path / "refused")
+        _, peer_error = peer_run.quietly(lambda: peer_run.trainer(peer_run.args(report_to="tensorboard")))
+        _, error = run.quietly(lambda: run.trainer(run.args(report_to="tensorboard")))
+        assert peer_error is not None and "tensorboard" in str(peer_error)
+        assert_refused(error, ["report_to", "tensorboard"], ["pip install tensorboard"])
 
 
 # -- refused before training, with the way out ------------------------------------------------------------------
