@@ -94,6 +94,9 @@ register("dataloader_pin_memory=False", args=dict(dataloader_pin_memory=False, m
 register("train_sampling_strategy='sequential'", args=dict(max_steps=4))
 register("report_to='none'", args=dict(report_to="none", max_steps=2))
 register("report_to=[] (an empty list)", args=dict(report_to=[], max_steps=2))
+register("the model's config.use_cache after Trainer(...) and train() (TrainingArguments.use_cache=False)",
+         BITWISE + ", and config.use_cache (what config.json saves)", args=dict(max_steps=1),
+         after=lambda run, trainer: {"use_cache": trainer.model.config.use_cache})
 
 
 

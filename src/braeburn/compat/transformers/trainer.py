@@ -10,6 +10,7 @@ ACCELERATE_* variables act on a Trainer run as on Transformers'), and writes a T
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 from typing import Any, Callable
 
@@ -74,9 +75,11 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
     def _set_use_cache(self) -> None:
         """As Transformers' __init__ ends: the model's ``config.use_cache`` is TrainingArguments.use_cache (False, the
         only value braeburn takes), which the saved config.json and TensorBoard's model_config text show."""
-        model_config = getattr(self.accelerator.unwrap_model(self.model), "config", None) if self.model else None
+        model = self.accelerator.unwrap_model(self.model) if self.model is not None else None
+        model_config = getattr(model, "config", None)
         if model_config is not None:
-            model_config.use_cache = self.config.use_cache
+            with contextlib.suppress(AttributeError, TypeError):  # a config that takes no attribute (a dict)
+                model_config.use_cache = self.config.use_cache
 
     def __getattr__(self, name: str) -> Any:
         """Only for names not found: a Transformers Trainer name braeburn lacks is refused with its way out
