@@ -5,6 +5,7 @@ comparing the files written (names), the values restored and what braeburn says.
 from __future__ import annotations
 
 import importlib.util
+import warnings
 
 import pytest
 
@@ -252,10 +253,13 @@ def _save_state_pickled(tmp_path):
        "identical", "the same trackers (every one of Accelerate's that is installed: TensorBoard where the "
        "tensorboard package is, else none) and files: run/ with the event file, run/<time>/ with the "
        "hyperparameters' event file, run/<time>/hparams.yml; TensorBoard shows the same scalars, texts, steps and "
-       "hyperparameters; braeburn's event file names end in 8 random hex characters (docs/reliability.md)")
+       "hyperparameters; braeburn's event file names end in 8 random hex characters (docs/reliability.md); with "
+       "none installed, Accelerate's warning, word for word")
 def _log_with_all(tmp_path):
     def script(lib, folder):
-        accelerator = lib.Accelerator(log_with="all", project_dir=str(folder))
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            accelerator = lib.Accelerator(log_with="all", project_dir=str(folder))
         accelerator.init_trackers("run", config={"lr": 0.1, "epochs": 2, "optimizer": "adamw", "warmup": None})
         accelerator.log({"loss": 0.5, "accuracy": 0.75, "phase": "train"}, step=1)
         accelerator.log({"loss": 0.25}, step=2)
@@ -263,7 +267,8 @@ def _log_with_all(tmp_path):
         written = [shown(path) for path in files(folder)]
         yml = [(folder / path).read_text() for path in files(folder) if path.endswith("hparams.yml")]
         return Observation(files=written, metrics={"tensorboard": tensorboard_view(folder), "hparams.yml": yml},
-                           extra={"trackers": [t.name for t in accelerator.trackers]})
+                           extra={"trackers": [t.name for t in accelerator.trackers],
+                                  "warned": [str(w.message) for w in warned if "tracker" in str(w.message)]})
 
     peer, ours, said = both(script, tmp_path)
     assert said == [], f"braeburn said more than Accelerate: {said}"
@@ -277,8 +282,8 @@ def _log_with_all(tmp_path):
         assert peer.extra["trackers"] == ["tensorboard"] and len(peer.files) == 3
         assert peer.metrics["tensorboard"]["run/events.out.tfevents.<time>.<host>.<pid>.<n>"]["scalars"]["loss"] == [
             (1, 0.5), (2, 0.25)]
-    else:
-        assert peer.files == [] and peer.extra["trackers"] == []
+    else:  # Accelerate's warning, and braeburn's, word for word
+        assert peer.files == [] and peer.extra["trackers"] == [] and len(peer.extra["warned"]) == 1
 
 
 @idiom("Accelerator(log_with='all') where a tracker braeburn lacks is installed (aim, comet_ml, clearml, dvclive, "

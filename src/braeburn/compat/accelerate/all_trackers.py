@@ -6,6 +6,7 @@ the way out. The list is the installed Accelerate's own (``accelerate.tracking.g
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from typing import Any
 
 from ...accelerator import trackers as tracking
@@ -21,7 +22,8 @@ def accelerates_all() -> list[str]:
 
 
 def resolve_log_with(log_with: Any) -> list[Any]:
-    """braeburn's trackers for ``log_with``, or a ValueError for an "all" that would start fewer than Accelerate's."""
+    """braeburn's trackers for ``log_with``, or a ValueError for an "all" that would start fewer than Accelerate's;
+    Accelerate's warning when none is left."""
     chosen = tracking.resolve_log_with(log_with)
     items = log_with if isinstance(log_with, (list, tuple)) else [log_with]
     if any(isinstance(item, str) and str(getattr(item, "value", item)).lower() == "all" for item in items):
@@ -33,6 +35,8 @@ def resolve_log_with(log_with: Any) -> list[Any]:
                 f"them, which braeburn {tracking.why_lacking(lacking)}; name the trackers braeburn should start "
                 f"instead (log_with={named!r}), and pass an object of a GeneralTracker subclass of yours in log_with "
                 f"for {', '.join(lacking)}")
+    if not chosen and log_with is not None:  # Accelerate's own warning, word for word
+        warnings.warn(f"`log_with={log_with}` was passed but no supported trackers are currently installed.")
     return chosen
 
 
