@@ -349,7 +349,7 @@ def _report_to_all(tmp_path):
         theirs, mine = peer.extra.pop("tensorboard"), ours.extra.pop("tensorboard")
         assert [f for f in peer.extra.pop("files") if RANDOM_SUFFIX in f] == []
         assert unsuffixed(ours.extra.pop("files")) == [f.removesuffix(f".{RANDOM_SUFFIX}") for f in theirs] == list(
-            theirs) == ([f"runs/<date>_<host>/events.out.tfevents.<time>.<host>.<pid>.<n>"] if installed else [])
+            theirs) == (["runs/<date>_<host>/events.out.tfevents.<time>.<host>.<pid>.<n>"] if installed else [])
         for seen, args_json in ((theirs, peer.extra.pop("args")), (mine, ours.extra.pop("args"))):
             for file in seen.values():  # the args text: each library's own TrainingArguments
                 assert file["texts"].pop("args/text_summary") == [(0, [args_json.encode()])]
