@@ -241,13 +241,21 @@ class TorchSummaryWriter(RecordingSummaryWriter):
     def flush(self):
         pass
 
+    def __enter__(self):
+        return self
 
-def test_the_tensorboard_tracker_writes_every_event_into_its_own_event_file(tmp_path, monkeypatch):
-    """Accelerator(log_with="tensorboard"): the configuration (hyperparameters) and a dict of values go through the
-    tracker's own writer, whose event file has a random end, never through a second writer whose file a link
-    planted beforehand could stand at (a name of time, host and pid, or a sub-folder ``<key>_<entry>``)."""
+    def __exit__(self, *exc):
+        self.close()
+
+
+def test_the_tensorboard_tracker_writes_only_into_folders_it_made_and_files_no_one_can_foresee(tmp_path, monkeypatch):
+    """Accelerator(log_with="tensorboard"): the configuration goes where Accelerate's tracker puts it, a run of its
+    own in ``run/<time>/`` and ``run/<time>/hparams.yml``, but each ``<time>`` folder is made new (a link planted at
+    the name the clock gives is passed over, never written through) and each event file has a random end; a dict
+    of values goes into the tracker's own file, never into a sub-folder ``<key>_<entry>`` anyone can foresee."""
     import types
 
+    from braeburn.accelerator import trackers
     from braeburn.accelerator.trackers import TensorBoardTracker
 
     module, summary = types.ModuleType("torch.utils.tensorboard"), types.ModuleType("torch.utils.tensorboard.summary")
@@ -255,22 +263,31 @@ def test_the_tensorboard_tracker_writes_every_event_into_its_own_event_file(tmp_
     summary.hparams = lambda hparams, metrics, *a: [("hparams", tuple(hparams.items())), "start", "end"]
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", module)
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard.summary", summary)
+    clock = iter([1000.5, 1001.5, 1002.5])
+    monkeypatch.setattr(trackers.time, "time", lambda: next(clock))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "1000.5").symlink_to(elsewhere, target_is_directory=True)  # waiting at the clock's name
     RecordingSummaryWriter.made, TorchSummaryWriter.events = [], []
     tracker = TensorBoardTracker("run", tmp_path)
-    tracker.store_init_configuration({"lr": 0.1, "layers": [2, 3]})
+    tracker.store_init_configuration({"lr": 0.1, "layers": [2, 3], "warmup": None})
     tracker.log({"loss": 1.0, "group": {"a": 1.0, "b": 2}, "note": "x"}, step=1)
     tracker.finish()
-    folder = str(tmp_path / "run")
-    assert [made["log_dir"] for made in RecordingSummaryWriter.made] == [folder]  # one writer: the tracker's own
-    assert len(RecordingSummaryWriter.made[0]["filename_suffix"]) == 9
+    folder, hparams_folder = str(tmp_path / "run"), str(tmp_path / "run" / "1001.5")
+    assert [made["log_dir"] for made in RecordingSummaryWriter.made] == [folder, hparams_folder]
+    assert all(len(made["filename_suffix"]) == 9 for made in RecordingSummaryWriter.made)
     assert TorchSummaryWriter.events == [
-        (folder, "summary", ("hparams", (("lr", 0.1), ("layers", "[2, 3]")))), (folder, "summary", "start"),
-        (folder, "summary", "end"), (folder, "scalar", "loss", 1.0), (folder, "scalar", "group/a", 1.0),
-        (folder, "scalar", "group/b", 2), (folder, "text", "note", "x")]
+        (hparams_folder, "summary", ("hparams", (("lr", 0.1), ("layers", "[2, 3]"), ("warmup", None)))),
+        (hparams_folder, "summary", "start"), (hparams_folder, "summary", "end"), (folder, "scalar", "loss", 1.0),
+        (folder, "scalar", "group/a", 1.0), (folder, "scalar", "group/b", 2), (folder, "text", "note", "x")]
+    assert (tmp_path / "run" / "1002.5" / "hparams.yml").read_text() == "layers:\n- 2\n- 3\nlr: 0.1\nwarmup: null\n"
+    assert list(elsewhere.iterdir()) == []
 
 
-def test_tensorboard_reads_the_trackers_hyperparameters_and_grouped_values_from_its_one_event_file(tmp_path):
-    """The same with TensorBoard itself (where installed): what it shows comes from the tracker's one file."""
+def test_tensorboard_reads_the_trackers_hyperparameters_and_grouped_values(tmp_path):
+    """The same with TensorBoard itself (where installed): the values in the tracker's file, the hyperparameters in
+    the run of their own, as Accelerate writes them (tests/compat/accelerate/test_catalogue_files.py compares)."""
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
@@ -281,10 +298,14 @@ def test_tensorboard_reads_the_trackers_hyperparameters_and_grouped_values_from_
     tracker.store_init_configuration({"lr": 0.1, "note": "x"})
     tracker.log({"loss": 1.0, "group": {"a": 1.0, "b": 2.0}}, step=1)
     tracker.finish()
-    assert [p.parent for p in tmp_path.rglob("*") if p.is_file()] == [tmp_path / "run"]
-    events = EventAccumulator(str(tmp_path / "run"))
-    events.Reload()
-    assert events.Tags()["scalars"] == ["loss", "group/a", "group/b"]
-    start = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    (events,) = (tmp_path / "run").glob("events.out.tfevents.*")
+    (hparams_file,) = (tmp_path / "run").glob("*/events.out.tfevents.*")
+    assert [p.name for p in (tmp_path / "run").glob("*/hparams.yml")] == ["hparams.yml"]
+    values = EventAccumulator(str(events))
+    values.Reload()
+    assert values.Tags()["scalars"] == ["loss", "group/a", "group/b"]
+    config = EventAccumulator(str(hparams_file))
+    config.Reload()
+    start = config.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     hparams = plugin_data_pb2.HParamsPluginData.FromString(start).session_start_info.hparams
     assert hparams["lr"].number_value == 0.1 and hparams["note"].string_value == "x"

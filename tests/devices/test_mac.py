@@ -431,6 +431,26 @@ def test_row8_the_trainer_trains_float64_inputs_and_explains_float_class_labels_
     assert len(str(refused.value).splitlines()) == 1
 
 
+@pytest.mark.parametrize("torch_said", ["expected target dtype to be Long or Byte, but got Float",  # torch 2.13+
+                                       "expected scalar type Long but found Float"])  # torch 2.11 (and 2.6-2.12)
+def test_row8_float_class_labels_are_explained_in_the_words_of_every_torch(torch_said, cpu_only, tmp_path):
+    """The loss's refusal is recognised whichever torch words it: on torch 2.11 the float labels' error was torch's
+    own (the check looked for "target", which 2.11's message lacks)."""
+    from braeburn import Trainer, TrainingConfig
+
+    def loss_of_this_torch(outputs, labels):
+        if labels.is_floating_point():
+            raise RuntimeError(torch_said)
+        return torch.nn.functional.cross_entropy(outputs, labels)
+
+    config = TrainingConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=8, disable_tqdm=True)
+    trainer = Trainer(torch.nn.Linear(4, 2), config, train_dataset=_numpy_like_data(torch.float32),
+                      loss_fn=loss_of_this_torch)
+    with pytest.warns(UserWarning, match=r"batch\[0\] is float64"), \
+            pytest.raises(TypeError, match=rf"holding whole numbers \(0 to 1\).*\(torch: {torch_said}\).*dtype=torch.long"):
+        trainer.train()
+
+
 # -- row 9: macOS and wheel facts -----------------------------------------------------------------
 
 def test_row9_macos_versions_per_torch():

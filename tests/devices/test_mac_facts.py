@@ -401,12 +401,21 @@ def gpt2_gradients(accelerator, model, generator: torch.Generator) -> list[torch
     return [p.grad.clone() for p in model.parameters()]
 
 
+def enable_checkpointing(model: torch.nn.Module, kwargs: dict | None = None) -> None:
+    """Checkpointing turned on by the installed Transformers' own name: ``activation_checkpointing_enable``
+    (Transformers 5.23+), else ``gradient_checkpointing_enable`` (the only name before, 5.17 among them)."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(kwargs)
+    else:
+        model.gradient_checkpointing_enable(kwargs)
+
+
 @pytest.mark.parametrize("enable", [
-    lambda model: model.activation_checkpointing_enable(),
-    lambda model: model.activation_checkpointing_enable({"use_reentrant": True}),
-    lambda model: model.gradient_checkpointing_enable(),  # the deprecated name, as PEFT still calls it
+    lambda model: enable_checkpointing(model),
+    lambda model: enable_checkpointing(model, {"use_reentrant": True}),
+    lambda model: model.gradient_checkpointing_enable(),  # the older name (deprecated in 5.23+), as PEFT still calls it
     "trainer",  # the Trainer's gradient_checkpointing=True: its context_fn replays, and is not wrapped again
-], ids=["activation_checkpointing_enable", "reentrant", "gradient_checkpointing_enable", "trainer"])
+], ids=["current_name", "reentrant", "gradient_checkpointing_enable", "trainer"])
 def test_checkpointing_turned_on_on_a_transformers_model_replays_the_mps_random_state(fake_mac, monkeypatch, enable):
     from braeburn import Accelerator
 
@@ -415,8 +424,8 @@ def test_checkpointing_turned_on_on_a_transformers_model_replays_the_mps_random_
     accelerator = Accelerator()
     expected = gpt2_gradients(accelerator, accelerator.prepare(tiny_gpt2(fake.generator)), fake.generator)
     model = tiny_gpt2(fake.generator)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # Transformers 5's deprecation of the old name
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
         if enable == "trainer":
             from braeburn.devices.host import current_host
             from braeburn.trainer.config import TrainingConfig
@@ -424,6 +433,8 @@ def test_checkpointing_turned_on_on_a_transformers_model_replays_the_mps_random_
 
             prepare_model_options(model, TrainingConfig(gradient_checkpointing=True), accelerator.plan.device,
                                   current_host())
+            # the installed Transformers' current name, as its Trainer calls it: no deprecation warning
+            assert [w for w in said if issubclass(w.category, FutureWarning)] == []
         else:
             enable(model)  # by the user, or a library, before braeburn sees the model
     model = accelerator.prepare(model)
@@ -640,7 +651,7 @@ def test_compile_with_checkpointing_on_a_mac_is_refused_before_training(fake_mac
                                              r"on mps: .*BackendCompilerFailed.*Pass compile=False"):
             Trainer(tiny_gpt2(fake.generator), config, train_dataset=data, accelerator=accelerator)
         model = tiny_gpt2(fake.generator)
-        model.activation_checkpointing_enable()
+        enable_checkpointing(model)
         with pytest.raises(ValueError, match=r"turned on on GPT2LMHeadModel's own layers"):
             Trainer(model, TrainingConfig(output_dir=str(tmp_path), max_steps=2, compile="true"), train_dataset=data,
                     accelerator=accelerator)
@@ -692,7 +703,7 @@ def test_compile_auto_stays_eager_where_checkpointing_needs_the_replay(fake_mac,
 
     monkeypatch.setattr(MpsDevice, "compile_by_default", lambda self, host: (True, "pretend MPS compiles"))
     model = tiny_gpt2(torch.Generator())
-    model.activation_checkpointing_enable()
+    enable_checkpointing(model)
     accelerator = Accelerator()
     assert accelerator.plan.compile and accelerator.plan.compile_auto
     model = accelerator.prepare(model)

@@ -130,15 +130,23 @@ def test_plot_png_written(tmp_path):
 
 
 @pytest.mark.parametrize("report_to", ["all", "none"])
-def test_report_to_decides_whether_tensorboard_is_written(tmp_path, report_to, cpu_only):
-    config = TrainingConfig(output_dir=str(tmp_path), max_steps=2, logging_steps=1, save_strategy="no",
-                            report_to=report_to)
+@pytest.mark.parametrize("trainer", ["core", "public"])
+def test_report_to_decides_whether_tensorboard_is_written(tmp_path, report_to, trainer, cpu_only):
+    """braeburn's own Trainer writes TensorBoard into output_dir/tensorboard; braeburn.Trainer (TrainingConfig and
+    TrainingArguments alike) where Transformers writes it, output_dir/runs/<date>_<host>."""
+    from braeburn.trainer.config import CoreTrainingConfig
+    from braeburn.trainer.loop import CoreTrainer
+
+    make, settings = (CoreTrainer, CoreTrainingConfig) if trainer == "core" else (Trainer, TrainingConfig)
+    config = settings(output_dir=str(tmp_path), max_steps=2, logging_steps=1, save_strategy="no", report_to=report_to)
     data = TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,)))
-    Trainer(torch.nn.Linear(4, 2), config, train_dataset=data, loss_fn=torch.nn.functional.cross_entropy).train()
+    make(torch.nn.Linear(4, 2), config, train_dataset=data, loss_fn=torch.nn.functional.cross_entropy).train()
     # "all": TensorBoard exactly when the package is installed here; "none": never
     expected = report_to == "all" and config_module.tensorboard_installed()
-    assert (tmp_path / "tensorboard").is_dir() == expected
-    assert bool(list(tmp_path.glob("tensorboard/events.out.tfevents.*"))) == expected
+    folder = "tensorboard" if trainer == "core" else "runs/*"
+    assert bool([path for path in tmp_path.glob(folder) if path.is_dir()]) == expected
+    assert bool(list(tmp_path.glob(f"{folder}/events.out.tfevents.*"))) == expected
+    assert not (trainer == "public" and (tmp_path / "tensorboard").exists())
     assert [r["step"] for r in read_metrics(tmp_path) if "loss" in r] == [1, 2]  # metrics.jsonl either way
 
 

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +98,16 @@ class JSONLinesTracker(GeneralTracker):
 
 
 class TensorBoardTracker(GeneralTracker):
-    """A ``SummaryWriter`` in ``logging_dir/run_name``: numbers as scalars, text as text, a dict's numbers as
-    scalars tagged ``key/entry``, the configuration as hyperparameters.
+    """A ``SummaryWriter`` in ``logging_dir/run_name``, written as Accelerate's tracker writes it: numbers as
+    scalars, text as text, a dict's numbers as scalars tagged ``key/entry``; the configuration as TensorBoard's
+    hyperparameters in a run of its own, ``run_name/<time>/`` (where ``add_hparams`` puts them), and as
+    ``run_name/<time>/hparams.yml``.
 
-    Every event goes into the one event file of this writer, whose name ends in random characters (no link
-    planted before can have it). ``SummaryWriter.add_hparams`` and ``add_scalars`` would each open another writer,
-    with an event file of a name anyone can foresee (time, host, pid) or in a sub-folder ``<key>_<entry>`` (a link
-    planted there sends the file out of the folder), so neither is used."""
+    No event file can be caught by a link planted before: every one ends in random characters, and each
+    ``<time>`` folder is made new by this tracker (a name that exists, a link among them, is never used; the
+    hyperparameters' writer is opened in the new folder, not by ``add_hparams``, which would open whatever is
+    there). ``add_scalars`` would write into sub-folders ``<key>_<entry>`` whose names anyone can foresee, so a
+    dict is written into the tracker's own file instead."""
 
     name = "tensorboard"
     requires_logging_directory = True
@@ -113,7 +117,7 @@ class TensorBoardTracker(GeneralTracker):
         from torch.utils.tensorboard import SummaryWriter
 
         self.logging_dir = os.path.join(logging_dir, run_name)
-        kwargs.setdefault("filename_suffix", f".{secrets.token_hex(4)}")  # a name no link planted before can have
+        kwargs.setdefault("filename_suffix", _random_suffix())  # a name no link planted before can have
         self.writer = SummaryWriter(self.logging_dir, **kwargs)
 
     @property
@@ -121,12 +125,16 @@ class TensorBoardTracker(GeneralTracker):
         return self.writer
 
     def store_init_configuration(self, values: dict) -> None:
+        import yaml
+        from torch.utils.tensorboard import SummaryWriter
         from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
-        hparams = {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in values.items()}
-        for summary in hparams_summaries(hparams, {}):  # what add_hparams writes, into this writer's own file
-            self.writer.file_writer.add_summary(summary)
+        hparams = {k: v if v is None or isinstance(v, (bool, int, float, str)) else str(v) for k, v in values.items()}
+        with SummaryWriter(str(_new_time_folder(self.logging_dir)), filename_suffix=_random_suffix()) as writer:
+            for summary in hparams_summaries(hparams, {}):  # what add_hparams writes, in a folder made new here
+                writer.file_writer.add_summary(summary)
         self.writer.flush()
+        write_atomic(_new_time_folder(self.logging_dir) / "hparams.yml", yaml.dump(values))
 
     def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
         for key, value in values.items():
@@ -144,6 +152,24 @@ class TensorBoardTracker(GeneralTracker):
 
     def finish(self) -> None:
         self.writer.close()
+
+
+def _random_suffix() -> str:
+    return f".{secrets.token_hex(4)}"
+
+
+def _new_time_folder(parent: str | os.PathLike) -> Path:
+    """``parent/<time.time()>``, made here: Accelerate's name for a folder of the hyperparameters. A name that is
+    taken (the clock gave the same time, or something was put there) is passed over for the next time."""
+    Path(parent).mkdir(parents=True, exist_ok=True)  # (the tracker's own folder, which its writer made)
+    for _ in range(1000):
+        folder = Path(parent) / str(time.time())
+        try:
+            folder.mkdir()  # not exist_ok: a folder or link that is there already is never written into
+            return folder
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{parent}: no free <time> folder name for the TensorBoard hyperparameters")
 
 
 class WandBTracker(GeneralTracker):
@@ -256,6 +282,20 @@ def resolve_log_with(log_with: Any) -> list[Any]:
     return chosen
 
 
+def beyond_braeburn(peer_all: list[str]) -> list[str]:
+    """Of the trackers a peer's "all" starts here (``peer_all``, the peer's own list), those braeburn's "all" would
+    not start: a name braeburn has no tracker for, or tensorboard where only tensorboardX is installed."""
+    return [name for name in dict.fromkeys(peer_all) if name not in TRACKERS or not is_available(name)]
+
+
+def why_lacking(names: list[str]) -> str:
+    """Why braeburn starts none of ``names`` (from beyond_braeburn), in a few words for an error message."""
+    if names == ["tensorboard"]:
+        return "starts only with the tensorboard package (tensorboardX alone is installed: pip install tensorboard)"
+    return "has no tracker for (TensorBoard: it needs the tensorboard package, not tensorboardX alone)" if \
+        "tensorboard" in names else "has no tracker for"
+
+
 def start_trackers(chosen: list[Any], project_name: str, logging_dir: str | os.PathLike | None,
                    init_kwargs: dict[str, dict] | None = None) -> list[GeneralTracker]:
     """Start every tracker in ``chosen`` for ``project_name``; ``init_kwargs`` is per tracker name."""
@@ -281,4 +321,4 @@ def start_trackers(chosen: list[Any], project_name: str, logging_dir: str | os.P
 
 
 __all__ = ["GeneralTracker", "JSONLinesTracker", "MLflowTracker", "TensorBoardTracker", "TRACKERS", "WandBTracker",
-           "available_trackers", "is_tracker", "resolve_log_with", "start_trackers"]
+           "available_trackers", "beyond_braeburn", "is_tracker", "resolve_log_with", "start_trackers", "why_lacking"]

@@ -93,6 +93,20 @@ def refuse_compile_with_replay(model: Any, gradient_checkpointing: bool, kind: D
         raise ValueError(compile_conflict(kind, f"turned on on {type(model).__name__}'s own layers"))
 
 
+def enable_checkpointing(model: Any, kwargs: dict | None) -> None:
+    """Turn checkpointing on as the Transformers Trainer does: ``activation_checkpointing_enable`` where the model has
+    it (Transformers 5.23+, whose ``gradient_checkpointing_enable`` warns that it is deprecated), else
+    ``gradient_checkpointing_enable`` (older Transformers, PEFT and other models that define only that name)."""
+    if callable(getattr(model, "activation_checkpointing_enable", None)):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    elif callable(getattr(model, "gradient_checkpointing_enable", None)):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        raise ValueError(f"gradient_checkpointing=True, but {type(model).__name__} has no "
+                         "gradient_checkpointing_enable(); wrap your blocks in torch.utils.checkpoint.checkpoint "
+                         "instead, or pass --gradient_checkpointing false")
+
+
 def prepare_model_options(model: Any, config: Any, kind: DeviceKind, host: HostFacts, compile_asked: bool = False) -> None:
     """gradient_checkpointing (with the random-state replay ``kind`` needs; ``compile_asked``: compile=True, refused
     where that replay is needed) and tf32, applied before training."""
@@ -100,11 +114,6 @@ def prepare_model_options(model: Any, config: Any, kind: DeviceKind, host: HostF
 
     refuse_compile_with_replay(model, config.gradient_checkpointing, kind, host, compile_asked)
     if config.gradient_checkpointing:
-        enable = getattr(model, "gradient_checkpointing_enable", None)
-        if enable is None:
-            raise ValueError(f"gradient_checkpointing=True, but {type(model).__name__} has no "
-                             "gradient_checkpointing_enable(); wrap your blocks in torch.utils.checkpoint.checkpoint "
-                             "instead, or pass --gradient_checkpointing false")
-        enable(gradient_checkpointing_kwargs=checkpointing_kwargs(config.gradient_checkpointing_kwargs, kind, host))
+        enable_checkpointing(model, checkpointing_kwargs(config.gradient_checkpointing_kwargs, kind, host))
     if config.tf32 is not None:
         torch.set_float32_matmul_precision("high" if config.tf32 else "highest")

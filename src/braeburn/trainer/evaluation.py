@@ -152,11 +152,11 @@ class EvaluationMixin:
         if self.compute_metrics is not None and preds is not None and label_ids is not None:
             for key, value in _metrics_dict(self.compute_metrics(EvalPrediction(preds, label_ids))).items():
                 metrics[key if key.startswith(f"{prefix}_") else f"{prefix}_{key}"] = float(value)
-        seconds = time.perf_counter() - started
-        metrics[f"{prefix}_runtime"] = seconds
-        metrics[f"{prefix}_samples_per_second"] = samples / seconds if seconds > 0 else 0.0
+        seconds = time.perf_counter() - started  # rounded as train()'s and Transformers' speed metrics
+        metrics[f"{prefix}_runtime"] = round(seconds, 4)
+        metrics[f"{prefix}_samples_per_second"] = round(samples / seconds, 3) if seconds > 0 else 0.0
         batches = math.ceil(samples / (self.config.per_device_eval_batch_size * self.accelerator.num_processes))
-        metrics[f"{prefix}_steps_per_second"] = batches / seconds if seconds > 0 else 0.0
+        metrics[f"{prefix}_steps_per_second"] = round(batches / seconds, 3) if seconds > 0 else 0.0
         return EvalLoopOutput(preds, label_ids, metrics, samples)
 
     def _update_best(self, metrics: dict[str, float]) -> None:

@@ -9,6 +9,7 @@ training batch only: dtypes are host metadata (free), the label range costs one 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -104,6 +105,12 @@ def _whole_numbers(labels: Any) -> tuple[float, float] | None:
     return float(labels.min()), float(labels.max())
 
 
+# torch's words when a class-index loss (cross_entropy, nll_loss) gets a float target: "expected target dtype to be Long
+# or Byte, but got Float" since torch 2.13, "expected scalar type Long but found Float" before (torch 2.11 on the GPU
+# machine; older torch: "Expected object of scalar type Long but got scalar type Float for argument #2 'target'").
+_TARGET_REFUSED = re.compile(r"target|scalar type long but found", re.IGNORECASE)
+
+
 @contextlib.contextmanager
 def float_labels_explained(labels: Any) -> Iterator[None]:
     """Around the first training batch's forward and loss: when the loss refuses its target (torch's error names
@@ -112,7 +119,7 @@ def float_labels_explained(labels: Any) -> Iterator[None]:
     try:
         yield
     except (RuntimeError, ValueError) as error:
-        found = _whole_numbers(labels) if "target" in str(error).lower() else None
+        found = _whole_numbers(labels) if _TARGET_REFUSED.search(str(error)) else None
         if found is None:
             raise
         torch_said = str(error).strip().splitlines()[0]

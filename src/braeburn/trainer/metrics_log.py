@@ -38,12 +38,16 @@ class MetricsLogCallback(Callback):
     MAX_PENDING = 100_000  # records kept while the disk is full (about 200 bytes each)
 
     def __init__(self, tensorboard: bool = True, tensorboard_dir: str | Path | None = None,
-                 tensorboard_view: Any = None, default_dir: str = "tensorboard"):
+                 tensorboard_view: Any = None, default_dir: str = "tensorboard", tensorboard_start: Any = None,
+                 name_default_dir: Any = None):
         """``tensorboard_view(logs) -> {tag: value}``: what a log becomes in TensorBoard (default: each number but
-        step and epoch, tagged by its key); ``default_dir``: the folder inside output_dir without a tensorboard_dir.
-        A peer's Trainer writes its own tags and folder."""
+        step and epoch, tagged by its key; a text value is written as text); ``default_dir``: the folder inside
+        output_dir without a tensorboard_dir, or ``name_default_dir()``'s name, taken at the first train() (a name of
+        that moment's time); ``tensorboard_start(trainer) -> {tag: text}``: texts written when the writer starts.
+        A peer's Trainer writes its own tags, texts and folder."""
         self.tensorboard, self.tensorboard_dir = tensorboard, tensorboard_dir
         self.tensorboard_view, self.default_dir = tensorboard_view or _scalars, default_dir
+        self.tensorboard_start, self.name_default_dir = tensorboard_start, name_default_dir
         self._file: IO[str] | None = None
         self._writer = None
         self.path: Path | None = None
@@ -62,6 +66,8 @@ class MetricsLogCallback(Callback):
             self._warnings.failed(self.path, error, "a torn last line could not be dropped")
         self._reopen(repair=False)
         if self.tensorboard:
+            if self.name_default_dir is not None:  # named once, as the peer keeps its folder for later runs
+                self.default_dir, self.name_default_dir = self.name_default_dir(), None
             folder = Path(self.tensorboard_dir or Path(trainer.output_dir) / self.default_dir)
             try:
                 if self.tensorboard_dir is None:  # the run's folders: through a link, events would go elsewhere
@@ -70,6 +76,9 @@ class MetricsLogCallback(Callback):
                         if (Path(trainer.output_dir) / part).is_symlink():
                             raise PlantedLinkError(Path(trainer.output_dir) / part)
                 self._writer = _tensorboard_writer(folder)
+                if self._writer is not None and self.tensorboard_start is not None:
+                    for tag, text in self.tensorboard_start(trainer).items():
+                        self._writer.add_text(tag, text)
             except OSError as error:
                 self._warnings.failed(folder, error, "TensorBoard logging is off for this run")
 
@@ -124,7 +133,10 @@ class MetricsLogCallback(Callback):
     def _tensorboard_scalars(self, step: int, logs: dict[str, float]) -> None:
         try:
             for tag, value in self.tensorboard_view(logs).items():
-                self._writer.add_scalar(tag, value, step)
+                if isinstance(value, str):
+                    self._writer.add_text(tag, value, step)
+                else:
+                    self._writer.add_scalar(tag, value, step)
         except OSError as error:
             self._warnings.failed(Path(self._writer.log_dir), error, "TensorBoard logging stops here "
                                   "(metrics.jsonl goes on)")

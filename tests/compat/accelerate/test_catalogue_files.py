@@ -4,12 +4,16 @@ comparing the files written (names), the values restored and what braeburn says.
 
 from __future__ import annotations
 
+import importlib.util
+import warnings
+
 import pytest
 
 from tests.compat.accelerate._peers import cpu_for_accelerate  # noqa: F401  (an autouse fixture)
 from tests.compat.accelerate._peers import (Counter, both, files, identical as _identical, loader, reset_accelerate, setup,
                                            step, weights)
 from tests.compat.accelerate._peers import library as library_of
+from tests.compat._tensorboard import RANDOM_SUFFIX, shown, tensorboard_view, unsuffixed
 from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose, assert_refused
 
 CATALOGUE = Catalogue("accelerate")
@@ -245,17 +249,67 @@ def _save_state_pickled(tmp_path):
 
 # -- trackers ---------------------------------------------------------------------------------------------
 
-@idiom("Accelerator(log_with='all', project_dir=...) + init_trackers / log / end_training (no tracker "
-       "package installed)", "identical", "no file written on either side")
+@idiom("Accelerator(log_with='all', project_dir=...) + init_trackers(config=...) / log / end_training",
+       "identical", "the same trackers (every one of Accelerate's that is installed: TensorBoard where the "
+       "tensorboard package is, else none) and files: run/ with the event file, run/<time>/ with the "
+       "hyperparameters' event file, run/<time>/hparams.yml; TensorBoard shows the same scalars, texts, steps and "
+       "hyperparameters; braeburn's event file names end in 8 random hex characters (docs/reliability.md); with "
+       "none installed, Accelerate's warning, word for word")
 def _log_with_all(tmp_path):
     def script(lib, folder):
-        accelerator = lib.Accelerator(log_with="all", project_dir=str(folder))
-        accelerator.init_trackers("run", config={"lr": 0.1})
-        accelerator.log({"loss": 0.5}, step=1)
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            accelerator = lib.Accelerator(log_with="all", project_dir=str(folder))
+        accelerator.init_trackers("run", config={"lr": 0.1, "epochs": 2, "optimizer": "adamw", "warmup": None})
+        accelerator.log({"loss": 0.5, "accuracy": 0.75, "phase": "train"}, step=1)
+        accelerator.log({"loss": 0.25}, step=2)
         accelerator.end_training()
-        return Observation(files=files(folder), extra={"trackers": [t.name for t in accelerator.trackers]})
+        written = [shown(path) for path in files(folder)]
+        yml = [(folder / path).read_text() for path in files(folder) if path.endswith("hparams.yml")]
+        return Observation(files=written, metrics={"tensorboard": tensorboard_view(folder), "hparams.yml": yml},
+                           extra={"trackers": [t.name for t in accelerator.trackers],
+                                  "warned": [str(w.message) for w in warned if "tracker" in str(w.message)]})
 
-    _identical(script, tmp_path)
+    peer, ours, said = both(script, tmp_path)
+    assert said == [], f"braeburn said more than Accelerate: {said}"
+    assert all(RANDOM_SUFFIX not in path for path in peer.files)
+    assert all(RANDOM_SUFFIX in path for path in ours.files if "tfevents" in path)  # (the one difference)
+    ours.files = unsuffixed(ours.files)
+    ours.metrics["tensorboard"] = {path.removesuffix(f".{RANDOM_SUFFIX}"): seen
+                                   for path, seen in ours.metrics["tensorboard"].items()}
+    assert_identical(peer, ours)
+    if importlib.util.find_spec("tensorboard") is not None:  # what the idiom writes with the package installed
+        assert peer.extra["trackers"] == ["tensorboard"] and len(peer.files) == 3
+        assert peer.metrics["tensorboard"]["run/events.out.tfevents.<time>.<host>.<pid>.<n>"]["scalars"]["loss"] == [
+            (1, 0.5), (2, 0.25)]
+    else:  # Accelerate's warning, and braeburn's, word for word
+        assert peer.files == [] and peer.extra["trackers"] == [] and len(peer.extra["warned"]) == 1
+
+
+@idiom("Accelerator(log_with='all') where a tracker braeburn lacks is installed (aim, comet_ml, clearml, dvclive, "
+       "swanlab, trackio; TensorBoard through tensorboardX alone)", "refused",
+       "names the trackers Accelerate's 'all' would start that braeburn cannot; the way out: name braeburn's trackers "
+       "in log_with, and pass an object of a GeneralTracker subclass of yours for the others")
+def _log_with_all_beyond_braeburn(tmp_path):
+    import accelerate
+    from accelerate import tracking
+
+    import braeburn
+    from braeburn.accelerator import trackers
+
+    installed = [str(getattr(t, "value", t)) for t in tracking.get_available_trackers()]
+    for extra, tensorboard_package in (("aim", True), ("tensorboard", False)):
+        with pytest.MonkeyPatch.context() as patch:  # the tracker installed here, as Accelerate finds it
+            patch.setattr(tracking, "get_available_trackers", lambda: [*installed, extra] if extra not in installed
+                          else installed)
+            if not tensorboard_package:  # tensorboardX alone: Accelerate's "all" has TensorBoard, braeburn's has not
+                patch.setattr(trackers, "is_available", lambda name: name != "tensorboard")
+            assert extra in [str(getattr(t, "value", t)) for t in accelerate.Accelerator(log_with="all").log_with]
+            reset_accelerate()
+            with pytest.raises(ValueError) as refused:
+                braeburn.Accelerator(log_with="all", project_dir=str(tmp_path))
+        assert_refused(refused.value, ["log_with='all'", extra], ["log_with=[", "GeneralTracker"])
+        assert tensorboard_package or "pip install tensorboard" in str(refused.value)
 
 
 @idiom("a GeneralTracker subclass (accelerate.tracking) in log_with + get_tracker(name, unwrap=...)", "identical",

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 pl = pytest.importorskip("pytorch_lightning")
 
+from tests.compat._tensorboard import shown, tensorboard_view  # noqa: E402
 from tests.compat.catalogue import Observation  # noqa: E402
 
 
@@ -85,8 +86,9 @@ def quiet_trainer(root: Path, extension: bool, **kwargs: Any) -> Any:
 
 
 def files_under(root: Path) -> list[str]:
-    """Every file a run wrote, relative to ``root`` (hparams and checkpoints by name, not content)."""
-    return sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_file())
+    """Every file a run wrote, relative to ``root`` (hparams and checkpoints by name, not content; a TensorBoard event
+    file's name with its time and the writer's count named, as they differ between any two runs)."""
+    return sorted(shown(path.relative_to(root).as_posix()) for path in root.rglob("*") if path.is_file())
 
 
 def csv_metrics(root: Path) -> list[str]:
@@ -120,6 +122,8 @@ def observe(root: Path, extension: bool, script: Callable[[Path, bool], dict[str
     observation.losses = extra.pop("losses", [])
     observation.metrics = tensors(extra.pop("metrics", {}))
     observation.files = files_under(root) if root.exists() else []
+    if root.exists() and any(root.rglob("events.out.tfevents.*")):  # Lightning's default logger with tensorboard
+        extra["tensorboard"] = tensorboard_view(root)
     observation.extra = tensors(extra)
     return observation, printed.getvalue()
 

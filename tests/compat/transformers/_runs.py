@@ -127,10 +127,18 @@ class Run:
         return result, error
 
 
+def timing_view(key: str, value: Any) -> Any:
+    """A value that depends on the clock, as compared: its presence, and whether it is rounded as Transformers'
+    speed_metrics rounds it (runtime to 4 places, the rates to 3)."""
+    if not key.endswith(TIMING):
+        return value
+    places = 4 if key.endswith("_runtime") else 3
+    return "<timing>" if isinstance(value, (int, float)) and round(value, places) == value else f"<timing> {value!r}"
+
+
 def history_view(history: list[dict]) -> list[dict]:
-    """log_history as compared: timing values replaced by their names' presence."""
-    return [{key: ("<timing>" if key.endswith(TIMING) else value) for key, value in record.items()}
-            for record in history]
+    """log_history as compared: timing values replaced by their names' presence (and rounding)."""
+    return [{key: timing_view(key, value) for key, value in record.items()} for record in history]
 
 
 def checkpoint_names(folder: Path) -> list[str]:
@@ -174,4 +182,4 @@ def per_run(make: Callable[[Run], Any]) -> Callable[[Run], Any]:
 def train_output_view(output: Any) -> dict:
     step, loss, metrics = output
     return {"global_step": step, "training_loss": loss,
-            "metrics": {key: ("<timing>" if key.endswith(TIMING) else value) for key, value in metrics.items()}}
+            "metrics": {key: timing_view(key, value) for key, value in metrics.items()}}

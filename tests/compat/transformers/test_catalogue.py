@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
 
+from tests.compat._tensorboard import RANDOM_SUFFIX, shown, tensorboard_view, unsuffixed
 from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose, assert_refused
 
 from . import _runs
@@ -91,6 +94,9 @@ register("dataloader_pin_memory=False", args=dict(dataloader_pin_memory=False, m
 register("train_sampling_strategy='sequential'", args=dict(max_steps=4))
 register("report_to='none'", args=dict(report_to="none", max_steps=2))
 register("report_to=[] (an empty list)", args=dict(report_to=[], max_steps=2))
+register("the model's config.use_cache after Trainer(...) and train() (TrainingArguments.use_cache=False)",
+         BITWISE + ", and config.use_cache (what config.json saves)", args=dict(max_steps=1),
+         after=lambda run, trainer: {"use_cache": trainer.model.config.use_cache})
 
 
 
@@ -347,7 +353,74 @@ def test_no_compile_line_where_auto_never_compiles_or_torch_compile_is_set(tmp_p
     assert "compile    off (compile=False, as asked)" in _printed_by_braeburn(tmp_path / "off2", torch_compile=False)
 
 
+def _clocked(tag: str) -> bool:
+    name = tag.rsplit("/", 1)[-1]  # eval/runtime (eval_runtime), train/train_runtime, eval/samples_per_second ...
+    return name == "runtime" or name.endswith(_runs.TIMING)
+
+
+def _tensorboard_seen(run, trainer) -> dict:
+    """The TensorBoard files under output_dir/runs and what TensorBoard reads from them, the clock's values by name."""
+    out = run.folder / "out"
+    files = sorted(shown(path.relative_to(out).as_posix()) for path in (out / "runs").rglob("*") if path.is_file())
+    view = {path.removesuffix(f".{RANDOM_SUFFIX}"): {
+        "scalars": {tag: [(step, "<timing>" if _clocked(tag) else value) for step, value in points]
+                    for tag, points in seen["scalars"].items()},
+        "texts": seen["texts"]} for path, seen in tensorboard_view(out).items()}
+    return {"files": files, "tensorboard": view, "args": trainer.args.to_json_string()}
+
+
+@idiom("report_to='all' (and report_to='tensorboard') with the tensorboard package installed", "on purpose",
+       "Transformers' folder and file (output_dir/runs/<date>_<host>/, one event file), tags (train/loss, eval/loss, "
+       "train/train_loss ...), steps, values (timings by name) and model_config text; one line says that the args "
+       "text holds braeburn's TrainingArguments; the event file's name ends in 8 random hex characters "
+       "(docs/reliability.md). Without the package neither writes TensorBoard files, and 'tensorboard' is refused "
+       "by both")
+def _report_to_all(tmp_path):
+    installed = importlib.util.find_spec("tensorboard") is not None
+    for value in ("all", "tensorboard") if installed else ("all",):
+        args = dict(report_to=value, max_steps=3, eval_strategy="steps", eval_steps=2)
+        peer, ours, runs = train_both(tmp_path / value, args, after=_tensorboard_seen)
+        assert peer.exit is None and ours.exit is None, (peer.exit, ours.exit)
+        theirs, mine = peer.extra.pop("tensorboard"), ours.extra.pop("tensorboard")
+        assert [f for f in peer.extra.pop("files") if RANDOM_SUFFIX in f] == []
+        assert unsuffixed(ours.extra.pop("files")) == [f.removesuffix(f".{RANDOM_SUFFIX}") for f in theirs] == list(
+            theirs) == (["runs/<date>_<host>/events.out.tfevents.<time>.<host>.<pid>.<n>"] if installed else [])
+        for seen, args_json in ((theirs, peer.extra.pop("args")), (mine, ours.extra.pop("args"))):
+            for file in seen.values():  # the args text: each library's own TrainingArguments
+                assert file["texts"].pop("args/text_summary") == [(0, [args_json.encode()])]
+        assert theirs == mine
+        assert_identical(peer, ours)
+        said = [line for line in runs[1].printed.splitlines() if "report_to=" in line]
+        if installed:
+            assert_on_purpose(said, f"report_to={value}")
+            assert {"train/loss", "eval/loss", "train/train_loss"} <= set(mine[next(iter(mine))]["scalars"])
+        else:
+            assert said == []
+    if not installed:  # report_to='tensorboard' without the package: refused by both before training
+        peer_run, run = Run("transformers", tmp_path / "refused"), Run("braeburn", tmp_path / "refused")
+        _, peer_error = peer_run.quietly(lambda: peer_run.trainer(peer_run.args(report_to="tensorboard")))
+        _, error = run.quietly(lambda: run.trainer(run.args(report_to="tensorboard")))
+        assert peer_error is not None and "tensorboard" in str(peer_error)
+        assert_refused(error, ["report_to", "tensorboard"], ["pip install tensorboard"])
+
+
 # -- refused before training, with the way out ------------------------------------------------------------------
+@idiom("report_to='all' where an integration braeburn lacks is installed (codecarbon, comet_ml, clearml, neptune, "
+       "dvclive ...)", "refused", "names the integrations Transformers' 'all' would report to that braeburn cannot; the "
+       "way out: --report_to with braeburn's trackers, and a TrainerCallback of yours for the others")
+def _report_to_all_beyond_braeburn(tmp_path):
+    import transformers.integrations as integrations
+
+    with pytest.MonkeyPatch.context() as patch:  # codecarbon installed here, as Transformers finds it
+        patch.setattr(integrations, "get_available_reporting_integrations", lambda: ["codecarbon"])
+        assert Run("transformers", tmp_path).args(report_to="all").report_to == ["codecarbon"]
+        run = Run("braeburn", tmp_path)
+        _, error = run.quietly(lambda: run.trainer(run.args(report_to="all"), record=False))
+    assert error is not None, "braeburn took report_to='all'"
+    assert_refused(error, ["report_to='all'", "codecarbon"], ["--report_to", "TrainerCallback"])
+
+
+
 def refused(args: dict, idiom_words, way_out, **trainer_kwargs):
     def check(tmp_path):
         run = Run("braeburn", tmp_path)

@@ -23,6 +23,7 @@ import torch
 
 from ...accelerator import trackers as tracking
 from ...distributed import process_group as pg
+from .all_trackers import resolve_log_with
 from .checkpointing import AccelerateCheckpointing
 from .state import AcceleratePreparedLoader, AcceleratorState, GradientState
 
@@ -91,7 +92,7 @@ class AccelerateCompat(AccelerateCheckpointing):
             config.project_dir = str(project_dir)
             config.logging_dir = config.logging_dir or str(project_dir)
         self.project_configuration = config
-        self.log_with = tracking.resolve_log_with(log_with)
+        self.log_with = resolve_log_with(log_with)  # "all": refused where Accelerate's would start more trackers
         self.trackers: list[tracking.GeneralTracker] = []
         self._custom_objects: list[Any] = []
         self.flag_tensor: torch.Tensor | None = None
@@ -429,9 +430,8 @@ class AccelerateCompat(AccelerateCheckpointing):
         raise ValueError(f"get_tracker({name!r}): no such tracker was started; started: {started}")
 
     def _end_trackers(self) -> None:
-        for tracker in self.trackers:
+        for tracker in self.trackers:  # (kept in accelerator.trackers afterwards, as Accelerate keeps them)
             tracker.finish()
-        self.trackers = []
 
     # -- memory ------------------------------------------------------------------------------------
     def free_memory(self, *objects: Any) -> list[None] | None:

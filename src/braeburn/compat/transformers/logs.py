@@ -23,6 +23,12 @@ TRAIN_ORDER = ("loss", "grad_norm", "learning_rate")
 SUMMARY_ORDER = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss")
 
 
+TENSORBOARD_ARGS_NOTE = (
+    "braeburn: report_to={0}: TensorBoard's \"args\" text holds braeburn's TrainingArguments as JSON (its own fields "
+    "and values, where Transformers writes its TrainingArguments'); the folder, tags, steps, values and "
+    "\"model_config\" text are Transformers'")
+
+
 def tensorboard_run_folder() -> str:
     """runs/<Mon DD_HH-MM-SS>_<host>: Transformers' (and torch's SummaryWriter's) default folder name."""
     import socket
@@ -31,12 +37,12 @@ def tensorboard_run_folder() -> str:
     return os.path.join("runs", datetime.now().strftime("%b%d_%H-%M-%S") + "_" + socket.gethostname())
 
 
-def tensorboard_tags(logs: dict[str, Any]) -> dict[str, float]:
-    """A log's numbers tagged as Transformers' TensorBoardCallback tags them: eval_x as eval/x, test_x as test/x,
-    the rest train/x (epoch included); braeburn's own values (samples/s, memory) stay in metrics.jsonl."""
+def tensorboard_tags(logs: dict[str, Any]) -> dict[str, float | str]:
+    """A log's numbers (and texts) tagged as Transformers' TensorBoardCallback tags them: eval_x as eval/x, test_x as
+    test/x, the rest train/x (epoch included); braeburn's own values (samples/s, memory) stay in metrics.jsonl."""
     tags = {}
     for key, value in logs.items():
-        if key in BRAEBURN_ONLY or key == "step" or not isinstance(value, (int, float)):
+        if key in BRAEBURN_ONLY or key == "step" or not isinstance(value, (int, float, str)):
             continue
         for prefix in ("eval", "test"):
             if key.startswith(prefix + "_"):
@@ -45,6 +51,28 @@ def tensorboard_tags(logs: dict[str, Any]) -> dict[str, float]:
         else:
             tags[f"train/{key}"] = value
     return tags
+
+
+def refuse_an_all_beyond_braeburn(report_to: list[str] | str | None) -> None:
+    """``report_to="all"`` as Transformers means it: every integration installed here (the installed Transformers' own
+    list). Where one is a tracker braeburn does not have (codecarbon, comet_ml, clearml, neptune ...), braeburn's
+    "all" would report to fewer, a run that silently differs: a ValueError names them and the way out."""
+    import importlib.util
+
+    names = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    if "all" not in names or importlib.util.find_spec("transformers") is None:
+        return
+    from transformers.integrations import get_available_reporting_integrations
+
+    from ...accelerator.trackers import available_trackers, beyond_braeburn, why_lacking
+
+    lacking = beyond_braeburn(get_available_reporting_integrations())
+    if lacking:
+        ours = " ".join(name for name in available_trackers() if name != "jsonl") or "none"
+        raise ValueError(f"report_to='all': Transformers' 'all' reports to every integration installed here, "
+                         f"{', '.join(lacking)} among them, which braeburn {why_lacking(lacking)}; name the trackers "
+                         f"braeburn should report to instead (--report_to {ours}), and add a TrainerCallback of yours "
+                         f"for {', '.join(lacking)}")
 
 
 class HfLogsMixin:
@@ -73,8 +101,20 @@ class HfLogsMixin:
         if log.tensorboard:
             folder = os.getenv("TENSORBOARD_LOGGING_DIR") or self.config.logging_dir
             log = MetricsLogCallback(tensorboard=True, tensorboard_dir=folder and os.path.expanduser(folder),
-                                     tensorboard_view=tensorboard_tags, default_dir=tensorboard_run_folder())
+                                     tensorboard_view=tensorboard_tags, default_dir=tensorboard_run_folder(),
+                                     tensorboard_start=self._tensorboard_texts, name_default_dir=tensorboard_run_folder)
         return log
+
+    def _tensorboard_texts(self, trainer: Any) -> dict[str, str]:
+        """The texts Transformers' TensorBoardCallback writes when training begins: ``args`` (here braeburn's
+        TrainingArguments, which one line says) and the model's ``model_config``."""
+        texts = {"args": self.config.to_json_string()}
+        config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
+        if callable(getattr(config, "to_json_string", None)):
+            texts["model_config"] = config.to_json_string()
+        if self.accelerator.is_main_process:
+            print(TENSORBOARD_ARGS_NOTE.format(",".join(self.config.report_to or [])), flush=True)
+        return texts
 
     def _logged_epoch(self) -> float:
         return self.state.epoch
@@ -135,4 +175,4 @@ class HfLogsMixin:
             super()._save_at_stop()
 
 
-__all__ = ["BRAEBURN_ONLY", "HfLogsMixin"]
+__all__ = ["BRAEBURN_ONLY", "HfLogsMixin", "refuse_an_all_beyond_braeburn"]

@@ -3,8 +3,9 @@
 ``MISSING_ON_TRAINER``: the public methods and attributes of ``transformers.Trainer`` (its class's and those its
 ``__init__`` sets) that braeburn's lacks; ``Trainer.__getattr__`` raises :class:`NotInBraeburn` for them instead
 of a bare AttributeError. ``MISSING_CALLBACKS``: Transformers' built-in callbacks that braeburn does not export;
-``from braeburn import PrinterCallback`` raises an ImportError that says what to do instead. A test compares the
-lists with the installed Transformers (tests/compat/transformers/test_missing_names.py).
+``from braeburn import PrinterCallback`` raises an ImportError that says what to do instead. ``SINCE``: the
+Transformers release that added a listed name, for the names an older Transformers 5 lacks too. A test compares
+the lists with the installed Transformers, whichever release it is (tests/compat/transformers/test_missing_names.py).
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ MISSING_ON_TRAINER: dict[str, str] = {
     "place_model_on_device": "braeburn always places the model on the device it trains on",
 }
 
+# The release that added each name that Transformers 5.17 (the oldest release the tests run against) lacks: a test on
+# an older Transformers expects them absent from its Trainer too (read in 5.17.0, 5.18.0, 5.19.0 and 5.24.0's trainer.py).
+SINCE: dict[str, tuple[int, int]] = {"end": (5, 18), "loss_is_scaled_for_ga": (5, 19),
+                                     "is_distributed_loading_by_transformers": (5, 19)}
+
 MISSING_CALLBACKS: dict[str, str] = {
     "DefaultFlowCallback": "braeburn's loop decides logging, evaluation and saving from the arguments itself; set "
                            "control.should_log / should_evaluate / should_save in a TrainerCallback to change when",
@@ -80,7 +86,8 @@ def refuse_trainer_attribute(owner: str, name: str) -> NoReturn:
     way_out = MISSING_ON_TRAINER.get(name)
     if way_out is None:
         raise AttributeError(f"'{owner}' object has no attribute {name!r}")
-    raise NotInBraeburn(f"Trainer.{name} is Transformers' and braeburn.Trainer does not have it: {way_out} "
+    since = f" {SINCE[name][0]}.{SINCE[name][1]}+" if name in SINCE else ""
+    raise NotInBraeburn(f"Trainer.{name} is Transformers'{since} and braeburn.Trainer does not have it: {way_out} "
                         "(docs/migrating.md, Trainer methods)")
 
 
@@ -89,4 +96,4 @@ def refuse_callback(name: str) -> NoReturn:
                       "(docs/migrating.md)", name=name)
 
 
-__all__ = ["MISSING_CALLBACKS", "MISSING_ON_TRAINER", "NotInBraeburn", "refuse_callback", "refuse_trainer_attribute"]
+__all__ = ["MISSING_CALLBACKS", "MISSING_ON_TRAINER", "SINCE", "NotInBraeburn", "refuse_callback", "refuse_trainer_attribute"]

@@ -10,6 +10,7 @@ ACCELERATE_* variables act on a Trainer run as on Transformers'), and writes a T
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 from typing import Any, Callable
 
@@ -28,7 +29,7 @@ from . import hf_checkpoint
 from .arguments import TrainingArguments, from_transformers_arguments, is_transformers_arguments
 from .callbacks import adapt_callback
 from .files import TRAINING_ARGS, final_model_names, pretrained_config_files, processing_files, training_args_bytes
-from .logs import HfLogsMixin
+from .logs import HfLogsMixin, refuse_an_all_beyond_braeburn
 from .not_here import refuse_trainer_attribute
 from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
@@ -68,6 +69,7 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         if is_transformers_arguments(args):  # the script kept `from transformers import TrainingArguments`
             args = from_transformers_arguments(args)
+        refuse_an_all_beyond_braeburn(getattr(config or args, "report_to", None))
         super().__init__(model, config or args or TrainingArguments(), train_dataset=train_dataset,
                          eval_dataset=eval_dataset, collate_fn=collate_fn or data_collator,
                          processing_class=processing_class or tokenizer, loss_fn=loss_fn,
@@ -75,6 +77,16 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
                          compute_metrics=compute_metrics, preprocess_logits_for_metrics=preprocess_logits_for_metrics,
                          callbacks=callbacks, accelerator=accelerator)
         self._call_hf_hook("on_init_end")
+        self._set_use_cache()
+
+    def _set_use_cache(self) -> None:
+        """As Transformers' __init__ ends: the model's ``config.use_cache`` is TrainingArguments.use_cache (False, the
+        only value braeburn takes), which the saved config.json and TensorBoard's model_config text show."""
+        model = self.accelerator.unwrap_model(self.model) if self.model is not None else None
+        model_config = getattr(model, "config", None)
+        if model_config is not None:
+            with contextlib.suppress(AttributeError, TypeError):  # a config that takes no attribute (a dict)
+                model_config.use_cache = self.config.use_cache
 
     def __getattr__(self, name: str) -> Any:
         """Only for names not found: a Transformers Trainer name braeburn lacks is refused with its way out
