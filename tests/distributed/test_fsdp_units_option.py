@@ -103,6 +103,9 @@ def test_fsdp_units_reach_the_accelerator_and_auto_wrap_asks_for_a_unit_per_bloc
 def test_an_unknown_fsdp_units_is_refused_naming_the_choices():
     assert [str(error) for error in TrainingConfig(fsdp_units="layer").validate()] == [
         "fsdp_units='layer': choose one of auto, block, root"]
+    assert [str(error) for error in TrainingConfig(fsdp_units="block", strategy="ddp").validate()] == [
+        "fsdp_units='block': shapes FSDP's units, but --strategy is ddp; pass --strategy fsdp, or leave "
+        "--fsdp_units at auto"]
     with pytest.raises(ValueError, match="fsdp_units='layer': choose one of auto, block, root"):
         Accelerator(cpu=True, fsdp_units="layer")
 

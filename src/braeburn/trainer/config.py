@@ -292,6 +292,8 @@ class CoreTrainingConfig:
              "needs the tensorboard package, which is not installed; pip install tensorboard, or pass "
              "--report_to all (TensorBoard when installed) or none")
         need(self.fsdp_units in FSDP_UNITS, "fsdp_units", f"choose one of {', '.join(FSDP_UNITS)}")
+        need(self.fsdp_units == "auto" or self.strategy != "ddp", "fsdp_units",
+             "shapes FSDP's units, but --strategy is ddp; pass --strategy fsdp, or leave --fsdp_units at auto")
         need(str(self.step_breakdown).lower() in STEP_BREAKDOWN, "step_breakdown",
              f"choose one of {', '.join(STEP_BREAKDOWN)}")
         need(self.torch_compile_mode in COMPILE_MODES, "torch_compile_mode",
