@@ -116,3 +116,11 @@ def test_accelerates_fsdp_plugin_refusal_names_the_unit_option():
     with pytest.raises(Exception, match="fsdp_units='block'"):
         Accelerator(cpu=True, fsdp_plugin=FullyShardedDataParallelPlugin())
     assert torch.distributed.is_available()
+
+
+def test_auto_leaves_the_unit_layout_to_wrap_fsdps_own_default():
+    """benchmarks/scaling.py's variants (braeburn-fsdp[unit_groups=0]) set wrap_fsdp's default: "auto" must not
+    pass a unit_groups of its own over it."""
+    assert Accelerator(cpu=True)._fsdp_unit_groups() == {}
+    assert Accelerator(cpu=True, fsdp_units="block")._fsdp_unit_groups() == {"unit_groups": None}
+    assert Accelerator(cpu=True, fsdp_units="root")._fsdp_unit_groups() == {"unit_groups": 0}

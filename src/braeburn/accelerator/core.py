@@ -235,7 +235,7 @@ class Accelerator(CompileMixin):
         if self.shards_model:  # in place: the module stays the user's, its parameters become shards
             model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype,
                                    device_bytes=self.plan.device.memory_stats().get("total_bytes"),
-                                   unit_groups=fsdp.UNITS[self._fsdp_units])
+                                   **self._fsdp_unit_groups())
         elif self.num_processes > 1:
             model = pg.wrap_ddp(model, self.device, **self._ddp_options)
         decision = self.compile_decision(model)
@@ -244,6 +244,10 @@ class Accelerator(CompileMixin):
             model = self._compile(model, forward, decision)
         self._models.append(model)
         return model
+
+    def _fsdp_unit_groups(self) -> dict[str, Any]:
+        """wrap_fsdp's unit_groups where the user chose (fsdp_units); "auto" passes none: wrap_fsdp's default holds."""
+        return {} if self._fsdp_units == "auto" else {"unit_groups": fsdp.UNITS[self._fsdp_units]}
 
     def _float64_batch_reason(self) -> str | None:
         return float64_batch_reason(self.plan.device.float64_cast_reason(), self._float64_model)
