@@ -1,7 +1,7 @@
 """Python's garbage collector during training: what exists once the first step has run is frozen.
 
 A full (oldest-generation) collection walks every object Python tracks, ~550,000 in a GPT-2 run with Transformers
-and torch loaded, and took 200-260 ms on each of 4 FSDP ranks, each at its own step, so the other ranks waited at
+and torch loaded, and took 200-280 ms on each of 4 FSDP ranks, each at its own step, so the other ranks waited at
 their next collective. The model, the optimizer and the libraries exist for the whole run: ``gc.freeze()`` after
 the first step moves them out of the collector's reach, and later collections walk only what the run made since.
 On 4 H200s the slowest FSDP step went from 337 to 107 ms (docs/benchmarks.md). Freezing costs one young-generation
