@@ -420,8 +420,10 @@ def single_process_spec(spec: str) -> str:
         return spec
     from braeburn import TrainingConfig
 
+    wraps = {"fsdp_units"}  # FSDP's own TrainingConfig field: nothing to wrap on one process (and refused with ddp)
+    kept_names = (set(TrainingConfig.__dataclass_fields__) - wraps) | set(WORKER_OPTIONS)
     kept = [item for item in spec.partition("[")[2].rstrip("]").split(",")
-            if item.partition("=")[0].strip() in set(TrainingConfig.__dataclass_fields__) | set(WORKER_OPTIONS)]
+            if item.partition("=")[0].strip() in kept_names]
     return "braeburn-ddp" + (f"[{','.join(kept)}]" if kept else "")
 
 

@@ -114,6 +114,8 @@ def test_each_rank_counts_the_garbage_collections_inside_the_timed_steps():
 def test_gc_freeze_and_pinning_are_worker_options_that_the_single_process_run_shares():
     assert scaling.single_process_spec("braeburn-fsdp[unit_groups=0,gc=freeze,pin=4]") == \
         "braeburn-ddp[gc=freeze,pin=4]"  # unit_groups is FSDP's wrap's: one process wraps nothing
+    assert scaling.single_process_spec("braeburn-fsdp[fsdp_units=block,freeze_heap=False]") == \
+        "braeburn-ddp[freeze_heap=False]"  # so is fsdp_units (which --strategy ddp refuses)
     clock = scaling.Clock(warmup=1, length=2)
     clock.freeze_gc = True
     import gc

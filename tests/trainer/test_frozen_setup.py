@@ -5,6 +5,7 @@ as it is."""
 from __future__ import annotations
 
 import gc
+import weakref
 
 import pytest
 import torch
@@ -70,3 +71,42 @@ def test_release_without_a_freeze_leaves_the_collector_alone(unfrozen_heap):
     setup.after_first_step()  # already frozen by someone else: not ours to undo
     setup.release()
     assert 0 < gc.get_freeze_count() <= frozen and setup.pending
+
+
+class AgedCycle(Callback):
+    """A reference cycle holding a tensor, aged into the oldest generation before the first step and dropped there;
+    at step 2 the user collects (gc.collect()) and looks whether the tensor is gone."""
+
+    def on_train_begin(self, trainer, state):
+        cycle = {"tensor": torch.zeros(1000)}
+        cycle["self"] = cycle
+        self.tensor = weakref.ref(cycle["tensor"])
+        gc.collect(1)
+        gc.collect(1)  # survived two young collections while in use: in the oldest generation, like setup's objects
+        del cycle
+
+    def on_step_end(self, trainer, state):
+        if state.global_step == 2:
+            gc.collect()
+            self.alive_after_collect = self.tensor() is not None
+            self.frozen = gc.get_freeze_count()
+
+
+def _train_aged_cycle(tmp_path, **options) -> AgedCycle:
+    data = TensorDataset(torch.randn(48, 8), torch.randint(0, 3, (48,)))
+    model = torch.nn.Linear(8, 3)
+    config = braeburn.TrainingConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=16,
+                                     num_train_epochs=1, save_strategy="no", use_cpu=True, report_to="none",
+                                     **options)
+    probe = AgedCycle()
+    braeburn.Trainer(model, config, train_dataset=data, loss_fn=torch.nn.functional.cross_entropy,
+                     callbacks=[probe]).train()
+    return probe
+
+
+def test_freeze_heap_false_leaves_the_collector_alone_so_a_collection_frees_old_cycles(tmp_path, unfrozen_heap):
+    kept = _train_aged_cycle(tmp_path)  # the default: the cost frozen_setup.py and docs/distributed.md state
+    assert kept.frozen > 1000 and kept.alive_after_collect
+    off = _train_aged_cycle(tmp_path, freeze_heap=False)
+    assert off.frozen == 0 and not off.alive_after_collect
+    assert gc.get_freeze_count() == 0

@@ -70,7 +70,8 @@ class Accelerator(CompileMixin):
 
     ``data_seed``: the seed of the prepared DataLoaders' order (default: ``seed``, else torch's initial seed);
     ``ddp_options``: DistributedDataParallel's own keyword arguments; ``process_group_timeout``: a timedelta for
-    the process group (default: torch's).
+    the process group (default: torch's); ``fsdp_units``: with strategy="fsdp", auto (one FSDP unit for a model
+    DDP could hold, else one per block), block (one per block, as Accelerate's TRANSFORMER_BASED_WRAP) or root (one).
     """
 
     pin_memory_allowed = True  # False: prepared loaders never pin host memory (Transformers' dataloader_pin_memory)
@@ -80,7 +81,12 @@ class Accelerator(CompileMixin):
                  accelerator: str = "auto", devices="auto", strategy: str = "auto", compile="auto",
                  seed: int | None = None, mps_fallback: bool = True, step_scheduler_with_optimizer: bool = True,
                  compile_backend: str = "inductor", compile_mode: str | None = None, *, data_seed: int | None = None,
-                 ddp_options: dict[str, Any] | None = None, process_group_timeout: Any = None):
+                 ddp_options: dict[str, Any] | None = None, process_group_timeout: Any = None,
+                 fsdp_units: str = "auto"):
+        if fsdp_units not in fsdp.UNITS:
+            raise ValueError(f"fsdp_units={fsdp_units!r}: choose one of {', '.join(fsdp.UNITS)} (auto: one FSDP unit "
+                             "for a model DDP could hold, else one per block; block: one per block; root: one)")
+        self._fsdp_units = fsdp_units
         world = pg.world_from_env()
         self.plan: Plan = self._make_plan(cpu, mixed_precision, gradient_accumulation_steps, accelerator, devices,
                                           strategy, compile, mps_fallback, world.world_size)
@@ -228,7 +234,8 @@ class Accelerator(CompileMixin):
         forward.around_compiled = self._checkpoint_patch and self._checkpoint_patch.compiled_forward
         if self.shards_model:  # in place: the module stays the user's, its parameters become shards
             model = fsdp.wrap_fsdp(model, self.device, self.num_processes, self._policy.dtype,
-                                   device_bytes=self.plan.device.memory_stats().get("total_bytes"))
+                                   device_bytes=self.plan.device.memory_stats().get("total_bytes"),
+                                   **self._fsdp_unit_groups())
         elif self.num_processes > 1:
             model = pg.wrap_ddp(model, self.device, **self._ddp_options)
         decision = self.compile_decision(model)
@@ -237,6 +244,10 @@ class Accelerator(CompileMixin):
             model = self._compile(model, forward, decision)
         self._models.append(model)
         return model
+
+    def _fsdp_unit_groups(self) -> dict[str, Any]:
+        """wrap_fsdp's unit_groups where the user chose (fsdp_units); "auto" passes none: wrap_fsdp's default holds."""
+        return {} if self._fsdp_units == "auto" else {"unit_groups": fsdp.UNITS[self._fsdp_units]}
 
     def _float64_batch_reason(self) -> str | None:
         return float64_batch_reason(self.plan.device.float64_cast_reason(), self._float64_model)

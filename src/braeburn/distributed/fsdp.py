@@ -99,6 +99,9 @@ def group_units(units: list[nn.Module], groups: int | None) -> list[list[nn.Modu
     return [units[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
+UNITS = {"auto": "auto", "block": None, "root": 0}  # the fsdp_units option: wrap_fsdp's unit_groups
+
+
 def wrap_fsdp(model: nn.Module, device: torch.device, world_size: int,
               dtype: torch.dtype | None = None, device_bytes: int | None = None,
               unit_groups: int | None | str = "auto", **options: Any) -> nn.Module:
@@ -152,5 +155,5 @@ def full_value(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-__all__ = ["shard_units", "group_units", "keeps_gathered", "wrap_fsdp", "is_sharded", "set_gradient_sync",
+__all__ = ["UNITS", "shard_units", "group_units", "keeps_gathered", "wrap_fsdp", "is_sharded", "set_gradient_sync",
            "mixed_precision_policy", "full_value"]

@@ -24,6 +24,7 @@ SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "constant", "constant_
               "polynomial", "inverse_sqrt", "reduce_lr_on_plateau", "warmup_stable_decay")
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw", "sgd", "adagrad", "rmsprop")
 LOGGING_STRATEGIES = ("no", "steps", "epoch")
+FSDP_UNITS = ("auto", "block", "root")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical", "passive")
 STRATEGIES = ("no", "steps", "epoch")
 STEP_BREAKDOWN = ("auto", "true", "false")
@@ -151,6 +152,10 @@ class CoreTrainingConfig:
     """Profile 5 steps near the end of the run and report the share of step time spent computing, waiting on communication and with the GPU idle waiting for the host: auto (on several processes), true (also on one) or false."""
     strategy: str = "auto"
     """With several processes: auto (ddp), ddp (a model copy per process) or fsdp (parameters sharded)."""
+    fsdp_units: str = "auto"
+    """With --strategy fsdp: auto (one FSDP unit for a model DDP could hold, else one per block), block (one per block, as Transformers' and Accelerate's TRANSFORMER_BASED_WRAP: less memory, more collectives) or root (one)."""
+    freeze_heap: bool = True
+    """Freeze Python's heap (gc.freeze) after the first step, so that full collections during training skip what setup made; false leaves the collector alone."""
     resume_from_checkpoint: str | None = None
     """Resume from this checkpoint folder, or "latest" for the last complete one in output_dir."""
     nan_policy: str = "stop"
@@ -286,6 +291,9 @@ class CoreTrainingConfig:
         need("tensorboard" not in (self.report_to or []) or tensorboard_installed(), "report_to",
              "needs the tensorboard package, which is not installed; pip install tensorboard, or pass "
              "--report_to all (TensorBoard when installed) or none")
+        need(self.fsdp_units in FSDP_UNITS, "fsdp_units", f"choose one of {', '.join(FSDP_UNITS)}")
+        need(self.fsdp_units == "auto" or self.strategy != "ddp", "fsdp_units",
+             "shapes FSDP's units, but --strategy is ddp; pass --strategy fsdp, or leave --fsdp_units at auto")
         need(str(self.step_breakdown).lower() in STEP_BREAKDOWN, "step_breakdown",
              f"choose one of {', '.join(STEP_BREAKDOWN)}")
         need(self.torch_compile_mode in COMPILE_MODES, "torch_compile_mode",
@@ -370,7 +378,7 @@ class CoreTrainingConfig:
                 "gradient_accumulation_steps": self.gradient_accumulation_steps, "accelerator": self.accelerator,
                 "devices": self.devices, "compile": _compile_value(self.compile), "strategy": self.strategy,
                 "seed": self.seed, "compile_backend": self.torch_compile_backend,
-                "compile_mode": self.torch_compile_mode}
+                "compile_mode": self.torch_compile_mode, "fsdp_units": self.fsdp_units}
 
     def warmup_for(self, total_steps: int) -> int:
         """Warmup steps: warmup_steps if set, else warmup_ratio of ``total_steps``, rounded up as Transformers does."""
@@ -417,6 +425,8 @@ def _apply_aliases(config: Any) -> None:
         config.compile = "true" if config.torch_compile else "false"
     if config.fsdp and config.strategy == "auto":
         config.strategy = "fsdp"
+    if config.fsdp and "auto_wrap" in str(config.fsdp) and config.fsdp_units == "auto":
+        config.fsdp_units = "block"  # asked for by name: Transformers wraps each block
     if (config.load_best_model_at_end or config.lr_scheduler_type == "reduce_lr_on_plateau") and \
             config.metric_for_best_model is None:
         config.metric_for_best_model = "loss"  # Transformers' default when the best model (or a plateau) needs one

@@ -1,12 +1,16 @@
 """Python's garbage collector during training: what exists once the first step has run is frozen.
 
 A full (oldest-generation) collection walks every object Python tracks, ~550,000 in a GPT-2 run with Transformers
-and torch loaded, and took 200-260 ms on each of 4 FSDP ranks, each at its own step, so the other ranks waited at
+and torch loaded, and took 200-280 ms on each of 4 FSDP ranks, each at its own step, so the other ranks waited at
 their next collective. The model, the optimizer and the libraries exist for the whole run: ``gc.freeze()`` after
 the first step moves them out of the collector's reach, and later collections walk only what the run made since.
 On 4 H200s the slowest FSDP step went from 337 to 107 ms (docs/benchmarks.md). Freezing costs one young-generation
 collection and no walk of the heap; nothing is collected differently after training, when the heap is unfrozen.
-A process that froze or disabled the collector itself is left as it is.
+A process that froze or disabled the collector itself is left as it is; ``freeze_heap=False`` turns it off.
+
+What it costs: an object alive when the first step ends that later becomes garbage in a reference cycle (or cyclic
+garbage that had already aged into the oldest generation) is not collected, not even by an explicit
+``gc.collect()``, until training ends.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import gc
 class FrozenSetup:
     """Freezes the heap once (``after_first_step``) and unfreezes it when training ends (``release``)."""
 
-    def __init__(self) -> None:
-        self.pending = True  # read every step: one attribute, no call once done
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled  # the config's freeze_heap
+        self.pending = enabled  # read every step: one attribute, no call once done
         self._froze = False
 
     def after_first_step(self) -> None:
@@ -33,4 +38,4 @@ class FrozenSetup:
         if self._froze:
             gc.unfreeze()
             self._froze = False
-        self.pending = True
+        self.pending = self.enabled

@@ -120,7 +120,7 @@ class CoreTrainer(LogWindowMixin, EvaluationMixin, SavingMixin, AutoBatchMixin):
         self.output_dir = Path(self.config.output_dir).resolve()
         self.checkpoints = CheckpointManager(self.output_dir, self.config.save_total_limit)
         self._saver = BackgroundSaver(self.checkpoints)
-        self._frozen_setup = FrozenSetup()  # the heap frozen after the first step (trainer/frozen_setup.py)
+        self._frozen_setup = FrozenSetup(self.config.freeze_heap)  # gc.freeze() after step 1 (frozen_setup.py)
         self._best_step: int | None = None  # the step of the best evaluation, until its checkpoint is saved
         self._best_before: str | None = None
         self.callbacks = self._callbacks(callbacks or [])

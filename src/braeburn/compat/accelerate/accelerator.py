@@ -28,7 +28,8 @@ class Accelerator(AccelerateCompat, core.Accelerator):
     def __init__(self, cpu: bool = False, mixed_precision: Any = "auto", gradient_accumulation_steps: int = 1,
                  accelerator: str = "auto", devices="auto", strategy: str = "auto", compile="auto",
                  seed: int | None = None, mps_fallback: bool = True, step_scheduler_with_optimizer: bool = True,
-                 compile_backend: str = "inductor", compile_mode: str | None = None, **accelerate_kwargs: Any):
+                 compile_backend: str = "inductor", compile_mode: str | None = None, *, fsdp_units: str = "auto",
+                 **accelerate_kwargs: Any):
         dynamo_given = accelerate_kwargs.get("dynamo_backend") is not None
         accelerate = accelerate_options(mixed_precision, accelerate_kwargs)
         compile = accelerate.compile or compile
@@ -39,7 +40,7 @@ class Accelerator(AccelerateCompat, core.Accelerator):
         super().__init__(cpu, mixed_precision, gradient_accumulation_steps, accelerator, devices, strategy, compile,
                          seed, mps_fallback, step_scheduler_with_optimizer, compile_backend, compile_mode,
                          data_seed=accelerate.data_seed, ddp_options=accelerate.ddp_options,
-                         process_group_timeout=accelerate.process_group_timeout)
+                         process_group_timeout=accelerate.process_group_timeout, fsdp_units=fsdp_units)
 
 
 def _with_accelerate_env(cpu: bool, mixed_precision: str, steps: int, plugin_steps: int | None, compile: Any,

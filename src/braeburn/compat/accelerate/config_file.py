@@ -48,7 +48,8 @@ _SAME = ("num_machines", "machine_rank", "main_process_ip", "main_process_port",
 _EMPTY = {
     "deepspeed_config": "braeburn has no DeepSpeed; use distributed_type: FSDP to shard the model",
     "fsdp_config": "braeburn configures FSDP itself (torch's fully_shard: one unit for a model that fits on a "
-                   "device, else one per block); remove it",
+                   "device, else one per block); remove it, and for a unit per block (TRANSFORMER_BASED_WRAP) pass "
+                   "Accelerator(fsdp_units='block') or --fsdp_units block in a Trainer script",
     "megatron_lm_config": "braeburn has no Megatron-LM; use distributed_type: FSDP",
     "parallelism_config": "braeburn has no tensor or context parallelism; use MULTI_GPU or FSDP",
     "fp8_config": "braeburn has no fp8 training; use mixed_precision: bf16",

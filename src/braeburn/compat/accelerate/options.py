@@ -75,7 +75,8 @@ class AccelerateOptions:
 _REFUSED = {
     "deepspeed_plugin": "braeburn has no DeepSpeed; pass strategy='fsdp' to shard the model",
     "deepspeed_plugins": "braeburn has no DeepSpeed; pass strategy='fsdp' to shard the model",
-    "fsdp_plugin": "pass strategy='fsdp'; braeburn configures FSDP itself",
+    "fsdp_plugin": "pass strategy='fsdp' (and fsdp_units='block' for a unit per block, as "
+                   "TRANSFORMER_BASED_WRAP; 'root' for one, as NO_WRAP); braeburn configures the rest of FSDP itself",
     "megatron_lm_plugin": "braeburn has no Megatron-LM; pass strategy='fsdp'",
     "torch_tp_plugin": "braeburn has no tensor parallelism; pass strategy='fsdp'",
     "parallelism_config": "pass strategy='ddp' or 'fsdp'",

@@ -55,8 +55,9 @@ class UnsupportedFields:
     """Transformers fields braeburn refuses when set away from Transformers' default (see docs/migrating.md)."""
 
     deepspeed: dict | str | None = _no(None, _DS)
-    fsdp_config: dict | str | None = _no(None, "pass --fsdp full_shard (or --strategy fsdp); braeburn chooses "
-                                        "the wrapping policy and mixed precision of FSDP itself")
+    fsdp_config: dict | str | None = _no(None, "pass --fsdp full_shard (or --strategy fsdp), and --fsdp_units block "
+                                        "for a unit per block (TRANSFORMER_BASED_WRAP); braeburn chooses the "
+                                        "rest of FSDP's settings itself")
     accelerator_config: dict | str | None = _no(None, "braeburn's Accelerator options are TrainingConfig fields "
                                                 "(--mixed_precision, --accelerator, --devices, --strategy)")
     parallelism_config: str | None = _no(None, "use --strategy ddp or fsdp")
