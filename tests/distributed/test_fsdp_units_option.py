@@ -91,12 +91,14 @@ def test_fsdp_units_are_what_the_user_asked_for_and_states_cross_layouts_exactly
             assert report[f"{saved_as}->{loaded_as}"]["losses"] == report[saved_as]["losses"][2:]
 
 
-def test_fsdp_units_reach_the_accelerator_and_auto_wrap_asks_for_a_unit_per_block():
+def test_fsdp_units_reach_the_accelerator_and_transformers_fsdp_asks_for_a_unit_per_block():
     assert TrainingConfig().accelerator_options()["fsdp_units"] == "auto"
     assert TrainingConfig(fsdp_units="root").accelerator_options()["fsdp_units"] == "root"
     wrapped = TrainingConfig(fsdp="full_shard auto_wrap")
     assert (wrapped.strategy, wrapped.fsdp_units) == ("fsdp", "block")  # Transformers wraps each block
-    assert TrainingConfig(fsdp="full_shard").fsdp_units == "auto"
+    # Transformers' fsdp, with or without auto_wrap, wraps each block (TRANSFORMER_BASED_WRAP is its default policy)
+    assert TrainingConfig(fsdp="full_shard").fsdp_units == "block"
+    assert TrainingConfig(strategy="fsdp").fsdp_units == "auto"  # braeburn's own spelling keeps braeburn's layout
     assert TrainingConfig(fsdp="full_shard auto_wrap", fsdp_units="root").fsdp_units == "root"  # explicit wins
 
 

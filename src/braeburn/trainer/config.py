@@ -425,8 +425,8 @@ def _apply_aliases(config: Any) -> None:
         config.compile = "true" if config.torch_compile else "false"
     if config.fsdp and config.strategy == "auto":
         config.strategy = "fsdp"
-    if config.fsdp and "auto_wrap" in str(config.fsdp) and config.fsdp_units == "auto":
-        config.fsdp_units = "block"  # asked for by name: Transformers wraps each block
+    if config.fsdp and config.fsdp_units == "auto":
+        config.fsdp_units = "block"  # Transformers' fsdp wraps each block (its auto_wrap_policy's default)
     if (config.load_best_model_at_end or config.lr_scheduler_type == "reduce_lr_on_plateau") and \
             config.metric_for_best_model is None:
         config.metric_for_best_model = "loss"  # Transformers' default when the best model (or a plateau) needs one
