@@ -493,6 +493,7 @@ class _LightningHooks(Callback):
     def on_train_begin(self, trainer: Any, state: Any) -> None:
         self.nothing_to_train = state.global_step >= state.max_steps
         trainer.sanity_check()  # (a resumed run's too, as Lightning's, which skips it only resuming mid-validation)
+        self.lightning.current_epoch = math.floor(state.epoch)  # a resumed run's, from on_train_start on (Lightning's)
         if not self.nothing_to_train:
             self.lightning._call("on_train_start", self.module)
 
@@ -526,9 +527,9 @@ class _LightningHooks(Callback):
             trainer.log(means)
 
     def on_train_end(self, trainer: Any, state: Any) -> None:
+        self.lightning.current_epoch = math.ceil(state.epoch)  # before on_train_end, which reads it as Lightning's
         if not self.nothing_to_train:
             self.lightning._call("on_train_end", self.module)
-        self.lightning.current_epoch = math.ceil(state.epoch)
 
 
 class _LightningAttributes:
