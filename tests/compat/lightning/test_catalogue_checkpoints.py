@@ -29,10 +29,11 @@ def _trainer(root: Path, lightning: bool, **options: Any) -> Any:
     return Trainer(accelerator="cpu", devices=1, enable_progress_bar=False, default_root_dir=str(root), **options)
 
 
-def _fit(root: Path, lightning: bool, ckpt_path: str | None = None, **options: Any) -> tuple[Any, Classifier, str]:
+def _fit(root: Path, lightning: bool, ckpt_path: str | None = None, dropout: float = 0.0,
+         **options: Any) -> tuple[Any, Classifier, str]:
     """A seeded Classifier fitted (printing into the returned text); the trainer and the module."""
     pl.seed_everything(0, verbose=False)
-    module = Classifier(lr=0.2, scheduler="epoch")
+    module = Classifier(lr=0.2, dropout=dropout, scheduler="epoch")
     trainer = _trainer(root, lightning, **options)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
@@ -95,6 +96,52 @@ def _resume_from_best(tmp_path: Path) -> None:
         _, module, _ = _fit(tmp_path / name, lightning, first.checkpoint_callback.best_model_path, max_epochs=3)
         losses[name] = module.losses
     assert losses["braeburn"] == losses["lightning"] and len(losses["lightning"]) == 10
+
+
+def _resumed_with_dropout(root: Path, lightning: bool) -> tuple[list[float], torch.Tensor]:
+    """One epoch of a module with dropout, then a fresh module resumed from its .ckpt to three epochs: the resumed
+    run's losses, and torch's random state after it."""
+    first, _, _ = _fit(root, lightning, max_epochs=1, dropout=0.3)
+    _, module, _ = _fit(root, lightning, first.checkpoint_callback.best_model_path, max_epochs=3, dropout=0.3)
+    return module.losses, torch.get_rng_state()
+
+
+@CATALOGUE.idiom(BRAEBURN_TRAINER + "fit(model, ckpt_path=best_model_path) with nn.Dropout in the model",
+                 "identical", "the random states stay the script's, as Lightning's (its .ckpt holds none): the "
+                 "resumed run's dropout masks and losses are Lightning's resumed run's, bitwise, and torch's random "
+                 "state after fit() is Lightning's")
+def _resume_with_dropout(tmp_path: Path) -> None:
+    their_losses, their_state = _resumed_with_dropout(tmp_path / "lightning", True)
+    our_losses, our_state = _resumed_with_dropout(tmp_path / "braeburn", False)
+    assert our_losses == their_losses and len(their_losses) == 10
+    assert torch.equal(our_state, their_state)
+
+
+@CATALOGUE.idiom(BRAEBURN_TRAINER + "Trainer(logger=False); Model.load_from_checkpoint(best_model_path)",
+                 "on purpose", "the same weights (bitwise) and hyperparameters; Lightning writes "
+                 "`default_root_dir/checkpoints/epoch=1-step=10.ckpt` and its `log_dir` is `default_root_dir`, "
+                 "braeburn keeps its run folder `lightning_logs/version_0` (its checkpoint folders resume from there) "
+                 "with the .ckpt in its `checkpoints/`; one line says so, naming logger=False and both folders")
+def _no_logger(tmp_path: Path) -> None:
+    theirs, _, _ = _fit(tmp_path / "lightning", True, logger=False)
+    ours, _, printed = _fit(tmp_path / "braeburn", False, logger=False)
+    their_path, our_path = theirs.checkpoint_callback.best_model_path, ours.checkpoint_callback.best_model_path
+    assert Path(their_path) == tmp_path / "lightning" / "checkpoints" / "epoch=1-step=10.ckpt"
+    assert Path(our_path) == tmp_path / "braeburn" / "lightning_logs" / "version_0" / "checkpoints" / \
+        "epoch=1-step=10.ckpt"
+    _same_module(their_path, our_path)
+    line = assert_on_purpose(printed.splitlines(), "logger=False")
+    assert str(Path(our_path).parent) in line and str(tmp_path / "braeburn" / "checkpoints") in line
+    assert ours.log_dir in line and "default_root_dir" in line
+
+
+def test_with_logger_false_one_line_says_where_the_run_writes(tmp_path):
+    """The fast tier's check: the line names the run folder and, with checkpointing off, no .ckpt folder."""
+    ours, _, printed = _fit(tmp_path, False, max_epochs=1, logger=False, enable_checkpointing=False)
+    line = assert_on_purpose(printed.splitlines(), "logger=False")
+    assert ours.log_dir in line and ".ckpt" not in line
+    _, _, printed = _fit(tmp_path / "logged", False, max_epochs=1)
+    assert "logger=False" not in printed
 
 
 def test_lightnings_own_fit_refuses_to_resume_braeburns_ckpt(tmp_path):

@@ -171,6 +171,18 @@ class CheckpointSaving:
         content = checkpoint_content(self._module, self._datamodule, self.current_epoch, self.global_step)
         self._say_ckpt(self._ckpts.save_epoch(folder, self.current_epoch, self.global_step, content))
 
+    def _say_no_logger(self) -> None:
+        """With logger=False, Lightning's run has no version_N: trainer.log_dir is default_root_dir and its .ckpt files
+        go to default_root_dir/checkpoints/. braeburn keeps its run folder (its checkpoints resume from there): said."""
+        if not self._no_logger:
+            return
+        ckpts = (f", and its .ckpt files in {self._run_folder / 'checkpoints'} where Lightning writes them to "
+                 f"{Path(self.options.root) / 'checkpoints'} (read the path from trainer.checkpoint_callback."
+                 "best_model_path)") if self.options.checkpoints else ""
+        self._say(f"braeburn: Trainer(logger=False): this run still writes into {self._run_folder} (trainer.log_dir: "
+                  f"braeburn's checkpoint folders and metrics.jsonl are there; Lightning's log_dir is "
+                  f"default_root_dir){ckpts}")
+
     def _say_ckpt(self, path: Path) -> None:
         """Once per Trainer: what its .ckpt files hold, and where the rest of the run's state is."""
         if self._ckpt_said:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from ...checkpoints import state as state_io
 from ...distributed import elastic
 from ...distributed import process_group as pg
 from ...errors import debug_requested, is_user_error, note_once
@@ -70,6 +71,7 @@ class Trainer(CheckpointSaving):
         self.callbacks = options.callbacks
         self.max_epochs, self.max_steps = kwargs.get("max_epochs"), kwargs.get("max_steps", -1)
         self._precision = kwargs.get("precision")  # as given, for messages (None: Lightning's default)
+        self._no_logger = kwargs.get("logger") is False  # Lightning then writes into default_root_dir itself
         self.current_epoch = 0
         self.estimated_stepping_batches: int | float = math.inf
         self.logger = StepLogger()
@@ -158,6 +160,7 @@ class Trainer(CheckpointSaving):
             self._say("`Trainer.fit` stopped: No training batches.")
         else:
             self._run = self._build(model, train_loader, val_loader, new_run=True)
+            self._say_no_logger()
             if elastic.is_restarted() and CheckpointManager(self._run_folder).latest() is not None:
                 resume, warnings = None, []  # a restart goes on from its own folder's checkpoint (the core's)
             for warning in warnings:
@@ -361,6 +364,16 @@ class _LightningRun(BraeburnTrainer):
     def _save(self) -> None:
         super()._save()
         self.lightning._save_epoch_ckpt()
+
+    def _resume(self, request: str, loader: Any) -> None:
+        """fit(ckpt_path=...) as Lightning's: the random states stay the script's (a Lightning .ckpt holds none), so
+        dropout draws what Lightning's resumed run draws; a worker braeburn launch --max-restarts restarted takes
+        the checkpoint's, and goes on as the uninterrupted run."""
+        kind = self.accelerator.plan.device
+        kept = None if elastic.is_restarted() else state_io.rng_state(kind)
+        super()._resume(request, loader)
+        if kept is not None:
+            state_io.set_rng_state(kept, kind)
 
     def _evaluate_and_save(self, step_end: bool) -> None:
         """At an epoch's end, Lightning's order (its fit loop): the epoch's validation (when this epoch validates),
