@@ -347,6 +347,21 @@ def test_no_compile_line_where_auto_never_compiles_or_torch_compile_is_set(tmp_p
     assert "compile    off (compile=False, as asked)" in _printed_by_braeburn(tmp_path / "off2", torch_compile=False)
 
 
+def test_transformers_arguments_keep_their_torch_compile_false(tmp_path, monkeypatch):
+    """A transformers.TrainingArguments says torch_compile=False by default (never compile): braeburn keeps it, on a
+    device where its compile='auto' could compile, and says nothing of an unset torch_compile."""
+    import transformers
+
+    _compiling_device(monkeypatch)
+    run = Run("braeburn", tmp_path)
+    args = transformers.TrainingArguments(output_dir=str(run.folder / "out"), max_steps=1, use_cpu=True,
+                                          save_strategy="no", report_to="none", disable_tqdm=True)
+    _, error = run.quietly(run.trainer(args, record=False).train)
+    assert error is None, error
+    assert "torch_compile is not set" not in run.printed
+    assert "compile    off (compile=False, as asked)" in run.printed
+
+
 # -- refused before training, with the way out ------------------------------------------------------------------
 def refused(args: dict, idiom_words, way_out, **trainer_kwargs):
     def check(tmp_path):
