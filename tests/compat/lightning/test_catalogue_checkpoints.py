@@ -162,7 +162,7 @@ def test_save_checkpoint_writes_over_no_file_braeburn_did_not_write(tmp_path):
     assert ours.checkpoint_callback is None  # as Lightning with enable_checkpointing=False
     theirs = tmp_path / "mine.ckpt"
     theirs.write_bytes(b"the user's own file")
-    with pytest.raises(LightningArgumentError, match="did not write it") as caught:
+    with pytest.raises(LightningArgumentError, match="is not a Lightning checkpoint file") as caught:
         ours.save_checkpoint(str(theirs))
     assert str(theirs) in str(caught.value) and theirs.read_bytes() == b"the user's own file"
     ours.save_checkpoint(str(tmp_path / "model.ckpt"))
@@ -170,6 +170,27 @@ def test_save_checkpoint_writes_over_no_file_braeburn_did_not_write(tmp_path):
     assert Classifier.load_from_checkpoint(str(tmp_path / "model.ckpt")).hparams.lr == 0.2
     assert not list(tmp_path.glob(".*.tmp")) and sorted(p.name for p in tmp_path.glob("*.ckpt")) == [
         "mine.ckpt", "model.ckpt"]
+
+
+def test_a_rerun_script_saves_over_its_earlier_runs_ckpt_as_lightning(tmp_path):
+    """`python train.py` run twice, ending in trainer.save_checkpoint('model.ckpt'): the second run writes over the
+    first's file, as Lightning's does (under either Trainer, from either Trainer's file), after training; a link
+    planted there is still refused, and what it points at left alone."""
+    from braeburn.lightning import LightningArgumentError
+
+    target = tmp_path / "model.ckpt"
+    for lightning in (True, False, True, False):  # each fit a new Trainer, as a new process's
+        trainer, _, _ = _fit(tmp_path / "runs", lightning, max_epochs=1, enable_checkpointing=False)
+        trainer.save_checkpoint(str(target))
+        assert Classifier.load_from_checkpoint(str(target)).hparams.lr == 0.2
+    elsewhere = tmp_path / "elsewhere.ckpt"
+    elsewhere.write_bytes(target.read_bytes())
+    before = elsewhere.read_bytes()
+    link = tmp_path / "link.ckpt"
+    link.symlink_to(elsewhere)
+    with pytest.raises(LightningArgumentError, match="is not a Lightning checkpoint file"):
+        _fit(tmp_path / "runs", False, max_epochs=1, enable_checkpointing=False)[0].save_checkpoint(str(link))
+    assert link.is_symlink() and link.resolve() == elsewhere and elsewhere.read_bytes() == before
 
 
 @pytest.mark.slow  # two or four fits each

@@ -18,7 +18,8 @@ braeburn's folder, which ``fit(ckpt_path=...)`` resumes (given such a ``.ckpt``'
 
 Writes are atomic (a temporary file renamed over the name) and never replace a file braeburn did not write: in the
 run's folder the ownership record (checkpoints/ownership.py) proves it; elsewhere, only a file this process wrote
-(and nobody changed since) is replaced.
+(and nobody changed since) or a Lightning checkpoint file (read as data: an earlier run's ``save_checkpoint``, which
+Lightning writes over too) is replaced; a link, a folder or any other file is not.
 """
 
 from __future__ import annotations
@@ -100,11 +101,12 @@ class CkptFiles:
     def save_to(self, path: str | os.PathLike, content: dict[str, Any]) -> Path:
         """``trainer.save_checkpoint(path)``: written, unless ``path`` is a file this process did not write."""
         target = Path(path).expanduser().absolute()
-        if os.path.lexists(target) and self._written.get(target) != _identity(target):
+        if os.path.lexists(target) and self._written.get(target) != _identity(target) and \
+                not _is_lightning_checkpoint(target):
             raise CkptWriteError(
-                f"trainer.save_checkpoint({str(path)!r}): {target} exists and braeburn did not write it (Lightning "
-                "would write over it; braeburn writes over no file it did not write). Remove it, or pass another "
-                "path")
+                f"trainer.save_checkpoint({str(path)!r}): {target} exists and is not a Lightning checkpoint file "
+                "(Lightning would write over it; braeburn writes over a .ckpt file, such as an earlier run's, but "
+                "over no other file, nor a link or a folder). Remove it, or pass another path")
         target.parent.mkdir(parents=True, exist_ok=True)
         self._written[target] = _stat_identity(_write(target, content))
         return target
@@ -223,6 +225,18 @@ class CheckpointCallback:
             raise AttributeError(name)  # (Python's and tools' own probes: copy, pickle, IPython)
         raise not_here(f"trainer.checkpoint_callback.{name}", "is an attribute of Lightning's ModelCheckpoint; "
                         "braeburn's has best_model_path, last_model_path, best_model_score, monitor and dirpath")
+
+
+def _is_lightning_checkpoint(path: Path) -> bool:
+    """``path`` is a plain file holding a Lightning checkpoint (an earlier run's save_checkpoint, Lightning's or
+    braeburn's), read as data only (weights_only: no code runs): save_checkpoint writes over it, as Lightning."""
+    if not path.is_file() or path.is_symlink():
+        return False
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001  (not a torch file, or one holding more than data: not written over)
+        return False
+    return isinstance(content, dict) and "state_dict" in content and "pytorch-lightning_version" in content
 
 
 def _identity(path: Path) -> tuple[int, int, int, int] | None:
