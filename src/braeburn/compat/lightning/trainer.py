@@ -38,6 +38,7 @@ from ...trainer.phase_clock import EVALUATION
 from ...trainer.write_faults import OutputDirError
 from ...warn import warn
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
+from .attributes import LightningAttributes
 from .checks import (LightningArgumentError, check_interval, check_plateau, check_sized, check_unshuffled,
                      not_here)
 from .ckpt_files import CheckpointSaving, CkptFiles
@@ -57,7 +58,7 @@ NO_COMPILE_REASON = ("compile=false, braeburn.lightning's default: Lightning's T
                      "by itself")
 
 
-class Trainer(CheckpointSaving):
+class Trainer(LightningAttributes, CheckpointSaving):
     """Lightning's Trainer, the common arguments (see lightning_options.py), run by braeburn's Trainer."""
 
     def __init__(self, **kwargs: Any):
@@ -274,13 +275,17 @@ class Trainer(CheckpointSaving):
 
     def _call(self, hook: str, model: torch.nn.Module, *args: Any) -> None:
         """Each callback's hook (callbacks take (trainer, module)), then the module's: Lightning's order."""
-        for callback in self.callbacks:
-            method = getattr(callback, hook, None)
+        outer, self._hook = self._hook, hook  # (trainer.should_stop reads it)
+        try:
+            for callback in self.callbacks:
+                method = getattr(callback, hook, None)
+                if callable(method):
+                    method(self, model, *args)
+            method = getattr(model, hook, None)
             if callable(method):
-                method(self, model, *args)
-        method = getattr(model, hook, None)
-        if callable(method):
-            method(*args)
+                method(*args)
+        finally:
+            self._hook = outer
 
 
 def _rank_zero() -> bool:
