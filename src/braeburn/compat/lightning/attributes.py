@@ -1,13 +1,17 @@
 """What a user's code reads or sets on ``braeburn.lightning.Trainer`` that Lightning's Trainer has: each of Lightning's
 names it does not hold is refused by name (never a bare AttributeError), and ``trainer.should_stop = True`` from a
-validation or epoch-end hook stops the run there, as Lightning's Trainer stops it.
+validation or epoch-end hook stops the run there, as Lightning's Trainer stops it. And what a LightningModule reads
+from itself during a run (``self.trainer``, ``self.log``, ``self.optimizers()``, ``self.print`` ...).
 
 Lightning is not imported: its Trainer's public names (2.6) are listed here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+import torch
 
 from .checks import LightningArgumentError, not_here
 
@@ -66,4 +70,64 @@ class LightningAttributes:
         self._run.state.request_stop("trainer.should_stop = True")
 
 
-__all__ = ["LIGHTNING_NAMES", "LightningAttributes"]
+class ModuleAttributes:
+    """What a LightningModule reads from itself during a run: put in front of the module's class for the run."""
+
+    @property
+    def trainer(self) -> Any:
+        return self.__dict__["_braeburn_lightning"]
+
+    @property
+    def current_epoch(self) -> int:
+        return self.trainer.current_epoch
+
+    @property
+    def global_step(self) -> int:
+        return self.trainer.global_step
+
+    @property
+    def device(self) -> torch.device:
+        return self.trainer.device
+
+    @property
+    def logger(self) -> None:
+        """None with Trainer(logger=False), as Lightning's; Lightning's logger object is not here: refused."""
+        if self.trainer._no_logger:
+            return None
+        raise not_here("self.logger (in the LightningModule)", "is the Trainer's logger, a CSVLogger or "
+                       "TensorBoardLogger; braeburn writes every self.log value to metrics.jsonl in trainer.log_dir")
+
+    @property
+    def loggers(self) -> list:
+        return [] if self.trainer._no_logger else [self.logger]
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """Lightning's self.print: printed by the main process only."""
+        if self.trainer.is_global_zero:
+            print(*args, **kwargs)
+
+    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
+        """The optimizer configure_optimizers() returned (Lightning wraps it in a LightningOptimizer, whose
+        param_groups and state are the same)."""
+        return self._trainer_part(0, "self.optimizers()")
+
+    def lr_schedulers(self) -> Any:
+        """The scheduler configure_optimizers() returned (None without one), as Lightning's."""
+        scheduler = self._trainer_part(1, "self.lr_schedulers()")
+        return scheduler.get("scheduler") if isinstance(scheduler, Mapping) else scheduler
+
+    def _trainer_part(self, index: int, call: str) -> Any:
+        part = self.trainer._optimizers
+        if part[0] is None:
+            raise LightningArgumentError([f"{call} outside fit(): there is no optimizer yet (Lightning has none "
+                                          "either); call it from training_step or a hook of fit()"])
+        return part[index]
+
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        self.trainer.logger.log(name, value, *args, **kwargs)
+
+    def log_dict(self, values: Mapping[str, Any], *args: Any, **kwargs: Any) -> None:
+        self.trainer.logger.log_dict(values, *args, **kwargs)
+
+
+__all__ = ["LIGHTNING_NAMES", "LightningAttributes", "ModuleAttributes"]

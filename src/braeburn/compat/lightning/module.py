@@ -94,6 +94,12 @@ def batch_size_of(batch: Any) -> int:
     return 1
 
 
+# The public names of Lightning's Logger classes (CSVLogger, TensorBoardLogger: pytorch-lightning 2.6).
+LOGGER_NAMES = frozenset(("after_save_checkpoint", "experiment", "finalize", "group_separator", "log_dir",
+                          "log_graph", "log_hyperparams", "log_metrics", "name", "root_dir", "save", "save_dir",
+                          "version", "sub_dir"))
+
+
 class StepLogger:
     """self.log's values, reduced as Lightning reduces them. Training: the last step's value of each name (on_step),
     and the epoch's mean (on_epoch); validation and ``on_train_epoch_end``: the epoch mean. Means are weighted by the
@@ -111,6 +117,15 @@ class StepLogger:
         self._metrics: dict[str, float] = {}
         self._plain_names: dict[str, str] = {}  # <name>_step / <name>_epoch -> <name>
         self._new_steps = False  # step values logged since callback_metrics last took them
+
+    def __getattr__(self, name: str) -> Any:
+        if name in LOGGER_NAMES:  # what a Lightning Logger (CSVLogger, TensorBoardLogger) has
+            from .checks import not_here
+
+            raise not_here(f"trainer.logger.{name}", "is an attribute of Lightning's logger (braeburn's "
+                           "trainer.logger records self.log only; trainer.log_dir is the run's folder, where "
+                           "metrics.jsonl holds every logged value)")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def callback_metrics(self) -> dict[str, float]:

@@ -38,7 +38,7 @@ from ...trainer.phase_clock import EVALUATION
 from ...trainer.write_faults import OutputDirError
 from ...warn import warn
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
-from .attributes import LightningAttributes
+from .attributes import LightningAttributes, ModuleAttributes as _LightningAttributes
 from .checks import (LightningArgumentError, check_interval, check_plateau, check_sized, check_unshuffled,
                      not_here)
 from .ckpt_files import CheckpointSaving, CkptFiles
@@ -82,6 +82,7 @@ class Trainer(LightningAttributes, CheckpointSaving):
         self._module: torch.nn.Module | None = None  # the last fit()'s, with its datamodule: save_checkpoint's
         self._datamodule: Any = None
         self._ckpts = CkptFiles()
+        self._optimizers: tuple[Any, Any] = (None, None)  # configure_optimizers()'s optimizer and scheduler
         self._ckpt_said = False
 
     # -- what a module reads from self.trainer -------------------------------------------------------
@@ -245,6 +246,7 @@ class Trainer(LightningAttributes, CheckpointSaving):
         optimizer, scheduler = None, None
         if train_loader is not None:
             optimizer, scheduler = split_optimizers(model.configure_optimizers())  # reads estimated_stepping_batches
+            self._optimizers = (optimizer, scheduler)  # the module's self.optimizers() and self.lr_schedulers()
             check_plateau(scheduler, val_loader, self.options)
             check_interval(self.options.val_check_interval, len(train_loader), val_loader)
         if new_run:  # last: a refusal above leaves no empty run folder behind
@@ -548,32 +550,6 @@ class _LightningHooks(Callback):
         self.lightning.current_epoch = math.ceil(state.epoch)  # before on_train_end, which reads it as Lightning's
         if not self.nothing_to_train:
             self.lightning._call("on_train_end", self.module)
-
-
-class _LightningAttributes:
-    """What a LightningModule reads from itself during a run: put in front of the module's class for the run."""
-
-    @property
-    def trainer(self) -> Trainer:
-        return self.__dict__["_braeburn_lightning"]
-
-    @property
-    def current_epoch(self) -> int:
-        return self.trainer.current_epoch
-
-    @property
-    def global_step(self) -> int:
-        return self.trainer.global_step
-
-    @property
-    def device(self) -> torch.device:
-        return self.trainer.device
-
-    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
-        self.trainer.logger.log(name, value, *args, **kwargs)
-
-    def log_dict(self, values: Mapping[str, Any], *args: Any, **kwargs: Any) -> None:
-        self.trainer.logger.log_dict(values, *args, **kwargs)
 
 
 class _bound:
