@@ -144,6 +144,15 @@ def test_with_logger_false_one_line_says_where_the_run_writes(tmp_path):
     assert "logger=False" not in printed
 
 
+def test_no_line_speaks_of_accelerates_save_state_in_a_lightning_run(tmp_path):
+    """A Lightning script never calls Accelerate's save_state()/load_state(): braeburn's lines about those calls
+    (Accelerate's file names, a DataLoader resumed part way) are not printed by its saves and resumes."""
+    first, _, printed = _fit(tmp_path, False, max_epochs=1)
+    _, _, resumed = _fit(tmp_path, False, first.checkpoint_callback.best_model_path, max_epochs=2)
+    assert "resumed from" in resumed
+    assert not [line for line in (printed + resumed).splitlines() if "save_state()" in line or "load_state()" in line]
+
+
 def test_lightnings_own_fit_refuses_to_resume_braeburns_ckpt(tmp_path):
     """Lightning's own Trainer given braeburn's .ckpt to resume: Lightning's error for a weights-only file, before
     anything is trained, never a silent restart from epoch 0."""

@@ -38,6 +38,7 @@ from ...trainer.phase_clock import EVALUATION
 from ...trainer.write_faults import OutputDirError
 from ...warn import warn
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
+from ..accelerate.checkpointing import AccelerateCheckpointing
 from .attributes import LightningAttributes, ModuleAttributes as _LightningAttributes
 from .checks import (LightningArgumentError, check_interval, check_plateau, check_sized, check_unshuffled,
                      not_here)
@@ -236,7 +237,7 @@ class Trainer(LightningAttributes, CheckpointSaving):
         """braeburn's Trainer for this fit (``new_run``: in a new run folder) or validate (no optimizer then, as
         Lightning calls none; nothing is written)."""
         # the user seeds; ACCELERATE_* variables act as on braeburn.Trainer's run (the accumulation is the config's)
-        accelerator = Accelerator(**accumulation_as_plugin({**self.options.config.accelerator_options(), "seed": None}))
+        accelerator = _Accelerator(**accumulation_as_plugin({**self.options.config.accelerator_options(), "seed": None}))
         accelerator.plan = dataclasses.replace(accelerator.plan, compile_reason=NO_COMPILE_REASON)
         self.logger.reduce_mean = lambda value: accelerator.reduce(value, "mean")
         if accelerator.plan.precision == "fp16" and accelerator.device.type == "cpu" and accelerator.is_main_process:
@@ -332,6 +333,17 @@ def _run_folder(logs: Path, accelerator: Accelerator) -> Path:
                              f"folder in {logs} {reason}. Pass a default_root_dir you can write to, or make that "
                              "folder writable.")
     return logs / f"version_{number}"
+
+
+class _Accelerator(Accelerator):
+    """The run's Accelerator, whose checkpoints the Trainer saves and resumes: without Accelerate's save_state() and
+    load_state() lines, which speak of calls and files of Accelerate's that a Lightning script never made."""
+
+    def save_state(self, output_dir: Any = None, **kwargs: Any) -> None:
+        super(AccelerateCheckpointing, self).save_state(output_dir, **kwargs)
+
+    def load_state(self, input_dir: Any = None, **kwargs: Any) -> None:
+        super(AccelerateCheckpointing, self).load_state(input_dir, **kwargs)
 
 
 class _FirstBatches:
