@@ -91,3 +91,46 @@ def test_lightnings_logger_is_refused_by_name(tmp_path, read, named):
     with pytest.raises(LightningArgumentError, match=named.replace(".", r"\.")) as caught:
         _fit(tmp_path / "braeburn", False, lambda: ReadsLogger(read), max_epochs=1)
     assert "metrics.jsonl" in str(caught.value)
+
+
+class LogOptions(Classifier):
+    """self.log as Lightning's docs vary it: epoch-only, step-only, logger=False, on_step and on_epoch in validation,
+    log_dict with batch_size, and a value logged in on_validation_epoch_end."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self(x), y)
+        self.losses.append(loss.item())
+        self.log("epoch_only", loss, on_step=False, on_epoch=True)
+        self.log("step_only", loss * 2, on_step=True, on_epoch=False, prog_bar=True)
+        self.log("not_logged", loss * 3, logger=False)
+        return {"loss": loss}
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        self.log("val_loss", torch.nn.functional.cross_entropy(logits, y), on_step=True, on_epoch=True)
+        self.log_dict({"val_acc": (logits.argmax(-1) == y).float().mean()}, prog_bar=True, batch_size=len(y))
+
+    def on_validation_epoch_end(self):
+        self.log("epoch_seen", float(self.current_epoch))
+
+
+def _metrics(values: dict) -> dict:
+    return {name: round(float(value), 6) for name, value in sorted(values.items())}
+
+
+def test_self_log_options_and_validate_give_lightnings_metrics(tmp_path):
+    """callback_metrics and logged_metrics after fit and after validate(), and validate()'s result, as Lightning's:
+    `<name>_epoch` (and `<name>_step` in logged_metrics) for a validation value logged on_step and on_epoch, nothing
+    logged with logger=False in logged_metrics, and validate() starting its metrics afresh."""
+    seen = {}
+    for name, lightning in (("lightning", True), ("braeburn", False)):
+        trainer, module, _ = _fit(tmp_path / name, lightning, LogOptions)
+        after_fit = (_metrics(trainer.callback_metrics), _metrics(trainer.logged_metrics))
+        result = trainer.validate(module, classification_data(20, 6, seed=1), verbose=False)
+        seen[name] = (module.losses, after_fit, _metrics(trainer.callback_metrics), _metrics(trainer.logged_metrics),
+                      [_metrics(values) for values in result])
+    assert seen["braeburn"] == seen["lightning"]
+    assert "val_loss_epoch" in seen["lightning"][2] and "val_loss_step" in seen["lightning"][3]
+    assert "not_logged" in seen["lightning"][1][0] and "not_logged" not in seen["lightning"][1][1]

@@ -116,6 +116,8 @@ class StepLogger:
         self.epoch_sums: dict[str, tuple[torch.Tensor, float]] = {}
         self._metrics: dict[str, float] = {}
         self._plain_names: dict[str, str] = {}  # <name>_step / <name>_epoch -> <name>
+        self.not_logged: set[str] = set()  # self.log(..., logger=False): in callback_metrics, not logged_metrics
+        self.validation_steps: dict[str, torch.Tensor] = {}  # <name>_step of a validation: logged_metrics only
         self._new_steps = False  # step values logged since callback_metrics last took them
 
     def __getattr__(self, name: str) -> Any:
@@ -153,7 +155,10 @@ class StepLogger:
         stepping = self.training and not self.epoch_end
         on_step = stepping if on_step is None else on_step
         on_epoch = (not stepping) if on_epoch is None else on_epoch
-        forked = on_step and on_epoch and stepping
+        forked = on_step and on_epoch and (stepping or not self.training)  # (validation: on_step given True)
+        (self.not_logged.add if logger is False else self.not_logged.discard)(name)
+        if forked and not self.training:  # a validation's value of each batch goes to the logger alone
+            self.validation_steps[self._name(name, "_step")] = value
         if on_step and stepping:
             self.step_values[self._name(name, "_step" if forked else "")] = value
             self._new_steps = True
@@ -162,6 +167,11 @@ class StepLogger:
             total, count = self.epoch_sums.get(epoch_name, (torch.zeros((), device=value.device), 0.0))
             weight = float(batch_size or self.batch_size or 1)
             self.epoch_sums[epoch_name] = (total + value.mean() * weight, count + weight)
+
+    def reset(self) -> None:
+        """Nothing logged yet (Lightning's validate() starts its metrics afresh)."""
+        self._metrics, self.validation_steps, self.epoch_sums, self.step_values = {}, {}, {}, {}
+        self._new_steps = False
 
     @property
     def forked_names(self) -> set[str]:

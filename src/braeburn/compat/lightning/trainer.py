@@ -99,9 +99,13 @@ class Trainer(LightningAttributes, CheckpointSaving):
     @property
     def logged_metrics(self) -> dict[str, torch.Tensor]:
         """What went to the logger, as Lightning's: a name logged on_step and on_epoch as ``<name>_step`` and
-        ``<name>_epoch`` only (its plain ``<name>`` is in callback_metrics alone)."""
-        forked = set(self.logger.forked_names)
-        return {name: value for name, value in self.callback_metrics.items() if name not in forked}
+        ``<name>_epoch`` only (its plain ``<name>`` is in callback_metrics alone; a validation's ``<name>_step`` is
+        its last batch's, in logged_metrics alone), nothing logged with ``logger=False``."""
+        logger = self.logger
+        hidden = set(logger.forked_names) | {logger._plain_names.get(name, name) for name in logger.not_logged}
+        steps = {name: torch.tensor(float(value)) for name, value in logger.validation_steps.items()}
+        return {name: value for name, value in {**self.callback_metrics, **steps}.items()
+                if name not in hidden and logger._plain_names.get(name, name) not in logger.not_logged}
 
     @property
     def is_global_zero(self) -> bool:
@@ -199,6 +203,7 @@ class Trainer(LightningAttributes, CheckpointSaving):
             raise ValueError("validate() needs data: pass dataloaders=, a datamodule with val_dataloader(), or "
                              "define val_dataloader() on the module")
         check_sized(val_loader, "dataloaders", "val_dataloader()", "validate")
+        self.logger.reset()  # as Lightning's validate(): its metrics alone, from here on
         with _bound(model, self), spelled(LightningSpelling(self.options.root, precision=self._precision)):
             self._run = _one_error(self._build, model, None, val_loader)
             metrics = _one_error(self._run.evaluate)
