@@ -153,6 +153,29 @@ def test_no_line_speaks_of_accelerates_save_state_in_a_lightning_run(tmp_path):
     assert not [line for line in (printed + resumed).splitlines() if "save_state()" in line or "load_state()" in line]
 
 
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_resume_with_nothing_to_train_keeps_best_model_path_as_lightning(tmp_path, monkeypatch, relative):
+    """Resumed from epoch 0's .ckpt with max_epochs=1 (nothing left to train): best_model_path is the resumed file,
+    as Lightning's reloaded ModelCheckpoint says, and no .ckpt is written in the new run folder (there was one
+    named epoch=1, standing for no checkpoint folder there); then a run that trains writes its own."""
+    monkeypatch.chdir(tmp_path)
+    paths, written = {}, {}
+    for name, lightning in (("lightning", True), ("braeburn", False)):
+        root = Path(name) if relative else tmp_path / name
+        first, _, _ = _fit(root, lightning, max_epochs=1)
+        resumed, module, _ = _fit(root, lightning, first.checkpoint_callback.best_model_path, max_epochs=1)
+        assert module.losses == []
+        paths[name] = Path(resumed.checkpoint_callback.best_model_path).resolve().relative_to(tmp_path / name)
+        written[name] = sorted(p.name for p in (tmp_path / name / "lightning_logs" / "version_1").glob("*/*.ckpt"))
+        trained, _, _ = _fit(root, lightning, first.checkpoint_callback.best_model_path, max_epochs=2)
+        paths[name + " trained"] = Path(trained.checkpoint_callback.best_model_path).resolve().relative_to(
+            tmp_path / name)
+    assert paths["braeburn"] == paths["lightning"] == Path("lightning_logs/version_0/checkpoints/epoch=0-step=5.ckpt")
+    assert written["braeburn"] == written["lightning"] == []
+    assert paths["braeburn trained"] == paths["lightning trained"] == Path(
+        "lightning_logs/version_2/checkpoints/epoch=1-step=10.ckpt")
+
+
 def test_lightnings_own_fit_refuses_to_resume_braeburns_ckpt(tmp_path):
     """Lightning's own Trainer given braeburn's .ckpt to resume: Lightning's error for a weights-only file, before
     anything is trained, never a silent restart from epoch 0."""

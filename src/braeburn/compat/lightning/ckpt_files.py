@@ -164,8 +164,8 @@ class CheckpointSaving:
         run, folder = self._run, self._run_folder
         last = run.state.last_checkpoint if run is not None else None
         if not (self.options.checkpoints and folder is not None and last and run.accelerator.is_main_process) or \
-                Path(last).name != f"checkpoint-{self.global_step}":
-            return
+                Path(last).resolve() != (folder / f"checkpoint-{self.global_step}").resolve():
+            return  # (a resumed run that trained nothing: its last checkpoint is the earlier run's, which has its .ckpt)
         latest = self._ckpts.latest
         if latest is not None and latest.parent.parent == folder and \
                 latest.name.endswith(f"-step={self.global_step}.ckpt"):
@@ -250,6 +250,17 @@ def _stat_identity(stat: os.stat_result) -> tuple[int, int, int, int]:
     return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
+def epoch_ckpt_of(folder: str | os.PathLike) -> Path | None:
+    """The ``checkpoints/epoch=E-step=S.ckpt`` written beside braeburn's checkpoint folder ``.../checkpoint-S``."""
+    folder = Path(folder)
+    step = folder.name.removeprefix("checkpoint-")
+    beside = folder.parent / FOLDER
+    if not step.isdigit() or not beside.is_dir():
+        return None
+    found = [path for path in beside.iterdir() if (match := _EPOCH_FILE.match(path.name)) and match.group(2) == step]
+    return found[0] if len(found) == 1 and found[0].is_file() else None
+
+
 def braeburn_folder_of(path: Path) -> Path | None:
     """The braeburn checkpoint folder an epoch ``.ckpt`` braeburn wrote stands for
     (``version_N/checkpoints/epoch=E-step=S.ckpt`` -> ``version_N/checkpoint-S``), when it is there."""
@@ -261,4 +272,4 @@ def braeburn_folder_of(path: Path) -> Path | None:
 
 
 __all__ = ["CheckpointCallback", "CheckpointSaving", "CkptFiles", "CkptWriteError", "FOLDER", "braeburn_folder_of",
-           "checkpoint_content", "lightning_version"]
+           "checkpoint_content", "epoch_ckpt_of", "lightning_version"]

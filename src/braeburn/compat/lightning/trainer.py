@@ -42,7 +42,7 @@ from ..accelerate.checkpointing import AccelerateCheckpointing
 from .attributes import LightningAttributes, ModuleAttributes as _LightningAttributes
 from .checks import (LightningArgumentError, check_interval, check_plateau, check_sized, check_unshuffled,
                      not_here)
-from .ckpt_files import CheckpointSaving, CkptFiles
+from .ckpt_files import CheckpointSaving, CkptFiles, epoch_ckpt_of
 from .module import HOOKS, StepLogger, batch_size_of, split_optimizers, step_loss, unsupported_hooks
 from .options import lightning_options
 from .runs import (CheckpointPathError, checkpoint_to_resume, claim_run_folder, job_identity, logs_folder,
@@ -172,6 +172,8 @@ class Trainer(LightningAttributes, CheckpointSaving):
                 resume, warnings = None, []  # a restart goes on from its own folder's checkpoint (the core's)
             for warning in warnings:
                 self._run.accelerator.print(f"braeburn: warning: {warning}")
+            # best_model_path names the resumed .ckpt until this run writes one, as Lightning's reloaded ModelCheckpoint
+            self._ckpts.latest = epoch_ckpt_of(resume) if resume else None
             self._run.train(resume_from_checkpoint=resume)
             limit = self._limit_reached()
             if limit is not None:
