@@ -134,3 +134,19 @@ def test_self_log_options_and_validate_give_lightnings_metrics(tmp_path):
     assert seen["braeburn"] == seen["lightning"]
     assert "val_loss_epoch" in seen["lightning"][2] and "val_loss_step" in seen["lightning"][3]
     assert "not_logged" in seen["lightning"][1][0] and "not_logged" not in seen["lightning"][1][1]
+
+
+def test_a_second_fit_on_the_same_trainer_is_refused_before_training(tmp_path):
+    """Lightning's second fit() on one Trainer trains nothing (its loops are at max_epochs); braeburn's trained the
+    module again in a new version_N, silently. Now refused, naming a new Trainer and ckpt_path."""
+    from braeburn.lightning import LightningArgumentError
+
+    theirs, their_module, _ = _fit(tmp_path / "lightning", True, Classifier, max_epochs=1)
+    theirs.fit(their_module, classification_data(40, 8))
+    assert len(their_module.losses) == 5  # (Lightning: nothing more trained)
+    ours, module, _ = _fit(tmp_path / "braeburn", False, Classifier, max_epochs=1)
+    with pytest.raises(LightningArgumentError, match=r"trainer\.fit\(\) a second time") as caught:
+        ours.fit(module, classification_data(40, 8))
+    assert "new Trainer" in str(caught.value) and "ckpt_path" in str(caught.value)
+    assert len(module.losses) == 5
+    assert sorted(p.name for p in (tmp_path / "braeburn" / "lightning_logs").iterdir()) == ["version_0"]

@@ -84,6 +84,7 @@ class Trainer(LightningAttributes, CheckpointSaving):
         self._datamodule: Any = None
         self._ckpts = CkptFiles()
         self._optimizers: tuple[Any, Any] = (None, None)  # configure_optimizers()'s optimizer and scheduler
+        self._fitted = False  # a fit() trained (or began to): a second one is refused
         self._ckpt_said = False
 
     # -- what a module reads from self.trainer -------------------------------------------------------
@@ -139,6 +140,13 @@ class Trainer(LightningAttributes, CheckpointSaving):
         """Train ``model`` (Lightning's hooks, at Lightning's moments) into a new
         ``<default_root_dir>/lightning_logs/version_<N>``; ``ckpt_path`` resumes a braeburn checkpoint folder
         ("last": the latest of the newest version_<N> that holds one; lightning_runs.py)."""
+        if self._fitted:
+            raise LightningArgumentError([
+                "trainer.fit() a second time on the same Trainer: Lightning's Trainer goes on from where its first "
+                "fit() stopped (having reached max_epochs or max_steps, it trains nothing more), which "
+                "braeburn.lightning.Trainer does not do. For a new run make a new Trainer; to train further, a new "
+                "Trainer with a higher max_epochs and fit(model, ..., ckpt_path=trainer.checkpoint_callback."
+                "best_model_path)"])
         train_loader, val_loader = _loaders(model, datamodule, "fit", train_dataloaders, val_dataloaders)
         if train_loader is None:
             raise ValueError("fit() needs training data: pass train_dataloaders=, a datamodule with "
@@ -167,6 +175,7 @@ class Trainer(LightningAttributes, CheckpointSaving):
             self._say("`Trainer.fit` stopped: No training batches.")
         else:
             self._run = self._build(model, train_loader, val_loader, new_run=True)
+            self._fitted = True
             self._say_no_logger()
             if elastic.is_restarted() and CheckpointManager(self._run_folder).latest() is not None:
                 resume, warnings = None, []  # a restart goes on from its own folder's checkpoint (the core's)
