@@ -172,7 +172,9 @@ class CoreTrainingConfig:
     """Transformers' spelling of --mixed_precision bf16."""
     fp16: bool = False
     """Transformers' spelling of --mixed_precision fp16."""
-    torch_compile: bool | None = None
+    # (nargs/const: a bare --torch_compile means True under Transformers' HfArgumentParser too, whose own field is a
+    # bool; it leaves an Optional[bool] needing a value. braeburn's parser reads only help and aliases.)
+    torch_compile: bool | None = field(default=None, metadata={"nargs": "?", "const": True})
     """Transformers' spelling of --compile true (false: --compile false; unset: --compile decides)."""
     use_mps_device: bool = False
     """Deprecated by Transformers (MPS is the default on a Mac); accepted with a note. Use --accelerator mps."""

@@ -29,10 +29,11 @@ def _trainer(root: Path, lightning: bool, **options: Any) -> Any:
     return Trainer(accelerator="cpu", devices=1, enable_progress_bar=False, default_root_dir=str(root), **options)
 
 
-def _fit(root: Path, lightning: bool, ckpt_path: str | None = None, **options: Any) -> tuple[Any, Classifier, str]:
+def _fit(root: Path, lightning: bool, ckpt_path: str | None = None, dropout: float = 0.0,
+         **options: Any) -> tuple[Any, Classifier, str]:
     """A seeded Classifier fitted (printing into the returned text); the trainer and the module."""
     pl.seed_everything(0, verbose=False)
-    module = Classifier(lr=0.2, scheduler="epoch")
+    module = Classifier(lr=0.2, dropout=dropout, scheduler="epoch")
     trainer = _trainer(root, lightning, **options)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
@@ -97,6 +98,84 @@ def _resume_from_best(tmp_path: Path) -> None:
     assert losses["braeburn"] == losses["lightning"] and len(losses["lightning"]) == 10
 
 
+def _resumed_with_dropout(root: Path, lightning: bool) -> tuple[list[float], torch.Tensor]:
+    """One epoch of a module with dropout, then a fresh module resumed from its .ckpt to three epochs: the resumed
+    run's losses, and torch's random state after it."""
+    first, _, _ = _fit(root, lightning, max_epochs=1, dropout=0.3)
+    _, module, _ = _fit(root, lightning, first.checkpoint_callback.best_model_path, max_epochs=3, dropout=0.3)
+    return module.losses, torch.get_rng_state()
+
+
+@CATALOGUE.idiom(BRAEBURN_TRAINER + "fit(model, ckpt_path=best_model_path) with nn.Dropout in the model",
+                 "identical", "the random states stay the script's, as Lightning's (its .ckpt holds none): the "
+                 "resumed run's dropout masks and losses are Lightning's resumed run's, bitwise, and torch's random "
+                 "state after fit() is Lightning's")
+def _resume_with_dropout(tmp_path: Path) -> None:
+    their_losses, their_state = _resumed_with_dropout(tmp_path / "lightning", True)
+    our_losses, our_state = _resumed_with_dropout(tmp_path / "braeburn", False)
+    assert our_losses == their_losses and len(their_losses) == 10
+    assert torch.equal(our_state, their_state)
+
+
+@CATALOGUE.idiom(BRAEBURN_TRAINER + "Trainer(logger=False); Model.load_from_checkpoint(best_model_path)",
+                 "on purpose", "the same weights (bitwise) and hyperparameters; Lightning writes "
+                 "`default_root_dir/checkpoints/epoch=1-step=10.ckpt` and its `log_dir` is `default_root_dir`, "
+                 "braeburn keeps its run folder `lightning_logs/version_0` (its checkpoint folders resume from there) "
+                 "with the .ckpt in its `checkpoints/`; one line says so, naming logger=False and both folders")
+def _no_logger(tmp_path: Path) -> None:
+    theirs, _, _ = _fit(tmp_path / "lightning", True, logger=False)
+    ours, _, printed = _fit(tmp_path / "braeburn", False, logger=False)
+    their_path, our_path = theirs.checkpoint_callback.best_model_path, ours.checkpoint_callback.best_model_path
+    assert Path(their_path) == tmp_path / "lightning" / "checkpoints" / "epoch=1-step=10.ckpt"
+    assert Path(our_path) == tmp_path / "braeburn" / "lightning_logs" / "version_0" / "checkpoints" / \
+        "epoch=1-step=10.ckpt"
+    _same_module(their_path, our_path)
+    line = assert_on_purpose(printed.splitlines(), "logger=False")
+    assert str(Path(our_path).parent) in line and str(tmp_path / "braeburn" / "checkpoints") in line
+    assert ours.log_dir in line and "default_root_dir" in line
+
+
+def test_with_logger_false_one_line_says_where_the_run_writes(tmp_path):
+    """The fast tier's check: the line names the run folder and, with checkpointing off, no .ckpt folder."""
+    ours, _, printed = _fit(tmp_path, False, max_epochs=1, logger=False, enable_checkpointing=False)
+    line = assert_on_purpose(printed.splitlines(), "logger=False")
+    assert ours.log_dir in line and ".ckpt" not in line
+    _, _, printed = _fit(tmp_path / "logged", False, max_epochs=1)
+    assert "logger=False" not in printed
+
+
+def test_no_line_speaks_of_accelerates_save_state_in_a_lightning_run(tmp_path):
+    """A Lightning script never calls Accelerate's save_state()/load_state(): braeburn's lines about those calls
+    (Accelerate's file names, a DataLoader resumed part way) are not printed by its saves and resumes."""
+    first, _, printed = _fit(tmp_path, False, max_epochs=1)
+    _, _, resumed = _fit(tmp_path, False, first.checkpoint_callback.best_model_path, max_epochs=2)
+    assert "resumed from" in resumed
+    assert not [line for line in (printed + resumed).splitlines() if "save_state()" in line or "load_state()" in line]
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_resume_with_nothing_to_train_keeps_best_model_path_as_lightning(tmp_path, monkeypatch, relative):
+    """Resumed from epoch 0's .ckpt with max_epochs=1 (nothing left to train): best_model_path is the resumed file,
+    as Lightning's reloaded ModelCheckpoint says, and no .ckpt is written in the new run folder (there was one
+    named epoch=1, standing for no checkpoint folder there); then a run that trains writes its own."""
+    monkeypatch.chdir(tmp_path)
+    paths, written = {}, {}
+    for name, lightning in (("lightning", True), ("braeburn", False)):
+        root = Path(name) if relative else tmp_path / name
+        first, _, _ = _fit(root, lightning, max_epochs=1)
+        resumed, module, _ = _fit(root, lightning, first.checkpoint_callback.best_model_path, max_epochs=1)
+        assert module.losses == []
+        paths[name] = Path(resumed.checkpoint_callback.best_model_path).resolve().relative_to(tmp_path / name)
+        written[name] = sorted(p.name for p in (tmp_path / name / "lightning_logs" / "version_1").glob("*/*.ckpt"))
+        trained, _, _ = _fit(root, lightning, first.checkpoint_callback.best_model_path, max_epochs=2)
+        paths[name + " trained"] = Path(trained.checkpoint_callback.best_model_path).resolve().relative_to(
+            tmp_path / name)
+    assert paths["braeburn"] == paths["lightning"] == Path("lightning_logs/version_0/checkpoints/epoch=0-step=5.ckpt")
+    assert written["braeburn"] == written["lightning"] == []
+    assert paths["braeburn trained"] == paths["lightning trained"] == Path(
+        "lightning_logs/version_2/checkpoints/epoch=1-step=10.ckpt")
+
+
 def test_lightnings_own_fit_refuses_to_resume_braeburns_ckpt(tmp_path):
     """Lightning's own Trainer given braeburn's .ckpt to resume: Lightning's error for a weights-only file, before
     anything is trained, never a silent restart from epoch 0."""
@@ -115,7 +194,7 @@ def test_save_checkpoint_writes_over_no_file_braeburn_did_not_write(tmp_path):
     assert ours.checkpoint_callback is None  # as Lightning with enable_checkpointing=False
     theirs = tmp_path / "mine.ckpt"
     theirs.write_bytes(b"the user's own file")
-    with pytest.raises(LightningArgumentError, match="did not write it") as caught:
+    with pytest.raises(LightningArgumentError, match="is not a Lightning checkpoint file") as caught:
         ours.save_checkpoint(str(theirs))
     assert str(theirs) in str(caught.value) and theirs.read_bytes() == b"the user's own file"
     ours.save_checkpoint(str(tmp_path / "model.ckpt"))
@@ -123,6 +202,27 @@ def test_save_checkpoint_writes_over_no_file_braeburn_did_not_write(tmp_path):
     assert Classifier.load_from_checkpoint(str(tmp_path / "model.ckpt")).hparams.lr == 0.2
     assert not list(tmp_path.glob(".*.tmp")) and sorted(p.name for p in tmp_path.glob("*.ckpt")) == [
         "mine.ckpt", "model.ckpt"]
+
+
+def test_a_rerun_script_saves_over_its_earlier_runs_ckpt_as_lightning(tmp_path):
+    """`python train.py` run twice, ending in trainer.save_checkpoint('model.ckpt'): the second run writes over the
+    first's file, as Lightning's does (under either Trainer, from either Trainer's file), after training; a link
+    planted there is still refused, and what it points at left alone."""
+    from braeburn.lightning import LightningArgumentError
+
+    target = tmp_path / "model.ckpt"
+    for lightning in (True, False, True, False):  # each fit a new Trainer, as a new process's
+        trainer, _, _ = _fit(tmp_path / "runs", lightning, max_epochs=1, enable_checkpointing=False)
+        trainer.save_checkpoint(str(target))
+        assert Classifier.load_from_checkpoint(str(target)).hparams.lr == 0.2
+    elsewhere = tmp_path / "elsewhere.ckpt"
+    elsewhere.write_bytes(target.read_bytes())
+    before = elsewhere.read_bytes()
+    link = tmp_path / "link.ckpt"
+    link.symlink_to(elsewhere)
+    with pytest.raises(LightningArgumentError, match="is not a Lightning checkpoint file"):
+        _fit(tmp_path / "runs", False, max_epochs=1, enable_checkpointing=False)[0].save_checkpoint(str(link))
+    assert link.is_symlink() and link.resolve() == elsewhere and elsewhere.read_bytes() == before
 
 
 @pytest.mark.slow  # two or four fits each

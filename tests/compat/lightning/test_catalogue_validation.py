@@ -24,7 +24,8 @@ HOOKS = ("on_fit_start", "on_fit_end", "on_train_start", "on_train_end", "on_tra
 def _recording(hook: str, module_hook: bool) -> Any:
     def record(self, *args: Any) -> None:
         trainer = self.trainer if module_hook else args[0]
-        self.calls.append(f"{'module' if module_hook else 'callback'}.{hook}: {sorted(trainer.callback_metrics)}")
+        self.calls.append(f"{'module' if module_hook else 'callback'}.{hook}: {sorted(trainer.callback_metrics)} "
+                          f"epoch {trainer.current_epoch} step {trainer.global_step}")
     return record
 
 
@@ -43,7 +44,8 @@ class HookModule(Classifier):
         self.calls = calls
 
     def on_train_epoch_end(self):
-        self.calls.append(f"module.on_train_epoch_end: {sorted(self.trainer.callback_metrics)}")
+        self.calls.append(f"module.on_train_epoch_end: {sorted(self.trainer.callback_metrics)} "
+                          f"epoch {self.current_epoch} step {self.global_step}")
         seen = self.trainer.callback_metrics.get("val_loss")
         self.log("val_loss_at_epoch_end", -1.0 if seen is None else float(seen))
 
@@ -54,12 +56,31 @@ for _hook in HOOKS:
         setattr(HookModule, _hook, _recording(_hook, module_hook=True))
 
 
+class StopAtEpoch(pl.Callback):
+    """A user's own early stop: ``trainer.should_stop = True`` from ``hook`` in epoch 1 (not in the sanity check)."""
+
+    def __init__(self, hook: str):
+        self.hook = hook
+
+    def _stop(self, trainer: Any, hook: str) -> None:
+        if hook == self.hook and trainer.current_epoch == 1 and not trainer.sanity_checking:
+            trainer.should_stop = True
+
+    def on_validation_end(self, trainer, module):
+        self._stop(trainer, "on_validation_end")
+
+    def on_train_epoch_end(self, trainer, module):
+        self._stop(trainer, "on_train_epoch_end")
+
+
 def _run(root: Path, lightning: bool, options: dict[str, Any], ckpt_path: str | None = None) -> dict[str, Any]:
     calls: list[str] = []
     pl.seed_everything(0, verbose=False)
     module = HookModule(calls)
+    options = dict(options)
+    extra = options.pop("callbacks", [])
     common = {"max_epochs": 2, "log_every_n_steps": 2, "enable_checkpointing": ckpt_path is not None or
-              options.get("max_epochs") == 1, "callbacks": [HookRecorder(calls)], **options}
+              options.get("max_epochs") == 1, "callbacks": [*extra, HookRecorder(calls)], **options}
     if lightning:
         trainer = quiet_trainer(root, False, **common)
     else:
@@ -69,7 +90,8 @@ def _run(root: Path, lightning: bool, options: dict[str, Any], ckpt_path: str | 
                           **common)
     trainer.fit(module, classification_data(40, 8), classification_data(20, 6, seed=1), ckpt_path=ckpt_path)
     return {"calls": calls, "losses": module.losses, "steps": trainer.global_step, "epoch": trainer.current_epoch,
-            "metrics": {name: float(value) for name, value in trainer.callback_metrics.items()}}
+            "metrics": {name: float(value) for name, value in trainer.callback_metrics.items()},
+            "should_stop": trainer.should_stop}
 
 
 def assert_same_run(tmp_path: Path, options: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +99,8 @@ def assert_same_run(tmp_path: Path, options: dict[str, Any]) -> dict[str, Any]:
     ours = _run(tmp_path / "braeburn", False, options)
     assert ours["calls"] == theirs["calls"]
     assert ours["losses"] == theirs["losses"]  # bitwise
-    assert (ours["steps"], ours["epoch"]) == (theirs["steps"], theirs["epoch"])
+    assert (ours["steps"], ours["epoch"], ours["should_stop"]) == (theirs["steps"], theirs["epoch"],
+                                                                   theirs["should_stop"])
     assert ours["metrics"] == pytest.approx(theirs["metrics"], rel=1e-6, abs=1e-7)  # (weighted means: sum order)
     return theirs
 
@@ -109,6 +132,50 @@ same_run_idiom("Trainer(limit_val_batches=0) (no validation)", {"limit_val_batch
 same_run_idiom("Trainer(max_steps=3) (stops part way through an epoch: on_train_epoch_end still called)",
                {"max_steps": 3, "max_epochs": -1})
 
+same_run_idiom("trainer.should_stop = True in a callback's on_validation_end (a user's own early stopping)",
+               {"callbacks": [StopAtEpoch("on_validation_end")], "max_epochs": 4},
+               "the run stops after that epoch's end (its on_train_epoch_end called), as Lightning; " + HOW)
+same_run_idiom("trainer.should_stop = True in on_train_epoch_end",
+               {"callbacks": [StopAtEpoch("on_train_epoch_end")], "max_epochs": 4})
+same_run_idiom("trainer.should_stop = True at a validation part way through an epoch (val_check_interval=2)",
+               {"callbacks": [StopAtEpoch("on_validation_end")], "max_epochs": 4, "val_check_interval": 2},
+               "the run stops at that batch, the epoch's on_train_epoch_end still called, as Lightning; " + HOW)
+
+
+def test_should_stop_from_validation_stops_the_run_as_lightning(tmp_path):
+    """The fast tier's check: stopped in epoch 1 of 4, as Lightning (before, the flag was ignored: 4 epochs)."""
+    theirs = assert_same_run(tmp_path, {"callbacks": [StopAtEpoch("on_validation_end")], "max_epochs": 4,
+                                        "num_sanity_val_steps": 0})
+    assert (theirs["steps"], theirs["epoch"], theirs["should_stop"]) == (10, 2, True)
+
+
+class StopAtStart(pl.Callback):
+    def on_train_start(self, trainer, module):
+        trainer.should_stop = True
+
+
+def test_should_stop_where_braeburn_cannot_stop_as_lightning_is_refused_by_name(tmp_path):
+    from braeburn.lightning import LightningArgumentError, Trainer
+
+    trainer = Trainer(accelerator="cpu", enable_progress_bar=False, default_root_dir=str(tmp_path),
+                      callbacks=[StopAtStart()])
+    with pytest.raises(LightningArgumentError, match="trainer.should_stop = True in on_train_start") as caught:
+        trainer.fit(Classifier(), classification_data(40, 8))
+    assert "on_validation_end" in str(caught.value) and "max_epochs" in str(caught.value)
+
+
+def test_lightnings_trainer_attributes_it_lacks_are_refused_by_name():
+    from braeburn.lightning import LightningArgumentError, Trainer
+
+    trainer = Trainer(accelerator="cpu")
+    for name in ("lightning_module", "num_training_batches", "progress_bar_metrics", "optimizers", "state"):
+        assert hasattr(pl.Trainer, name) or name in vars(pl.Trainer(logger=False, enable_progress_bar=False))
+        with pytest.raises(LightningArgumentError, match=rf"trainer\.{name} is not in braeburn\.lightning"):
+            getattr(trainer, name)
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        trainer.no_such_thing  # noqa: B018  (not Lightning's: Python's own error)
+    assert trainer.should_stop is False
+
 
 def _resumed(root: Path, lightning: bool, epochs: int) -> dict[str, Any]:
     """One epoch, then a new Trainer resumes its checkpoint to ``epochs``: what the second fit records."""
@@ -124,7 +191,7 @@ def test_a_resumed_fit_calls_lightnings_hooks(tmp_path, epochs):
     theirs = _resumed(tmp_path / "lightning", True, epochs)
     ours = _resumed(tmp_path / "braeburn", False, epochs)
     assert ours["calls"] == theirs["calls"] and ours["losses"] == theirs["losses"]
-    assert ("module.on_train_start: []" in theirs["calls"]) == (epochs > 1)
+    assert any(call.startswith("module.on_train_start: []") for call in theirs["calls"]) == (epochs > 1)
 
 
 @pytest.mark.slow  # 9 idioms, two fits each
@@ -134,11 +201,14 @@ def test_lightning_validation_idiom(idiom, tmp_path):
 
 
 def test_on_train_epoch_end_sees_the_epochs_validation(tmp_path):
-    """The fast tier's check: the epoch's val_loss is in callback_metrics when on_train_epoch_end runs."""
+    """The fast tier's check: the epoch's val_loss is in callback_metrics when on_train_epoch_end runs; each hook
+    sees Lightning's current_epoch and global_step (on_train_end: the epoch count after the last, as Lightning)."""
     theirs = assert_same_run(tmp_path, {"max_epochs": 1, "num_sanity_val_steps": 0})
     epoch_end = [call for call in theirs["calls"] if ".on_train_epoch_end" in call]
     assert all("'val_loss'" in call for call in epoch_end) and len(epoch_end) == 2
     assert theirs["metrics"]["val_loss_at_epoch_end"] == pytest.approx(theirs["metrics"]["val_loss"])
+    assert "callback.on_train_end: ['train_loss', 'train_loss_epoch', 'train_loss_step', 'val_acc', 'val_loss', " \
+        "'val_loss_at_epoch_end'] epoch 1 step 5" in theirs["calls"]
 
 
 @pytest.mark.parametrize("options,words", [

@@ -404,6 +404,21 @@ def _report_to_all(tmp_path):
         assert_refused(error, ["report_to", "tensorboard"], ["pip install tensorboard"])
 
 
+def test_transformers_arguments_keep_their_torch_compile_false(tmp_path, monkeypatch):
+    """A transformers.TrainingArguments says torch_compile=False by default (never compile): braeburn keeps it, on a
+    device where its compile='auto' could compile, and says nothing of an unset torch_compile."""
+    import transformers
+
+    _compiling_device(monkeypatch)
+    run = Run("braeburn", tmp_path)
+    args = transformers.TrainingArguments(output_dir=str(run.folder / "out"), max_steps=1, use_cpu=True,
+                                          save_strategy="no", report_to="none", disable_tqdm=True)
+    _, error = run.quietly(run.trainer(args, record=False).train)
+    assert error is None, error
+    assert "torch_compile is not set" not in run.printed
+    assert "compile    off (compile=False, as asked)" in run.printed
+
+
 # -- refused before training, with the way out ------------------------------------------------------------------
 @idiom("report_to='all' where an integration braeburn lacks is installed (codecarbon, comet_ml, clearml, neptune, "
        "dvclive ...)", "refused", "names the integrations Transformers' 'all' would report to that braeburn cannot; the "

@@ -58,6 +58,18 @@ def test_transformers_parser_agrees_with_braeburns(tmp_path):
     assert _parse(braeburn.TrainingArguments, argv) == tuple(ours.parse_args_into_dataclasses(args=argv))
 
 
+@pytest.mark.parametrize("flag", [["--torch_compile"], ["--torch_compile", "false"], ["--torch_compile", "true"], []])
+def test_torch_compile_parses_as_under_transformers(tmp_path, flag):
+    """A bare --torch_compile (Transformers' docs write it so) is True under either parser, as with Transformers'
+    own TrainingArguments; left out, braeburn's stays unset (its compile option decides, saying so)."""
+    argv = ["--output_dir", str(tmp_path / "out"), *flag]
+    theirs = _parse(transformers.TrainingArguments, argv)[2].torch_compile
+    ours = _parse(braeburn.TrainingArguments, argv)[2].torch_compile
+    own = braeburn.HfArgumentParser((ModelArguments, DataTrainingArguments, braeburn.TrainingArguments))
+    assert ours == own.parse_args_into_dataclasses(args=argv)[2].torch_compile
+    assert ours == theirs if flag else (ours is None and theirs is False)
+
+
 def test_refused_option_parsed_by_transformers_is_refused_by_the_trainer(tmp_path):
     torch = pytest.importorskip("torch")
     *_, args = _parse(braeburn.TrainingArguments, ["--output_dir", str(tmp_path), "--push_to_hub", "--use_cpu"])

@@ -18,7 +18,8 @@ braeburn's folder, which ``fit(ckpt_path=...)`` resumes (given such a ``.ckpt``'
 
 Writes are atomic (a temporary file renamed over the name) and never replace a file braeburn did not write: in the
 run's folder the ownership record (checkpoints/ownership.py) proves it; elsewhere, only a file this process wrote
-(and nobody changed since) is replaced.
+(and nobody changed since) or a Lightning checkpoint file (read as data: an earlier run's ``save_checkpoint``, which
+Lightning writes over too) is replaced; a link, a folder or any other file is not.
 """
 
 from __future__ import annotations
@@ -100,11 +101,12 @@ class CkptFiles:
     def save_to(self, path: str | os.PathLike, content: dict[str, Any]) -> Path:
         """``trainer.save_checkpoint(path)``: written, unless ``path`` is a file this process did not write."""
         target = Path(path).expanduser().absolute()
-        if os.path.lexists(target) and self._written.get(target) != _identity(target):
+        if os.path.lexists(target) and self._written.get(target) != _identity(target) and \
+                not _is_lightning_checkpoint(target):
             raise CkptWriteError(
-                f"trainer.save_checkpoint({str(path)!r}): {target} exists and braeburn did not write it (Lightning "
-                "would write over it; braeburn writes over no file it did not write). Remove it, or pass another "
-                "path")
+                f"trainer.save_checkpoint({str(path)!r}): {target} exists and is not a Lightning checkpoint file "
+                "(Lightning would write over it; braeburn writes over a .ckpt file, such as an earlier run's, but "
+                "over no other file, nor a link or a folder). Remove it, or pass another path")
         target.parent.mkdir(parents=True, exist_ok=True)
         self._written[target] = _stat_identity(_write(target, content))
         return target
@@ -162,14 +164,26 @@ class CheckpointSaving:
         run, folder = self._run, self._run_folder
         last = run.state.last_checkpoint if run is not None else None
         if not (self.options.checkpoints and folder is not None and last and run.accelerator.is_main_process) or \
-                Path(last).name != f"checkpoint-{self.global_step}":
-            return
+                Path(last).resolve() != (folder / f"checkpoint-{self.global_step}").resolve():
+            return  # (a resumed run that trained nothing: its last checkpoint is the earlier run's, which has its .ckpt)
         latest = self._ckpts.latest
         if latest is not None and latest.parent.parent == folder and \
                 latest.name.endswith(f"-step={self.global_step}.ckpt"):
             return  # this step's is written already
         content = checkpoint_content(self._module, self._datamodule, self.current_epoch, self.global_step)
         self._say_ckpt(self._ckpts.save_epoch(folder, self.current_epoch, self.global_step, content))
+
+    def _say_no_logger(self) -> None:
+        """With logger=False, Lightning's run has no version_N: trainer.log_dir is default_root_dir and its .ckpt files
+        go to default_root_dir/checkpoints/. braeburn keeps its run folder (its checkpoints resume from there): said."""
+        if not self._no_logger:
+            return
+        ckpts = (f", and its .ckpt files in {self._run_folder / 'checkpoints'} where Lightning writes them to "
+                 f"{Path(self.options.root) / 'checkpoints'} (read the path from trainer.checkpoint_callback."
+                 "best_model_path)") if self.options.checkpoints else ""
+        self._say(f"braeburn: Trainer(logger=False): this run still writes into {self._run_folder} (trainer.log_dir: "
+                  f"braeburn's checkpoint folders and metrics.jsonl are there; Lightning's log_dir is "
+                  f"default_root_dir){ckpts}")
 
     def _say_ckpt(self, path: Path) -> None:
         """Once per Trainer: what its .ckpt files hold, and where the rest of the run's state is."""
@@ -213,6 +227,18 @@ class CheckpointCallback:
                         "braeburn's has best_model_path, last_model_path, best_model_score, monitor and dirpath")
 
 
+def _is_lightning_checkpoint(path: Path) -> bool:
+    """``path`` is a plain file holding a Lightning checkpoint (an earlier run's save_checkpoint, Lightning's or
+    braeburn's), read as data only (weights_only: no code runs): save_checkpoint writes over it, as Lightning."""
+    if not path.is_file() or path.is_symlink():
+        return False
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001  (not a torch file, or one holding more than data: not written over)
+        return False
+    return isinstance(content, dict) and "state_dict" in content and "pytorch-lightning_version" in content
+
+
 def _identity(path: Path) -> tuple[int, int, int, int] | None:
     try:
         return _stat_identity(os.stat(path, follow_symlinks=False))
@@ -222,6 +248,17 @@ def _identity(path: Path) -> tuple[int, int, int, int] | None:
 
 def _stat_identity(stat: os.stat_result) -> tuple[int, int, int, int]:
     return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def epoch_ckpt_of(folder: str | os.PathLike) -> Path | None:
+    """The ``checkpoints/epoch=E-step=S.ckpt`` written beside braeburn's checkpoint folder ``.../checkpoint-S``."""
+    folder = Path(folder)
+    step = folder.name.removeprefix("checkpoint-")
+    beside = folder.parent / FOLDER
+    if not step.isdigit() or not beside.is_dir():
+        return None
+    found = [path for path in beside.iterdir() if (match := _EPOCH_FILE.match(path.name)) and match.group(2) == step]
+    return found[0] if len(found) == 1 and found[0].is_file() else None
 
 
 def braeburn_folder_of(path: Path) -> Path | None:
@@ -235,4 +272,4 @@ def braeburn_folder_of(path: Path) -> Path | None:
 
 
 __all__ = ["CheckpointCallback", "CheckpointSaving", "CkptFiles", "CkptWriteError", "FOLDER", "braeburn_folder_of",
-           "checkpoint_content", "lightning_version"]
+           "checkpoint_content", "epoch_ckpt_of", "lightning_version"]

@@ -94,6 +94,12 @@ def batch_size_of(batch: Any) -> int:
     return 1
 
 
+# The public names of Lightning's Logger classes (CSVLogger, TensorBoardLogger: pytorch-lightning 2.6).
+LOGGER_NAMES = frozenset(("after_save_checkpoint", "experiment", "finalize", "group_separator", "log_dir",
+                          "log_graph", "log_hyperparams", "log_metrics", "name", "root_dir", "save", "save_dir",
+                          "version", "sub_dir"))
+
+
 class StepLogger:
     """self.log's values, reduced as Lightning reduces them. Training: the last step's value of each name (on_step),
     and the epoch's mean (on_epoch); validation and ``on_train_epoch_end``: the epoch mean. Means are weighted by the
@@ -110,7 +116,18 @@ class StepLogger:
         self.epoch_sums: dict[str, tuple[torch.Tensor, float]] = {}
         self._metrics: dict[str, float] = {}
         self._plain_names: dict[str, str] = {}  # <name>_step / <name>_epoch -> <name>
+        self.not_logged: set[str] = set()  # self.log(..., logger=False): in callback_metrics, not logged_metrics
+        self.validation_steps: dict[str, torch.Tensor] = {}  # <name>_step of a validation: logged_metrics only
         self._new_steps = False  # step values logged since callback_metrics last took them
+
+    def __getattr__(self, name: str) -> Any:
+        if name in LOGGER_NAMES:  # what a Lightning Logger (CSVLogger, TensorBoardLogger) has
+            from .checks import not_here
+
+            raise not_here(f"trainer.logger.{name}", "is an attribute of Lightning's logger (braeburn's "
+                           "trainer.logger records self.log only; trainer.log_dir is the run's folder, where "
+                           "metrics.jsonl holds every logged value)")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def callback_metrics(self) -> dict[str, float]:
@@ -138,7 +155,10 @@ class StepLogger:
         stepping = self.training and not self.epoch_end
         on_step = stepping if on_step is None else on_step
         on_epoch = (not stepping) if on_epoch is None else on_epoch
-        forked = on_step and on_epoch and stepping
+        forked = on_step and on_epoch and (stepping or not self.training)  # (validation: on_step given True)
+        (self.not_logged.add if logger is False else self.not_logged.discard)(name)
+        if forked and not self.training:  # a validation's value of each batch goes to the logger alone
+            self.validation_steps[self._name(name, "_step")] = value
         if on_step and stepping:
             self.step_values[self._name(name, "_step" if forked else "")] = value
             self._new_steps = True
@@ -147,6 +167,11 @@ class StepLogger:
             total, count = self.epoch_sums.get(epoch_name, (torch.zeros((), device=value.device), 0.0))
             weight = float(batch_size or self.batch_size or 1)
             self.epoch_sums[epoch_name] = (total + value.mean() * weight, count + weight)
+
+    def reset(self) -> None:
+        """Nothing logged yet (Lightning's validate() starts its metrics afresh)."""
+        self._metrics, self.validation_steps, self.epoch_sums, self.step_values = {}, {}, {}, {}
+        self._new_steps = False
 
     @property
     def forked_names(self) -> set[str]:

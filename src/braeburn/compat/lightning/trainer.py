@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from ...checkpoints import state as state_io
 from ...distributed import elastic
 from ...distributed import process_group as pg
 from ...errors import debug_requested, is_user_error, note_once
@@ -37,9 +38,11 @@ from ...trainer.phase_clock import EVALUATION
 from ...trainer.write_faults import OutputDirError
 from ...warn import warn
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
+from ..accelerate.checkpointing import AccelerateCheckpointing
+from .attributes import LightningAttributes, ModuleAttributes as _LightningAttributes
 from .checks import (LightningArgumentError, check_interval, check_plateau, check_sized, check_unshuffled,
                      not_here)
-from .ckpt_files import CheckpointSaving, CkptFiles
+from .ckpt_files import CheckpointSaving, CkptFiles, epoch_ckpt_of
 from .module import HOOKS, StepLogger, batch_size_of, split_optimizers, step_loss, unsupported_hooks
 from .options import lightning_options
 from .runs import (CheckpointPathError, checkpoint_to_resume, claim_run_folder, job_identity, logs_folder,
@@ -56,7 +59,7 @@ NO_COMPILE_REASON = ("compile=false, braeburn.lightning's default: Lightning's T
                      "by itself")
 
 
-class Trainer(CheckpointSaving):
+class Trainer(LightningAttributes, CheckpointSaving):
     """Lightning's Trainer, the common arguments (see lightning_options.py), run by braeburn's Trainer."""
 
     def __init__(self, **kwargs: Any):
@@ -70,6 +73,7 @@ class Trainer(CheckpointSaving):
         self.callbacks = options.callbacks
         self.max_epochs, self.max_steps = kwargs.get("max_epochs"), kwargs.get("max_steps", -1)
         self._precision = kwargs.get("precision")  # as given, for messages (None: Lightning's default)
+        self._no_logger = kwargs.get("logger") is False  # Lightning then writes into default_root_dir itself
         self.current_epoch = 0
         self.estimated_stepping_batches: int | float = math.inf
         self.logger = StepLogger()
@@ -79,6 +83,8 @@ class Trainer(CheckpointSaving):
         self._module: torch.nn.Module | None = None  # the last fit()'s, with its datamodule: save_checkpoint's
         self._datamodule: Any = None
         self._ckpts = CkptFiles()
+        self._optimizers: tuple[Any, Any] = (None, None)  # configure_optimizers()'s optimizer and scheduler
+        self._fitted = False  # a fit() trained (or began to): a second one is refused
         self._ckpt_said = False
 
     # -- what a module reads from self.trainer -------------------------------------------------------
@@ -94,9 +100,13 @@ class Trainer(CheckpointSaving):
     @property
     def logged_metrics(self) -> dict[str, torch.Tensor]:
         """What went to the logger, as Lightning's: a name logged on_step and on_epoch as ``<name>_step`` and
-        ``<name>_epoch`` only (its plain ``<name>`` is in callback_metrics alone)."""
-        forked = set(self.logger.forked_names)
-        return {name: value for name, value in self.callback_metrics.items() if name not in forked}
+        ``<name>_epoch`` only (its plain ``<name>`` is in callback_metrics alone; a validation's ``<name>_step`` is
+        its last batch's, in logged_metrics alone), nothing logged with ``logger=False``."""
+        logger = self.logger
+        hidden = set(logger.forked_names) | {logger._plain_names.get(name, name) for name in logger.not_logged}
+        steps = {name: torch.tensor(float(value)) for name, value in logger.validation_steps.items()}
+        return {name: value for name, value in {**self.callback_metrics, **steps}.items()
+                if name not in hidden and logger._plain_names.get(name, name) not in logger.not_logged}
 
     @property
     def is_global_zero(self) -> bool:
@@ -130,6 +140,13 @@ class Trainer(CheckpointSaving):
         """Train ``model`` (Lightning's hooks, at Lightning's moments) into a new
         ``<default_root_dir>/lightning_logs/version_<N>``; ``ckpt_path`` resumes a braeburn checkpoint folder
         ("last": the latest of the newest version_<N> that holds one; lightning_runs.py)."""
+        if self._fitted:
+            raise LightningArgumentError([
+                "trainer.fit() a second time on the same Trainer: Lightning's Trainer goes on from where its first "
+                "fit() stopped (having reached max_epochs or max_steps, it trains nothing more), which "
+                "braeburn.lightning.Trainer does not do. For a new run make a new Trainer; to train further, a new "
+                "Trainer with a higher max_epochs and fit(model, ..., ckpt_path=trainer.checkpoint_callback."
+                "best_model_path)"])
         train_loader, val_loader = _loaders(model, datamodule, "fit", train_dataloaders, val_dataloaders)
         if train_loader is None:
             raise ValueError("fit() needs training data: pass train_dataloaders=, a datamodule with "
@@ -158,10 +175,14 @@ class Trainer(CheckpointSaving):
             self._say("`Trainer.fit` stopped: No training batches.")
         else:
             self._run = self._build(model, train_loader, val_loader, new_run=True)
+            self._fitted = True
+            self._say_no_logger()
             if elastic.is_restarted() and CheckpointManager(self._run_folder).latest() is not None:
                 resume, warnings = None, []  # a restart goes on from its own folder's checkpoint (the core's)
             for warning in warnings:
                 self._run.accelerator.print(f"braeburn: warning: {warning}")
+            # best_model_path names the resumed .ckpt until this run writes one, as Lightning's reloaded ModelCheckpoint
+            self._ckpts.latest = epoch_ckpt_of(resume) if resume else None
             self._run.train(resume_from_checkpoint=resume)
             limit = self._limit_reached()
             if limit is not None:
@@ -193,6 +214,7 @@ class Trainer(CheckpointSaving):
             raise ValueError("validate() needs data: pass dataloaders=, a datamodule with val_dataloader(), or "
                              "define val_dataloader() on the module")
         check_sized(val_loader, "dataloaders", "val_dataloader()", "validate")
+        self.logger.reset()  # as Lightning's validate(): its metrics alone, from here on
         with _bound(model, self), spelled(LightningSpelling(self.options.root, precision=self._precision)):
             self._run = _one_error(self._build, model, None, val_loader)
             metrics = _one_error(self._run.evaluate)
@@ -231,7 +253,7 @@ class Trainer(CheckpointSaving):
         """braeburn's Trainer for this fit (``new_run``: in a new run folder) or validate (no optimizer then, as
         Lightning calls none; nothing is written)."""
         # the user seeds; ACCELERATE_* variables act as on braeburn.Trainer's run (the accumulation is the config's)
-        accelerator = Accelerator(**accumulation_as_plugin({**self.options.config.accelerator_options(), "seed": None}))
+        accelerator = _Accelerator(**accumulation_as_plugin({**self.options.config.accelerator_options(), "seed": None}))
         accelerator.plan = dataclasses.replace(accelerator.plan, compile_reason=NO_COMPILE_REASON)
         self.logger.reduce_mean = lambda value: accelerator.reduce(value, "mean")
         if accelerator.plan.precision == "fp16" and accelerator.device.type == "cpu" and accelerator.is_main_process:
@@ -241,6 +263,7 @@ class Trainer(CheckpointSaving):
         optimizer, scheduler = None, None
         if train_loader is not None:
             optimizer, scheduler = split_optimizers(model.configure_optimizers())  # reads estimated_stepping_batches
+            self._optimizers = (optimizer, scheduler)  # the module's self.optimizers() and self.lr_schedulers()
             check_plateau(scheduler, val_loader, self.options)
             check_interval(self.options.val_check_interval, len(train_loader), val_loader)
         if new_run:  # last: a refusal above leaves no empty run folder behind
@@ -271,13 +294,17 @@ class Trainer(CheckpointSaving):
 
     def _call(self, hook: str, model: torch.nn.Module, *args: Any) -> None:
         """Each callback's hook (callbacks take (trainer, module)), then the module's: Lightning's order."""
-        for callback in self.callbacks:
-            method = getattr(callback, hook, None)
+        outer, self._hook = self._hook, hook  # (trainer.should_stop reads it)
+        try:
+            for callback in self.callbacks:
+                method = getattr(callback, hook, None)
+                if callable(method):
+                    method(self, model, *args)
+            method = getattr(model, hook, None)
             if callable(method):
-                method(self, model, *args)
-        method = getattr(model, hook, None)
-        if callable(method):
-            method(*args)
+                method(*args)
+        finally:
+            self._hook = outer
 
 
 def _rank_zero() -> bool:
@@ -324,6 +351,17 @@ def _run_folder(logs: Path, accelerator: Accelerator) -> Path:
     return logs / f"version_{number}"
 
 
+class _Accelerator(Accelerator):
+    """The run's Accelerator, whose checkpoints the Trainer saves and resumes: without Accelerate's save_state() and
+    load_state() lines, which speak of calls and files of Accelerate's that a Lightning script never made."""
+
+    def save_state(self, output_dir: Any = None, **kwargs: Any) -> None:
+        super(AccelerateCheckpointing, self).save_state(output_dir, **kwargs)
+
+    def load_state(self, input_dir: Any = None, **kwargs: Any) -> None:
+        super(AccelerateCheckpointing, self).load_state(input_dir, **kwargs)
+
+
 class _FirstBatches:
     """The first ``count`` batches of ``loader`` (-1: all), for the sanity check."""
 
@@ -361,6 +399,16 @@ class _LightningRun(BraeburnTrainer):
     def _save(self) -> None:
         super()._save()
         self.lightning._save_epoch_ckpt()
+
+    def _resume(self, request: str, loader: Any) -> None:
+        """fit(ckpt_path=...) as Lightning's: the random states stay the script's (a Lightning .ckpt holds none), so
+        dropout draws what Lightning's resumed run draws; a worker braeburn launch --max-restarts restarted takes
+        the checkpoint's, and goes on as the uninterrupted run."""
+        kind = self.accelerator.plan.device
+        kept = None if elastic.is_restarted() else state_io.rng_state(kind)
+        super()._resume(request, loader)
+        if kept is not None:
+            state_io.set_rng_state(kept, kind)
 
     def _evaluate_and_save(self, step_end: bool) -> None:
         """At an epoch's end, Lightning's order (its fit loop): the epoch's validation (when this epoch validates),
@@ -493,6 +541,7 @@ class _LightningHooks(Callback):
     def on_train_begin(self, trainer: Any, state: Any) -> None:
         self.nothing_to_train = state.global_step >= state.max_steps
         trainer.sanity_check()  # (a resumed run's too, as Lightning's, which skips it only resuming mid-validation)
+        self.lightning.current_epoch = math.floor(state.epoch)  # a resumed run's, from on_train_start on (Lightning's)
         if not self.nothing_to_train:
             self.lightning._call("on_train_start", self.module)
 
@@ -526,35 +575,9 @@ class _LightningHooks(Callback):
             trainer.log(means)
 
     def on_train_end(self, trainer: Any, state: Any) -> None:
+        self.lightning.current_epoch = math.ceil(state.epoch)  # before on_train_end, which reads it as Lightning's
         if not self.nothing_to_train:
             self.lightning._call("on_train_end", self.module)
-        self.lightning.current_epoch = math.ceil(state.epoch)
-
-
-class _LightningAttributes:
-    """What a LightningModule reads from itself during a run: put in front of the module's class for the run."""
-
-    @property
-    def trainer(self) -> Trainer:
-        return self.__dict__["_braeburn_lightning"]
-
-    @property
-    def current_epoch(self) -> int:
-        return self.trainer.current_epoch
-
-    @property
-    def global_step(self) -> int:
-        return self.trainer.global_step
-
-    @property
-    def device(self) -> torch.device:
-        return self.trainer.device
-
-    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
-        self.trainer.logger.log(name, value, *args, **kwargs)
-
-    def log_dict(self, values: Mapping[str, Any], *args: Any, **kwargs: Any) -> None:
-        self.trainer.logger.log_dict(values, *args, **kwargs)
 
 
 class _bound:

@@ -298,6 +298,11 @@ class TrainingConfig(TrainingArguments):
     """When to save a checkpoint: no, steps (every save_steps) or epoch."""
 
 
+# Fields whose Transformers default is a choice braeburn's TrainingArguments leaves open: torch_compile=False (never
+# compile) where braeburn's unset torch_compile lets its compile='auto' decide.
+_ALWAYS_TAKEN = ("torch_compile",)
+
+
 def from_transformers_arguments(args: Any) -> TrainingArguments:
     """A ``transformers.TrainingArguments`` as braeburn's: every field the script set (those that differ from a fresh
     one's) copied by name; a field braeburn does not have is refused, as braeburn's own TrainingArguments refuses it."""
@@ -307,7 +312,7 @@ def from_transformers_arguments(args: Any) -> TrainingArguments:
     unknown = []
     for spec in dataclasses.fields(args):
         value, default = getattr(args, spec.name, None), getattr(fresh, spec.name, None)
-        if not spec.init or value == default:
+        if not spec.init or (value == default and spec.name not in _ALWAYS_TAKEN):
             continue
         if spec.name not in ours:
             unknown.append(spec.name)
