@@ -172,6 +172,8 @@ def test_lightnings_trainer_attributes_it_lacks_are_refused_by_name():
         assert hasattr(pl.Trainer, name) or name in vars(pl.Trainer(logger=False, enable_progress_bar=False))
         with pytest.raises(LightningArgumentError, match=rf"trainer\.{name} is not in braeburn\.lightning"):
             getattr(trainer, name)
+        # code that probes a Trainer (hasattr, getattr with a default) gets the answer of any missing name
+        assert not hasattr(trainer, name) and getattr(trainer, name, "default") == "default"
     with pytest.raises(AttributeError, match="no_such_thing"):
         trainer.no_such_thing  # noqa: B018  (not Lightning's: Python's own error)
     assert trainer.should_stop is False

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .checks import LightningArgumentError, not_here
+from .checks import LightningArgumentError, LightningAttributeError, not_here
 
 # Lightning's Trainer's public attributes, methods and properties (pytorch-lightning 2.6), those braeburn.lightning's
 # Trainer lacks reaching __getattr__.
@@ -45,8 +45,9 @@ class LightningAttributes:
 
     def __getattr__(self, name: str) -> Any:
         if name in LIGHTNING_NAMES:
-            raise not_here(f"trainer.{name}", f"is an attribute of Lightning's Trainer; braeburn.lightning.Trainer "
-                           f"has {HAS}")
+            refusal = not_here(f"trainer.{name}", f"is an attribute of Lightning's Trainer; braeburn.lightning.Trainer "
+                               f"has {HAS}")
+            raise LightningAttributeError(refusal.errors)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property

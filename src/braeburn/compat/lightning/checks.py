@@ -20,6 +20,11 @@ class LightningArgumentError(ValueError):
         super().__init__("braeburn.lightning.Trainer cannot do what was asked:\n  - " + "\n  - ".join(errors))
 
 
+class LightningAttributeError(LightningArgumentError, AttributeError):
+    """A name of Lightning's Trainer that braeburn.lightning.Trainer lacks: the refusal, and an AttributeError too, so
+    that hasattr() and getattr(trainer, name, default) in code that probes a Trainer answer as for any missing name."""
+
+
 def not_here(what: str, why: str) -> LightningArgumentError:
     return LightningArgumentError([f"{what} is not in braeburn.lightning.Trainer (in Lightning it {why}); "
                                    f"{OWN_TRAINER}"])
