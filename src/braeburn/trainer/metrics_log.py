@@ -50,6 +50,7 @@ class MetricsLogCallback(Callback):
         self.tensorboard_start, self.name_default_dir = tensorboard_start, name_default_dir
         self._file: IO[str] | None = None
         self._writer = None
+        self._writer_folder: Path | None = None  # where this run's TensorBoard events go (None: off or not started)
         self.path: Path | None = None
         self._pending: list[str] = []
         self._good_size = 0  # bytes of whole records in the file
@@ -76,10 +77,12 @@ class MetricsLogCallback(Callback):
                         if (Path(trainer.output_dir) / part).is_symlink():
                             raise PlantedLinkError(Path(trainer.output_dir) / part)
                 self._writer = _tensorboard_writer(folder)
+                self._writer_folder = folder if self._writer is not None else None
                 if self._writer is not None and self.tensorboard_start is not None:
                     for tag, text in self.tensorboard_start(trainer).items():
                         self._writer.add_text(tag, text)
             except OSError as error:
+                self._writer_folder = None
                 self._warnings.failed(folder, error, "TensorBoard logging is off for this run")
 
     def on_log(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float]) -> None:
@@ -87,8 +90,13 @@ class MetricsLogCallback(Callback):
             return
         record = {"step": state.global_step, **{key: _json_value(value) for key, value in logs.items()}}
         self._append(json.dumps(record))
+        after_training = self._writer is None and self._writer_folder is not None
+        if after_training:  # trainer.log() or evaluate() after train(): a new event file in the run's folder, as the
+            self._writer = _tensorboard_writer(self._writer_folder)  # Transformers' TensorBoardCallback opens one
         if self._writer is not None:
             self._tensorboard_scalars(state.global_step, logs)
+        if after_training and self._writer is not None:
+            self._flush_writer()
 
     def _append(self, line: str) -> None:
         self._pending = (self._pending + [line + "\n"])[-self.MAX_PENDING:]
@@ -140,7 +148,17 @@ class MetricsLogCallback(Callback):
         except OSError as error:
             self._warnings.failed(Path(self._writer.log_dir), error, "TensorBoard logging stops here "
                                   "(metrics.jsonl goes on)")
-            writer, self._writer = self._writer, None
+            writer, self._writer, self._writer_folder = self._writer, None, None
+            _close_quietly(writer)
+
+    def _flush_writer(self) -> None:
+        """Outside training nothing else flushes the writer (train()'s end closes it): each log is on disk at once."""
+        try:
+            self._writer.flush()
+        except OSError as error:
+            self._warnings.failed(Path(self._writer.log_dir), error, "TensorBoard logging stops here "
+                                  "(metrics.jsonl goes on)")
+            writer, self._writer, self._writer_folder = self._writer, None, None
             _close_quietly(writer)
 
     def write_record(self, record: dict[str, Any]) -> None:

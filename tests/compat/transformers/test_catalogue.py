@@ -404,6 +404,31 @@ def _report_to_all(tmp_path):
         assert_refused(error, ["report_to", "tensorboard"], ["pip install tensorboard"])
 
 
+@idiom("trainer.log({...}) and trainer.evaluate() after train() with report_to='tensorboard'", "identical",
+       "as Transformers' TensorBoardCallback: a second event file in the run's folder, runs/<date>_<host>/, with the "
+       "custom values (train/<key>; a bool as 1.0, NaN as NaN, text as text) and eval/loss ... at the last step")
+def _tensorboard_after_train(tmp_path):
+    pytest.importorskip("tensorboard")
+
+    def after(run, trainer):
+        run.quietly(lambda: trainer.log({"custom": 1.5, "flag": True, "nan": float("nan"), "note": "x"}))
+        run.quietly(trainer.evaluate)
+        return _tensorboard_seen(run, trainer)
+
+    peer, ours, _ = train_both(tmp_path, dict(report_to="tensorboard", max_steps=2), after=after)
+    theirs, mine = peer.extra.pop("tensorboard"), ours.extra.pop("tensorboard")
+    assert unsuffixed(ours.extra.pop("files")) == peer.extra.pop("files") == [
+        "runs/<date>_<host>/events.out.tfevents.<time>.<host>.<pid>.<n>"] * 2
+    for seen, args_json in ((theirs, peer.extra.pop("args")), (mine, ours.extra.pop("args"))):
+        for file in seen.values():
+            file["texts"].pop("args/text_summary", None)
+    mine = {path.replace(f".{RANDOM_SUFFIX}", ""): seen for path, seen in mine.items()}
+    assert_identical(Observation(metrics=theirs), Observation(metrics=mine))
+    assert_identical(peer, ours)
+    later = theirs["runs/<date>_<host>/events.out.tfevents.<time>.<host>.<pid>.<n>#2"]
+    assert later["scalars"]["train/custom"] == [(2, 1.5)] and later["scalars"]["eval/loss"][0][0] == 2
+
+
 # -- refused before training, with the way out ------------------------------------------------------------------
 @idiom("report_to='all' where an integration braeburn lacks is installed (codecarbon, comet_ml, clearml, neptune, "
        "dvclive ...)", "refused", "names the integrations Transformers' 'all' would report to that braeburn cannot; the "
