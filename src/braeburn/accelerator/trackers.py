@@ -343,7 +343,8 @@ def resolve_log_with(log_with: Any) -> list[Any]:
     if any(isinstance(i, str) and _name(i) == "none" for i in items):
         return []
     if any(not is_tracker(i) and _name(i) == "all" for i in items):  # Accelerate's: every installed one of its own
-        return [n for n in available_trackers() if n != "jsonl"] + [i for i in items if is_tracker(i)]
+        chosen = [n for n in available_trackers() if n != "jsonl"] + [i for i in items if is_tracker(i)]
+        return _importable(chosen, log_with)
     chosen: list[Any] = []
     for item in items:
         if is_tracker(item):
@@ -358,6 +359,21 @@ def resolve_log_with(log_with: Any) -> list[Any]:
                              f"pip install {TRACKERS[name][1]}, or choose from {', '.join(available_trackers())}")
         if name not in chosen:
             chosen.append(name)
+    return _importable(chosen, log_with)
+
+
+def _importable(chosen: list[Any], asked: Any) -> list[Any]:
+    """``chosen``, once TensorBoard, where among them, imports: an installed tensorboard package that fails on import
+    (a broken install) is refused now, with the way out, not as its own error when the first value is logged."""
+    if "tensorboard" in chosen:
+        try:
+            import torch.utils.tensorboard  # noqa: F401
+        except Exception as error:  # noqa: BLE001 - whatever a broken package raises, the way out is the same
+            raise ImportError(
+                f"log_with / report_to {asked!r} starts TensorBoard, and the tensorboard package is installed but "
+                f"importing torch.utils.tensorboard fails ({type(error).__name__}: {error}); repair it (pip install "
+                "--force-reinstall tensorboard) or leave TensorBoard out (name the other trackers, or 'none')"
+            ) from error
     return chosen
 
 

@@ -442,6 +442,43 @@ def _init_trackers_twice(tmp_path):
     assert ours.calls == ["config {'lr': 0.1}", "finish"]
 
 
+@idiom("Accelerator(log_with='tensorboard' or 'all') where the tensorboard package is installed but fails on import",
+       "refused", "Accelerate stops in init_trackers with the package's own error; braeburn refuses at Accelerator(...), "
+       "naming TensorBoard, that error and the way out (reinstall it, or name the other trackers)")
+def _tensorboard_broken_install(tmp_path):
+    import sys
+
+    import torch
+    from accelerate import tracking
+
+    import braeburn
+
+    package = tmp_path / "site" / "tensorboard"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('this tensorboard is broken')\n")
+    (tmp_path / "site" / "tensorboard-2.20.0.dist-info").mkdir()  # its metadata, which Accelerate looks for
+    (tmp_path / "site" / "tensorboard-2.20.0.dist-info" / "METADATA").write_text("Name: tensorboard\nVersion: 2.20.0\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(tmp_path / "site"))
+        for name in [n for n in sys.modules if n.startswith(("tensorboard", "torch.utils.tensorboard"))]:
+            patch.delitem(sys.modules, name)
+        patch.delattr(torch.utils, "tensorboard", raising=False)  # (from torch.utils import tensorboard reads it)
+        found = tracking.get_available_trackers()  # (Accelerate lists what is installed when it is imported)
+        if tracking.LoggerType.TENSORBOARD not in found:
+            patch.setattr(tracking, "_available_trackers", [*found, tracking.LoggerType.TENSORBOARD])
+        for log_with in ("tensorboard", "all"):
+            reset_accelerate()
+            accelerator = library_of("accelerate").Accelerator(log_with=log_with, project_dir=str(tmp_path / "peer"))
+            with pytest.raises(RuntimeError, match="this tensorboard is broken"):
+                accelerator.init_trackers("run")
+            reset_accelerate()
+            with pytest.raises(ImportError) as refused:
+                braeburn.Accelerator(log_with=log_with, project_dir=str(tmp_path / "ours"))
+            assert_refused(refused.value, ["log_with", "TensorBoard", "RuntimeError: this tensorboard is broken"],
+                           ["pip install --force-reinstall tensorboard", "'none'"])
+        reset_accelerate()
+
+
 @idiom("a GeneralTracker subclass (accelerate.tracking) in log_with + get_tracker(name, unwrap=...)", "identical",
        "the same calls, in order, with the same values")
 def _custom_tracker(tmp_path):
