@@ -51,6 +51,7 @@ class MetricsLogCallback(Callback):
         self.tensorboard_start, self.name_default_dir = tensorboard_start, name_default_dir
         self.before_training_note = before_training_note  # given: logs before train() are held for TensorBoard
         self._held: list[tuple[int, dict[str, float]]] = []
+        self._training = False  # between on_train_begin and on_train_end (outside: each log is flushed at once)
         self._file: IO[str] | None = None
         self._writer = None
         self._writer_folder: Path | None = None  # where this run's TensorBoard events go (None: off or not started)
@@ -69,6 +70,7 @@ class MetricsLogCallback(Callback):
         except OSError as error:
             self._warnings.failed(self.path, error, "a torn last line could not be dropped")
         self._reopen(repair=False)
+        self._training = True
         if self.tensorboard:
             self._start_tensorboard(trainer)
         held, self._held = self._held, []
@@ -103,10 +105,10 @@ class MetricsLogCallback(Callback):
             return
         record = {"step": state.global_step, **{key: _json_value(value) for key, value in logs.items()}}
         self._append(json.dumps(record))
-        after_training = self._writer is None and self._writer_folder is not None
-        if after_training:  # trainer.log() or evaluate() after train(): a new event file in the run's folder, as the
-            self._writer = _tensorboard_writer(self._writer_folder)  # Transformers' TensorBoardCallback opens one
-        if self._writer is not None:
+        after_training = not self._training
+        if after_training and self._writer is None and self._writer_folder is not None:  # trainer.log() or evaluate()
+            self._writer = _tensorboard_writer(self._writer_folder)  # after train(): a new event file in the run's
+        if self._writer is not None:  # folder, as Transformers' TensorBoardCallback opens one
             self._tensorboard_scalars(state.global_step, logs)
         if after_training and self._writer is not None:
             self._flush_writer()
@@ -190,6 +192,7 @@ class MetricsLogCallback(Callback):
             self._append(json.dumps(record, default=str))
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        self._training = False
         if self._pending and self.path is not None:  # a last try for the records the full disk held back
             self._write_pending()
         if self._file is not None:
