@@ -251,8 +251,8 @@ class TorchSummaryWriter(RecordingSummaryWriter):
 def test_the_tensorboard_tracker_writes_only_into_folders_it_made_and_files_no_one_can_foresee(tmp_path, monkeypatch):
     """Accelerator(log_with="tensorboard"): the configuration goes where Accelerate's tracker puts it, a run of its
     own in ``run/<time>/`` and ``run/<time>/hparams.yml``, but each ``<time>`` folder is made new (a link planted at
-    the name the clock gives is passed over, never written through) and each event file has a random end; a dict
-    of values goes into the tracker's own file, never into a sub-folder ``<key>_<entry>`` anyone can foresee."""
+    the name the clock gives is passed over, never written through) and each event file has a random end (a dict of
+    values: test_a_link_at_an_add_scalars_folder_is_not_written_through)."""
     import types
 
     from braeburn.accelerator import trackers
@@ -271,8 +271,8 @@ def test_the_tensorboard_tracker_writes_only_into_folders_it_made_and_files_no_o
     (tmp_path / "run" / "1000.5").symlink_to(elsewhere, target_is_directory=True)  # waiting at the clock's name
     RecordingSummaryWriter.made, TorchSummaryWriter.events = [], []
     tracker = TensorBoardTracker("run", tmp_path)
-    tracker.store_init_configuration({"lr": 0.1, "layers": [2, 3], "warmup": None})
-    tracker.log({"loss": 1.0, "group": {"a": 1.0, "b": 2}, "note": "x"}, step=1)
+    tracker.store_init_configuration({"lr": 0.1, "layers": "[2, 3]", "warmup": None})
+    tracker.log({"loss": 1.0, "note": "x"}, step=1)
     tracker.finish()
     folder, hparams_folder = str(tmp_path / "run"), str(tmp_path / "run" / "1001.5")
     assert [made["log_dir"] for made in RecordingSummaryWriter.made] == [folder, hparams_folder]
@@ -280,9 +280,30 @@ def test_the_tensorboard_tracker_writes_only_into_folders_it_made_and_files_no_o
     assert TorchSummaryWriter.events == [
         (hparams_folder, "summary", ("hparams", (("lr", 0.1), ("layers", "[2, 3]"), ("warmup", None)))),
         (hparams_folder, "summary", "start"), (hparams_folder, "summary", "end"), (folder, "scalar", "loss", 1.0),
-        (folder, "scalar", "group/a", 1.0), (folder, "scalar", "group/b", 2), (folder, "text", "note", "x")]
-    assert (tmp_path / "run" / "1002.5" / "hparams.yml").read_text() == "layers:\n- 2\n- 3\nlr: 0.1\nwarmup: null\n"
+        (folder, "text", "note", "x")]
+    assert (tmp_path / "run" / "1002.5" / "hparams.yml").read_text() == "layers: '[2, 3]'\nlr: 0.1\nwarmup: null\n"
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_link_at_an_add_scalars_folder_is_not_written_through(tmp_path):
+    """log({"loss": {"train": ..., "val": ...}}) writes Accelerate's ``run/loss_train/`` and ``run/loss_val/``; a
+    link planted at one of them before is not followed: that entry is left out with one warning, nothing is
+    written where the link points, the other entry is written."""
+    pytest.importorskip("tensorboard")
+    from braeburn.accelerator.trackers import TensorBoardTracker
+    from braeburn.warn import BraeburnWarning
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "loss_val").symlink_to(elsewhere, target_is_directory=True)
+    tracker = TensorBoardTracker("run", tmp_path)
+    with pytest.warns(BraeburnWarning, match="loss_val is a symbolic link") as warned:
+        tracker.log({"loss": {"train": 0.5, "val": 0.75}}, step=1)
+        tracker.log({"loss": {"train": 0.25, "val": 0.5}}, step=2)
+    tracker.finish()
+    assert len(warned) == 1 and list(elsewhere.iterdir()) == []
+    assert len(list((tmp_path / "run" / "loss_train").glob("events.out.tfevents.*"))) == 1
 
 
 def test_tensorboard_reads_the_trackers_hyperparameters_and_grouped_values(tmp_path):
@@ -299,11 +320,16 @@ def test_tensorboard_reads_the_trackers_hyperparameters_and_grouped_values(tmp_p
     tracker.log({"loss": 1.0, "group": {"a": 1.0, "b": 2.0}}, step=1)
     tracker.finish()
     (events,) = (tmp_path / "run").glob("events.out.tfevents.*")
-    (hparams_file,) = (tmp_path / "run").glob("*/events.out.tfevents.*")
+    for entry, number in (("a", 1.0), ("b", 2.0)):  # add_scalars: one run per entry, the scalar tagged by the key
+        (grouped,) = (tmp_path / "run" / f"group_{entry}").glob("events.out.tfevents.*")
+        run = EventAccumulator(str(grouped))
+        run.Reload()
+        assert [(e.step, e.value) for e in run.Scalars("group")] == [(1, number)]
+    (hparams_file,) = [p for p in (tmp_path / "run").glob("*/events.out.tfevents.*") if "group_" not in str(p)]
     assert [p.name for p in (tmp_path / "run").glob("*/hparams.yml")] == ["hparams.yml"]
     values = EventAccumulator(str(events))
     values.Reload()
-    assert values.Tags()["scalars"] == ["loss", "group/a", "group/b"]
+    assert values.Tags()["scalars"] == ["loss"]
     config = EventAccumulator(str(hparams_file))
     config.Reload()
     start = config.PluginTagToContent("hparams")["_hparams_/session_start_info"]

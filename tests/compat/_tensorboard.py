@@ -37,12 +37,25 @@ def unsuffixed(paths: list[str]) -> list[str]:
 
 
 def tensorboard_view(folder: Path) -> dict[str, Any]:
-    """For each event file under ``folder`` (by its shown path): the scalars ``{tag: [(step, value)]}``, the texts
+    """For each event file under ``folder`` (by its shown path; a second file of the same shown path in a folder, as
+    a writer opened again writes it, as ``...<n>#2``): the scalars ``{tag: [(step, value)]}``, the texts
     ``{tag: [(step, text)]}`` and the hyperparameters ``{name: value}`` TensorBoard reads from it."""
-    view = {}
-    for events in sorted(folder.rglob("events.out.tfevents.*")):
-        view[shown(events.relative_to(folder).as_posix())] = _read(events)
+    view, counts = {}, {}
+    for events in sorted(folder.rglob("events.out.tfevents.*"), key=_written_order):
+        path = shown(events.relative_to(folder).as_posix())
+        counts[path] = counts.get(path, 0) + 1
+        view[path if counts[path] == 1 else path.replace(".<n>", f".<n>#{counts[path]}", 1)] = _read(events)
     return dict(sorted(view.items()))
+
+
+_WRITER = re.compile(r"events\.out\.tfevents\.(?P<time>\d+)\." + re.escape(socket.gethostname())
+                     + r"\.\d+\.(?P<n>\d+)(\.[0-9a-f]{8})?")
+
+
+def _written_order(events: Path) -> tuple:
+    """A folder's event files in the order they were opened: by the time, then the writer's count, in the name."""
+    match = _WRITER.fullmatch(events.name)
+    return (str(events.parent), int(match["time"]), int(match["n"])) if match else (str(events.parent), 0, 0)
 
 
 def _read(events: Path) -> dict[str, Any]:

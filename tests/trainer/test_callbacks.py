@@ -213,3 +213,44 @@ def test_the_banner_counts_the_examples_of_a_dataloader_not_its_batches():
     assert examples_phrase(DataLoader(data, batch_size=8)) == "64 examples"
     assert examples_phrase(DataLoader(data, batch_size=8, sampler=SubsetRandomSampler(range(20)))) == "20 examples"
     assert examples_phrase(DataLoader(Stream(), batch_size=2)) == "an iterable dataset"
+
+
+def test_tensorboard_logs_after_train_go_into_a_new_writer_in_the_runs_folder_each_flushed(tmp_path, monkeypatch):
+    """trainer.log() / evaluate() after train(): a new writer in the run's TensorBoard folder (train()'s was closed),
+    and every such log is on disk at once (nothing else flushes it), the second as the first."""
+    import sys
+    import types
+
+    events = []
+
+    class Writer:
+        def __init__(self, log_dir=None, **_):
+            self.log_dir = log_dir
+            events.append(("open", log_dir))
+
+        def add_scalar(self, tag, value, step=None):
+            events.append(("scalar", tag, value, step))
+
+        def add_text(self, *args, **kwargs):
+            pass
+
+        def flush(self):
+            events.append(("flush",))
+
+        def close(self):
+            events.append(("close",))
+
+    module = types.ModuleType("torch.utils.tensorboard")
+    module.SummaryWriter = Writer
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", module)
+    trainer = SimpleNamespace(output_dir=str(tmp_path), is_main_process=True)
+    log, state = MetricsLogCallback(tensorboard=True), TrainerState()
+    log.on_train_begin(trainer, state)
+    state.global_step = 2
+    log.on_log(trainer, state, {"loss": 1.0})
+    log.on_train_end(trainer, state)
+    log.on_log(trainer, state, {"custom": 1.5})
+    log.on_log(trainer, state, {"eval_loss": 0.5})
+    folder = str(tmp_path / "tensorboard")
+    assert events == [("open", folder), ("scalar", "loss", 1.0, 2), ("close",), ("open", folder),
+                      ("scalar", "custom", 1.5, 2), ("flush",), ("scalar", "eval_loss", 0.5, 2), ("flush",)]

@@ -98,16 +98,17 @@ class JSONLinesTracker(GeneralTracker):
 
 
 class TensorBoardTracker(GeneralTracker):
-    """A ``SummaryWriter`` in ``logging_dir/run_name``, written as Accelerate's tracker writes it: numbers as
-    scalars, text as text, a dict's numbers as scalars tagged ``key/entry``; the configuration as TensorBoard's
-    hyperparameters in a run of its own, ``run_name/<time>/`` (where ``add_hparams`` puts them), and as
-    ``run_name/<time>/hparams.yml``.
+    """A ``SummaryWriter`` in ``logging_dir/run_name``, written as Accelerate's tracker writes it: tensors as their
+    numbers (Accelerate's ``listify``), numbers (``bool`` among them) as scalars, text as text, a dict's numbers as
+    ``add_scalars`` writes them (tag ``key``, one run per entry, ``run_name/<key>_<entry>/``); the configuration as
+    TensorBoard's hyperparameters in a run of its own, ``run_name/<time>/`` (where ``add_hparams`` puts them), and
+    as ``run_name/<time>/hparams.yml``. A value Accelerate's tracker stops on with an error from inside TensorBoard (a
+    list or a Path in the configuration, text in a dict of scalars) is refused first, naming the key and the way out.
 
     No event file can be caught by a link planted before: every one ends in random characters, and each
     ``<time>`` folder is made new by this tracker (a name that exists, a link among them, is never used; the
     hyperparameters' writer is opened in the new folder, not by ``add_hparams``, which would open whatever is
-    there). ``add_scalars`` would write into sub-folders ``<key>_<entry>`` whose names anyone can foresee, so a
-    dict is written into the tracker's own file instead."""
+    there). A link at a ``<key>_<entry>`` folder is not written through: that entry is left out, said once."""
 
     name = "tensorboard"
     requires_logging_directory = True
@@ -119,6 +120,7 @@ class TensorBoardTracker(GeneralTracker):
         self.logging_dir = os.path.join(logging_dir, run_name)
         kwargs.setdefault("filename_suffix", _random_suffix())  # a name no link planted before can have
         self.writer = SummaryWriter(self.logging_dir, **kwargs)
+        self._left_out: set[str] = set()  # add_scalars folders found to be links (said once each)
 
     @property
     def tracker(self) -> Any:
@@ -129,29 +131,106 @@ class TensorBoardTracker(GeneralTracker):
         from torch.utils.tensorboard import SummaryWriter
         from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
-        hparams = {k: v if v is None or isinstance(v, (bool, int, float, str)) else str(v) for k, v in values.items()}
+        for key, value in values.items():
+            _check_hyperparameter(key, value)
         with SummaryWriter(str(_new_time_folder(self.logging_dir)), filename_suffix=_random_suffix()) as writer:
-            for summary in hparams_summaries(hparams, {}):  # what add_hparams writes, in a folder made new here
+            for summary in hparams_summaries(values, {}):  # what add_hparams writes, in a folder made new here
                 writer.file_writer.add_summary(summary)
         self.writer.flush()
         write_atomic(_new_time_folder(self.logging_dir) / "hparams.yml", yaml.dump(values))
 
     def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+        values = _listify(values)
         for key, value in values.items():
-            value = _plain(value)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if isinstance(value, dict):
+                _check_grouped(key, value)
+        for key, value in values.items():  # (a value of another type is left out, as Accelerate's tracker does)
+            if isinstance(value, (int, float)):
                 self.writer.add_scalar(key, value, global_step=step, **kwargs)
             elif isinstance(value, str):
                 self.writer.add_text(key, value, global_step=step, **kwargs)
-            elif isinstance(value, dict):  # (not add_scalars: a writer, and a folder, per entry)
-                for entry, number in value.items():
-                    number = _plain(number)
-                    if isinstance(number, (int, float)) and not isinstance(number, bool):
-                        self.writer.add_scalar(f"{key}/{entry}", number, global_step=step, **kwargs)
+            elif isinstance(value, dict):
+                _add_scalars(self.writer, key, value, step, self._left_out, **kwargs)
         self.writer.flush()
 
     def finish(self) -> None:
         self.writer.close()
+
+
+_HYPERPARAMETER_TYPES = (bool, int, float, str)
+
+
+def _check_hyperparameter(key: str, value: Any) -> None:
+    """Refuse what ``add_hparams`` stops on (Accelerate's tracker then fails inside TensorBoard)."""
+    import torch
+
+    if value is None or isinstance(value, _HYPERPARAMETER_TYPES):
+        return
+    if isinstance(value, torch.Tensor) and value.ndim >= 1 and value.numel() >= 1:
+        return  # (TensorBoard keeps its first number, as for Accelerate)
+    what = "a 0-d tensor" if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
+    raise ValueError(
+        f"init_trackers(config=...): config[{key!r}] is {what}; TensorBoard's hyperparameters take only bool, int, "
+        "float, str, None or a tensor (Accelerate's TensorBoardTracker stops inside add_hparams here); pass "
+        f"config[{key!r}] as a number or a str (value.item() for a tensor, str(value) for a list or a Path; a nested "
+        "dict as flat keys such as 'optimizer.lr')")
+
+
+def _is_number(value: Any) -> bool:
+    import numpy
+
+    return isinstance(value, (int, float, numpy.number, numpy.bool_))
+
+
+def _check_grouped(key: str, group: dict) -> None:
+    """Refuse what ``add_scalars`` stops on partway (Accelerate's tracker then fails inside TensorBoard)."""
+    for entry, number in group.items():
+        if not _is_number(number):
+            raise ValueError(
+                f"log({{{key!r}: {{{entry!r}: {number!r}, ...}}}}): a dict is written as TensorBoard's add_scalars "
+                f"(one scalar per entry) and {entry!r} is a {type(number).__name__}, not a number (Accelerate's "
+                f"TensorBoardTracker stops inside add_scalars here); log text as its own key: log({{'{key}_{entry}': "
+                "text})")
+
+
+def _listify(value: Any) -> Any:
+    """Accelerate's ``listify``: every tensor, however nested, as its numbers (bfloat16 as float32)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        return (value.float() if value.dtype == torch.bfloat16 else value).tolist()
+    if isinstance(value, dict):
+        return type(value)({k: _listify(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return type(value)(_listify(v) for v in value)
+    return value
+
+
+def _add_scalars(writer: Any, key: str, group: dict, step: int | None, left_out: set[str],
+                 walltime: float | None = None) -> None:
+    """``SummaryWriter.add_scalars``: each entry as a scalar tagged ``key`` in a run of its own,
+    ``<logdir>/<key>_<entry>/`` (its writer kept among the SummaryWriter's own, flushed and closed with it), with
+    the writer's random file suffix; a link waiting at such a folder is not written through (the entry is left
+    out, said once)."""
+    from torch.utils.tensorboard.summary import scalar
+    from torch.utils.tensorboard.writer import FileWriter
+
+    from ..warn import warn
+
+    walltime = time.time() if walltime is None else walltime
+    logdir = writer._get_file_writer().get_logdir()
+    for entry, number in group.items():
+        folder = logdir + "/" + key.replace("/", "_") + "_" + str(entry)
+        if folder not in writer.all_writers:
+            if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+                if folder not in left_out:
+                    left_out.add(folder)
+                    warn(f"TensorBoard: {folder} is a symbolic link or not a folder; log({{{key!r}: ...}}) leaves "
+                             f"out {entry!r} rather than write through it (remove it to log that entry)")
+                continue
+            writer.all_writers[folder] = FileWriter(folder, writer.max_queue, writer.flush_secs, writer.filename_suffix)
+        writer.all_writers[folder].add_summary(scalar(key, number), step, walltime)
 
 
 def _random_suffix() -> str:
@@ -264,7 +343,8 @@ def resolve_log_with(log_with: Any) -> list[Any]:
     if any(isinstance(i, str) and _name(i) == "none" for i in items):
         return []
     if any(not is_tracker(i) and _name(i) == "all" for i in items):  # Accelerate's: every installed one of its own
-        return [n for n in available_trackers() if n != "jsonl"] + [i for i in items if is_tracker(i)]
+        chosen = [n for n in available_trackers() if n != "jsonl"] + [i for i in items if is_tracker(i)]
+        return _importable(chosen, log_with)
     chosen: list[Any] = []
     for item in items:
         if is_tracker(item):
@@ -279,6 +359,21 @@ def resolve_log_with(log_with: Any) -> list[Any]:
                              f"pip install {TRACKERS[name][1]}, or choose from {', '.join(available_trackers())}")
         if name not in chosen:
             chosen.append(name)
+    return _importable(chosen, log_with)
+
+
+def _importable(chosen: list[Any], asked: Any) -> list[Any]:
+    """``chosen``, once TensorBoard, where among them, imports: an installed tensorboard package that fails on import
+    (a broken install) is refused now, with the way out, not as its own error when the first value is logged."""
+    if "tensorboard" in chosen:
+        try:
+            import torch.utils.tensorboard  # noqa: F401
+        except Exception as error:  # noqa: BLE001 - whatever a broken package raises, the way out is the same
+            raise ImportError(
+                f"log_with / report_to {asked!r} starts TensorBoard, and the tensorboard package is installed but "
+                f"importing torch.utils.tensorboard fails ({type(error).__name__}: {error}); repair it (pip install "
+                "--force-reinstall tensorboard) or leave TensorBoard out (name the other trackers, or 'none')"
+            ) from error
     return chosen
 
 

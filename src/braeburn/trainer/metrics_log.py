@@ -39,17 +39,22 @@ class MetricsLogCallback(Callback):
 
     def __init__(self, tensorboard: bool = True, tensorboard_dir: str | Path | None = None,
                  tensorboard_view: Any = None, default_dir: str = "tensorboard", tensorboard_start: Any = None,
-                 name_default_dir: Any = None):
+                 name_default_dir: Any = None, before_training_note: str | None = None):
         """``tensorboard_view(logs) -> {tag: value}``: what a log becomes in TensorBoard (default: each number but
         step and epoch, tagged by its key; a text value is written as text); ``default_dir``: the folder inside
         output_dir without a tensorboard_dir, or ``name_default_dir()``'s name, taken at the first train() (a name of
-        that moment's time); ``tensorboard_start(trainer) -> {tag: text}``: texts written when the writer starts.
-        A peer's Trainer writes its own tags, texts and folder."""
+        that moment's time); ``tensorboard_start(trainer) -> {tag: text}``: texts written when the writer starts;
+        ``before_training_note``: given, a log before train() (an evaluate() first) is held and written into
+        TensorBoard when train() begins, and this line is printed. A peer's Trainer writes its own tags, texts and folder."""
         self.tensorboard, self.tensorboard_dir = tensorboard, tensorboard_dir
         self.tensorboard_view, self.default_dir = tensorboard_view or _scalars, default_dir
         self.tensorboard_start, self.name_default_dir = tensorboard_start, name_default_dir
+        self.before_training_note = before_training_note  # given: logs before train() are held for TensorBoard
+        self._held: list[tuple[int, dict[str, float]]] = []
+        self._training = False  # between on_train_begin and on_train_end (outside: each log is flushed at once)
         self._file: IO[str] | None = None
         self._writer = None
+        self._writer_folder: Path | None = None  # where this run's TensorBoard events go (None: off or not started)
         self.path: Path | None = None
         self._pending: list[str] = []
         self._good_size = 0  # bytes of whole records in the file
@@ -65,30 +70,48 @@ class MetricsLogCallback(Callback):
         except OSError as error:
             self._warnings.failed(self.path, error, "a torn last line could not be dropped")
         self._reopen(repair=False)
+        self._training = True
         if self.tensorboard:
-            if self.name_default_dir is not None:  # named once, as the peer keeps its folder for later runs
-                self.default_dir, self.name_default_dir = self.name_default_dir(), None
-            folder = Path(self.tensorboard_dir or Path(trainer.output_dir) / self.default_dir)
-            try:
-                if self.tensorboard_dir is None:  # the run's folders: through a link, events would go elsewhere
-                    inside = Path(self.default_dir)
-                    for part in (inside, *inside.parents[:-1]):  # runs/<date>_<host>, then runs ("." left out)
-                        if (Path(trainer.output_dir) / part).is_symlink():
-                            raise PlantedLinkError(Path(trainer.output_dir) / part)
-                self._writer = _tensorboard_writer(folder)
-                if self._writer is not None and self.tensorboard_start is not None:
-                    for tag, text in self.tensorboard_start(trainer).items():
-                        self._writer.add_text(tag, text)
-            except OSError as error:
-                self._warnings.failed(folder, error, "TensorBoard logging is off for this run")
+            self._start_tensorboard(trainer)
+        held, self._held = self._held, []
+        for step, logs in held if self._writer is not None else ():  # logs from before train() (evaluate() first)
+            self._tensorboard_scalars(step, logs)
+
+    def _start_tensorboard(self, trainer: "Trainer") -> None:
+        if self.name_default_dir is not None:  # named once, as the peer keeps its folder for later runs
+            self.default_dir, self.name_default_dir = self.name_default_dir(), None
+        folder = Path(self.tensorboard_dir or Path(trainer.output_dir) / self.default_dir)
+        try:
+            if self.tensorboard_dir is None:  # the run's folders: through a link, events would go elsewhere
+                inside = Path(self.default_dir)
+                for part in (inside, *inside.parents[:-1]):  # runs/<date>_<host>, then runs ("." left out)
+                    if (Path(trainer.output_dir) / part).is_symlink():
+                        raise PlantedLinkError(Path(trainer.output_dir) / part)
+            self._writer = _tensorboard_writer(folder)
+            self._writer_folder = folder if self._writer is not None else None
+            self._write_start_texts(trainer)
+        except OSError as error:
+            self._writer_folder = None
+            self._warnings.failed(folder, error, "TensorBoard logging is off for this run")
+
+    def _write_start_texts(self, trainer: "Trainer") -> None:
+        if self._writer is not None and self.tensorboard_start is not None:
+            for tag, text in self.tensorboard_start(trainer).items():
+                self._writer.add_text(tag, text)
 
     def on_log(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float]) -> None:
-        if self.path is None:
+        if self.path is None:  # a log before train() (evaluate() first): TensorBoard only, where the peer writes it
+            self._log_before_training(trainer, state, logs)
             return
         record = {"step": state.global_step, **{key: _json_value(value) for key, value in logs.items()}}
         self._append(json.dumps(record))
-        if self._writer is not None:
+        after_training = not self._training
+        if after_training and self._writer is None and self._writer_folder is not None:  # trainer.log() or evaluate()
+            self._writer = _tensorboard_writer(self._writer_folder)  # after train(): a new event file in the run's
+        if self._writer is not None:  # folder, as Transformers' TensorBoardCallback opens one
             self._tensorboard_scalars(state.global_step, logs)
+        if after_training and self._writer is not None:
+            self._flush_writer()
 
     def _append(self, line: str) -> None:
         self._pending = (self._pending + [line + "\n"])[-self.MAX_PENDING:]
@@ -140,7 +163,27 @@ class MetricsLogCallback(Callback):
         except OSError as error:
             self._warnings.failed(Path(self._writer.log_dir), error, "TensorBoard logging stops here "
                                   "(metrics.jsonl goes on)")
-            writer, self._writer = self._writer, None
+            writer, self._writer, self._writer_folder = self._writer, None, None
+            _close_quietly(writer)
+
+    def _log_before_training(self, trainer: "Trainer", state: TrainerState, logs: dict[str, float]) -> None:
+        """Transformers' TensorBoardCallback writes an evaluate() before train() (and then the training, in the same
+        writer); with ``before_training_note`` braeburn holds such logs and writes them first when train() begins,
+        in the writer it opens in its run's folder (output_dir is checked then), and says so once."""
+        if self.before_training_note is None or not self.tensorboard or not trainer.is_main_process:
+            return
+        if not self._held:
+            print(self.before_training_note, flush=True)
+        self._held.append((state.global_step, dict(logs)))
+
+    def _flush_writer(self) -> None:
+        """Outside training nothing else flushes the writer (train()'s end closes it): each log is on disk at once."""
+        try:
+            self._writer.flush()
+        except OSError as error:
+            self._warnings.failed(Path(self._writer.log_dir), error, "TensorBoard logging stops here "
+                                  "(metrics.jsonl goes on)")
+            writer, self._writer, self._writer_folder = self._writer, None, None
             _close_quietly(writer)
 
     def write_record(self, record: dict[str, Any]) -> None:
@@ -149,6 +192,7 @@ class MetricsLogCallback(Callback):
             self._append(json.dumps(record, default=str))
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
+        self._training = False
         if self._pending and self.path is not None:  # a last try for the records the full disk held back
             self._write_pending()
         if self._file is not None:

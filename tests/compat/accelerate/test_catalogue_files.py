@@ -312,6 +312,173 @@ def _log_with_all_beyond_braeburn(tmp_path):
         assert tensorboard_package or "pip install tensorboard" in str(refused.value)
 
 
+def _tensorboard_run(lib, folder, config=None, logged=()):
+    """log_with="tensorboard": init_trackers("run", config), each ``(values, step)`` logged, end_training; what was
+    written (files, and what TensorBoard reads from each event file), and the error the script stopped on."""
+    accelerator = lib.Accelerator(log_with="tensorboard", project_dir=str(folder))
+    stopped = None
+    try:
+        accelerator.init_trackers("run", config=config)
+        for values, at in logged:
+            accelerator.log(values, step=at)
+    except (ValueError, IndexError) as error:
+        stopped = error
+    accelerator.end_training()
+    written = unsuffixed([shown(path) for path in files(folder)])
+    view = {path.removesuffix(f".{RANDOM_SUFFIX}"): seen for path, seen in tensorboard_view(folder).items()}
+    return Observation(files=written, metrics=view, extra={"stopped": stopped})
+
+
+@idiom("accelerator.log({'loss': {'train': ..., 'val': ...}}, step=...) with log_with='tensorboard' (a dict: "
+       "TensorBoard's add_scalars)", "identical", "the same files and what TensorBoard reads: one run per entry, "
+       "run/loss_train/ and run/loss_val/, each with the scalar tagged loss at the same steps (a key with '/' as "
+       "torch names it: a/b -> run/a_b_<entry>/); a link planted at such a folder is not written through "
+       "(docs/reliability.md)")
+def _log_dict_of_scalars(tmp_path):
+    pytest.importorskip("tensorboard")
+    import torch
+
+    logged = [({"loss": {"train": 0.5, "val": torch.tensor(0.75)}, "a/b": {"x": 1}}, 1),
+              ({"loss": {"train": 0.25, "val": 0.5}}, 2)]
+    peer, ours = _identical(lambda lib, folder: _tensorboard_run(lib, folder, logged=logged), tmp_path)
+    assert peer.files == ["run/a_b_x/events.out.tfevents.<time>.<host>.<pid>.<n>",
+                          "run/events.out.tfevents.<time>.<host>.<pid>.<n>",
+                          "run/loss_train/events.out.tfevents.<time>.<host>.<pid>.<n>",
+                          "run/loss_val/events.out.tfevents.<time>.<host>.<pid>.<n>"]
+    assert peer.metrics["run/loss_val/events.out.tfevents.<time>.<host>.<pid>.<n>"]["scalars"] == {
+        "loss": [(1, 0.75), (2, 0.5)]}
+
+
+@idiom("accelerator.log(...) with log_with='tensorboard' of a bool, NaN, inf, a numpy float32, a 0-d and a "
+       "bfloat16 tensor, a list, None", "identical", "what TensorBoard reads is Accelerate's: a bool as 1.0, NaN and "
+       "inf as scalars, tensors as their numbers; a numpy float32, a list and None are left out, as Accelerate's "
+       "tracker leaves them out")
+def _log_odd_values(tmp_path):
+    pytest.importorskip("tensorboard")
+    import numpy
+    import torch
+
+    logged = [({"flag": True, "nan": float("nan"), "inf": float("inf"), "f32": numpy.float32(0.5),
+                "f64": numpy.float64(0.25), "t": torch.tensor(2.0), "bf": torch.tensor(1.5, dtype=torch.bfloat16),
+                "list": [1, 2], "none": None, "note": "text"}, 3)]
+    peer, _ = _identical(lambda lib, folder: _tensorboard_run(lib, folder, logged=logged), tmp_path)
+    scalars = peer.metrics["run/events.out.tfevents.<time>.<host>.<pid>.<n>"]["scalars"]
+    assert sorted(scalars) == ["bf", "f64", "flag", "inf", "nan", "t"] and scalars["flag"] == [(3, 1.0)]
+
+
+@idiom("init_trackers(project, config={...}) with log_with='tensorboard' and a config value TensorBoard's "
+       "hyperparameters cannot take (a list, a Path, a nested dict, a 0-d tensor), or log() of a dict holding text",
+       "refused", "Accelerate stops inside TensorBoard (ValueError, IndexError); braeburn refuses first, naming the "
+       "key and the way out (a number or str(value); text as its own key); None, bool and a 1-d tensor are taken "
+       "as Accelerate takes them")
+def _tensorboard_values_it_cannot_take(tmp_path):
+    pytest.importorskip("tensorboard")
+    from pathlib import Path
+
+    import torch
+
+    cases = [({"layers": [2, 3]}, (), ["config['layers']", "list"], ["str(value)"]),
+             ({"data": Path("/tmp/data")}, (), ["config['data']", "PosixPath"], ["str(value)"]),
+             ({"optimizer": {"lr": 0.1}}, (), ["config['optimizer']", "dict"], ["flat keys"]),
+             ({"scale": torch.tensor(0.5)}, (), ["config['scale']", "0-d tensor"], ["value.item()"]),
+             (None, [({"group": {"a": 1.0, "b": "x"}}, 1)], ["'group'", "add_scalars"], ["'group_b': text"])]
+    for number, (config, logged, idiom_words, way_out) in enumerate(cases):
+        folder = tmp_path / str(number)
+        folder.mkdir()
+        peer, ours, _ = both(lambda lib, where: _tensorboard_run(lib, where, config, logged), folder)
+        assert peer.extra["stopped"] is not None, f"Accelerate took {config or logged}"
+        assert_refused(ours.extra["stopped"], idiom_words, way_out)
+    (tmp_path / "taken").mkdir()
+    peer, ours = _identical(lambda lib, folder: _tensorboard_run(
+        lib, folder, {"warmup": None, "fused": True, "betas": torch.tensor([0.9, 0.99])}), tmp_path / "taken")
+    hparams = [seen["hparams"] for seen in peer.metrics.values() if seen["hparams"]]
+    assert hparams == [{"fused": True, "betas": pytest.approx(0.9)}], hparams  # (TensorBoard shows no None)
+
+
+@idiom("accelerator.init_trackers(...) called a second time (another project name, or after end_training)",
+       "refused", "Accelerate starts a second set of trackers beside the first, restarts the first and logs every "
+       "value, and the second config, into both runs; braeburn refuses the second call, naming the way out (one "
+       "init_trackers per Accelerator; another run: end_training() and a new Accelerator)")
+def _init_trackers_twice(tmp_path):
+    from accelerate.tracking import GeneralTracker
+
+    class Recorder(GeneralTracker):
+        name = "recorder"
+        requires_logging_directory = False
+
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        @property
+        def tracker(self):
+            return self.calls
+
+        def store_init_configuration(self, values):
+            self.calls.append(f"config {values}")
+
+        def log(self, values, step=None, **kwargs):
+            self.calls.append(f"log {values} {step}")
+
+        def finish(self):
+            self.calls.append("finish")
+
+    def script(lib, folder):
+        recorder = Recorder()
+        accelerator = lib.Accelerator(log_with=[recorder])
+        accelerator.init_trackers("first", config={"lr": 0.1})
+        accelerator.end_training()
+        try:
+            accelerator.init_trackers("second", config={"lr": 0.2})
+        except ValueError as error:
+            return Observation(calls=recorder.calls, extra={"stopped": error})
+        accelerator.log({"loss": 0.5}, step=1)
+        return Observation(calls=recorder.calls, extra={"stopped": None})
+
+    peer, ours, _ = both(script, tmp_path)
+    assert peer.calls[-2:] == ["log {'loss': 0.5} 1"] * 2  # Accelerate: the one tracker twice over
+    assert_refused(ours.extra["stopped"], ["init_trackers('second')", "started already"],
+                   ["once per Accelerator", "new Accelerator"])
+    assert ours.calls == ["config {'lr': 0.1}", "finish"]
+
+
+@idiom("Accelerator(log_with='tensorboard' or 'all') where the tensorboard package is installed but fails on import",
+       "refused", "Accelerate stops in init_trackers with the package's own error; braeburn refuses at Accelerator(...), "
+       "naming TensorBoard, that error and the way out (reinstall it, or name the other trackers)")
+def _tensorboard_broken_install(tmp_path):
+    import sys
+
+    import torch
+    from accelerate import tracking
+
+    import braeburn
+
+    package = tmp_path / "site" / "tensorboard"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('this tensorboard is broken')\n")
+    (tmp_path / "site" / "tensorboard-2.20.0.dist-info").mkdir()  # its metadata, which Accelerate looks for
+    (tmp_path / "site" / "tensorboard-2.20.0.dist-info" / "METADATA").write_text("Name: tensorboard\nVersion: 2.20.0\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(tmp_path / "site"))
+        for name in [n for n in sys.modules if n.startswith(("tensorboard", "torch.utils.tensorboard"))]:
+            patch.delitem(sys.modules, name)
+        patch.delattr(torch.utils, "tensorboard", raising=False)  # (from torch.utils import tensorboard reads it)
+        found = tracking.get_available_trackers()  # (Accelerate lists what is installed when it is imported)
+        if tracking.LoggerType.TENSORBOARD not in found:
+            patch.setattr(tracking, "_available_trackers", [*found, tracking.LoggerType.TENSORBOARD])
+        for log_with in ("tensorboard", "all"):
+            reset_accelerate()
+            accelerator = library_of("accelerate").Accelerator(log_with=log_with, project_dir=str(tmp_path / "peer"))
+            with pytest.raises(RuntimeError, match="this tensorboard is broken"):
+                accelerator.init_trackers("run")
+            reset_accelerate()
+            with pytest.raises(ImportError) as refused:
+                braeburn.Accelerator(log_with=log_with, project_dir=str(tmp_path / "ours"))
+            assert_refused(refused.value, ["log_with", "TensorBoard", "RuntimeError: this tensorboard is broken"],
+                           ["pip install --force-reinstall tensorboard", "'none'"])
+        reset_accelerate()
+
+
 @idiom("a GeneralTracker subclass (accelerate.tracking) in log_with + get_tracker(name, unwrap=...)", "identical",
        "the same calls, in order, with the same values")
 def _custom_tracker(tmp_path):

@@ -419,6 +419,62 @@ def test_transformers_arguments_keep_their_torch_compile_false(tmp_path, monkeyp
     assert "compile    off (compile=False, as asked)" in run.printed
 
 
+@idiom("trainer.log({...}) and trainer.evaluate() after train() with report_to='tensorboard'", "identical",
+       "as Transformers' TensorBoardCallback: a second event file in the run's folder, runs/<date>_<host>/, with the "
+       "custom values (train/<key>; a bool as 1.0, NaN as NaN, text as text) and eval/loss ... at the last step")
+def _tensorboard_after_train(tmp_path):
+    pytest.importorskip("tensorboard")
+
+    def after(run, trainer):
+        run.quietly(lambda: trainer.log({"custom": 1.5, "flag": True, "nan": float("nan"), "note": "x"}))
+        run.quietly(trainer.evaluate)
+        return _tensorboard_seen(run, trainer)
+
+    peer, ours, _ = train_both(tmp_path, dict(report_to="tensorboard", max_steps=2), after=after)
+    theirs, mine = peer.extra.pop("tensorboard"), ours.extra.pop("tensorboard")
+    assert unsuffixed(ours.extra.pop("files")) == peer.extra.pop("files") == [
+        "runs/<date>_<host>/events.out.tfevents.<time>.<host>.<pid>.<n>"] * 2
+    for seen, args_json in ((theirs, peer.extra.pop("args")), (mine, ours.extra.pop("args"))):
+        for file in seen.values():
+            file["texts"].pop("args/text_summary", None)
+    mine = {path.replace(f".{RANDOM_SUFFIX}", ""): seen for path, seen in mine.items()}
+    assert_identical(Observation(metrics=theirs), Observation(metrics=mine))
+    assert_identical(peer, ours)
+    later = theirs["runs/<date>_<host>/events.out.tfevents.<time>.<host>.<pid>.<n>#2"]
+    assert later["scalars"]["train/custom"] == [(2, 1.5)] and later["scalars"]["eval/loss"][0][0] == 2
+
+
+@idiom("trainer.evaluate() before trainer.train() with report_to='tensorboard'", "on purpose",
+       "the same event file, scalars, steps and texts (eval/loss at step 0, then the training in the same file); "
+       "Transformers writes it into runs/<date>_<host> of the current directory, braeburn into output_dir/runs/"
+       "<date>_<host> where train() writes, and one line says so (Transformers' eval/model_preparation_time left out)")
+def _tensorboard_evaluate_first(tmp_path):
+    pytest.importorskip("tensorboard")
+    seen, said = {}, ""
+    for name in _runs.LIBS:
+        run = Run(name, tmp_path)
+        (run.folder / "cwd").mkdir(parents=True)
+        trainer = run.trainer(run.args(report_to="tensorboard", max_steps=2))
+        with pytest.MonkeyPatch.context() as patch:  # Transformers writes into the current directory
+            patch.chdir(run.folder / "cwd")
+            run.quietly(trainer.evaluate)
+            said = run.printed
+            _, error = run.quietly(trainer.train)
+        assert error is None, error
+        view = {}
+        for path, events in tensorboard_view(run.folder).items():
+            events["texts"].pop("args/text_summary")
+            events["scalars"] = {tag: [(step, "<timing>" if _clocked(tag) else value) for step, value in points]
+                                 for tag, points in events["scalars"].items() if tag != "eval/model_preparation_time"}
+            view[path.replace(f".{RANDOM_SUFFIX}", "")] = events
+        seen[name] = view
+    file = "runs/<date>_<host>/events.out.tfevents.<time>.<host>.<pid>.<n>"
+    assert list(seen["transformers"]) == [f"cwd/{file}"] and list(seen["braeburn"]) == [f"out/{file}"]
+    assert seen["transformers"][f"cwd/{file}"] == seen["braeburn"][f"out/{file}"]
+    assert seen["braeburn"][f"out/{file}"]["scalars"]["eval/loss"][0][0] == 0
+    assert_on_purpose([line for line in said.splitlines() if line.startswith("braeburn")], "evaluate() first")
+
+
 # -- refused before training, with the way out ------------------------------------------------------------------
 @idiom("report_to='all' where an integration braeburn lacks is installed (codecarbon, comet_ml, clearml, neptune, "
        "dvclive ...)", "refused", "names the integrations Transformers' 'all' would report to that braeburn cannot; the "

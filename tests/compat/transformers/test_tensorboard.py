@@ -114,3 +114,34 @@ def test_the_runs_folder_is_the_name_output_dir_checks_and_records(fake_tensorbo
         assert error is None
     assert (out / "tensorboard" / "mine.txt").read_text() == "a user's"
     assert [p.name for p in (out / "previous-run-1").iterdir() if p.name == "runs"] == ["runs"]
+
+
+@pytest.fixture
+def broken_tensorboard(tmp_path, monkeypatch):
+    """A tensorboard package that is installed (found) but raises when imported, as a broken install does."""
+    package = tmp_path / "site" / "tensorboard"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('this tensorboard is broken')\n")
+    (tmp_path / "site" / "tensorboard-2.20.0.dist-info").mkdir()  # its metadata, which Transformers looks for
+    (tmp_path / "site" / "tensorboard-2.20.0.dist-info" / "METADATA").write_text("Name: tensorboard\nVersion: 2.20.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    for name in [n for n in sys.modules if n.startswith(("tensorboard", "torch.utils.tensorboard"))]:
+        monkeypatch.delitem(sys.modules, name)
+    import torch
+
+    monkeypatch.delattr(torch.utils, "tensorboard", raising=False)  # (from torch.utils import tensorboard reads it)
+
+
+def test_a_tensorboard_that_fails_on_import_is_refused_at_trainer_with_the_way_out(broken_tensorboard, tmp_path,
+                                                                                   no_launcher_env, one_thread):
+    """Transformers' Trainer(report_to="tensorboard") stops with the package's own error; braeburn's refuses at the
+    same moment, Trainer(...), with one error naming TensorBoard, the package's error and the way out."""
+    from tests.compat.catalogue import assert_refused
+
+    run = _runs.Run("braeburn", tmp_path)
+    for report_to in ("tensorboard", "all"):
+        with pytest.raises(ImportError) as refused:
+            run.trainer(run.args(report_to=report_to, max_steps=1))
+        assert_refused(refused.value, ["report_to", "TensorBoard", "RuntimeError: this tensorboard is broken"],
+                       ["pip install --force-reinstall tensorboard", "'none'"])
+    assert not (run.folder / "out").exists()  # refused before anything was written

@@ -12,6 +12,11 @@ from typing import Any
 from ...accelerator import trackers as tracking
 
 
+SECOND_INIT = ("a second call under Accelerate starts a second set beside the first, restarts the first and logs every "
+               "value, and this config, into both runs; call init_trackers once per Accelerator (for another run, "
+               "end_training() and a new Accelerator)")
+
+
 def accelerates_all() -> list[str]:
     """The trackers Accelerate's ``log_with="all"`` starts here; none where Accelerate is not installed."""
     if importlib.util.find_spec("accelerate") is None:
@@ -40,4 +45,4 @@ def resolve_log_with(log_with: Any) -> list[Any]:
     return chosen
 
 
-__all__ = ["accelerates_all", "resolve_log_with"]
+__all__ = ["SECOND_INIT", "accelerates_all", "resolve_log_with"]

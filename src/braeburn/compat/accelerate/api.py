@@ -23,7 +23,7 @@ import torch
 
 from ...accelerator import trackers as tracking
 from ...distributed import process_group as pg
-from .all_trackers import resolve_log_with
+from .all_trackers import SECOND_INIT, resolve_log_with
 from .checkpointing import AccelerateCheckpointing
 from .state import AcceleratePreparedLoader, AcceleratorState, GradientState
 
@@ -406,6 +406,8 @@ class AccelerateCompat(AccelerateCheckpointing):
         a file that ``log_with`` did not ask for (braeburn's JSON-lines file only with ``log_with="jsonl"``)."""
         if not self.is_main_process:
             return
+        if self.trackers:  # Accelerate adds a second set, and logs every value, and this config, into both runs
+            raise ValueError(f"init_trackers({project_name!r}): trackers were started already; {SECOND_INIT}")
         self.trackers = tracking.start_trackers(list(self.log_with), project_name, self.logging_dir, init_kwargs)
         if config is not None:
             for tracker in self.trackers:

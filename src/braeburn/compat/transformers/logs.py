@@ -29,6 +29,13 @@ TENSORBOARD_ARGS_NOTE = (
     "\"model_config\" text are Transformers'")
 
 
+TENSORBOARD_BEFORE_TRAIN_NOTE = (
+    "braeburn: report_to=tensorboard: a log before train() (evaluate() first) goes to TensorBoard when train() "
+    "begins, into the run's folder output_dir/runs/<date>_<host> with the training; Transformers' TensorBoardCallback "
+    "writes it at once, and the training after it, into runs/<date>_<host> of the current directory, outside "
+    "output_dir (set TENSORBOARD_LOGGING_DIR to choose one folder for both)")
+
+
 def tensorboard_run_folder() -> str:
     """runs/<Mon DD_HH-MM-SS>_<host>: Transformers' (and torch's SummaryWriter's) default folder name."""
     import socket
@@ -102,7 +109,8 @@ class HfLogsMixin:
             folder = os.getenv("TENSORBOARD_LOGGING_DIR") or self.config.logging_dir
             log = MetricsLogCallback(tensorboard=True, tensorboard_dir=folder and os.path.expanduser(folder),
                                      tensorboard_view=tensorboard_tags, default_dir=tensorboard_run_folder(),
-                                     tensorboard_start=self._tensorboard_texts, name_default_dir=tensorboard_run_folder)
+                                     tensorboard_start=self._tensorboard_texts, name_default_dir=tensorboard_run_folder,
+                                     before_training_note=TENSORBOARD_BEFORE_TRAIN_NOTE)
         return log
 
     def _tensorboard_texts(self, trainer: Any) -> dict[str, str]:
