@@ -13,7 +13,8 @@ from torch.utils.data import TensorDataset
 
 import braeburn
 from braeburn.trainer.callbacks import Callback
-from braeburn.trainer.frozen_setup import FrozenSetup
+from braeburn.trainer import frozen_setup
+from braeburn.trainer.frozen_setup import IMMORTAL_SLACK, FrozenSetup
 
 
 class FreezeCounts(Callback):
@@ -50,7 +51,17 @@ def test_the_heap_is_frozen_from_the_first_step_and_unfrozen_after_training(tmp_
     counts = _train(tmp_path)
     assert len(counts) == 3
     assert all(count > 1000 for count in counts)  # the model, the libraries: out of the collector's walks
-    assert gc.get_freeze_count() == 0  # after train(): the process's collector as it was
+    assert gc.get_freeze_count() <= IMMORTAL_SLACK  # after train(): the process's collector as it was
+
+
+def test_python_312s_immortal_objects_in_the_permanent_generation_are_no_freeze(tmp_path, unfrozen_heap, monkeypatch):
+    """CPython 3.12 counts its 375 tracked immortal objects as frozen after a full collection; braeburn froze nothing
+    there when it took them for the user's freeze."""
+    real = gc.get_freeze_count
+    monkeypatch.setattr(frozen_setup, "IMMORTAL_SLACK", 1000)  # (as on 3.12)
+    monkeypatch.setattr(frozen_setup.gc, "get_freeze_count", lambda: real() or 375)
+    counts = _train(tmp_path)
+    assert len(counts) == 3 and all(count > 1000 for count in counts)
 
 
 def test_a_heap_the_user_froze_or_a_collector_turned_off_is_left_alone(tmp_path, unfrozen_heap):
@@ -108,5 +119,5 @@ def test_freeze_heap_false_leaves_the_collector_alone_so_a_collection_frees_old_
     kept = _train_aged_cycle(tmp_path)  # the default: the cost frozen_setup.py and docs/distributed.md state
     assert kept.frozen > 1000 and kept.alive_after_collect
     off = _train_aged_cycle(tmp_path, freeze_heap=False)
-    assert off.frozen == 0 and not off.alive_after_collect
-    assert gc.get_freeze_count() == 0
+    assert off.frozen <= IMMORTAL_SLACK and not off.alive_after_collect
+    assert gc.get_freeze_count() <= IMMORTAL_SLACK
