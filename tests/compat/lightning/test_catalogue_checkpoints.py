@@ -176,6 +176,21 @@ def test_a_resume_with_nothing_to_train_keeps_best_model_path_as_lightning(tmp_p
         "lightning_logs/version_2/checkpoints/epoch=1-step=10.ckpt")
 
 
+def test_a_ckpt_edited_after_braeburn_wrote_it_is_refused_not_passed_over(tmp_path):
+    """fit(ckpt_path=<epoch .ckpt>) resumes the braeburn folder beside the file: a file whose weights were changed
+    since (here one weight, by hand) is refused by name, rather than its weights silently ignored."""
+    from braeburn.lightning import LightningArgumentError
+
+    first, _, _ = _fit(tmp_path, False, max_epochs=1)
+    path = Path(first.checkpoint_callback.best_model_path)
+    content = torch.load(path, weights_only=True)
+    name = next(iter(content["state_dict"]))
+    content["state_dict"][name] = content["state_dict"][name] + 1.0
+    torch.save(content, path)
+    with pytest.raises(LightningArgumentError, match=rf"the file's weights are not that folder's \({name} differ"):
+        _fit(tmp_path, False, str(path), max_epochs=2)
+
+
 def test_lightnings_own_fit_refuses_to_resume_braeburns_ckpt(tmp_path):
     """Lightning's own Trainer given braeburn's .ckpt to resume: Lightning's error for a weights-only file, before
     anything is trained, never a silent restart from epoch 0."""

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ...checkpoints import no_follow
 from ...checkpoints.manifest import MANIFEST
 from ...trainer.checkpoint import CHECKPOINT_RE, CheckpointError, CheckpointManager
@@ -216,6 +218,41 @@ def _latest_in(folder: Path, asked: Any) -> tuple[str, list[str]]:
     except CheckpointError as error:
         raise CheckpointPathError(str(error)) from None
     return str(chosen), warnings
+
+
+
+def check_ckpt_weights(path: str | os.PathLike, module: torch.nn.Module) -> None:
+    """``fit(ckpt_path=<an epoch .ckpt braeburn wrote>)`` resumes the braeburn folder beside the file, whose weights
+    ``module`` now holds: the file's ``state_dict`` must be those weights. A file edited after braeburn wrote it
+    (other weights, keys added or gone) would otherwise be passed over without a word; it is refused instead. The
+    file is read as data only (weights_only: no code in it runs)."""
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001  (any unreadable file: one refusal naming it)
+        raise CheckpointPathError(f"fit(ckpt_path={str(path)!r}): the file cannot be read as a Lightning checkpoint "
+                                  f"({type(error).__name__}: {error}); pass the braeburn checkpoint folder beside it, "
+                                  "or 'last'") from None
+    saved = content.get("state_dict") if isinstance(content, Mapping) else None
+    current = module.state_dict()
+    if not isinstance(saved, Mapping):
+        differ = ["state_dict"]
+    else:
+        differ = sorted(name for name in set(saved) | set(current)
+                        if name not in saved or name not in current or not _same_tensor(saved[name], current[name]))
+    if differ:
+        shown = ", ".join(differ[:5]) + (f" and {len(differ) - 5} more" if len(differ) > 5 else "")
+        raise CheckpointPathError(
+            f"fit(ckpt_path={str(path)!r}): braeburn resumes the checkpoint folder beside this file, but the file's "
+            f"weights are not that folder's ({shown} differ: was the file changed after braeburn wrote it?). To "
+            "start from the file's weights, load them (Model.load_from_checkpoint(path)) and fit without ckpt_path; "
+            "to resume the run, pass its checkpoint folder or 'last'")
+
+
+def _same_tensor(saved: Any, current: Any) -> bool:
+    if not (isinstance(saved, torch.Tensor) and isinstance(current, torch.Tensor)):
+        return saved == current
+    current = current.detach().cpu()
+    return saved.dtype == current.dtype and saved.shape == current.shape and torch.equal(saved, current)
 
 
 __all__ = ["CheckpointPathError", "JOB_FILE", "LOGS", "checkpoint_to_resume", "claim_run_folder", "job_identity",

@@ -45,8 +45,8 @@ from .ckpt_files import CheckpointSaving, CkptFiles, epoch_ckpt_of
 from .hooks import LightningHooks as _LightningHooks, bound as _bound
 from .module import StepLogger, batch_size_of, split_optimizers, step_loss
 from .options import lightning_options
-from .runs import (CheckpointPathError, checkpoint_to_resume, claim_run_folder, job_identity, logs_folder,
-                             restarted_run_folder)
+from .runs import (CheckpointPathError, check_ckpt_weights, checkpoint_to_resume, claim_run_folder, job_identity,
+                   logs_folder, restarted_run_folder)
 from .spelling import LightningSpelling
 
 
@@ -85,6 +85,7 @@ class Trainer(LightningAttributes, CheckpointSaving):
         self._ckpts = CkptFiles()
         self._optimizers: tuple[Any, Any] = (None, None)  # configure_optimizers()'s optimizer and scheduler
         self._fitted = False  # a fit() trained (or began to): a second one is refused
+        self._resumed_file: Path | None = None  # fit(ckpt_path=<an epoch .ckpt>): checked against the folder resumed
         self._ckpt_said = False
 
     # -- what a module reads from self.trainer -------------------------------------------------------
@@ -163,6 +164,8 @@ class Trainer(LightningAttributes, CheckpointSaving):
             resume, warnings = checkpoint_to_resume(ckpt_path, self.options.root)
         except CheckpointPathError as error:
             raise LightningArgumentError([str(error)]) from None
+        given = Path(ckpt_path).expanduser() if isinstance(ckpt_path, (str, os.PathLike)) else None
+        self._resumed_file = given if resume and given is not None and given.is_file() else None
         if val_loader is not None and (len(val_loader) == 0 or not self.options.validates):
             val_loader = None  # Lightning skips a validation loader without batches, and all with limit_val_batches=0
         self._call("on_fit_start", model)
@@ -409,6 +412,11 @@ class _LightningRun(BraeburnTrainer):
         super()._resume(request, loader)
         if kept is not None:
             state_io.set_rng_state(kept, kind)
+        if self.lightning._resumed_file is not None:  # an epoch .ckpt: its weights must be the folder's
+            try:
+                check_ckpt_weights(self.lightning._resumed_file, self.hooks.module)
+            except CheckpointPathError as error:
+                raise LightningArgumentError([str(error)]) from None
 
     def _evaluate_and_save(self, step_end: bool) -> None:
         """At an epoch's end, Lightning's order (its fit loop): the epoch's validation (when this epoch validates),
