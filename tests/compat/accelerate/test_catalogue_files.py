@@ -395,11 +395,8 @@ def _tensorboard_values_it_cannot_take(tmp_path):
     assert hparams == [{"fused": True, "betas": pytest.approx(0.9)}], hparams  # (TensorBoard shows no None)
 
 
-@idiom("accelerator.init_trackers(...) called a second time (another project name, or after end_training)",
-       "refused", "Accelerate starts a second set of trackers beside the first, restarts the first and logs every "
-       "value, and the second config, into both runs; braeburn refuses the second call, naming the way out (one "
-       "init_trackers per Accelerator; another run: end_training() and a new Accelerator)")
-def _init_trackers_twice(tmp_path):
+def _recorder():
+    """A GeneralTracker of Accelerate's (accelerate.tracking) that records every call it gets, in order."""
     from accelerate.tracking import GeneralTracker
 
     class Recorder(GeneralTracker):
@@ -423,8 +420,16 @@ def _init_trackers_twice(tmp_path):
         def finish(self):
             self.calls.append("finish")
 
+    return Recorder()
+
+
+@idiom("accelerator.init_trackers(...) called a second time (another project name, or after end_training)",
+       "refused", "Accelerate starts a second set of trackers beside the first, restarts the first and logs every "
+       "value, and the second config, into both runs; braeburn refuses the second call, naming the way out (one "
+       "init_trackers per Accelerator; another run: end_training() and a new Accelerator)")
+def _init_trackers_twice(tmp_path):
     def script(lib, folder):
-        recorder = Recorder()
+        recorder = _recorder()
         accelerator = lib.Accelerator(log_with=[recorder])
         accelerator.init_trackers("first", config={"lr": 0.1})
         accelerator.end_training()
@@ -482,31 +487,8 @@ def _tensorboard_broken_install(tmp_path):
 @idiom("a GeneralTracker subclass (accelerate.tracking) in log_with + get_tracker(name, unwrap=...)", "identical",
        "the same calls, in order, with the same values")
 def _custom_tracker(tmp_path):
-    from accelerate.tracking import GeneralTracker
-
-    class Recorder(GeneralTracker):
-        name = "recorder"
-        requires_logging_directory = False
-
-        def __init__(self):
-            super().__init__()
-            self.calls = []
-
-        @property
-        def tracker(self):
-            return self.calls
-
-        def store_init_configuration(self, values):
-            self.calls.append(f"config {values}")
-
-        def log(self, values, step=None, **kwargs):
-            self.calls.append(f"log {values} {step}")
-
-        def finish(self):
-            self.calls.append("finish")
-
     def script(lib, folder):
-        recorder = Recorder()
+        recorder = _recorder()
         accelerator = lib.Accelerator(log_with=[recorder])
         accelerator.init_trackers("run", config={"lr": 0.1})
         accelerator.log({"loss": 0.5}, step=1)
