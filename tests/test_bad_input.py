@@ -127,7 +127,7 @@ CASES = [
     ("negative workers", None, lambda t: cli("--dataloader_num_workers", "-2"), ["dataloader_num_workers=-2", ">= 0"]),
     ("output_dir is a file", None, output_dir_is_a_file, ["output_dir=", "is a file", "pass a folder"]),
     ("empty output_dir", None, lambda t: cli("--output_dir", " "), ["output_dir=' '", "must name a folder"]),
-    ("compile maybe", None, lambda t: cli("--compile", "maybe"), ["compile='maybe'", "auto, true or false"]),
+    ("compile maybe", None, lambda t: cli("--compile", "maybe"), ["compile='maybe'", "auto, true, false or regional"]),
     # -- the device: faked host facts ------------------------------------------------------------
     ("unknown accelerator", None, lambda t: cli("--accelerator", "tpu"), ["accelerator='tpu'", "choose one of"]),
     ("precision typo", None, lambda t: cli("--mixed_precision", "fp8"), ["mixed_precision='fp8'", "choose one of"]),

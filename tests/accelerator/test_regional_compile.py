@@ -59,3 +59,30 @@ def test_uncompiling_a_model_never_compiled_by_regions_changes_nothing():
     uncompile_regions(model)
     assert list(model.transformer.h) == blocks and all(block._compiled_call_impl is None for block in blocks)
     assert "_loss_function" not in vars(model)
+
+
+@pytest.mark.usefixtures("no_launcher_env", "one_thread")
+def test_the_trainer_compiles_by_regions_when_asked(tmp_path, capsys):
+    """compile="regional" through the Trainer: the blocks and the loss compiled, the rest eager, and the summary
+    and the metrics log say so."""
+    import json
+
+    from braeburn import Trainer, TrainingConfig
+
+    torch._dynamo.reset()
+    model, _ = _gpt2()
+    ids = torch.randint(0, 128, (48, 16), generator=torch.Generator().manual_seed(0))
+    data = [{"input_ids": row, "labels": row} for row in ids]
+    config = TrainingConfig(output_dir=str(tmp_path / "out"), use_cpu=True, compile="regional",
+                            torch_compile_backend="eager", per_device_train_batch_size=4, max_steps=8,
+                            save_strategy="no", logging_steps=4)
+    trainer = Trainer(model, config, train_dataset=data)
+    trainer.train()
+    stats = trainer.accelerator.compile_stats()
+    assert stats.compiled and stats.regional and stats.compiled_calls > 0
+    assert stats.reason == "compile=regional, as asked"
+    assert all(block._compiled_call_impl is not None for block in model.transformer.h)
+    records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    run = next(record["run"] for record in reversed(records) if "run" in record)
+    assert run["compile"]["regional"] is True
+    torch._dynamo.reset()

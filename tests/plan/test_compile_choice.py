@@ -97,3 +97,11 @@ def test_a_family_estimate_carries_its_regional_estimate_and_a_record_does_not()
     assert estimate(Model(), "key", {}).regional.gain == REGIONAL_GAINS["gpt2"].gain
     record = {"eager_step_seconds": 0.06, "compiled_step_seconds": 0.03, "compile_seconds": 30.0}
     assert estimate(Model(), "key", {"key": record}).regional is None  # compiled here before: caches warm, whole
+
+
+def test_compile_regional_asked_compiles_by_regions_whatever_the_run_length():
+    for steps in (None, 10, 100000):
+        decision = decide(requested="regional", device_compiles=True, device_reason="", convolutional=False,
+                          num_processes=1, remaining_steps=steps, eager_step_seconds=None if steps is None else 0.06,
+                          requested_reason="compile=regional, as asked")
+        assert decision.compile and decision.regional and decision.reason == "compile=regional, as asked"

@@ -60,7 +60,7 @@ REFUSALS = [
     (OLD_TORCH_MAC, {"mixed_precision": "bf16"}, [("mixed_precision", "macOS 14")]),
     (OLD_TORCH_MAC, {"mixed_precision": "fp16"}, [("mixed_precision", "torch 2.8")]),
     (LINUX_CPU, {"mixed_precision": "fp8"}, [("mixed_precision", "choose one of")]),
-    (LINUX_CPU, {"compile": "maybe"}, [("compile", "auto, true or false")]),
+    (LINUX_CPU, {"compile": "maybe"}, [("compile", "auto, true, false or regional")]),
     (APPLE_M, {"mps_high_watermark_ratio": 1.0, "mps_low_watermark_ratio": 1.4}, [("mps_low_watermark_ratio", "must not exceed")]),
     (APPLE_M, {"mps_high_watermark_ratio": -1.0}, [("mps_high_watermark_ratio", ">= 0")]),
     # every error at once:
@@ -114,3 +114,11 @@ def test_a_high_watermark_alone_below_torchs_low_default_gets_a_matching_low():
     assert env["PYTORCH_MPS_HIGH_WATERMARK_RATIO"] == "1.0"
     assert float(env["PYTORCH_MPS_LOW_WATERMARK_RATIO"]) < 1.0
     assert "PYTORCH_MPS_LOW_WATERMARK_RATIO" not in make_plan(RunOptions(mps_high_watermark_ratio=1.5), APPLE_M).env
+
+
+def test_compile_regional_is_an_explicit_compile_by_regions():
+    plan = make_plan(RunOptions(compile="regional"), CUDA_BOX)
+    assert plan.compile and plan.compile_regional and not plan.compile_auto
+    assert plan.compile_reason == "compile=regional, as asked"
+    assert not make_plan(RunOptions(compile="true"), CUDA_BOX).compile_regional
+    assert not make_plan(RunOptions(), CUDA_BOX).compile_regional

@@ -29,7 +29,7 @@ class CompileMixin:
         asked; "auto" compiles only where the device gains from it and the eager time still ahead (known to
         the Trainer, which measures it) times the gain expected for this model earns the compile back."""
         plan = self.plan
-        requested = "auto" if plan.compile_auto else plan.compile
+        requested = "auto" if plan.compile_auto else ("regional" if plan.compile_regional else plan.compile)
         if requested == "auto" and plan.compile and self._replays_checkpointing(model):  # the device would compile
             return compile_policy.CompileDecision(False, f"auto: gradient checkpointing on {plan.device.name} replays "
                                                   "its random state in Python that torch.compile cannot trace")

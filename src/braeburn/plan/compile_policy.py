@@ -53,12 +53,14 @@ def decide(*, requested: bool | str, device_compiles: bool, device_reason: str, 
            num_processes: int, remaining_steps: int | None = None, eager_step_seconds: float | None = None,
            shapes_vary: bool = False, estimate: CompileEstimate | None = None,
            requested_reason: str = "") -> CompileDecision:
-    """Whether to compile this run's model, and why. ``requested``: True, False or "auto"; ``estimate``: the
+    """Whether to compile this run's model, and why. ``requested``: True, False, "regional" or "auto"; ``estimate``: the
     expected gain and compile cost (:func:`braeburn.plan.compile_gains.estimate`; a default when None);
     ``requested_reason``: why compile is True or False (the plan's: "as asked", or a default a caller chose)."""
     dynamic = True if shapes_vary else None
     if requested is True:
         return CompileDecision(True, requested_reason or "compile=true, as asked", dynamic)
+    if requested == "regional":
+        return CompileDecision(True, requested_reason or "compile=regional, as asked", dynamic, regional=True)
     if requested is False:
         return CompileDecision(False, requested_reason or "compile=false, as asked")
     if not device_compiles:

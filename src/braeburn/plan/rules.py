@@ -14,7 +14,7 @@ from ..devices.host import HostFacts
 from ..devices.registry import ACCELERATOR_CHOICES, GPU_ALIAS, KINDS, accelerator_kinds, fallback_kind, get_kind
 
 STRATEGIES = ("auto", "ddp", "fsdp")
-COMPILE_CHOICES = ("auto", True, False)
+COMPILE_CHOICES = ("auto", True, False, "regional")
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,7 @@ class Plan:
     compile: bool
     compile_reason: str
     compile_auto: bool = False  # compile was left at "auto": the Accelerator may still skip it per model
+    compile_regional: bool = False  # compile="regional": the repeated blocks and the loss, not the whole forward
     env: dict[str, str] = field(default_factory=dict)  # to set before torch loads
     notes: tuple[str, ...] = ()  # warnings the user should see (the Accelerator prints them once)
     # Options given that do nothing on the chosen device: (option, the hardware where it applies), for the
@@ -213,17 +214,18 @@ def _choose_compile(options: RunOptions, kind: DeviceKind, host: HostFacts, erro
         value = value.lower() == "true"
     if value == "auto":
         return kind.compile_by_default(host)
-    if value is True:
+    if value is True or value == "regional":
         support = kind.explicit_compile(host)
         if support.refusal:
             errors.append(OptionError("compile", options.compile, support.refusal))
             return False, "refused"
         if support.warning:
             notes.append(support.warning)
-        return True, "compile=True, as asked"
+        return True, "compile=True, as asked" if value is True else "compile=regional, as asked"
     if value is False:
         return False, "compile=False, as asked"
-    errors.append(OptionError("compile", options.compile, "choose auto, true or false"))
+    errors.append(OptionError("compile", options.compile, "choose auto, true, false or regional (the repeated "
+                                                          "blocks and the loss compiled, the rest eager)"))
     return False, "refused"
 
 
@@ -277,4 +279,5 @@ def make_plan(options: RunOptions, host: HostFacts) -> Plan:
                 precision=precision, grad_scaler=scaler, precision_reason=precision_reason,
                 compile=use_compile, compile_reason=compile_reason, env=env, notes=tuple(notes),
                 compile_auto=str(options.compile).lower() == "auto", precision_candidates=candidates,
+                compile_regional=use_compile and str(options.compile).lower() == "regional",
                 ignored_options=_ignored_options(options, kind))

@@ -141,7 +141,7 @@ class CoreTrainingConfig:
     devices: int | str | None = "auto"
     """How many devices of that kind to use, or auto."""
     compile: str = "auto"
-    """torch.compile the model: auto (only when the measured eager time still ahead earns the compile back), true or false."""
+    """torch.compile the model: auto (only when the measured eager time still ahead earns the compile back: whole, by regions or not at all), true (the whole forward), regional (each repeated block and the loss, the rest eager: a shorter cold compile, slower steps) or false."""
     torch_compile_backend: str = "inductor"
     """The torch.compile backend when compiling (Transformers' name): inductor, or another of torch.compiler.list_backends()."""
     torch_compile_mode: str | None = None
