@@ -340,9 +340,10 @@ def _run_braeburn(w: Workload, ds, clock: StepClock, device, **overrides):
         trainer = Trainer(w.make_model(), config, train_dataset=ds, collate_fn=collate, callbacks=[Clock()])
         trainer.train()
     clipper = trainer._clipper  # how the last steps clipped: inside the fused AdamW step, or clip_grad_norm_
-    folded = clipper.fold and clipper.compiled and clipper.refusal is None and config.max_grad_norm > 0
-    print(f"braeburn clip: {'folded into the optimizer step' if folded else 'clip_grad_norm_'} "
-          f"(max_grad_norm={config.max_grad_norm}, compiled={clipper.compiled}, refusal={clipper.refusal})", flush=True)
+    why = ("max_grad_norm=0" if config.max_grad_norm <= 0 else "the fold is off" if not clipper.fold
+           else "not compiled" if not clipper.compiled else clipper.refusal)
+    print(f"braeburn clip: {'clip_grad_norm_ (' + why + ')' if why else 'folded into the fused optimizer step'}",
+          flush=True)
 
 
 def run_braeburn(w: Workload, ds, clock: StepClock, device, bf16: bool):
