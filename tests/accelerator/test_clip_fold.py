@@ -147,3 +147,31 @@ def test_a_step_that_fails_leaves_no_grad_scale_behind():
     with pytest.raises(ValueError):
         optimizer.step(closure)
     assert optimizer.clip_scale is None and not hasattr(optimizer.optimizer, "grad_scale")
+
+
+@pytest.mark.usefixtures("cpu_only")
+@pytest.mark.parametrize("regional", [False, True])
+def test_trains_compiled_follows_compiling_and_going_back_to_eager(regional):
+    """What decides the fold: compiled whole or by regions, and no longer once the Trainer goes back to eager."""
+    from braeburn.plan.compile_policy import CompileDecision
+
+    acc = Accelerator(cpu=True, compile_backend="eager")
+    blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(2)])
+    model = acc.prepare(torch.nn.Sequential(*blocks) if not regional else _Blocks(blocks))
+    assert not acc.trains_compiled(model)
+    model = acc.compile_model(model, CompileDecision(True, "asked", regional=regional))
+    assert acc.trains_compiled(model)
+    model = acc.uncompile_model(model)
+    assert not acc.trains_compiled(model)
+    assert acc.trains_compiled(torch.compile(torch.nn.Linear(2, 2), backend="eager"))  # a model the user compiled
+
+
+class _Blocks(torch.nn.Module):
+    def __init__(self, blocks):
+        super().__init__()
+        self.blocks = blocks
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
