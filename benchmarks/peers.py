@@ -337,7 +337,13 @@ def _run_braeburn(w: Workload, ds, clock: StepClock, device, **overrides):
         config = TrainingConfig(output_dir=out, overwrite_output_dir=True, per_device_train_batch_size=w.batch_size,
                                 max_steps=clock.last, save_strategy="no", learning_rate=1e-4,
                                 use_cpu=device.type == "cpu", **overrides)
-        Trainer(w.make_model(), config, train_dataset=ds, collate_fn=collate, callbacks=[Clock()]).train()
+        trainer = Trainer(w.make_model(), config, train_dataset=ds, collate_fn=collate, callbacks=[Clock()])
+        trainer.train()
+    clipper = trainer._clipper  # how the last steps clipped: inside the fused AdamW step, or clip_grad_norm_
+    why = ("max_grad_norm=0" if config.max_grad_norm <= 0 else "the fold is off" if not clipper.fold
+           else "not compiled" if not clipper.compiled else clipper.refusal)
+    print(f"braeburn clip: {'clip_grad_norm_ (' + why + ')' if why else 'folded into the fused optimizer step'}",
+          flush=True)
 
 
 def run_braeburn(w: Workload, ds, clock: StepClock, device, bf16: bool):
@@ -353,6 +359,18 @@ def run_braeburn_compiled(w, ds, clock, device, bf16):
 def run_braeburn_compiled_unclipped(w, ds, clock, device, bf16):
     """braeburn compiled with max_grad_norm=0 (no clipping, as the bare loop): the host's share without clipping."""
     _run_braeburn(w, ds, clock, device, compile="true", max_grad_norm=0.0)
+
+
+def run_braeburn_compiled_unfolded(w, ds, clock, device, bf16):
+    """braeburn-compile with the clip kept out of the fused AdamW step (clip_grad_norm_'s norm and multiply passes,
+    as before the fold): the A/B of braeburn.trainer.clipping's fold."""
+    from braeburn.trainer.loop import CoreTrainer
+
+    saved, CoreTrainer.folds_clip_into_step = CoreTrainer.folds_clip_into_step, False
+    try:
+        run_braeburn_compiled(w, ds, clock, device, bf16)
+    finally:
+        CoreTrainer.folds_clip_into_step = saved
 
 
 def run_braeburn_eager(w, ds, clock, device, bf16):
@@ -374,6 +392,7 @@ def run_braeburn_eager_nchw(w, ds, clock, device, bf16):
 RUNNERS = {"hf-trainer": run_hf_trainer, "accelerate": run_accelerate, "lightning": run_lightning,
            "bare": run_bare, "bare+compile": run_bare_compiled, "bare+compile+pin": run_bare_compiled_pinned,
            "bare+compile+clip": run_bare_compiled_clipped, "braeburn-compile-noclip": run_braeburn_compiled_unclipped,
+           "braeburn-compile-nofold": run_braeburn_compiled_unfolded,
            "braeburn": run_braeburn,
            "braeburn-compile": run_braeburn_compiled, "braeburn-eager": run_braeburn_eager, "braeburn-eager-nchw": run_braeburn_eager_nchw}
 PEERS = ("hf-trainer", "accelerate", "lightning")

@@ -45,3 +45,14 @@ def test_each_variant_sets_the_backend_dropout_compile_mode_and_inductor_setting
     assert flash["dropout"] == [0.0, 0.0, 0.0]
     efficient = _knobs("efficient")
     assert (efficient["flash"], efficient["efficient"], efficient["cudnn"]) == (False, True, False)
+
+
+def test_braeburn_compile_nofold_runs_braeburn_compile_with_the_fold_off_and_puts_it_back(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import peers
+    from braeburn.trainer.loop import CoreTrainer
+
+    seen = []
+    monkeypatch.setattr(peers, "run_braeburn_compiled", lambda *args: seen.append(CoreTrainer.folds_clip_into_step))
+    peers.RUNNERS["braeburn-compile-nofold"](None, None, None, None, False)
+    assert seen == [False] and CoreTrainer.folds_clip_into_step is True

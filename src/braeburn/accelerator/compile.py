@@ -97,6 +97,14 @@ class CompileMixin:
         forward.enable_compile(decision, self.compile_backend, self.compile_mode)
         return model  # the same module: only training batches of the compiled size take the compiled path
 
+    def trains_compiled(self, model: torch.nn.Module) -> bool:
+        """Whether ``model``'s training forward runs compiled now: compiled whole or by regions (and not back to
+        eager since), or wrapped by torch.compile (over DDP/FSDP, or by the user)."""
+        if getattr(model, "_orig_mod", None) is not None:
+            return True
+        forward = compile_policy.prepared_forward(self.unwrap_model(model))
+        return forward is not None and forward.compiled is not None
+
     def compile_stats(self, model: torch.nn.Module | None = None):
         """What compiling did for ``model`` (the first prepared model by default): a CompileStats or None."""
         model = model if model is not None else (self._models[0] if self._models else None)

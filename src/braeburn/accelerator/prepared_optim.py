@@ -22,6 +22,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         # No super().__init__: the wrapped optimizer owns the parameter groups and state.
         self.optimizer, self.accelerator = optimizer, accelerator
         self.step_was_skipped = False
+        self.clip_scale: torch.Tensor | None = None  # the next step's grad_scale: a clip folded into it (clip_fold.py)
 
     @property
     def param_groups(self):
@@ -61,12 +62,25 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self, closure=None):
+        scale, self.clip_scale = self.clip_scale, None  # for this step only
         if not self.accelerator.sync_gradients:
             return None
         probe.before_optimizer_step(self.accelerator, self.optimizer)
-        stepped = self.accelerator._policy.step(self.optimizer, closure)
+        if scale is None:
+            stepped = self.accelerator._policy.step(self.optimizer, closure)
+        else:
+            stepped = self._step_clipping(scale, closure)
         self.step_was_skipped = not stepped
         return None
+
+    def _step_clipping(self, scale: torch.Tensor, closure=None) -> bool:
+        """A fused Adam/AdamW step that divides each gradient by ``scale`` as it reads it, and writes the divided
+        gradient back (as it does for GradScaler's scale): the clip, without a pass of its own."""
+        self.optimizer.grad_scale = scale
+        try:
+            return self.accelerator._policy.step(self.optimizer, closure)
+        finally:
+            del self.optimizer.grad_scale
 
     def __getattr__(self, name: str):
         if name in ("optimizer", "accelerator"):

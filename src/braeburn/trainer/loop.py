@@ -30,6 +30,7 @@ from ..checkpoints.state import enable_full_determinism
 from .autobatch import AutoBatchMixin
 from .background_save import BackgroundSaver
 from . import output_dir_check
+from .clipping import StepClipper
 from .compile_window import CompileWindow
 from .phase_clock import EVALUATION, PhaseClock
 from .precision_window import choose_precision
@@ -76,6 +77,7 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
     ends_epoch_at_stop = False  # a stop part way through an epoch: True also calls on_epoch_end (Transformers' order)
     flow_at_max_steps = False  # True: the last step evaluates and saves with the steps strategies (Transformers')
     grad_norm_unclipped = False  # max_grad_norm=0: True still computes the gradient norm (one more pass), to log it
+    folds_clip_into_step = True  # the clip inside a fused AdamW step, where no compared number changes (clipping.py)
     final_save_option = "save_state"  # how a message says to write the model in memory (option_spelling's name)
     peer_methods_called: tuple[str, ...] = ()  # Transformers Trainer methods it calls itself (peer_methods.py)
 
@@ -260,6 +262,7 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
         model, optimizer, scheduler = self._prepared_model, self.optimizer, self.lr_scheduler
         window = self._compile_window
         window.begin(model, state.global_step, state.max_steps, config.per_device_train_batch_size)
+        self._clipper.follow(model)
         model.train()
         for epoch in range(loader.epoch, state.num_epochs):  # loader.epoch: 0, or where a resumed run stopped
             loader.set_epoch(epoch)
@@ -282,6 +285,7 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
                 state.epoch = epoch + loader.batches_yielded / batches_in_epoch  # Transformers' fractional epoch
                 if window.pending:  # compile=auto decides from the measured eager steps (two syncs, once)
                     model = self._prepared_model = window.after_step(state.global_step, model, self._shapes)
+                    self._clipper.follow(model)
                 if self._frozen_setup.pending:  # the heap as setup left it, out of the collector's walks
                     self._frozen_setup.after_first_step()
                 self.callbacks.on_step_end(self, state)
@@ -375,10 +379,8 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
 
     def _optimizer_step(self, model, optimizer, scheduler) -> None:
         if self._window_has_grads:  # with nan_policy="skip" a window can hold no gradient at all
-            if self.config.max_grad_norm > 0:
-                self._grad_norm = self.accelerator.clip_grad_norm_(self._parameters, self.config.max_grad_norm)
-            elif self.grad_norm_unclipped:
-                self._grad_norm = self.accelerator.clip_grad_norm_(self._parameters, math.inf)  # measures only
+            grad_norm = self._clipper.before_step(optimizer)  # clipped now, or by the fused step (clipping.py)
+            self._grad_norm = grad_norm if grad_norm is not None else self._grad_norm
             optimizer.step()
             self.callbacks.on_optimizer_step(self, self.state)
             self._step_lr = scheduler.get_last_lr()[0]  # the rate this step used: Transformers logs it
@@ -471,6 +473,8 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
                                   train_samples=samples_in(self.train_dataset))
         self._samples_per_batch = config.per_device_train_batch_size * acc.num_processes
         self._parameters = [p for p in model.parameters() if p.requires_grad]  # walked once, not every step
+        self._clipper = StepClipper(config, acc, self._parameters, measure_unclipped=self.grad_norm_unclipped,
+                                    fold=self.folds_clip_into_step)
         self._compile_window = CompileWindow(acc)
         return loader
 

@@ -1,0 +1,54 @@
+"""Gradient clipping folded into a fused Adam/AdamW step.
+
+``torch.nn.utils.clip_grad_norm_`` goes over the gradients twice before the optimizer reads them: once for the
+norm, once more to multiply every gradient by the clip coefficient (``_foreach_mul_``, a read and a write of
+every gradient). torch's fused Adam and AdamW kernels (CPU and CUDA) take a ``grad_scale``, the tensor GradScaler
+hands them as ``optimizer.grad_scale``: they divide each gradient by it as they read it, and write the divided
+gradient back. Handing them the inverse of the clip coefficient clips inside the step; the multiplying pass goes
+(it saves one read of the gradients, as the kernel's write-back replaces the pass's write). The norm is computed
+as ``clip_grad_norm_`` computes it (``torch.nn.utils.get_total_norm``), so the logged ``grad_norm`` is the same
+tensor, bit for bit, and the gradients a callback reads after the step are the clipped ones.
+
+The numbers: on a step that does not clip, the coefficient is exactly 1.0 and so is its inverse, and ``g / 1.0``
+is ``g``: the step is bitwise the one ``clip_grad_norm_`` and the optimizer make. On a step that clips,
+``g / (1/c)`` is not ``g * c``: each clipped gradient may differ from ``clip_grad_norm_``'s in its last bit (a
+relative 2**-23 in float32), and the parameters by the rounding that follows. So the Trainer folds only where
+braeburn compares no number bit for bit with a peer: a model that trains compiled (compiled graphs round
+differently from eager ones already), or a limit that never clips (``max_grad_norm=0`` with the norm still
+measured for the log, the Transformers Trainer's way). See :class:`braeburn.trainer.clipping.StepClipper`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FUSED_CLASSES = (torch.optim.Adam, torch.optim.AdamW)  # their fused kernels divide by grad_scale
+
+
+def fold_refusal(optimizer: torch.optim.Optimizer, *, grad_scaler: bool, kernel_applies_grad_scale: bool,
+                 sharded: bool, watched: bool) -> str | None:
+    """Why the clip cannot go into ``optimizer``'s step (None: it can). ``optimizer`` is the torch optimizer
+    itself (not the Accelerator's wrapper)."""
+    if grad_scaler:
+        return "fp16's grad scaler hands the fused kernel its own grad_scale"
+    if sharded:
+        return "FSDP's gradients are DTensor shards (not tried with the fused kernel's grad_scale)"
+    if watched:
+        return "braeburn check reads (and replaces) the gradients before the step: they must be clipped by then"
+    if not kernel_applies_grad_scale:
+        return "this device kind's fused Adam/AdamW kernels ignore grad_scale"
+    if type(optimizer) not in FUSED_CLASSES:  # exactly: a subclass's own step() may never read grad_scale
+        return f"{type(optimizer).__name__} is not torch.optim.Adam or AdamW"
+    if not all(group.get("fused") for group in optimizer.param_groups):
+        return "the optimizer is not fused (fused=True)"
+    if hasattr(optimizer, "grad_scale"):
+        return "the optimizer has a grad_scale of its own"
+    return None
+
+
+def clip_scale(total_norm: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """The ``grad_scale`` that clips to ``max_norm``: the inverse of ``clip_grad_norm_``'s coefficient
+    ``min(max_norm / (total_norm + 1e-6), 1)``, computed with its ops. Exactly 1.0 where it does not clip; as
+    ``clip_grad_norm_`` does, a non-finite norm makes every gradient 0 or NaN. float32: the kernels read a float."""
+    coefficient = torch.clamp(max_norm / (total_norm + 1e-6), max=1.0)
+    return torch.reciprocal(coefficient).float()

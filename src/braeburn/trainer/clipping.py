@@ -1,0 +1,64 @@
+"""The Trainer's gradient clipping before each optimizer step (``max_grad_norm``).
+
+Clipping costs two passes over the gradients in ``torch.nn.utils.clip_grad_norm_``: the norm, then a
+multiplication of every gradient by the clip coefficient. Where the optimizer is a fused torch Adam/AdamW, the
+second pass can go into the optimizer's own kernel (braeburn.accelerator.clip_fold): the kernel divides each
+gradient by the inverse coefficient as it reads it, and writes it back clipped. The rule for when it does:
+
+- it changes no number braeburn compares bit for bit with a peer: the model trains compiled (compile decided
+  "whole" or "regional", or a model compiled by torch.compile; compiled graphs already round differently from
+  the eager ones), or no step can clip (``max_grad_norm=0`` with the norm measured for the log, as the
+  Transformers Trainer does: ``g / 1.0`` is ``g``). An eager run that clips keeps ``clip_grad_norm_``;
+- and the kernel can do it: the optimizer is torch's own Adam or AdamW with ``fused=True``, no fp16 grad scaler
+  (it hands the kernel its own scale), no FSDP, a device kind whose fused kernels apply ``grad_scale``, and no
+  ``braeburn check`` reading the gradients before the step.
+
+Either way the logged ``grad_norm`` is the same tensor (the same ops compute it), a callback's ``on_optimizer_step``
+sees the clipped gradients (the kernel writes them back), and a step that does not clip is bitwise the same.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..accelerator.clip_fold import clip_scale
+
+
+class StepClipper:
+    """Clips (or only measures) the gradients before each optimizer step, folding the clip into the step where
+    the rule above allows it; :meth:`follow` after each change of the training model (the compile decision)."""
+
+    def __init__(self, config: Any, accelerator: Any, parameters: list[torch.Tensor], *, measure_unclipped: bool,
+                 fold: bool):
+        self.config, self.acc, self.parameters = config, accelerator, parameters
+        self.measure_unclipped = measure_unclipped  # max_grad_norm=0 still measures the norm, to log it
+        self.fold = fold  # False: never fold (CoreTrainer.folds_clip_into_step, for an A/B of the fold)
+        self.compiled = False
+        self._checked: tuple[Any, Any] | None = None  # (optimizer, grad scaler) the refusal below was asked for
+        self.refusal: str | None = "no optimizer step yet"
+
+    def follow(self, model: torch.nn.Module) -> None:
+        """Whether the training forward runs compiled from now on (after the compile decision, and at the start)."""
+        self.compiled = self.acc.trains_compiled(model)
+
+    def before_step(self, optimizer: Any) -> torch.Tensor | None:
+        """The gradients' total norm (None when max_grad_norm=0 asks for none); clipped here, or in the step."""
+        max_norm = self.config.max_grad_norm
+        limit = max_norm if max_norm > 0 else math.inf if self.measure_unclipped else None
+        if limit is None:
+            return None
+        if self.fold and (self.compiled or limit == math.inf) and self._foldable(optimizer):
+            grads = [p.grad for p in self.parameters if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(grads)  # clip_grad_norm_'s own ops: the same norm, bit for bit
+            optimizer.clip_scale = clip_scale(norm, limit)  # the fused step divides by it: no pass of its own
+            return norm
+        return self.acc.clip_grad_norm_(self.parameters, limit)
+
+    def _foldable(self, optimizer: Any) -> bool:
+        key = (optimizer, self.acc.scaler)  # asked again when the optimizer or the precision changes
+        if self._checked is None or key[0] is not self._checked[0] or key[1] is not self._checked[1]:
+            self._checked, self.refusal = key, self.acc.clip_fold_refusal(optimizer)
+        return self.refusal is None
