@@ -63,28 +63,48 @@ def test_decide_compiles_by_regions_and_says_so():
     assert not eager.compile and not eager.regional
 
 
-def test_with_this_machines_measured_costs_gpt2_small_is_never_compiled_by_regions():
-    """On the H200 the regional variant measured 49.3 ms against 27.7 ms whole (61.1 eager): whole-model compiling
-    is faster at every length where either pays, so the rule picks eager or whole, never regional."""
-    whole = FAMILY_GAINS["gpt2"]
-    regional = REGIONAL_GAINS["gpt2"]
-    eager = 0.0611
-    for steps in (500, 1000, 2000, 3000, 5000, 7500):
-        chosen = choose_compile(steps * eager, _option(whole.gain, whole.cold_seconds),
-                                _option(regional.gain, regional.cold_seconds))
-        assert chosen != "regional", steps
-    assert choose_compile(3000 * eager, _option(whole.gain, whole.cold_seconds)) == "whole"
+LENGTHS = ROOT / "benchmarks/results/device-2026-11-26-s5/gpu1/out/lengths/compile_lengths.json"
 
 
-def test_regional_gains_are_what_the_benchmark_measured():
-    """REGIONAL_GAINS is benchmarks/regional_compile.py's result; re-measuring means updating both."""
-    results = json.loads((ROOT / "benchmarks/results/h200-issue44/compile/regional/regional.json").read_text())
-    rows = {(r["variant"], r["cache"]): r for r in results["results"]}
-    eager = rows[("eager", "cold")]["step_ms"]
-    regional = FamilyGain(gain=round(1 - rows[("regional", "cold")]["step_ms"] / eager, 2),
-                          cold_seconds=round(rows[("regional", "cold")]["first_step_seconds"], 1),
-                          warm_seconds=round(rows[("regional", "warm")]["first_step_seconds"], 1))
-    assert REGIONAL_GAINS == {"gpt2": regional}
+def _lengths() -> dict:
+    return {run["label"]: run for run in json.loads(LENGTHS.read_text())}
+
+
+def _step_seconds(run: dict, first: int, last: int) -> float:
+    return (run["marks"][str(last)] - run["marks"][str(first)]) / (last - first)
+
+
+def test_gpt2s_gains_are_what_the_trainer_measured_on_the_h200():
+    """FAMILY_GAINS and REGIONAL_GAINS for GPT-2 are benchmarks/compile_lengths.py's runs (the warm compiles from
+    benchmarks/regional_compile.py); re-measuring means updating both."""
+    runs = _lengths()
+    eager = _step_seconds(runs["eager"], 500, 5000)
+    regional_json = json.loads((ROOT / "benchmarks/results/h200-issue44/compile/regional/regional.json").read_text())
+    warm = {r["variant"]: r["first_step_seconds"] for r in regional_json["results"] if r["cache"] == "warm"}
+    for table, label in ((FAMILY_GAINS, "whole"), (REGIONAL_GAINS, "regional")):
+        run, gain = runs[label], table["gpt2"]
+        assert gain.gain == round(1 - _step_seconds(run, 3000, 7500) / eager, 2)
+        assert gain.cold_seconds == round(run["compile_stats"]["compile_seconds"], 1)
+        assert gain.warm_seconds == round(warm[label], 1)
+        assert "H200" in gain.measured_on
+
+
+@pytest.mark.parametrize("steps", [500, 3000, 7500])
+def test_at_each_measured_length_auto_chooses_the_way_that_was_fastest_there(steps):
+    """The Trainer's own runs (cold caches, H200): the seconds to step 500, 3,000 and 7,500 of eager, regional and
+    whole compiling (the eager run stopped at 5,000 steps, by then slower than whole's 7,500). The rule, given the
+    eager step time measured and the steps to go after its decision at step 13, picks the way that got there
+    first."""
+    runs = _lengths()
+    reached = {way: runs[way]["marks"].get(str(steps)) for way in ("eager", "regional", "whole")}
+    if reached["eager"] is None:  # stopped earlier, already slower than the fastest way's whole length
+        assert runs["eager"]["marks"]["5000"] > min(t for t in reached.values() if t is not None)
+        reached["eager"] = float("inf")
+    fastest = min(reached, key=reached.get)
+    assert {500: "eager", 3000: "whole", 7500: "whole"}[steps] == fastest
+    family = estimate(type("M", (), {"config": type("C", (), {"model_type": "gpt2"})()})(), "key", {})
+    decision = _auto(steps - 13, _step_seconds(runs["eager"], 500, 3000), family, family.regional)
+    assert (("regional" if decision.regional else "whole") if decision.compile else "eager") == fastest
 
 
 def test_a_family_estimate_carries_its_regional_estimate_and_a_record_does_not():

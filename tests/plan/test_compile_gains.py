@@ -29,14 +29,17 @@ class Named(torch.nn.Module):
 
 
 def test_the_family_table_is_the_benchmarks_measurement():
-    """FAMILY_GAINS is what benchmarks/compile_gains.py measured; re-measuring means updating both."""
+    """FAMILY_GAINS is what benchmarks/compile_gains.py measured (GPT-2: benchmarks/compile_lengths.py through the
+    Trainer, tests/plan/test_compile_choice.py); re-measuring means updating both."""
     measured = json.loads((ROOT / "benchmarks/results/h100-compile-gains/gains.json").read_text())["families"]
-    assert FAMILY_GAINS == {family: FamilyGain(gain=r["gain"], cold_seconds=r["cold_seconds"],
-                                               warm_seconds=r["warm_seconds"]) for family, r in measured.items()}
+    assert {family: gain for family, gain in FAMILY_GAINS.items() if family != "gpt2"} == {
+        family: FamilyGain(gain=r["gain"], cold_seconds=r["cold_seconds"], warm_seconds=r["warm_seconds"])
+        for family, r in measured.items() if family != "gpt2"}
 
 
 @pytest.mark.parametrize("model_type, source, words", [
-    ("gpt2", "family", "gpt2 models save about 57%"),
+    ("gpt2", "family", "gpt2 models save about 43% compiled and take about 24 s to compile (measured on an H200, "
+                       "through the Trainer)"),
     ("t5", "default", "a t5 model: assuming 30% saved"),
     (None, "default", "a named model"),
 ])

@@ -38,22 +38,27 @@ class FamilyGain:
     gain: float  # the share of the eager step time a compiled step saves
     cold_seconds: float  # the first compiled step, torch's caches empty
     warm_seconds: float  # the same in a second process, torch's caches kept on disk
+    measured_on: str = "an H100"  # where, in the words the Trainer prints
 
 
+# GPT-2's whole and regional rows: the long GPT-2 recipe through braeburn's Trainer on an H200, bf16, torch 2.11,
+# cold caches (benchmarks/compile_lengths.py; benchmarks/results/device-2026-11-26-s5/gpu1/out/lengths/
+# compile_lengths.json): 42.4 ms/step eager, 24.0 whole after 23.6 s of compiling, 33.1 by regions after 10.4 s;
+# the warm compiles from benchmarks/regional_compile.py on an H200 (benchmarks/results/h200-issue44/compile/regional/
+# regional.json: 4.3 s whole, 3.9 s by regions). The H100 bare loop's 52.2 s cold compile made compile="auto" keep
+# the 3,000-step recipe eager on the H200, where compiling whole was the fastest (115 s to step 3,000 against 140).
+GPT2_H200 = "an H200, through the Trainer"
 FAMILY_GAINS: dict[str, FamilyGain] = {
-    # benchmarks/compile_gains.py on an H100, bf16, torch 2.11 (benchmarks/results/h100-compile-gains/gains.json);
-    # tests/plan/test_compile_gains.py fails when the two differ.
-    "gpt2": FamilyGain(gain=0.57, cold_seconds=52.2, warm_seconds=7.3),  # GPT-2 small, batch 8 x 1,024
+    # benchmarks/compile_gains.py on an H100, bf16, torch 2.11 (benchmarks/results/h100-compile-gains/gains.json),
+    # GPT-2 as above; tests/plan/test_compile_gains.py fails when they differ.
+    "gpt2": FamilyGain(gain=0.43, cold_seconds=23.6, warm_seconds=4.3, measured_on=GPT2_H200),  # batch 8 x 1,024
     "bert": FamilyGain(gain=0.32, cold_seconds=48.6, warm_seconds=5.5),  # BERT-base, batch 32 x 128
     "llama": FamilyGain(gain=0.56, cold_seconds=46.5, warm_seconds=7.0),  # 12 layers x 768, batch 8 x 1,024
 }
 REGIONAL_GAINS: dict[str, FamilyGain] = {
     # Regional compilation (braeburn.accelerator.compile.compile_regions: each repeated block, and the loss, as
-    # regions), measured against eager and whole-model compiles of the same bare loop by
-    # benchmarks/regional_compile.py on an H200, bf16, torch 2.11
-    # (benchmarks/results/h200-issue44/compile/regional/regional.json): 61.1 ms eager, 49.3 regional, 27.7 whole
-    # (29.6 s cold, 4.3 warm); tests/test_compile_gains.py fails when the two differ.
-    "gpt2": FamilyGain(gain=0.19, cold_seconds=18.8, warm_seconds=3.9),
+    # regions), GPT-2 as above; tests/plan/test_compile_choice.py fails when the two differ.
+    "gpt2": FamilyGain(gain=0.22, cold_seconds=10.4, warm_seconds=3.9, measured_on=GPT2_H200),
 }
 DEFAULT_GAIN = FamilyGain(gain=0.3, cold_seconds=45.0, warm_seconds=45.0)
 PAYBACK = {"record": 1.25, "family": 1.5, "default": 2.0}
@@ -105,7 +110,7 @@ def estimate(model: Any, key: str, records: dict[str, dict]) -> CompileEstimate:
     if known:
         return CompileEstimate(known.gain, known.cold_seconds, "family", (
             f"{family} models save about {known.gain:.0%} compiled and take about {known.cold_seconds:.0f} s "
-            "to compile (measured on an H100)"), regional_estimate(family))
+            f"to compile (measured on {known.measured_on})"), regional_estimate(family))
     return CompileEstimate(DEFAULT_GAIN.gain, DEFAULT_GAIN.cold_seconds, "default", (
         f"a {family} model: assuming {DEFAULT_GAIN.gain:.0%} saved and about {DEFAULT_GAIN.cold_seconds:.0f} s "
         "to compile"))
@@ -119,7 +124,7 @@ def regional_estimate(family: str) -> CompileEstimate | None:
         return None
     return CompileEstimate(regional.gain, regional.cold_seconds, "family", (
         f"compiled by regions ({family}'s blocks and loss), about {regional.gain:.0%} saved and "
-        f"{regional.cold_seconds:.0f} s to compile (measured on an H200)"))
+        f"{regional.cold_seconds:.0f} s to compile (measured on {regional.measured_on})"))
 
 
 # -- this machine's records --------------------------------------------------------------------------
