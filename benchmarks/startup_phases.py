@@ -41,6 +41,19 @@ def _wrap(owner, name: str, marks: list, label: str) -> None:
     setattr(owner, name, timed)
 
 
+def _wrap_span(owner, name: str, spans: list, label: str) -> None:
+    """Times a call that may run on another thread (the checkpoint writer, the plot): its own list of spans."""
+    original = getattr(owner, name)
+
+    def timed(*args, **kwargs):
+        begun = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spans.append((label, begun, time.perf_counter()))
+    setattr(owner, name, timed)
+
+
 def child(example: str, argv: list[str], profile: str | None) -> None:
     zero = time.perf_counter() - _process_age()  # the process's start on the perf_counter clock
     marks = [("interpreter up", time.perf_counter())]
@@ -50,8 +63,12 @@ def child(example: str, argv: list[str], profile: str | None) -> None:
     marks.append(("torch imported", time.perf_counter()))
     module = __import__(Path(example).stem)  # the example's own imports (transformers, braeburn, ...)
     marks.append(("example imported", time.perf_counter()))
-    from braeburn.trainer import loop
+    from braeburn.trainer import checkpoint, loop, plots
     from braeburn.trainer.callbacks import Callback
+
+    spans: list = []  # work on other threads: each checkpoint's write, the plot's drawing
+    _wrap_span(checkpoint.CheckpointManager, "save", spans, "checkpoint write")
+    _wrap_span(plots, "plot_history", spans, "plot drawn")
 
     for name in ("read_splits", "build_model", "write_json"):
         if hasattr(module, name):
@@ -60,6 +77,7 @@ def child(example: str, argv: list[str], profile: str | None) -> None:
     for name in ("train", "save_model", "evaluate", "_setup_training", "_save", "_save_at_stop"):
         _wrap(trainer_type, name, marks, name)
     _wrap(loop.Trainer, "_train_epochs", marks, "steps")
+    _wrap(plots.PlotCallback, "wait", marks, "waiting for the plot")
 
     class Steps(Callback):
         def on_step_end(self, trainer, state):
@@ -81,7 +99,9 @@ def child(example: str, argv: list[str], profile: str | None) -> None:
     else:
         module.main()
     marks.append(("main() returned", time.perf_counter()))
-    print(TAG + json.dumps([(label, round(at - zero, 3)) for label, at in marks]), flush=True)
+    print(TAG + json.dumps({"marks": [(label, round(at - zero, 3)) for label, at in marks],
+                            "spans": [(label, round(a - zero, 3), round(b - zero, 3)) for label, a, b in spans]}),
+          flush=True)
 
 
 def measure(example: str, argv: list[str], profile: str | None = None) -> dict:
@@ -92,9 +112,9 @@ def measure(example: str, argv: list[str], profile: str | None = None) -> dict:
     lines = [line for line in done.stdout.splitlines() if line.startswith(TAG)]
     if done.returncode or not lines:
         sys.exit(f"the run failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    marks = json.loads(lines[-1][len(TAG):])
-    return {"process_seconds": round(seconds, 3), "marks": marks + [["exit", round(seconds, 3)]],
-            "log": done.stdout[-4000:]}
+    told = json.loads(lines[-1][len(TAG):])
+    return {"process_seconds": round(seconds, 3), "marks": told["marks"] + [["exit", round(seconds, 3)]],
+            "spans": told["spans"], "log": done.stdout[-4000:]}
 
 
 def phases(marks: list) -> list[tuple[str, float]]:
@@ -129,6 +149,8 @@ def main() -> None:
         print(f"run {index}: {run['process_seconds']:.2f} s")
         for label, seconds in phases(run["marks"]):
             print(f"  {seconds:7.3f} s  {label}")
+        for label, begun, ended in run["spans"]:
+            print(f"  {ended - begun:7.3f} s  {label} (another thread, {begun:.3f} -> {ended:.3f} s)")
 
 
 if __name__ == "__main__":
