@@ -105,7 +105,7 @@ def child(example: str, argv: list[str], profile: str | None) -> None:
 
 
 def measure(example: str, argv: list[str], profile: str | None = None) -> dict:
-    command = [sys.executable, __file__, "--child", example, *(["--profile", profile] if profile else []), "--", *argv]
+    command = [sys.executable, __file__, "--child", example, *(["--profile-out", profile] if profile else []), "--", *argv]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, errors="replace")
     seconds = time.perf_counter() - started
@@ -132,11 +132,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--profile-out", help=argparse.SUPPRESS)  # the child's cProfile file
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.child:
-        child(args.child, command, args.profile)
+        child(args.child, command, args.profile_out)
         return
     args_profile = str(Path(args.out) / "phases.prof") if args.profile else None
     out = Path(args.out)
