@@ -6,7 +6,8 @@ process's start to its exit.
 Runs the example in a child process whose phases are timed by wrapping the functions that do them (no profiler
 in the timed run): interpreter start, imports, data, model, the Trainer's setup, the first step, the other steps,
 checkpoints, the end of train() (plot, last save), save_model, evaluation, the result file, and exit (the
-process's end after main() returned). With --profile, a second run under cProfile writes OUT/phases.prof.
+process's end after main() returned). Work on other threads (each checkpoint's write, the plot's drawing) is timed
+as spans beside the phases. With --profile, a second run under cProfile writes OUT/phases.prof.
 """
 
 from __future__ import annotations
