@@ -6,7 +6,8 @@ process's start to its exit.
 Runs the example in a child process whose phases are timed by wrapping the functions that do them (no profiler
 in the timed run): interpreter start, imports, data, model, the Trainer's setup, the first step, the other steps,
 checkpoints, the end of train() (plot, last save), save_model, evaluation, the result file, and exit (the
-process's end after main() returned). With --profile, a second run under cProfile writes OUT/phases.prof.
+process's end after main() returned). Work on other threads (each checkpoint's write, the plot's drawing) is timed
+as spans beside the phases. With --profile, a second run under cProfile writes OUT/phases.prof.
 """
 
 from __future__ import annotations
@@ -41,6 +42,19 @@ def _wrap(owner, name: str, marks: list, label: str) -> None:
     setattr(owner, name, timed)
 
 
+def _wrap_span(owner, name: str, spans: list, label: str) -> None:
+    """Times a call that may run on another thread (the checkpoint writer, the plot): its own list of spans."""
+    original = getattr(owner, name)
+
+    def timed(*args, **kwargs):
+        begun = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spans.append((label, begun, time.perf_counter()))
+    setattr(owner, name, timed)
+
+
 def child(example: str, argv: list[str], profile: str | None) -> None:
     zero = time.perf_counter() - _process_age()  # the process's start on the perf_counter clock
     marks = [("interpreter up", time.perf_counter())]
@@ -50,8 +64,12 @@ def child(example: str, argv: list[str], profile: str | None) -> None:
     marks.append(("torch imported", time.perf_counter()))
     module = __import__(Path(example).stem)  # the example's own imports (transformers, braeburn, ...)
     marks.append(("example imported", time.perf_counter()))
-    from braeburn.trainer import loop
+    from braeburn.trainer import checkpoint, loop, plots
     from braeburn.trainer.callbacks import Callback
+
+    spans: list = []  # work on other threads: each checkpoint's write, the plot's drawing
+    _wrap_span(checkpoint.CheckpointManager, "save", spans, "checkpoint write")
+    _wrap_span(plots, "plot_history", spans, "plot drawn")
 
     for name in ("read_splits", "build_model", "write_json"):
         if hasattr(module, name):
@@ -60,6 +78,7 @@ def child(example: str, argv: list[str], profile: str | None) -> None:
     for name in ("train", "save_model", "evaluate", "_setup_training", "_save", "_save_at_stop"):
         _wrap(trainer_type, name, marks, name)
     _wrap(loop.Trainer, "_train_epochs", marks, "steps")
+    _wrap(plots.PlotCallback, "wait", marks, "waiting for the plot")
 
     class Steps(Callback):
         def on_step_end(self, trainer, state):
@@ -81,20 +100,22 @@ def child(example: str, argv: list[str], profile: str | None) -> None:
     else:
         module.main()
     marks.append(("main() returned", time.perf_counter()))
-    print(TAG + json.dumps([(label, round(at - zero, 3)) for label, at in marks]), flush=True)
+    print(TAG + json.dumps({"marks": [(label, round(at - zero, 3)) for label, at in marks],
+                            "spans": [(label, round(a - zero, 3), round(b - zero, 3)) for label, a, b in spans]}),
+          flush=True)
 
 
 def measure(example: str, argv: list[str], profile: str | None = None) -> dict:
-    command = [sys.executable, __file__, "--child", example, *(["--profile", profile] if profile else []), "--", *argv]
+    command = [sys.executable, __file__, "--child", example, *(["--profile-out", profile] if profile else []), "--", *argv]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, errors="replace")
     seconds = time.perf_counter() - started
     lines = [line for line in done.stdout.splitlines() if line.startswith(TAG)]
     if done.returncode or not lines:
         sys.exit(f"the run failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    marks = json.loads(lines[-1][len(TAG):])
-    return {"process_seconds": round(seconds, 3), "marks": marks + [["exit", round(seconds, 3)]],
-            "log": done.stdout[-4000:]}
+    told = json.loads(lines[-1][len(TAG):])
+    return {"process_seconds": round(seconds, 3), "marks": told["marks"] + [["exit", round(seconds, 3)]],
+            "spans": told["spans"], "log": done.stdout[-4000:]}
 
 
 def phases(marks: list) -> list[tuple[str, float]]:
@@ -112,11 +133,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--profile-out", help=argparse.SUPPRESS)  # the child's cProfile file
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.child:
-        child(args.child, command, args.profile)
+        child(args.child, command, args.profile_out)
         return
     args_profile = str(Path(args.out) / "phases.prof") if args.profile else None
     out = Path(args.out)
@@ -129,6 +151,8 @@ def main() -> None:
         print(f"run {index}: {run['process_seconds']:.2f} s")
         for label, seconds in phases(run["marks"]):
             print(f"  {seconds:7.3f} s  {label}")
+        for label, begun, ended in run["spans"]:
+            print(f"  {ended - begun:7.3f} s  {label} (another thread, {begun:.3f} -> {ended:.3f} s)")
 
 
 if __name__ == "__main__":

@@ -138,3 +138,35 @@ def test_same_step_saved_twice_replaces(tmp_path):
     folder = save(manager, 7)
     manager.verify(folder)
     assert sorted(p.name for p in tmp_path.iterdir()) == [MARKER, "checkpoint-7"]
+
+
+def test_the_manifest_hashes_two_files_at_once_with_the_same_checksums(tmp_path, monkeypatch):
+    # A checkpoint's weights and optimizer state are hashed side by side (the largest file's time, not the sum):
+    # the first two files hashed meet at a barrier that files hashed one after another never pass.
+    import hashlib
+    import itertools
+    import threading
+
+    from braeburn.checkpoints import manifest as manifest_io
+    from braeburn.trainer import checkpoint
+
+    barrier, original, calls, order = threading.Barrier(2, timeout=20), checkpoint._sha256, itertools.count(), []
+
+    def meeting(path):
+        order.append(path.name)
+        if next(calls) < 2:
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError:
+                pytest.fail("the files were hashed one after another")
+        return original(path)
+
+    monkeypatch.setattr(checkpoint, "_sha256", meeting)
+    folder = save(CheckpointManager(tmp_path), 5)
+    assert sorted(order) == ["model_0.pt", "optimizer_0.pt", "trainer_state.json"]  # each once
+    files = manifest_io.read(folder)["files"]
+    assert set(files) == {"model_0.pt", "optimizer_0.pt", "trainer_state.json"}
+    for name, entry in files.items():
+        data = (folder / name).read_bytes()
+        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    CheckpointManager(tmp_path).verify(folder)

@@ -227,7 +227,7 @@ class CoreTrainingConfig:
     eval_on_start: bool = False
     """Evaluate once before training starts (a sanity check of the evaluation code)."""
     eval_accumulation_steps: int | None = None
-    """Accepted: braeburn moves eval predictions to the CPU after every batch already."""
+    """Copy eval predictions to the CPU every this many batches (unset: when they hold 64 MiB, or at the end)."""
     load_best_model_at_end: bool = False
     """Load the best checkpoint's weights (metric_for_best_model) at the end; needs save_strategy = eval_strategy."""
     data_seed: int | None = None

@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..data.loader import apply_to_tensors
+from ..plan.compile_policy import outputs_are_overwritten
 from .batches import (batch_inputs, can_return_loss, compute_loss, ignored_output_keys, labels_by_name, model_logits,
                       output_loss, output_predictions)
 from .outputs import EvalLoopOutput, EvalPrediction, PredictionOutput, concat_padded, to_numpy
@@ -36,6 +37,48 @@ class LossSum:
     def mean(self) -> float:
         total = self.accelerator.reduce(self.total, "sum")
         return float(total) / (self.count * self.accelerator.num_processes)  # sync
+
+
+HOST_COPY_BYTES = 64 << 20  # predictions and labels held on the device before they are copied to the host together
+
+
+class HostBatches:
+    """Each evaluation batch's predictions (or labels), copied to the host a few batches at a time.
+
+    A copy to the host waits for the device to finish the batch, so copying every batch at once (two copies a
+    batch, predictions and labels) kept the host from queuing the next batch's forward while the device ran this
+    one. Here batches stay on the device until they hold ``HOST_COPY_BYTES`` of memory (counted by the storage they
+    keep alive, so that a view of a large output counts as the output), or ``every`` batches when
+    ``eval_accumulation_steps`` is set (Transformers' meaning; 1 where a model's next call overwrites its outputs,
+    CUDA graphs), or the evaluation ends; then each is copied as before. The copies hold the same values: only
+    their moment changes."""
+
+    def __init__(self, every: int | None = None, limit_bytes: int = HOST_COPY_BYTES,
+                 to_host: Callable[[Any], Any] | None = None):
+        self.every, self.limit_bytes, self.to_host = every, limit_bytes, to_host or _to_cpu
+        self.host: list[Any] = []
+        self._pending: list[Any] = []
+        self._storages: dict[int, int] = {}
+
+    def add(self, data: Any) -> None:
+        self._pending.append(data)
+        apply_to_tensors(self._count, data)
+        if sum(self._storages.values()) >= self.limit_bytes or (self.every and len(self._pending) >= self.every):
+            self.flush()
+
+    def _count(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        self._storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    def flush(self) -> None:
+        self.host.extend(self.to_host(data) for data in self._pending)
+        self._pending, self._storages = [], {}
+
+    def on_host(self) -> list[Any]:
+        """Every batch added, on the host, in order."""
+        self.flush()
+        return self.host
 
 
 class EvaluationMixin:
@@ -92,7 +135,9 @@ class EvaluationMixin:
         model = self.prepared_model()
         was_training = model.training
         model.eval()
-        losses, predictions, labels = self._eval_losses(), [], []
+        # a CUDA-graph model's next call overwrites its outputs: then each batch is copied out at once, as before
+        every = 1 if outputs_are_overwritten(acc.compile_mode) else self.config.eval_accumulation_steps
+        losses, predictions, labels = self._eval_losses(), HostBatches(every), HostBatches(every)
         for batch in loader:
             loss, logits, batch_labels = self._evaluation_step(model, batch, not keep_predictions, ignore_keys)
             if loss is not None:
@@ -100,12 +145,12 @@ class EvaluationMixin:
             if keep_predictions and logits is not None:
                 if self.preprocess_logits_for_metrics is not None:
                     logits = self.preprocess_logits_for_metrics(logits, batch_labels)
-                predictions.append(_to_cpu(acc.gather_for_metrics(logits)))
+                predictions.add(acc.gather_for_metrics(logits))
                 if batch_labels is not None:
-                    labels.append(_to_cpu(acc.gather_for_metrics(batch_labels)))
+                    labels.add(acc.gather_for_metrics(batch_labels))
         model.train(was_training)
         samples = len(loader.dataset) if hasattr(loader, "dataset") else losses.count
-        return self._prediction_output(prefix, losses, predictions, labels, started, samples)
+        return self._prediction_output(prefix, losses, predictions.on_host(), labels.on_host(), started, samples)
 
     def _eval_losses(self) -> LossSum:
         """What turns an evaluation's batch losses into its ``eval_loss``. A hook: here a sum weighted by batch size,
