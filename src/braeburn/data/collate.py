@@ -114,10 +114,10 @@ def batch_signature(batch: Any) -> tuple:
     """The shapes of a batch's tensors: batches with equal signatures run the same kernels."""
     if isinstance(batch, torch.Tensor):
         return (tuple(batch.shape),)
+    if isinstance(batch, (list, tuple)):  # before the Mapping ABC, whose check costs more
+        return tuple([tuple(v.shape) for v in batch if isinstance(v, torch.Tensor)])
     if isinstance(batch, Mapping):
-        return tuple((key, tuple(v.shape)) for key, v in batch.items() if isinstance(v, torch.Tensor))
-    if isinstance(batch, (list, tuple)):
-        return tuple(tuple(v.shape) for v in batch if isinstance(v, torch.Tensor))
+        return tuple([(key, tuple(v.shape)) for key, v in batch.items() if isinstance(v, torch.Tensor)])
     return ()
 
 

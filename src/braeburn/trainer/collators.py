@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from torch.utils.data import default_collate
 
 LABEL_KEYS = ("labels", "label", "label_ids")
 
@@ -55,10 +56,14 @@ def _padding_collator(processing_class: Any) -> Callable | None:
     return collate
 
 
-def _default_collator(features: list[Any]) -> Any:
-    from torch.utils.data import default_collate
+def _dict_samples(features: list[Any]) -> bool:
+    """Whether the samples are dicts; a tuple sample (a TensorDataset's) is told first, without the Mapping ABC's
+    check, which costs more (the collator runs at every batch)."""
+    return bool(features) and not isinstance(features[0], (tuple, list)) and isinstance(features[0], Mapping)
 
-    if features and isinstance(features[0], Mapping):
+
+def _default_collator(features: list[Any]) -> Any:
+    if _dict_samples(features):
         return default_collate([_with_labels_renamed(f) for f in features])
     return default_collate(features)
 
@@ -75,7 +80,7 @@ def make_collate(model: Any, config: Any, data_collator: Callable | None, proces
     inner = collate or _default_collator
 
     def collate_fn(features: list[Any]) -> Any:
-        if keep is not None and features and isinstance(features[0], Mapping):
+        if keep is not None and _dict_samples(features):
             features = [{k: v for k, v in f.items() if k in keep} for f in features]
         return inner(features)
 
