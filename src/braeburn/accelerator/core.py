@@ -367,8 +367,8 @@ class Accelerator(StateFilesMixin, CompileMixin):
 
     def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Unscale (fp16), then clip; returns the total norm. Off-boundary it only measures (no clip)."""
-        parameters = [p for p in parameters if p.grad is not None] if not isinstance(parameters, torch.Tensor) \
-            else [parameters]
+        if type(parameters) is not list and not isinstance(parameters, torch.Tensor):  # (torch skips grads of None)
+            parameters = [p for p in parameters if p.grad is not None]
         if not self.sync_gradients:
             norm = fsdp.full_value(torch.nn.utils.clip_grad_norm_(parameters, float("inf"), norm_type))
             return norm / self.scaler.get_scale() if self.scaler is not None else norm

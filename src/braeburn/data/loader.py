@@ -259,6 +259,8 @@ class ShardSampler(Sampler[int]):
             torch.empty((), dtype=torch.int64).random_(generator=generator)
 
     def rank_indices(self) -> list[int]:
+        if self.num_replicas == 1:  # one process: the whole order, without a slice per batch
+            return self.global_order()
         order, chunk, mine = self.global_order(), self.num_replicas * self.batch_size, []
         for start in range(0, len(order), chunk):
             piece = order[start:start + chunk]

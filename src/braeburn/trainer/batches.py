@@ -30,7 +30,7 @@ def batch_inputs(batch: Any, pass_labels: bool) -> tuple[tuple, dict, Any]:
         if len(batch) == 1:
             return (batch[0],), {}, None
         *inputs, labels = batch
-        if len(inputs) == 1 and isinstance(inputs[0], Mapping):
+        if len(inputs) == 1 and not isinstance(inputs[0], torch.Tensor) and isinstance(inputs[0], Mapping):
             return (), dict(inputs[0]), labels
         return tuple(inputs), {}, labels
     if isinstance(batch, Mapping):

@@ -62,12 +62,6 @@ def _dict_samples(features: list[Any]) -> bool:
     return bool(features) and not isinstance(features[0], (tuple, list)) and isinstance(features[0], Mapping)
 
 
-def _default_collator(features: list[Any]) -> Any:
-    if _dict_samples(features):
-        return default_collate([_with_labels_renamed(f) for f in features])
-    return default_collate(features)
-
-
 def make_collate(model: Any, config: Any, data_collator: Callable | None, processing_class: Any) -> Callable | None:
     """The collate function: the given collator, else a padding one for a tokenizer, else the default; dict
     samples lose the keys the model's forward does not take (remove_unused_columns), labels kept."""
@@ -77,12 +71,15 @@ def make_collate(model: Any, config: Any, data_collator: Callable | None, proces
         return data_collator  # nothing to change: braeburn's own path (None: torch's default_collate)
     # label and label_ids are kept whatever label_names says, as Transformers keeps them (collators rename them)
     keep = None if keep is None else keep | set(LABEL_KEYS) | set(config.label_names or ())
-    inner = collate or _default_collator
+    inner = collate or None  # None: torch's default_collate, dict samples' labels renamed first
 
     def collate_fn(features: list[Any]) -> Any:
-        if keep is not None and _dict_samples(features):
+        dict_samples = _dict_samples(features)
+        if keep is not None and dict_samples:
             features = [{k: v for k, v in f.items() if k in keep} for f in features]
-        return inner(features)
+        if inner is not None:
+            return inner(features)
+        return default_collate([_with_labels_renamed(f) for f in features] if dict_samples else features)
 
     return collate_fn
 
