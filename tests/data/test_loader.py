@@ -142,3 +142,27 @@ def test_spawn_warning_only_where_workers_spawn_each_epoch(fresh_spawn_warning):
         DeviceDataLoader(_loader(num_workers=2), CPU, host=APPLE_M)  # said once
     spawn = [w for w in caught if "spawn" in str(w.message)]
     assert len(spawn) == 1 and "persistent_workers=True" in str(spawn[0].message)
+
+
+def test_a_batch_already_on_the_device_is_yielded_as_the_collator_made_it(monkeypatch):
+    """The common case (a tuple, list or dict of tensors on the device, nothing to cast) skips the walks that would
+    rebuild it with the same tensors; a batch that needs a cast still gets one, in a new container."""
+    made = []
+
+    def collate(samples):
+        x, y = (torch.stack(column) for column in zip(*samples))
+        made.append({"x": x, "y": y} if len(made) % 2 else [x, y])  # a list, then a dict
+        return made[-1]
+
+    walked = []
+    monkeypatch.setattr(data_module, "move_to_device", lambda batch, *a, **k: walked.append(batch) or batch)
+    loader = DataLoader(TensorDataset(torch.randn(8, 3), torch.arange(8)), batch_size=2, collate_fn=collate)
+    batches = list(DeviceDataLoader(loader, CPU, float64_to_float32="the model computes in float32"))
+    assert [id(batch) for batch in batches] == [id(batch) for batch in made] and not walked
+
+    float64 = DataLoader(TensorDataset(torch.randn(4, 3, dtype=torch.float64), torch.arange(4)), batch_size=2)
+    monkeypatch.undo()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the cast's one line
+        cast = list(DeviceDataLoader(float64, CPU, float64_to_float32="the model computes in float32"))
+    assert [batch[0].dtype for batch in cast] == [torch.float32, torch.float32]

@@ -176,7 +176,10 @@ class Accelerator(StateFilesMixin, CompileMixin):
     @property
     def optimizer_step_was_skipped(self) -> bool:
         """True when the grad scaler skipped the last optimizer step (inf/nan gradients)."""
-        return any(optimizer.step_was_skipped for optimizer in self._optimizers)
+        for optimizer in self._optimizers:  # (asked at every step: a loop costs less than any() of a generator)
+            if optimizer.step_was_skipped:
+                return True
+        return False
 
     @property
     def scaler(self) -> torch.amp.GradScaler | None:
@@ -307,8 +310,11 @@ class Accelerator(StateFilesMixin, CompileMixin):
         """``loss.backward()``, divided by gradient_accumulation_steps and scaled when fp16 needs it."""
         if self.gradient_accumulation_steps > 1:
             loss = loss / self.gradient_accumulation_steps
-        with self._recompute_guard:  # where checkpoint does not replay the device's random state: none went astray
+        if self._recompute_guard is _NO_CONTEXT:  # checkpoint replays the device's random state itself
             self._policy.backward(loss, **kwargs)
+        else:
+            with self._recompute_guard:  # where checkpoint does not replay the device's random state: none went astray
+                self._policy.backward(loss, **kwargs)
         probe.after_backward(self, loss)
 
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -361,13 +367,14 @@ class Accelerator(StateFilesMixin, CompileMixin):
 
     def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Unscale (fp16), then clip; returns the total norm. Off-boundary it only measures (no clip)."""
-        parameters = [p for p in parameters if p.grad is not None] if not isinstance(parameters, torch.Tensor) \
-            else [parameters]
+        if type(parameters) is not list and not isinstance(parameters, torch.Tensor):  # (torch skips grads of None)
+            parameters = [p for p in parameters if p.grad is not None]
         if not self.sync_gradients:
             norm = fsdp.full_value(torch.nn.utils.clip_grad_norm_(parameters, float("inf"), norm_type))
             return norm / self.scaler.get_scale() if self.scaler is not None else norm
-        for optimizer in self._optimizers:
-            self._unscale_once(optimizer)
+        if self.scaler is not None:
+            for optimizer in self._optimizers:
+                self._unscale_once(optimizer)
         # With FSDP the gradients are shards: torch computes the global norm (one all-reduce).
         return fsdp.full_value(torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type))
 

@@ -415,14 +415,14 @@ def after_prepare(accelerator, models) -> None:
 
 def after_backward(accelerator, loss) -> None:
     """Called by Accelerator.backward after the gradients of ``loss`` were computed."""
-    recorder = _current()
+    recorder = _recorder if _looked else _current()  # every step: no call once looked
     if recorder is not None:
         recorder.add_loss(loss)
 
 
 def before_optimizer_step(accelerator, optimizer) -> None:
     """Called by a prepared optimizer's step() before the parameters change."""
-    recorder = _current()
+    recorder = _recorder if _looked else _current()  # every step: no call once looked
     if recorder is not None:
         recorder.add_step(accelerator, optimizer)
 

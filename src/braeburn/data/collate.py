@@ -111,13 +111,14 @@ def position_limit(model: torch.nn.Module) -> int | None:
 
 
 def batch_signature(batch: Any) -> tuple:
-    """The shapes of a batch's tensors: batches with equal signatures run the same kernels."""
+    """The shapes of a batch's tensors: batches with equal signatures run the same kernels. (A shape is a
+    torch.Size, a tuple: equal to, and hashed as, the tuple of its sizes.)"""
     if isinstance(batch, torch.Tensor):
-        return (tuple(batch.shape),)
+        return (batch.shape,)
+    if isinstance(batch, (list, tuple)):  # before the Mapping ABC, whose check costs more
+        return tuple([v.shape for v in batch if isinstance(v, torch.Tensor)])
     if isinstance(batch, Mapping):
-        return tuple((key, tuple(v.shape)) for key, v in batch.items() if isinstance(v, torch.Tensor))
-    if isinstance(batch, (list, tuple)):
-        return tuple(tuple(v.shape) for v in batch if isinstance(v, torch.Tensor))
+        return tuple([(key, v.shape) for key, v in batch.items() if isinstance(v, torch.Tensor)])
     return ()
 
 

@@ -155,15 +155,34 @@ def cast_float64(batch: Any, announced: set[str], reason: str) -> Any:
     return apply_to_tensors(lambda t: t.float() if t.dtype == torch.float64 else t, batch)
 
 
+def ready_as_is(batch: Any, device: torch.device, float64_kept: bool) -> bool:
+    """Whether ``batch``, a plain tuple, list or dict of plain tensors, is already on ``device`` and holds no float64
+    tensor to cast (``float64_kept``: none is cast): then the loader yields it as it is, with none of the walks of
+    :func:`cast_float64` and :func:`move_to_device`, which would give the same tensors in a new container."""
+    kind = type(batch)
+    if kind is dict:
+        batch = batch.values()
+    elif kind is not tuple and kind is not list:
+        return False
+    for item in batch:
+        if type(item) is not torch.Tensor or item.device != device or (item.dtype is torch.float64 and not float64_kept):
+            return False
+    return True
+
+
 def first_dim(data: Any) -> int | None:
     """The batch size of the first tensor found in ``data``."""
     if isinstance(data, torch.Tensor):
         return data.shape[0] if data.dim() else 1
-    if isinstance(data, Mapping):
+    if isinstance(data, (tuple, list)):  # before the Mapping ABC, whose check costs more
+        pass
+    elif isinstance(data, Mapping):
         data = data.values()
-    elif not isinstance(data, (tuple, list)):
+    else:
         return None
     for item in data:  # the first tensor found, depth first (as apply_to_tensors walks), without rebuilding data
+        if isinstance(item, torch.Tensor):
+            return item.shape[0] if item.dim() else 1
         size = first_dim(item)
         if size is not None:
             return size
@@ -240,6 +259,8 @@ class ShardSampler(Sampler[int]):
             torch.empty((), dtype=torch.int64).random_(generator=generator)
 
     def rank_indices(self) -> list[int]:
+        if self.num_replicas == 1:  # one process: the whole order, without a slice per batch
+            return self.global_order()
         order, chunk, mine = self.global_order(), self.num_replicas * self.batch_size, []
         for start in range(0, len(order), chunk):
             piece = order[start:start + chunk]
@@ -397,6 +418,9 @@ class DeviceDataLoader:
                 last = self.batches_yielded >= total
             self.tracker.end_of_dataloader = self.end_of_dataloader = last
             self.tracker.remainder = self._remainder() if last else -1
+            if ready_as_is(batch, self.device, reason is None):  # the common case: one walk, no rebuilt batch
+                yield batch
+                continue
             if reason:
                 batch = cast_float64(batch, self._cast_names, reason)
             yield move_to_device(batch, self.device, non_blocking=self.non_blocking)

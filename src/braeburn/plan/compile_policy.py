@@ -268,6 +268,8 @@ class PreparedForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.compiled is None:
+            if self.around is None and self.autocast is None:  # float32, eager: the module's own forward, as is
+                return self.original(*args, **kwargs)
             return self._eager(args, kwargs)
         if not self._use_compiled(args, kwargs):
             self.stats.eager_calls += 1

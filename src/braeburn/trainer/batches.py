@@ -26,19 +26,19 @@ def batch_inputs(batch: Any, pass_labels: bool) -> tuple[tuple, dict, Any]:
     With a loss_fn the labels are kept from the model (its forward may not take them); without one,
     a dict batch keeps ``labels`` so that a Transformers model computes its own loss.
     """
+    if isinstance(batch, (tuple, list)):  # first: a check against the Mapping ABC costs more than this one
+        if len(batch) == 1:
+            return (batch[0],), {}, None
+        *inputs, labels = batch
+        if len(inputs) == 1 and not isinstance(inputs[0], torch.Tensor) and isinstance(inputs[0], Mapping):
+            return (), dict(inputs[0]), labels
+        return tuple(inputs), {}, labels
     if isinstance(batch, Mapping):
         kwargs = dict(batch)
         labels = kwargs.get(LABELS)
         if not pass_labels:
             kwargs.pop(LABELS, None)
         return (), kwargs, labels
-    if isinstance(batch, (tuple, list)):
-        if len(batch) == 1:
-            return (batch[0],), {}, None
-        *inputs, labels = batch
-        if len(inputs) == 1 and isinstance(inputs[0], Mapping):
-            return (), dict(inputs[0]), labels
-        return tuple(inputs), {}, labels
     return (batch,), {}, None
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from torch.utils.data import default_collate
 
 LABEL_KEYS = ("labels", "label", "label_ids")
 
@@ -55,12 +56,10 @@ def _padding_collator(processing_class: Any) -> Callable | None:
     return collate
 
 
-def _default_collator(features: list[Any]) -> Any:
-    from torch.utils.data import default_collate
-
-    if features and isinstance(features[0], Mapping):
-        return default_collate([_with_labels_renamed(f) for f in features])
-    return default_collate(features)
+def _dict_samples(features: list[Any]) -> bool:
+    """Whether the samples are dicts; a tuple sample (a TensorDataset's) is told first, without the Mapping ABC's
+    check, which costs more (the collator runs at every batch)."""
+    return bool(features) and not isinstance(features[0], (tuple, list)) and isinstance(features[0], Mapping)
 
 
 def make_collate(model: Any, config: Any, data_collator: Callable | None, processing_class: Any) -> Callable | None:
@@ -72,12 +71,15 @@ def make_collate(model: Any, config: Any, data_collator: Callable | None, proces
         return data_collator  # nothing to change: braeburn's own path (None: torch's default_collate)
     # label and label_ids are kept whatever label_names says, as Transformers keeps them (collators rename them)
     keep = None if keep is None else keep | set(LABEL_KEYS) | set(config.label_names or ())
-    inner = collate or _default_collator
+    inner = collate or None  # None: torch's default_collate, dict samples' labels renamed first
 
     def collate_fn(features: list[Any]) -> Any:
-        if keep is not None and features and isinstance(features[0], Mapping):
+        dict_samples = _dict_samples(features)
+        if keep is not None and dict_samples:
             features = [{k: v for k, v in f.items() if k in keep} for f in features]
-        return inner(features)
+        if inner is not None:
+            return inner(features)
+        return default_collate([_with_labels_renamed(f) for f in features] if dict_samples else features)
 
     return collate_fn
 

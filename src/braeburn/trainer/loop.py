@@ -47,7 +47,7 @@ from .loaders import LoadersMixin
 from .log_window import LogWindowMixin, NonFiniteLossError
 from .saving import SavingMixin
 from ..errors import note_once
-from .input_checks import NO_CONTEXT, check_batch_inputs, check_datasets, check_labels, float_labels_explained
+from .input_checks import check_batch_inputs, check_datasets, check_labels, float_labels_explained
 from .metrics_log import MetricsLogCallback
 from .optim import default_optimizer, default_scheduler, parameter_groups
 from .options_callback import OptionsCallback
@@ -333,19 +333,25 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
         """The model's forward and the loss (``loss_fn``'s, or the model's own). A hook: a peer's Trainer routes
         it to a subclass's own loss."""
         args, kwargs, labels = batch_inputs(batch, pass_labels=self.loss_fn is None)
-        if not self._inputs_checked:
-            check_batch_inputs(kwargs)
-        forward = self._outputs_as_computed(model)
-        with float_labels_explained(labels) if not self._inputs_checked else NO_CONTEXT:
-            try:
-                outputs = self._loss_outputs(model(*args, **kwargs), labels)  # a prepared model autocasts
-            finally:
-                if forward is not None:
-                    forward.float_outputs = True
-            if not self._inputs_checked:
-                check_labels(outputs, labels)  # one sync, on the first batch only
-            loss = compute_loss(outputs, labels, self.loss_fn)
+        if self._inputs_checked:  # every batch after the first: no checks, no context
+            return self._forward_and_loss(model, args, kwargs, labels)
+        check_batch_inputs(kwargs)
+        with float_labels_explained(labels):
+            loss = self._forward_and_loss(model, args, kwargs, labels, first=True)
         self._inputs_checked = True
+        return loss
+
+    def _forward_and_loss(self, model: torch.nn.Module, args: tuple, kwargs: dict, labels: Any,
+                          first: bool = False) -> torch.Tensor:
+        forward = self._outputs_as_computed(model)
+        try:
+            outputs = self._loss_outputs(model(*args, **kwargs), labels)  # a prepared model autocasts
+        finally:
+            if forward is not None:
+                forward.float_outputs = True
+        if first:
+            check_labels(outputs, labels)  # one sync, on the first batch only
+        loss = compute_loss(outputs, labels, self.loss_fn)
         return loss.float() if forward is not None and loss.dtype in (torch.float16, torch.bfloat16) else loss
 
     def _loss_outputs(self, outputs: Any, labels: Any) -> Any:
@@ -392,6 +398,9 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
     def _evaluate_and_save(self, step_end: bool) -> None:
         state, config = self.state, self.config
         self._saver.poll()  # a background save that has finished since: its on_save fires now
+        if step_end and not (state.should_evaluate or state.should_save) and config.eval_strategy != "steps" \
+                and config.save_strategy != "steps":
+            return  # most steps: nothing asked for, and no step cadence to look at
         strategy_now = "steps" if step_end else "epoch"
         eval_every = config.eval_steps or config.logging_steps
         last = step_end and self.flow_at_max_steps and state.global_step >= state.max_steps

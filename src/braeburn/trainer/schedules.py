@@ -104,9 +104,18 @@ def schedule_factor(step: int, *, kind: str, warmup: int, total: int, options: d
     ``options`` (lr_scheduler_kwargs): ``num_cycles`` for the cosines, ``min_lr_rate`` for cosine_with_min_lr,
     ``power``, ``lr_end`` and ``lr_init`` (absolute rates) for polynomial, ``timescale`` for inverse_sqrt.
     """
-    if kind not in OWN_WARMUP and step < warmup:
-        return _warming(step, warmup)
-    return SCHEDULES[kind](step, warmup, total, options or {})
+    return schedule_curve(kind, warmup, total, options or {})(step)
+
+
+def schedule_curve(kind: str, warmup: int, total: int, options: dict) -> Callable[[int], float]:
+    """:func:`schedule_factor` as a function of the step alone, its look-ups done once (a scheduler calls it at every
+    optimizer step)."""
+    curve, warms_up = SCHEDULES[kind], kind not in OWN_WARMUP
+
+    def factor(step: int) -> float:
+        return _warming(step, warmup) if warms_up and step < warmup else curve(step, warmup, total, options)
+
+    return factor
 
 
 def schedule_options(kind: str, kwargs: dict | None, base_lr: float) -> dict:
@@ -130,8 +139,4 @@ def lambda_schedule(optimizer: torch.optim.Optimizer, *, kind: str, warmup: int,
                     kwargs: dict | None = None) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR over ``optimizer`` with the schedule ``kind`` (base rate: the optimizer's default lr)."""
     options = schedule_options(kind, kwargs, optimizer.defaults["lr"])
-
-    def factor(step: int) -> float:
-        return schedule_factor(step, kind=kind, warmup=warmup, total=total, options=options)
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_curve(kind, warmup, total, options))

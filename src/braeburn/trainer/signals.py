@@ -112,7 +112,8 @@ class SignalCallback(Callback):
 
     def on_step_end(self, trainer: "Trainer", state: TrainerState) -> None:
         signum = self.received if self._agreement is None else self._agreement.exchange(self.received)
-        self._stop_for(signum, state)
+        if signum is not None:
+            self._stop_for(signum, state)
 
     def settle(self, state: TrainerState) -> None:
         """After the loop ended normally (every rank at the same step): agree on a signal of the last step."""

@@ -163,9 +163,11 @@ class HfLogsMixin:
     def floating_point_ops(self, inputs: Any) -> int:
         """Transformers' count for one batch: 6 x the main input's tokens x the parameters outside the embeddings,
         for a model with ``num_parameters`` (a Transformers model); else 0."""
+        if isinstance(inputs, (tuple, list)) or not isinstance(inputs, Mapping):  # a TensorDataset's: nothing to count
+            return 0
         model = self.accelerator.unwrap_model(self.model)
         main_input = getattr(model, "main_input_name", "input_ids")
-        if isinstance(inputs, Mapping) and main_input in inputs and hasattr(model, "num_parameters"):
+        if main_input in inputs and hasattr(model, "num_parameters"):
             if self._flos_parameters is None:  # counted once: the parameters do not change during training
                 self._flos_parameters = model.num_parameters(exclude_embeddings=True)
             return 6 * inputs[main_input].numel() * self._flos_parameters

@@ -81,7 +81,11 @@ class HfOverridableMixin:
         if self._overrides.training_step:  # a subclass's training_step: forward and backward
             self._overridden_training_step(model, batch)
             return
-        with loss_divided_by(self.accelerator, self.current_gradient_accumulation_steps):
+        steps = self.current_gradient_accumulation_steps
+        if steps == self.accelerator.gradient_accumulation_steps:  # a full window: backward divides by these already
+            super()._micro_batch(model, batch)
+            return
+        with loss_divided_by(self.accelerator, steps):
             super()._micro_batch(model, batch)
 
     @property
