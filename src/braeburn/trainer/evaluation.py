@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..data.loader import apply_to_tensors
+from ..distributed import process_group as pg
 from ..plan.compile_policy import outputs_are_overwritten
 from .batches import (batch_inputs, can_return_loss, compute_loss, ignored_output_keys, labels_by_name, model_logits,
                       output_loss, output_predictions)
@@ -143,6 +144,8 @@ class EvaluationMixin:
             if loss is not None:
                 losses.add(loss, _batch_size(batch) or 1)  # Transformers' find_batch_size: the first tensor's length
             if keep_predictions and logits is not None:
+                # as Transformers: sequences of another length on each process padded with -100 before the gather
+                logits, batch_labels = pg.pad_across((logits, batch_labels), dim=1, pad_index=-100)
                 if self.preprocess_logits_for_metrics is not None:
                     logits = self.preprocess_logits_for_metrics(logits, batch_labels)
                 predictions.add(acc.gather_for_metrics(logits))
