@@ -170,3 +170,32 @@ def test_the_manifest_hashes_two_files_at_once_with_the_same_checksums(tmp_path,
         data = (folder / name).read_bytes()
         assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     CheckpointManager(tmp_path).verify(folder)
+
+
+EXITING_SAVE = """
+import sys, threading, time
+from pathlib import Path
+from tests.trainer.test_checkpoint import FileAccelerator, CheckpointManager, TrainerState
+
+class Slow(FileAccelerator):
+    def save_state(self, folder):
+        time.sleep(0.5)  # the main thread has returned by now: the interpreter is exiting
+        super().save_state(folder)
+
+manager = CheckpointManager(Path(sys.argv[1]))
+threading.Thread(target=lambda: manager.save(Slow(), TrainerState(global_step=3)), daemon=False).start()
+"""
+
+
+def test_a_save_on_a_thread_still_running_at_the_interpreters_exit_is_written_and_hashed(tmp_path):
+    # A background checkpoint (a non-daemon thread) that the interpreter waits for at its exit: by then
+    # concurrent.futures refuses new work, so its files are hashed on the saving thread instead of being lost.
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", EXITING_SAVE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, cwd=root, env=env)
+    assert done.returncode == 0 and "Error" not in done.stderr, done.stderr[-3000:]
+    CheckpointManager(tmp_path).verify(tmp_path / "checkpoint-3")

@@ -5,6 +5,7 @@ CUDA graphs' overwritten outputs and the evaluation's end decide it)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.utils.data import TensorDataset
 
@@ -22,7 +23,7 @@ class Recorder:
         self.forwards += 1
 
 
-def evaluate_with_copies(tmp_path, monkeypatch, **options):
+def evaluate_with_copies(tmp_path, monkeypatch, wrap=lambda model: model, **options):
     from braeburn import Trainer, TrainingConfig
 
     torch.manual_seed(0)
@@ -45,7 +46,7 @@ def evaluate_with_copies(tmp_path, monkeypatch, **options):
         seen["predictions"], seen["labels"] = prediction.predictions, prediction.label_ids
         return {"accuracy": float((prediction.predictions.argmax(-1) == prediction.label_ids).mean())}
 
-    trainer = Trainer(model, config, eval_dataset=data, loss_fn=torch.nn.functional.cross_entropy,
+    trainer = Trainer(wrap(model), config, eval_dataset=data, loss_fn=torch.nn.functional.cross_entropy,
                       compute_metrics=metrics)
     result = trainer.evaluate()
     with torch.no_grad():
@@ -75,6 +76,32 @@ def test_outputs_that_the_next_call_overwrites_are_copied_at_once(tmp_path, monk
     recorder, _, seen, logits, _ = evaluate_with_copies(tmp_path, monkeypatch)
     assert recorder.copies_at == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
     assert (seen["predictions"] == logits).all()
+
+
+@pytest.mark.parametrize("compile_it", [
+    lambda model: torch.compile(model, mode="reduce-overhead"),
+    lambda model: torch.compile(model, mode="max-autotune"),
+    lambda model: torch.compile(model, options={"triton.cudagraphs": True}),
+    lambda model: model.compile(mode="reduce-overhead") or model,
+], ids=["reduce-overhead", "max-autotune", "option", "module.compile"])
+def test_a_model_its_user_compiled_with_cuda_graphs_has_each_batch_copied_at_once(tmp_path, monkeypatch, cpu_only,
+                                                                                  compile_it):
+    # the user's torch.compile: its next call overwrites this one's outputs on a GPU, as braeburn's own CUDA-graph
+    # modes do; Dynamo is off here, so the compiled wrapper runs the model eagerly on the CPU
+    with torch._dynamo.config.patch(disable=True):
+        recorder, _, seen, logits, _ = evaluate_with_copies(tmp_path, monkeypatch, wrap=compile_it)
+    assert recorder.copies_at == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert (seen["predictions"] == logits).all()
+
+
+@pytest.mark.parametrize("compile_it", [lambda model: model, lambda model: torch.compile(model),
+                                        lambda model: torch.compile(model, mode="max-autotune-no-cudagraphs")],
+                         ids=["eager", "default", "no-cudagraphs"])
+def test_a_model_compiled_without_cuda_graphs_keeps_its_batches_until_the_end(tmp_path, monkeypatch, cpu_only,
+                                                                             compile_it):
+    with torch._dynamo.config.patch(disable=True):
+        recorder, _, _, _, _ = evaluate_with_copies(tmp_path, monkeypatch, wrap=compile_it)
+    assert recorder.copies_at == [5] * 10
 
 
 def test_batches_are_copied_once_they_hold_the_byte_limit_counting_the_storage_a_view_keeps():

@@ -257,6 +257,35 @@ def gather(data: Any) -> Any:
     return apply_to_tensors(_gather_one, data)
 
 
+def pad_across(data: Any, dim: int, pad_index: int, pad_first: bool = False) -> Any:
+    """``data``'s tensors (nested too) padded with ``pad_index`` along ``dim`` to the longest on any rank, so that
+    :func:`gather` can concatenate them: Accelerate's ``pad_across_processes``, with one exchange of the sizes for
+    every tensor in ``data``. Tensors with no ``dim`` stay as they are."""
+    if not is_initialized() or dist.get_world_size() == 1:
+        return data
+    sizes: list[int] = []
+    apply_to_tensors(lambda t: sizes.append(int(t.shape[dim]) if -t.dim() <= dim < t.dim() else -1), data)
+    every = gather_object(sizes)
+    if any(len(other) != len(sizes) for other in every):
+        raise RuntimeError(f"the ranks hold {sorted({len(other) for other in every})} tensors here, not the same "
+                           "number: give every process outputs of the same structure so that they can be gathered")
+    longest = iter([max(column) for column in zip(*every)])
+
+    def pad(tensor: torch.Tensor) -> torch.Tensor:
+        size = next(longest)
+        if size < 0 or tensor.shape[dim] == size:
+            return tensor
+        shape = list(tensor.shape)
+        shape[dim] = size
+        out = tensor.new_full(shape, pad_index)
+        index = [slice(None)] * tensor.dim()
+        index[dim] = slice(size - tensor.shape[dim], size) if pad_first else slice(0, tensor.shape[dim])
+        out[tuple(index)] = tensor
+        return out
+
+    return apply_to_tensors(pad, data)
+
+
 def gather_object(value: Any) -> list[Any]:
     """Every rank's picklable ``value``, in rank order."""
     if not is_initialized() or dist.get_world_size() == 1:

@@ -136,6 +136,24 @@ def outputs_are_overwritten(mode: str | None) -> bool:
     return mode in CUDA_GRAPH_MODES
 
 
+GRAPH_CAPTURE_OPTION = "triton.cudagraphs"  # the inductor option that those modes turn on (or a user's options=)
+
+
+def model_outputs_are_overwritten(model: torch.nn.Module) -> bool:
+    """Whether ``model`` (or the model inside its DDP or torch.compile wrappers) was compiled by torch.compile with
+    CUDA graphs by its user: ``torch.compile(model, mode="reduce-overhead")``, ``model.compile(mode=...)`` or the
+    option itself. Its next call overwrites the outputs of this one, as with :data:`CUDA_GRAPH_MODES` here."""
+    seen: set[int] = set()
+    while isinstance(model, torch.nn.Module) and id(model) not in seen:
+        seen.add(id(model))
+        for compiled in (model, getattr(model, "_compiled_call_impl", None)):
+            config = getattr(compiled, "get_compiler_config", None)
+            if callable(config) and (config() or {}).get(GRAPH_CAPTURE_OPTION):
+                return True
+        model = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+    return False
+
+
 def pin_traced_attributes(module: torch.nn.Module) -> None:
     """Resolve, once and eagerly, what a model looks up on every forward through code Dynamo cannot trace.
 

@@ -17,7 +17,8 @@ import torch
 from torch.utils.data import Dataset
 
 from ..data.loader import apply_to_tensors
-from ..plan.compile_policy import outputs_are_overwritten
+from ..distributed import process_group as pg
+from ..plan.compile_policy import model_outputs_are_overwritten, outputs_are_overwritten
 from .batches import (batch_inputs, can_return_loss, compute_loss, ignored_output_keys, labels_by_name, model_logits,
                       output_loss, output_predictions)
 from .outputs import EvalLoopOutput, EvalPrediction, PredictionOutput, concat_padded, to_numpy
@@ -135,14 +136,18 @@ class EvaluationMixin:
         model = self.prepared_model()
         was_training = model.training
         model.eval()
-        # a CUDA-graph model's next call overwrites its outputs: then each batch is copied out at once, as before
-        every = 1 if outputs_are_overwritten(acc.compile_mode) else self.config.eval_accumulation_steps
+        # a CUDA-graph model's next call overwrites its outputs (compiled here or by the user): then each batch is
+        # copied out at once, as before
+        overwritten = outputs_are_overwritten(acc.compile_mode) or model_outputs_are_overwritten(model)
+        every = 1 if overwritten else self.config.eval_accumulation_steps
         losses, predictions, labels = self._eval_losses(), HostBatches(every), HostBatches(every)
         for batch in loader:
             loss, logits, batch_labels = self._evaluation_step(model, batch, not keep_predictions, ignore_keys)
             if loss is not None:
                 losses.add(loss, _batch_size(batch) or 1)  # Transformers' find_batch_size: the first tensor's length
             if keep_predictions and logits is not None:
+                # as Transformers: sequences of another length on each process padded with -100 before the gather
+                logits, batch_labels = pg.pad_across((logits, batch_labels), dim=1, pad_index=-100)
                 if self.preprocess_logits_for_metrics is not None:
                     logits = self.preprocess_logits_for_metrics(logits, batch_labels)
                 predictions.add(acc.gather_for_metrics(logits))

@@ -348,23 +348,7 @@ class AccelerateCompat(AccelerateCheckpointing):
 
     def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
         """Pad tensors (nested too) along ``dim`` to the longest size on any process, so they can be gathered."""
-        def pad(t: torch.Tensor) -> torch.Tensor:
-            if t.dim() == 0 or dim >= t.dim():
-                return t
-            longest = max(pg.gather_object(int(t.shape[dim])))
-            if longest == t.shape[dim]:
-                return t
-            shape = list(t.shape)
-            shape[dim] = longest
-            out = t.new_full(shape, pad_index)
-            index = [slice(None)] * t.dim()
-            index[dim] = slice(longest - t.shape[dim], longest) if pad_first else slice(0, t.shape[dim])
-            out[tuple(index)] = t
-            return out
-
-        from ...data.loader import apply_to_tensors
-
-        return apply_to_tensors(pad, tensor)
+        return pg.pad_across(tensor, dim, pad_index, pad_first)
 
     # -- saving ------------------------------------------------------------------------------------
     def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:

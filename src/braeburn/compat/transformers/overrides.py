@@ -142,7 +142,11 @@ class HfOverridableMixin:
                             loss_without_labels: bool) -> tuple[torch.Tensor | None, Any]:
         if (labels is not None or loss_without_labels) and self._overrides.compute_loss:
             return self.compute_loss(model, batch, return_outputs=True)
-        return super()._evaluation_forward(model, batch, inputs, labels, loss_without_labels)
+        loss, outputs = super()._evaluation_forward(model, batch, inputs, labels, loss_without_labels)
+        if labels is None and not loss_without_labels and isinstance(outputs, (tuple, list)) and outputs and \
+                not hasattr(outputs, "_fields"):  # Transformers' prediction_step: a tuple's items are all predictions
+            outputs = {f"output_{index}": value for index, value in enumerate(outputs)}
+        return loss, outputs
 
     def _emit_log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if not self._overrides.log:
