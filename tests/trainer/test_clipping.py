@@ -137,6 +137,17 @@ def test_a_users_optimizer_folds_only_when_it_is_a_fused_torch_adam(tmp_path, fo
     torch.testing.assert_close(torch.stack(watch.seen), torch.full((STEPS,), 0.05), rtol=1e-5, atol=0)
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_an_optimizer_over_part_of_the_model_keeps_clip_grad_norm_for_every_gradient(tmp_path, folds):
+    """The Trainer clips every trainable parameter's gradient; a fused AdamW over the last layer only would clip
+    only that layer's: the first layer's gradients would stay unclipped (a callback saw norms of ~14 for a limit of
+    0.05, and, never zeroed by this optimizer, they entered the next steps' norms unclipped)."""
+    make = lambda model: torch.optim.AdamW(model[2].parameters(), lr=0.01, fused=True)  # noqa: E731
+    trainer, _, watch = _train(tmp_path, "part", compile="true", max_grad_norm=0.05, optimizer=make)
+    assert folds == [] and "does not hold every parameter" in trainer._clipper.refusal
+    torch.testing.assert_close(torch.stack(watch.seen), torch.full((STEPS,), 0.05), rtol=1e-5, atol=0)
+
+
 def test_a_grad_scaler_keeps_the_clip_out_of_the_step(monkeypatch):
     """fp16's GradScaler hands the fused kernel its own grad_scale (and the gradients must be unscaled before the
     norm): the clip stays clip_grad_norm_'s."""

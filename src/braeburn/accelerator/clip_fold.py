@@ -20,15 +20,17 @@ measured for the log, the Transformers Trainer's way). See :class:`braeburn.trai
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 FUSED_CLASSES = (torch.optim.Adam, torch.optim.AdamW)  # their fused kernels divide by grad_scale
 
 
 def fold_refusal(optimizer: torch.optim.Optimizer, *, grad_scaler: bool, kernel_applies_grad_scale: bool,
-                 sharded: bool, watched: bool) -> str | None:
+                 sharded: bool, watched: bool, clipped: Sequence[torch.Tensor] = ()) -> str | None:
     """Why the clip cannot go into ``optimizer``'s step (None: it can). ``optimizer`` is the torch optimizer
-    itself (not the Accelerator's wrapper)."""
+    itself (not the Accelerator's wrapper); ``clipped``: the parameters whose gradients the clip must scale."""
     if grad_scaler:
         return "fp16's grad scaler hands the fused kernel its own grad_scale"
     if sharded:
@@ -43,12 +45,27 @@ def fold_refusal(optimizer: torch.optim.Optimizer, *, grad_scaler: bool, kernel_
         return "the optimizer is not fused (fused=True)"
     if hasattr(optimizer, "grad_scale"):
         return "the optimizer has a grad_scale of its own"
+    return _parameters_refusal(optimizer, clipped)
+
+
+def _parameters_refusal(optimizer: torch.optim.Optimizer, clipped: Sequence[torch.Tensor]) -> str | None:
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    if any(p.dtype in (torch.float64, torch.complex128) for p in held):
+        # the kernels read grad_scale as a float32: g / (1/c) would carry float32's rounding into float64 gradients
+        return "the optimizer holds float64 parameters (the fused kernel's grad_scale is a float32)"
+    ids = {id(p) for p in held}
+    if not all(id(p) in ids for p in clipped):
+        # the kernel scales only its own parameters' gradients: the others would stay unclipped (and a callback,
+        # or the next window's accumulation, would read them so)
+        return "the optimizer does not hold every parameter whose gradient is clipped"
     return None
 
 
 def clip_scale(total_norm: torch.Tensor, max_norm: float) -> torch.Tensor:
     """The ``grad_scale`` that clips to ``max_norm``: the inverse of ``clip_grad_norm_``'s coefficient
     ``min(max_norm / (total_norm + 1e-6), 1)``, computed with its ops. Exactly 1.0 where it does not clip; as
-    ``clip_grad_norm_`` does, a non-finite norm makes every gradient 0 or NaN. float32: the kernels read a float."""
+    ``clip_grad_norm_`` does, a non-finite norm makes every gradient 0 or NaN. float32: the kernels read a float;
+    the inverse is taken in float32 (a bfloat16/float16 coefficient is exact there), so a half-precision gradient
+    stays within an ulp of ``g * c`` (the inverse rounded to float16 first put it up to ~3 ulps away)."""
     coefficient = torch.clamp(max_norm / (total_norm + 1e-6), max=1.0)
-    return torch.reciprocal(coefficient).float()
+    return torch.reciprocal(coefficient.float())

@@ -60,5 +60,5 @@ class StepClipper:
     def _foldable(self, optimizer: Any) -> bool:
         key = (optimizer, self.acc.scaler)  # asked again when the optimizer or the precision changes
         if self._checked is None or key[0] is not self._checked[0] or key[1] is not self._checked[1]:
-            self._checked, self.refusal = key, self.acc.clip_fold_refusal(optimizer)
+            self._checked, self.refusal = key, self.acc.clip_fold_refusal(optimizer, self.parameters)
         return self.refusal is None
