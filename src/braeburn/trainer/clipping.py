@@ -39,6 +39,7 @@ class StepClipper:
         self.compiled = False
         self._checked: tuple[Any, Any] | None = None  # (optimizer, grad scaler) the refusal below was asked for
         self.refusal: str | None = "no optimizer step yet"
+        self._unheld: tuple[Any, int, list[torch.Tensor]] | None = None  # (optimizer, its size, what it lacks)
 
     def follow(self, model: torch.nn.Module) -> None:
         """Whether the training forward runs compiled from now on (after the compile decision, and at the start)."""
@@ -62,3 +63,17 @@ class StepClipper:
         if self._checked is None or key[0] is not self._checked[0] or key[1] is not self._checked[1]:
             self._checked, self.refusal = key, self.acc.clip_fold_refusal(optimizer, self.parameters)
         return self.refusal is None
+
+    def zero_grad(self, optimizer: Any, *, unheld: bool) -> None:
+        """``optimizer.zero_grad()``; with ``unheld``, also drops the gradients of the trainable parameters the
+        optimizer does not hold (Transformers' ``model.zero_grad()``): kept, they would add up step after step into
+        every later norm, and clip the optimizer's own gradients ever harder."""
+        optimizer.zero_grad(set_to_none=True)
+        if not unheld:
+            return
+        size = sum(len(group["params"]) for group in optimizer.param_groups)
+        if self._unheld is None or self._unheld[0] is not optimizer or self._unheld[1] != size:
+            held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            self._unheld = (optimizer, size, [p for p in self.parameters if id(p) not in held])
+        for parameter in self._unheld[2]:
+            parameter.grad = None
