@@ -87,8 +87,10 @@ class CompileMixin:
         if self.num_processes > 1 or forward is None:
             # DDP/FSDP: torch.compile over the wrapper, so Dynamo's DDP optimizer splits the graph at the
             # gradient buckets and the all-reduce still overlaps the backward.
+            reason = decision.reason + (" (several processes: compiled whole, over the wrapper)" if decision.regional
+                                        else "")
             if forward is not None:
-                forward.stats.compiled, forward.stats.reason, forward.stats.over_wrapper = True, decision.reason, True
+                forward.stats.compiled, forward.stats.reason, forward.stats.over_wrapper = True, reason, True
             return torch.compile(model, backend=self.compile_backend, mode=self.compile_mode)
         if decision.regional and not compile_regions(self.unwrap_model(model), self.compile_backend,
                                                      self.compile_mode, decision.dynamic):
