@@ -121,15 +121,19 @@ def test_the_fold_is_refused_where_the_kernel_would_not_clip_or_something_else_o
     assert "grad_scale of its own" in _refusal(own)
 
 
-def test_the_fold_is_refused_for_float64_parameters_and_gradients_the_step_does_not_hold():
+def test_the_fold_is_refused_for_float64_parameters_and_unless_the_step_holds_exactly_the_clipped_parameters():
     """The kernel reads grad_scale as a float32 (float64 gradients would be clipped with float32's rounding, about
-    5e8 float64 ulps off), and it scales only the gradients of the parameters it holds."""
+    5e8 float64 ulps off), and it scales the gradients of the parameters it holds, all of them."""
     wide = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))], lr=0.1, fused=True)
     assert "float64" in _refusal(wide)
     held, other = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2))
     optimizer = torch.optim.AdamW([held], lr=0.1, fused=True)
     assert _refusal(optimizer, clipped=[held]) is None
     assert "does not hold every parameter" in _refusal(optimizer, clipped=[held, other])
+    both = torch.optim.AdamW([held, other], lr=0.1, fused=True)  # ``other``: a loss's temperature, say
+    assert "not clipped" in _refusal(both, clipped=[held])
+    other.requires_grad_(False)  # frozen: it has no gradient to scale
+    assert _refusal(both, clipped=[held]) is None
 
 
 @pytest.mark.usefixtures("cpu_only")

@@ -28,9 +28,10 @@ FUSED_CLASSES = (torch.optim.Adam, torch.optim.AdamW)  # their fused kernels div
 
 
 def fold_refusal(optimizer: torch.optim.Optimizer, *, grad_scaler: bool, kernel_applies_grad_scale: bool,
-                 sharded: bool, watched: bool, clipped: Sequence[torch.Tensor] = ()) -> str | None:
+                 sharded: bool, watched: bool, clipped: Sequence[torch.Tensor] | None = None) -> str | None:
     """Why the clip cannot go into ``optimizer``'s step (None: it can). ``optimizer`` is the torch optimizer
-    itself (not the Accelerator's wrapper); ``clipped``: the parameters whose gradients the clip must scale."""
+    itself (not the Accelerator's wrapper); ``clipped``: the parameters whose gradients the clip must scale, and
+    no others (None: not checked)."""
     if grad_scaler:
         return "fp16's grad scaler hands the fused kernel its own grad_scale"
     if sharded:
@@ -48,16 +49,21 @@ def fold_refusal(optimizer: torch.optim.Optimizer, *, grad_scaler: bool, kernel_
     return _parameters_refusal(optimizer, clipped)
 
 
-def _parameters_refusal(optimizer: torch.optim.Optimizer, clipped: Sequence[torch.Tensor]) -> str | None:
+def _parameters_refusal(optimizer: torch.optim.Optimizer, clipped: Sequence[torch.Tensor] | None) -> str | None:
     held = [p for group in optimizer.param_groups for p in group["params"]]
     if any(p.dtype in (torch.float64, torch.complex128) for p in held):
         # the kernels read grad_scale as a float32: g / (1/c) would carry float32's rounding into float64 gradients
         return "the optimizer holds float64 parameters (the fused kernel's grad_scale is a float32)"
-    ids = {id(p) for p in held}
-    if not all(id(p) in ids for p in clipped):
+    if clipped is None:
+        return None
+    held_ids, clipped_ids = {id(p) for p in held}, {id(p) for p in clipped}
+    if not clipped_ids <= held_ids:
         # the kernel scales only its own parameters' gradients: the others would stay unclipped (and a callback,
         # or the next window's accumulation, would read them so)
         return "the optimizer does not hold every parameter whose gradient is clipped"
+    if any(p.requires_grad and id(p) not in clipped_ids for p in held):
+        # ... and all of them: a parameter outside the model (a loss's temperature) would be clipped too
+        return "the optimizer holds parameters whose gradients are not clipped (outside the model)"
     return None
 
 

@@ -372,9 +372,10 @@ class Accelerator(StateFilesMixin, CompileMixin):
         # With FSDP the gradients are shards: torch computes the global norm (one all-reduce).
         return fsdp.full_value(torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type))
 
-    def clip_fold_refusal(self, optimizer: Any, parameters: Sequence[torch.Tensor] = ()) -> str | None:
-        """Why a clip of ``parameters``' gradients cannot be folded into ``optimizer``'s next step (``clip_scale``,
-        see clip_fold.py); None when it can. ``optimizer``: one this Accelerator prepared."""
+    def clip_fold_refusal(self, optimizer: Any, parameters: Sequence[torch.Tensor] | None = None) -> str | None:
+        """Why a clip of ``parameters``' gradients (exactly those of ``optimizer``'s parameters that train; None: not
+        checked) cannot be folded into ``optimizer``'s next step (``clip_scale``, see clip_fold.py); None when it
+        can. ``optimizer``: one this Accelerator prepared."""
         if not isinstance(optimizer, AcceleratedOptimizer):
             return "the optimizer was not prepared by this Accelerator"
         return clip_fold.fold_refusal(
