@@ -81,6 +81,11 @@ def test_the_trainer_compiles_by_regions_when_asked(tmp_path, capsys):
     stats = trainer.accelerator.compile_stats()
     assert stats.compiled and stats.regional and stats.compiled_calls > 0
     assert stats.reason == "compile=regional, as asked"
+    # two regions (the blocks, one graph for both, and the loss): two graphs, and no recompilation (it said 1)
+    assert (stats.regions, stats.graphs, stats.recompiles) == (2, 2, 0)
+    printed = capsys.readouterr().out
+    assert "2 graph(s), 0 recompilation(s)" in printed and "eager call(s)" not in printed
+    assert "call(s) outside the compiled training path (short batches, evaluation: their blocks still run" in printed
     assert all(block._compiled_call_impl is not None for block in model.transformer.h)
     records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     run = next(record["run"] for record in reversed(records) if "run" in record)

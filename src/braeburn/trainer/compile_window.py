@@ -209,9 +209,11 @@ class CompileWindow:
             counted = f"{stats.recompiles if stats.recompiles is not None else '?'} recompilation(s)"
         back = (f"; back to eager at step {self.back_to_eager_at}: the compiled steps were slower"
                 if self.back_to_eager_at is not None else "")
+        others = (f"{stats.eager_calls} call(s) outside the compiled training path (short batches, evaluation: their "
+                  "blocks still run compiled)" if stats.regional else
+                  f"{stats.eager_calls} eager call(s) after compiling (short batches, evaluation)")
         text = (f"on ({decision.reason}){back}; first compiled step {stats.compile_seconds:.1f} s{self._cache_words()}, "
-                f"{graphs} graph(s), {counted}, {stats.eager_calls} eager call(s) after compiling (short batches, "
-                "evaluation)")
+                f"{graphs} graph(s), {counted}, {others}")
         return text + self._payoff(stats)
 
     def _cache_words(self) -> str:
