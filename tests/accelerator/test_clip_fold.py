@@ -131,9 +131,9 @@ def test_the_fold_is_refused_for_float64_parameters_and_unless_the_step_holds_ex
     assert _refusal(optimizer, clipped=[held]) is None
     assert "does not hold every parameter" in _refusal(optimizer, clipped=[held, other])
     both = torch.optim.AdamW([held, other], lr=0.1, fused=True)  # ``other``: a loss's temperature, say
+    assert _refusal(both, clipped=[held]) is None  # no gradient to scale
+    other.grad = torch.ones(2)
     assert "not clipped" in _refusal(both, clipped=[held])
-    other.requires_grad_(False)  # frozen: it has no gradient to scale
-    assert _refusal(both, clipped=[held]) is None
 
 
 @pytest.mark.usefixtures("cpu_only")

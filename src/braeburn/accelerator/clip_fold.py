@@ -31,7 +31,7 @@ def fold_refusal(optimizer: torch.optim.Optimizer, *, grad_scaler: bool, kernel_
                  sharded: bool, watched: bool, clipped: Sequence[torch.Tensor] | None = None) -> str | None:
     """Why the clip cannot go into ``optimizer``'s step (None: it can). ``optimizer`` is the torch optimizer
     itself (not the Accelerator's wrapper); ``clipped``: the parameters whose gradients the clip must scale, and
-    no others (None: not checked)."""
+    no others: of those the optimizer holds, every one with a gradient now (None: not checked)."""
     if grad_scaler:
         return "fp16's grad scaler hands the fused kernel its own grad_scale"
     if sharded:
@@ -61,7 +61,7 @@ def _parameters_refusal(optimizer: torch.optim.Optimizer, clipped: Sequence[torc
         # the kernel scales only its own parameters' gradients: the others would stay unclipped (and a callback,
         # or the next window's accumulation, would read them so)
         return "the optimizer does not hold every parameter whose gradient is clipped"
-    if any(p.requires_grad and id(p) not in clipped_ids for p in held):
+    if any(p.grad is not None and id(p) not in clipped_ids for p in held):
         # ... and all of them: a parameter outside the model (a loss's temperature) would be clipped too
         return "the optimizer holds parameters whose gradients are not clipped (outside the model)"
     return None

@@ -473,7 +473,7 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
                                   learning_rate=config.learning_rate if rate_from_config else None,
                                   train_samples=samples_in(self.train_dataset))
         self._samples_per_batch = config.per_device_train_batch_size * acc.num_processes
-        self._parameters = [p for p in model.parameters() if p.requires_grad]  # walked once, not every step
+        self._parameters = list(model.parameters())  # walked once; those with a gradient are clipped at each step
         self._clipper = StepClipper(config, acc, self._parameters, measure_unclipped=self.grad_norm_unclipped,
                                     fold=self.folds_clip_into_step)
         self._compile_window = CompileWindow(acc)
