@@ -81,8 +81,56 @@ def test_the_trainer_compiles_by_regions_when_asked(tmp_path, capsys):
     stats = trainer.accelerator.compile_stats()
     assert stats.compiled and stats.regional and stats.compiled_calls > 0
     assert stats.reason == "compile=regional, as asked"
+    # two regions (the blocks, one graph for both, and the loss): two graphs, and no recompilation (it said 1)
+    assert (stats.regions, stats.graphs, stats.recompiles) == (2, 2, 0)
+    printed = capsys.readouterr().out
+    assert "2 graph(s), 0 recompilation(s)" in printed and "eager call(s)" not in printed
+    assert "call(s) outside the compiled training path (short batches, evaluation: their blocks still run" in printed
     assert all(block._compiled_call_impl is not None for block in model.transformer.h)
     records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     run = next(record["run"] for record in reversed(records) if "run" in record)
     assert run["compile"]["regional"] is True
+    torch._dynamo.reset()
+
+
+@pytest.mark.usefixtures("no_launcher_env", "one_thread")
+def test_regional_asked_of_a_model_without_repeated_blocks_says_it_compiled_whole(tmp_path, capsys):
+    """A plain MLP has no repeated blocks: compile="regional" compiles it whole, and the line at the compile, the
+    summary and the key its step times are kept under (braeburn.plan.compile_gains) say so: they said
+    "compile=regional, as asked", and named the regions' key."""
+    from braeburn.trainer.config import CoreTrainingConfig
+    from braeburn.trainer.loop import CoreTrainer
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    data = torch.utils.data.TensorDataset(torch.randn(160, 16), torch.randn(160, 1))
+    config = CoreTrainingConfig(output_dir=str(tmp_path / "out"), use_cpu=True, compile="regional",
+                                torch_compile_backend="eager", per_device_train_batch_size=8, max_steps=20,
+                                save_strategy="no", disable_tqdm=True)
+    trainer = CoreTrainer(model, config, train_dataset=data, loss_fn=torch.nn.functional.mse_loss)
+    trainer.train()
+    printed = capsys.readouterr().out
+    stats = trainer.accelerator.compile_stats()
+    assert stats.compiled and not stats.regional and "no repeated blocks: compiled whole" in stats.reason
+    assert "compile on at step" in printed and printed.count("(no repeated blocks: compiled whole)") == 2
+    assert not trainer._compile_window.decision.regional
+    assert not trainer._compile_window._key(trainer._prepared_model).endswith("|regions")  # the whole model's key
+    torch._dynamo.reset()
+
+
+def test_regional_over_several_processes_says_it_compiled_whole_over_the_wrapper():
+    """With several processes the Accelerator compiles the DDP wrapper whole (Dynamo's DDP optimizer splits the graph
+    at the buckets); a regional decision says so instead of "compile=regional, as asked" alone."""
+    from braeburn import Accelerator
+
+    model, _ = _gpt2()
+    accelerator = Accelerator(cpu=True, compile=False, compile_backend="eager")
+    prepared = accelerator.prepare(model)
+    accelerator.num_processes = 2  # what a launched job's rank sees; the compile path is all that reads it here
+    compiled = accelerator.compile_model(prepared, CompileDecision(True, "compile=regional, as asked", regional=True))
+    stats = accelerator.compile_stats(compiled)
+    assert stats.over_wrapper and not stats.regional
+    assert stats.reason == "compile=regional, as asked (several processes: compiled whole, over the wrapper)"
+    assert all(block._compiled_call_impl is None for block in model.transformer.h)
     torch._dynamo.reset()

@@ -102,6 +102,16 @@ def test_choosing_the_cpu_offers_the_cpu_choices(clean_env, fake_host, monkeypat
     assert LaunchSettings(**read_config_file(clean_env)[0]).cpu is True
 
 
+def test_regional_is_offered_and_written_as_a_compile_choice(clean_env, fake_host, monkeypatch, capsys):
+    """The launch settings take compile="regional"; the questionnaire offered auto/true/false only."""
+    fake_host("apple")
+    code, out = answer(monkeypatch, capsys, ["n", "bf16", "regional"])
+    assert code == 0, out
+    assert "torch.compile [auto/true/false/regional]" in out
+    values, problems = read_config_file(clean_env)
+    assert problems == [] and values["compile"] == "regional"
+
+
 def test_default_writes_once_and_force_replaces(clean_env, capsys):
     assert main(["config", "--default"]) == 0
     assert read_config_file(clean_env) == ({name: getattr(LaunchSettings(), name) for name in

@@ -302,3 +302,17 @@ def test_an_unquoted_yes_as_distributed_type_says_what_yaml_did(tmp_path):
     [problem] = resolve_settings({}, {}, path).problems
     assert "distributed_type = True: YAML reads an unquoted yes, on or true as true" in str(problem)
     assert "in quotes" in problem.fix
+
+
+def test_compile_regional_is_a_launch_setting_from_a_flag_a_file_and_accelerates_regional_compilation(tmp_path):
+    """compile="regional" is the Trainer's fourth choice: the launch settings refused it ("must be auto, true or
+    false"), from --compile, a braeburn file and Accelerate's dynamo_use_regional_compilation alike."""
+    assert resolve_settings({"compile": "Regional"}, {}).settings.compile == "regional"
+    assert resolve_settings({}, {}, write(tmp_path, 'compile = "regional"\n')).settings.compile == "regional"
+    path = tmp_path / "accelerate.yaml"
+    path.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nuse_cpu: true\nnum_processes: 1\n"
+                    "dynamo_config:\n  dynamo_backend: INDUCTOR\n  dynamo_use_regional_compilation: true\n")
+    resolved = resolve_settings({}, {}, path)
+    assert resolved.problems == [] and resolved.settings.compile == "regional"
+    problems = resolve_settings({"compile": "maybe"}, {}).problems
+    assert "must be auto, true, false or regional" in str(problems[0])

@@ -122,3 +122,12 @@ def test_compile_regional_is_an_explicit_compile_by_regions():
     assert plan.compile_reason == "compile=regional, as asked"
     assert not make_plan(RunOptions(compile="true"), CUDA_BOX).compile_regional
     assert not make_plan(RunOptions(), CUDA_BOX).compile_regional
+
+
+@pytest.mark.parametrize("spelled", ["Regional", "REGIONAL", " regional "])
+def test_compile_choices_are_read_in_any_case_and_spacing(spelled):
+    """"TRUE" was read as True, while "Regional" and "Auto" were refused as not a choice."""
+    plan = make_plan(RunOptions(compile=spelled), CUDA_BOX)
+    assert plan.compile and plan.compile_regional and plan.compile_reason == "compile=regional, as asked"
+    assert make_plan(RunOptions(compile="Auto"), CUDA_BOX).compile_auto
+    assert not make_plan(RunOptions(compile=" FALSE"), CUDA_BOX).compile

@@ -137,6 +137,17 @@ def test_a_users_optimizer_folds_only_when_it_is_a_fused_torch_adam(tmp_path, fo
     torch.testing.assert_close(torch.stack(watch.seen), torch.full((STEPS,), 0.05), rtol=1e-5, atol=0)
 
 
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_an_optimizer_over_part_of_the_model_keeps_clip_grad_norm_for_every_gradient(tmp_path, folds):
+    """The Trainer clips every trainable parameter's gradient; a fused AdamW over the last layer only would clip
+    only that layer's: the first layer's gradients would stay unclipped (a callback saw norms of ~14 for a limit of
+    0.05, and, never zeroed by this optimizer, they entered the next steps' norms unclipped)."""
+    make = lambda model: torch.optim.AdamW(model[2].parameters(), lr=0.01, fused=True)  # noqa: E731
+    trainer, _, watch = _train(tmp_path, "part", compile="true", max_grad_norm=0.05, optimizer=make)
+    assert folds == [] and "does not hold every parameter" in trainer._clipper.refusal
+    torch.testing.assert_close(torch.stack(watch.seen), torch.full((STEPS,), 0.05), rtol=1e-5, atol=0)
+
+
 def test_a_grad_scaler_keeps_the_clip_out_of_the_step(monkeypatch):
     """fp16's GradScaler hands the fused kernel its own grad_scale (and the gradients must be unscaled before the
     norm): the clip stays clip_grad_norm_'s."""
@@ -153,3 +164,38 @@ def test_a_grad_scaler_keeps_the_clip_out_of_the_step(monkeypatch):
     monkeypatch.setattr(acc._policy, "scaler", torch.amp.GradScaler("cpu"))
     clipper.before_step(optimizer)  # asked again: the precision changed (as mixed_precision="auto" may)
     assert optimizer.clip_scale is None and "grad scaler" in clipper.refusal
+
+
+class _Unfreeze:
+    """Unfreezes the first layer after step 3 (gradual unfreezing), and records the gradients' norm after each step."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_optimizer_step(self, trainer, state):
+        grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
+        self.seen.append(torch.nn.utils.get_total_norm(grads))
+
+    def on_step_end(self, trainer, state):
+        if state.global_step == 3:
+            trainer.model[0].requires_grad_(True)
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+@pytest.mark.parametrize("compile", ["false", "true"])
+def test_a_layer_unfrozen_mid_run_is_clipped_and_measured_from_then_on(tmp_path, folds, compile):
+    """Transformers clips model.parameters() at each step; the Trainer walked the trainable parameters once, at the
+    start, so a layer a callback unfroze was neither clipped (a callback saw norms of ~5 for a limit of 0.05) nor in
+    grad_norm. Folded (compiled), the fold is asked again once the first layer has gradients."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    model[0].requires_grad_(False)
+    watch = _Unfreeze()
+    config = CoreTrainingConfig(output_dir=str(tmp_path / "out"), use_cpu=True, torch_compile_backend="eager",
+                                max_steps=STEPS, per_device_train_batch_size=8, save_strategy="no", disable_tqdm=True,
+                                learning_rate=1e-2, compile=compile, max_grad_norm=0.05)
+    trainer = CoreTrainer(model, config, train_dataset=_Data(), loss_fn=torch.nn.functional.mse_loss,
+                          optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True), callbacks=[watch])
+    trainer.train()
+    torch.testing.assert_close(torch.stack(watch.seen), torch.full((STEPS,), 0.05), rtol=1e-5, atol=0)
+    assert len(folds) == (STEPS // 2 if compile == "true" else 0)

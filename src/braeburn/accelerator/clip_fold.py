@@ -20,15 +20,18 @@ measured for the log, the Transformers Trainer's way). See :class:`braeburn.trai
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 FUSED_CLASSES = (torch.optim.Adam, torch.optim.AdamW)  # their fused kernels divide by grad_scale
 
 
 def fold_refusal(optimizer: torch.optim.Optimizer, *, grad_scaler: bool, kernel_applies_grad_scale: bool,
-                 sharded: bool, watched: bool) -> str | None:
+                 sharded: bool, watched: bool, clipped: Sequence[torch.Tensor] | None = None) -> str | None:
     """Why the clip cannot go into ``optimizer``'s step (None: it can). ``optimizer`` is the torch optimizer
-    itself (not the Accelerator's wrapper)."""
+    itself (not the Accelerator's wrapper); ``clipped``: the parameters whose gradients the clip must scale, and
+    no others: of those the optimizer holds, every one with a gradient now (None: not checked)."""
     if grad_scaler:
         return "fp16's grad scaler hands the fused kernel its own grad_scale"
     if sharded:
@@ -43,12 +46,32 @@ def fold_refusal(optimizer: torch.optim.Optimizer, *, grad_scaler: bool, kernel_
         return "the optimizer is not fused (fused=True)"
     if hasattr(optimizer, "grad_scale"):
         return "the optimizer has a grad_scale of its own"
+    return _parameters_refusal(optimizer, clipped)
+
+
+def _parameters_refusal(optimizer: torch.optim.Optimizer, clipped: Sequence[torch.Tensor] | None) -> str | None:
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    if any(p.dtype in (torch.float64, torch.complex128) for p in held):
+        # the kernels read grad_scale as a float32: g / (1/c) would carry float32's rounding into float64 gradients
+        return "the optimizer holds float64 parameters (the fused kernel's grad_scale is a float32)"
+    if clipped is None:
+        return None
+    held_ids, clipped_ids = {id(p) for p in held}, {id(p) for p in clipped}
+    if not clipped_ids <= held_ids:
+        # the kernel scales only its own parameters' gradients: the others would stay unclipped (and a callback,
+        # or the next window's accumulation, would read them so)
+        return "the optimizer does not hold every parameter whose gradient is clipped"
+    if any(p.grad is not None and id(p) not in clipped_ids for p in held):
+        # ... and all of them: a parameter outside the model (a loss's temperature) would be clipped too
+        return "the optimizer holds parameters whose gradients are not clipped (outside the model)"
     return None
 
 
 def clip_scale(total_norm: torch.Tensor, max_norm: float) -> torch.Tensor:
     """The ``grad_scale`` that clips to ``max_norm``: the inverse of ``clip_grad_norm_``'s coefficient
     ``min(max_norm / (total_norm + 1e-6), 1)``, computed with its ops. Exactly 1.0 where it does not clip; as
-    ``clip_grad_norm_`` does, a non-finite norm makes every gradient 0 or NaN. float32: the kernels read a float."""
+    ``clip_grad_norm_`` does, a non-finite norm makes every gradient 0 or NaN. float32: the kernels read a float;
+    the inverse is taken in float32 (a bfloat16/float16 coefficient is exact there), so a half-precision gradient
+    stays within an ulp of ``g * c`` (the inverse rounded to float16 first put it up to ~3 ulps away)."""
     coefficient = torch.clamp(max_norm / (total_norm + 1e-6), max=1.0)
-    return torch.reciprocal(coefficient).float()
+    return torch.reciprocal(coefficient.float())

@@ -87,14 +87,18 @@ class CompileMixin:
         if self.num_processes > 1 or forward is None:
             # DDP/FSDP: torch.compile over the wrapper, so Dynamo's DDP optimizer splits the graph at the
             # gradient buckets and the all-reduce still overlaps the backward.
+            reason = decision.reason + (" (several processes: compiled whole, over the wrapper)" if decision.regional
+                                        else "")
             if forward is not None:
-                forward.stats.compiled, forward.stats.reason, forward.stats.over_wrapper = True, decision.reason, True
+                forward.stats.compiled, forward.stats.reason, forward.stats.over_wrapper = True, reason, True
             return torch.compile(model, backend=self.compile_backend, mode=self.compile_mode)
-        if decision.regional and not compile_regions(self.unwrap_model(model), self.compile_backend,
-                                                     self.compile_mode, decision.dynamic):
+        regions = compile_regions(self.unwrap_model(model), self.compile_backend, self.compile_mode,
+                                  decision.dynamic) if decision.regional else 1
+        if not regions:
             decision = compile_policy.CompileDecision(True, decision.reason + " (no repeated blocks: compiled whole)",
                                                       decision.dynamic)
         forward.enable_compile(decision, self.compile_backend, self.compile_mode)
+        forward.stats.regions = max(regions, 1)  # the blocks (one graph for all) and the loss: no recompilation
         return model  # the same module: only training batches of the compiled size take the compiled path
 
     def trains_compiled(self, model: torch.nn.Module) -> bool:

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -378,15 +379,16 @@ class Accelerator(StateFilesMixin, CompileMixin):
         # With FSDP the gradients are shards: torch computes the global norm (one all-reduce).
         return fsdp.full_value(torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type))
 
-    def clip_fold_refusal(self, optimizer: Any) -> str | None:
-        """Why a clip cannot be folded into ``optimizer``'s next step (``clip_scale``, see clip_fold.py); None
-        when it can. ``optimizer``: one this Accelerator prepared."""
+    def clip_fold_refusal(self, optimizer: Any, parameters: Sequence[torch.Tensor] | None = None) -> str | None:
+        """Why a clip of ``parameters``' gradients (exactly those of ``optimizer``'s parameters that train; None: not
+        checked) cannot be folded into ``optimizer``'s next step (``clip_scale``, see clip_fold.py); None when it
+        can. ``optimizer``: one this Accelerator prepared."""
         if not isinstance(optimizer, AcceleratedOptimizer):
             return "the optimizer was not prepared by this Accelerator"
         return clip_fold.fold_refusal(
             optimizer.optimizer, grad_scaler=self.scaler is not None, sharded=any(map(fsdp.is_sharded, self._models)),
             kernel_applies_grad_scale=self.plan.device.fused_optimizers_honour_grad_scaler(current_host()),
-            watched=probe.active())
+            watched=probe.active(), clipped=parameters)
 
     def _unscale_once(self, optimizer: AcceleratedOptimizer) -> None:
         if self.scaler is None:

@@ -176,8 +176,8 @@ def _ask_processes(kind: DeviceKind, host: HostFacts, asker: Asker) -> dict:
 def _ask_compile(kind: DeviceKind, host: HostFacts, asker: Asker) -> dict:
     on, why = kind.compile_by_default(host)
     asker.console.print(f"torch.compile: auto here means {'on' if on else 'off'} ({why})")
-    answer = asker.choose("torch.compile", ["auto", "true", "false"], default="auto")
-    return {"compile": answer if answer == "auto" else answer == "true"}
+    answer = asker.choose("torch.compile", ["auto", "true", "false", "regional"], default="auto")
+    return {"compile": answer if answer in ("auto", "regional") else answer == "true"}
 
 
 def ask_questions(host: HostFacts, asker: Asker) -> LaunchSettings:

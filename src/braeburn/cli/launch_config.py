@@ -110,11 +110,11 @@ def _compile(value: Any, from_text: bool) -> str | bool:
     if isinstance(value, bool):
         return value
     text = value.strip().lower() if isinstance(value, str) else None
-    if text == "auto":
-        return "auto"
+    if text in ("auto", "regional"):
+        return text
     if text in _TRUE + _FALSE:
         return text in _TRUE
-    raise Invalid("must be auto, true or false", "write \"auto\", true or false")
+    raise Invalid("must be auto, true, false or regional", "write \"auto\", true, false or \"regional\"")
 
 
 def _gpu_ids(value: Any, from_text: bool) -> str:

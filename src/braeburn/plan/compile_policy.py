@@ -228,6 +228,7 @@ class CompileStats:
     eager_calls: int = 0  # calls run eagerly after compiling (short batches, evaluation)
     over_wrapper: bool = False  # compiled as torch.compile(DDP/FSDP model): no per-call report
     regional: bool = False  # compiled by regions (the repeated blocks and the loss), not as a whole
+    regions: int = 1  # the graphs a compile without any recompilation makes: 1 whole, or one per region
     decided_at_step: int | None = None
     eager_step_seconds: float | None = None
     graph_breaks: list[str] = field(default_factory=list)  # distinct reasons, first lines
@@ -236,8 +237,9 @@ class CompileStats:
 
     @property
     def recompiles(self) -> int | None:
-        """Graphs beyond the first; not counted where graph breaks split the forward into several graphs."""
-        return None if self.graphs is None or self.graph_breaks else max(0, self.graphs - 1)
+        """Graphs beyond the first (of each region); not counted where graph breaks split the forward into several
+        graphs."""
+        return None if self.graphs is None or self.graph_breaks else max(0, self.graphs - self.regions)
 
     def as_dict(self) -> dict[str, Any]:
         return {"compiled": self.compiled, "reason": self.reason, "dynamic": self.dynamic,

@@ -7,6 +7,7 @@ so the whole rule table is tested on any machine with faked facts (tests/plan/te
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .option_spelling import advice, chosen, given, option
 from ..devices.base import PRECISIONS, DeviceKind
@@ -207,11 +208,18 @@ def _choose_precision(options: RunOptions, kind: DeviceKind, host: HostFacts,
     return asked, support.needs_grad_scaler, f"{asked}{scaler}, as asked", ()
 
 
+def compile_value(value: Any) -> Any:
+    """``compile`` as the rules read it: a string in any case and spacing ("Regional", " TRUE"), True/False for the
+    strings true/false; anything else as given (refused by the rules below if not a choice)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower()
+    return {"true": True, "false": False}.get(text, text if text in ("auto", "regional") else value)
+
+
 def _choose_compile(options: RunOptions, kind: DeviceKind, host: HostFacts, errors: list[OptionError],
                     notes: list[str]) -> tuple[bool, str]:
-    value = options.compile
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        value = value.lower() == "true"
+    value = compile_value(options.compile)
     if value == "auto":
         return kind.compile_by_default(host)
     if value is True or value == "regional":
@@ -278,6 +286,6 @@ def make_plan(options: RunOptions, host: HostFacts) -> Plan:
                 strategy=strategy, backend=kind.process_group_backend if strategy != "single" else None,
                 precision=precision, grad_scaler=scaler, precision_reason=precision_reason,
                 compile=use_compile, compile_reason=compile_reason, env=env, notes=tuple(notes),
-                compile_auto=str(options.compile).lower() == "auto", precision_candidates=candidates,
-                compile_regional=use_compile and str(options.compile).lower() == "regional",
+                compile_auto=compile_value(options.compile) == "auto", precision_candidates=candidates,
+                compile_regional=use_compile and compile_value(options.compile) == "regional",
                 ignored_options=_ignored_options(options, kind))

@@ -29,7 +29,9 @@ from ..accelerator.clip_fold import clip_scale
 
 class StepClipper:
     """Clips (or only measures) the gradients before each optimizer step, folding the clip into the step where
-    the rule above allows it; :meth:`follow` after each change of the training model (the compile decision)."""
+    the rule above allows it; :meth:`follow` after each change of the training model (the compile decision).
+    ``parameters``: all the model's, frozen ones too; those with a gradient at a step are clipped (Transformers
+    clips ``model.parameters()`` each step, so a layer a callback unfreezes mid-run is clipped from then on)."""
 
     def __init__(self, config: Any, accelerator: Any, parameters: list[torch.Tensor], *, measure_unclipped: bool,
                  fold: bool):
@@ -37,8 +39,9 @@ class StepClipper:
         self.measure_unclipped = measure_unclipped  # max_grad_norm=0 still measures the norm, to log it
         self.fold = fold  # False: never fold (CoreTrainer.folds_clip_into_step, for an A/B of the fold)
         self.compiled = False
-        self._checked: tuple[Any, Any] | None = None  # (optimizer, grad scaler) the refusal below was asked for
+        self._checked: tuple[Any, Any, tuple] | None = None  # (optimizer, grad scaler, ids) the refusal was asked for
         self.refusal: str | None = "no optimizer step yet"
+        self._unheld: tuple[Any, int, list[torch.Tensor]] | None = None  # (optimizer, its size, what it lacks)
 
     def follow(self, model: torch.nn.Module) -> None:
         """Whether the training forward runs compiled from now on (after the compile decision, and at the start)."""
@@ -50,15 +53,34 @@ class StepClipper:
         limit = max_norm if max_norm > 0 else math.inf if self.measure_unclipped else None
         if limit is None:
             return None
-        if self.fold and (self.compiled or limit == math.inf) and self._foldable(optimizer):
-            grads = [p.grad for p in self.parameters if p.grad is not None]
-            norm = torch.nn.utils.get_total_norm(grads)  # clip_grad_norm_'s own ops: the same norm, bit for bit
-            optimizer.clip_scale = clip_scale(norm, limit)  # the fused step divides by it: no pass of its own
-            return norm
+        if self.fold and (self.compiled or limit == math.inf):
+            with_grads = [p for p in self.parameters if p.grad is not None]  # those clip_grad_norm_ would clip
+            if self._foldable(optimizer, with_grads):
+                # clip_grad_norm_'s own ops: the same norm, bit for bit
+                norm = torch.nn.utils.get_total_norm([p.grad for p in with_grads])
+                optimizer.clip_scale = clip_scale(norm, limit)  # the fused step divides by it: no pass of its own
+                return norm
         return self.acc.clip_grad_norm_(self.parameters, limit)
 
-    def _foldable(self, optimizer: Any) -> bool:
-        key = (optimizer, self.acc.scaler)  # asked again when the optimizer or the precision changes
-        if self._checked is None or key[0] is not self._checked[0] or key[1] is not self._checked[1]:
-            self._checked, self.refusal = key, self.acc.clip_fold_refusal(optimizer)
+    def _foldable(self, optimizer: Any, with_grads: list[torch.Tensor]) -> bool:
+        # asked again when the optimizer, the precision or the parameters with a gradient change (a layer unfrozen)
+        key = (optimizer, self.acc.scaler, tuple(map(id, with_grads)))
+        checked = self._checked
+        if checked is None or key[0] is not checked[0] or key[1] is not checked[1] or key[2] != checked[2]:
+            self._checked, self.refusal = key, self.acc.clip_fold_refusal(optimizer, with_grads)
         return self.refusal is None
+
+    def zero_grad(self, optimizer: Any, *, unheld: bool) -> None:
+        """``optimizer.zero_grad()``; with ``unheld``, also drops the gradients of the trainable parameters the
+        optimizer does not hold (Transformers' ``model.zero_grad()``): kept, they would add up step after step into
+        every later norm, and clip the optimizer's own gradients ever harder."""
+        optimizer.zero_grad(set_to_none=True)
+        if not unheld:
+            return
+        size = sum(len(group["params"]) for group in optimizer.param_groups)
+        if self._unheld is None or self._unheld[0] is not optimizer or self._unheld[1] != size:
+            held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            self._unheld = (optimizer, size, [p for p in self.parameters if id(p) not in held])
+        for parameter in self._unheld[2]:
+            if parameter.grad is not None:
+                parameter.grad = None

@@ -15,6 +15,7 @@ one line says so.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from typing import Any
@@ -155,15 +156,26 @@ class CompileWindow:
         stats = self.acc.compile_stats(model)
         if stats is not None:
             stats.reason, stats.decided_at_step, stats.eager_step_seconds = decision.reason, step, self.eager_step_seconds
+        if decision.compile:
+            model = self.acc.compile_model(model, decision)
+            self.decision = decision = self._as_compiled(model, decision)
+            self._prior = compile_gains.read_records().get(self._key(model))
         if step is not None:
             self.acc.print(f"braeburn: compile {'on' if decision.compile else 'off'} at step {step}: {decision.reason}")
         if not decision.compile:
             return model
-        self._prior = compile_gains.read_records().get(self._key(model))
-        model = self.acc.compile_model(model, decision)
         self._compiled_at, self.pending = step + 2, True  # step+1 compiles; time the steps after it
         self._started = self._now()
         return model
+
+    def _as_compiled(self, model: Any, decision: CompileDecision) -> CompileDecision:
+        """``decision`` as the Accelerator carried it out: a regional one compiled whole (a model without repeated
+        blocks, or several processes) says so, in the summary and in the compile gains' record, under the whole
+        model's key rather than the regions'."""
+        stats = self.acc.compile_stats(model)
+        if not decision.regional or stats is None or stats.regional:
+            return decision
+        return dataclasses.replace(decision, reason=stats.reason, regional=False)
 
     def _now(self) -> float:
         self.acc.plan.device.synchronize()  # the queued device work must finish before the clock is read
@@ -197,9 +209,11 @@ class CompileWindow:
             counted = f"{stats.recompiles if stats.recompiles is not None else '?'} recompilation(s)"
         back = (f"; back to eager at step {self.back_to_eager_at}: the compiled steps were slower"
                 if self.back_to_eager_at is not None else "")
+        others = (f"{stats.eager_calls} call(s) outside the compiled training path (short batches, evaluation: their "
+                  "blocks still run compiled)" if stats.regional else
+                  f"{stats.eager_calls} eager call(s) after compiling (short batches, evaluation)")
         text = (f"on ({decision.reason}){back}; first compiled step {stats.compile_seconds:.1f} s{self._cache_words()}, "
-                f"{graphs} graph(s), {counted}, {stats.eager_calls} eager call(s) after compiling (short batches, "
-                "evaluation)")
+                f"{graphs} graph(s), {counted}, {others}")
         return text + self._payoff(stats)
 
     def _cache_words(self) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..plan.option_spelling import advice, option
-from ..plan.rules import OptionError, RunOptions
+from ..plan.rules import OptionError, RunOptions, compile_value
 from ..errors import note_once
 from ._argparse import ConfigError, parse_dataclasses
 
@@ -371,14 +371,14 @@ class CoreTrainingConfig:
     def run_options(self, num_processes: int = 1) -> RunOptions:
         """The device/precision/compile requests, as the plan reads them."""
         return RunOptions(accelerator=self.accelerator, devices=self.devices, cpu=self.use_cpu,
-                          mixed_precision=self.mixed_precision, compile=_compile_value(self.compile),
+                          mixed_precision=self.mixed_precision, compile=compile_value(self.compile),
                           num_processes=num_processes, strategy=self.strategy)
 
     def accelerator_options(self) -> dict[str, Any]:
         """The Accelerator's keyword arguments for this config."""
         return {"cpu": self.use_cpu, "mixed_precision": self.mixed_precision,
                 "gradient_accumulation_steps": self.gradient_accumulation_steps, "accelerator": self.accelerator,
-                "devices": self.devices, "compile": _compile_value(self.compile), "strategy": self.strategy,
+                "devices": self.devices, "compile": compile_value(self.compile), "strategy": self.strategy,
                 "seed": self.seed, "compile_backend": self.torch_compile_backend,
                 "compile_mode": self.torch_compile_mode, "fsdp_units": self.fsdp_units}
 
@@ -515,12 +515,6 @@ def _wsd_errors(config: Any) -> list[OptionError]:
         if kwargs.get(name, "linear") not in ("linear", "cosine", "1-sqrt"):
             errors.append(OptionError("lr_scheduler_kwargs", kwargs[name], f"{name} must be linear, cosine or 1-sqrt"))
     return errors
-
-
-def _compile_value(value: Any) -> str | bool:
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    return value
 
 
 def plan_errors(config: CoreTrainingConfig) -> list[OptionError]:

@@ -77,6 +77,7 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
     ends_epoch_at_stop = False  # a stop part way through an epoch: True also calls on_epoch_end (Transformers' order)
     flow_at_max_steps = False  # True: the last step evaluates and saves with the steps strategies (Transformers')
     grad_norm_unclipped = False  # max_grad_norm=0: True still computes the gradient norm (one more pass), to log it
+    zeroes_unheld_grads = False  # True: each step also drops trainable gradients the optimizer holds none of
     folds_clip_into_step = True  # the clip inside a fused AdamW step, where no compared number changes (clipping.py)
     final_save_option = "save_state"  # how a message says to write the model in memory (option_spelling's name)
     peer_methods_called: tuple[str, ...] = ()  # Transformers Trainer methods it calls itself (peer_methods.py)
@@ -391,7 +392,7 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
             self.callbacks.on_optimizer_step(self, self.state)
             self._step_lr = scheduler.get_last_lr()[0]  # the rate this step used: Transformers logs it
             self._scheduler_steps.after_optimizer_step(self.state.global_step + 1)
-        optimizer.zero_grad(set_to_none=True)
+        self._clipper.zero_grad(optimizer, unheld=self.zeroes_unheld_grads)
         self._window_has_grads = False
 
     # -- evaluation and saving ----------------------------------------------------------------------
@@ -481,7 +482,7 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
                                   learning_rate=config.learning_rate if rate_from_config else None,
                                   train_samples=samples_in(self.train_dataset))
         self._samples_per_batch = config.per_device_train_batch_size * acc.num_processes
-        self._parameters = [p for p in model.parameters() if p.requires_grad]  # walked once, not every step
+        self._parameters = list(model.parameters())  # walked once; those with a gradient are clipped at each step
         self._clipper = StepClipper(config, acc, self._parameters, measure_unclipped=self.grad_norm_unclipped,
                                     fold=self.folds_clip_into_step)
         self._compile_window = CompileWindow(acc)

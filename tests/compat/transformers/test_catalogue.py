@@ -170,6 +170,21 @@ def _with_optimizers(tmp_path):
     assert_identical(*seen)
 
 
+@idiom("optimizers=(AdamW over the classifier only, None), the body left trainable", "identical", BITWISE)
+def _optimizer_over_part_of_the_model(tmp_path):
+    """Transformers zeroes the model's gradients after each step: those of the body, which no optimizer steps, do not
+    pile up into the next steps' grad_norm (and clip the classifier's ever harder)."""
+    seen = []
+    for name in _runs.LIBS:
+        run = Run(name, tmp_path)
+        model = run.model()
+        optimizer = torch.optim.AdamW(model.classifier.parameters(), lr=1e-2)
+        trainer = run.trainer(run.args(max_steps=4, max_grad_norm=0.05), model=model, optimizers=(optimizer, None))
+        result, error = run.quietly(trainer.train)
+        seen.append(_runs.observe(run, trainer, result, error))
+    assert_identical(*seen)
+
+
 def _list_rows(run: Run) -> list[dict]:
     keep = ("input_ids", "token_type_ids", "attention_mask", "label")
     return [{k: (v[:5] if isinstance(v, list) else v) for k, v in row.items() if k in keep} for row in run.train]

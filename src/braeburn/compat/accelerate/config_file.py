@@ -150,11 +150,14 @@ def _dynamo_config(value: Any, out: dict[str, Any]) -> Refusal | None:
     backend = table.get("dynamo_backend", "NO")
     backend = "NO" if backend is None or backend is False else backend.upper() if isinstance(backend, str) \
         else None  # an unquoted NO: false
-    others = {k: v for k, v in table.items() if k != "dynamo_backend" and _DYNAMO_DEFAULTS.get(k, object()) != v}
+    regional = backend == "INDUCTOR" and table.get("dynamo_use_regional_compilation") is True  # compile=regional
+    others = {k: v for k, v in table.items() if k != "dynamo_backend" and _DYNAMO_DEFAULTS.get(k, object()) != v
+              and not (regional and k == "dynamo_use_regional_compilation")}
     if backend not in ("NO", "INDUCTOR") or others:
-        return ("braeburn compiles with torch.compile's inductor backend and its default options only",
+        return ("braeburn compiles with torch.compile's inductor backend and its default options only (or by "
+                "regions: dynamo_use_regional_compilation)",
                 "write dynamo_backend: INDUCTOR (or NO) and leave the other dynamo_* keys out")
-    out["compile"] = backend == "INDUCTOR"
+    out["compile"] = "regional" if regional else backend == "INDUCTOR"
     return None
 
 

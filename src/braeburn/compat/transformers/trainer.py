@@ -53,6 +53,7 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
     """
 
     final_save_option = "save_model"  # a message says trainer.save_model(<another folder>) writes the model in memory
+    zeroes_unheld_grads = True  # Transformers zeroes the model's gradients, not only the optimizer's, after each step
 
     def __init__(self, model: torch.nn.Module | None = None, args: Any = None,
                  data_collator: Callable | None = None, train_dataset: Dataset | None = None,
