@@ -144,9 +144,10 @@ def test_spawn_warning_only_where_workers_spawn_each_epoch(fresh_spawn_warning):
     assert len(spawn) == 1 and "persistent_workers=True" in str(spawn[0].message)
 
 
-def test_a_batch_already_on_the_device_is_yielded_as_the_collator_made_it(monkeypatch):
+def test_a_batch_already_on_the_device_skips_the_walks_in_a_shallow_copy(monkeypatch):
     """The common case (a tuple, list or dict of tensors on the device, nothing to cast) skips the walks that would
-    rebuild it with the same tensors; a batch that needs a cast still gets one, in a new container."""
+    rebuild it with the same tensors (a list or dict is yielded as a shallow copy: code that pops a key must not
+    change the collator's own container); a batch that needs a cast still gets one, in a new container."""
     made = []
 
     def collate(samples):
@@ -158,7 +159,12 @@ def test_a_batch_already_on_the_device_is_yielded_as_the_collator_made_it(monkey
     monkeypatch.setattr(data_module, "move_to_device", lambda batch, *a, **k: walked.append(batch) or batch)
     loader = DataLoader(TensorDataset(torch.randn(8, 3), torch.arange(8)), batch_size=2, collate_fn=collate)
     batches = list(DeviceDataLoader(loader, CPU, float64_to_float32="the model computes in float32"))
-    assert [id(batch) for batch in batches] == [id(batch) for batch in made] and not walked
+    assert not walked and [type(batch) for batch in batches] == [type(batch) for batch in made]
+    assert all(batch is not mine and batch == mine if type(batch) is dict else  # the same tensors, a new container
+               batch is not mine and all(a is b for a, b in zip(batch, mine)) for batch, mine in zip(batches, made))
+    tuples = DataLoader(TensorDataset(torch.randn(4, 3), torch.arange(4)), batch_size=2,
+                        collate_fn=lambda samples: made.append(tuple(torch.stack(c) for c in zip(*samples))) or made[-1])
+    assert [id(batch) for batch in DeviceDataLoader(tuples, CPU)] == [id(batch) for batch in made[-2:]]  # immutable
 
     float64 = DataLoader(TensorDataset(torch.randn(4, 3, dtype=torch.float64), torch.arange(4)), batch_size=2)
     monkeypatch.undo()

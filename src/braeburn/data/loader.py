@@ -157,8 +157,9 @@ def cast_float64(batch: Any, announced: set[str], reason: str) -> Any:
 
 def ready_as_is(batch: Any, device: torch.device, float64_kept: bool) -> bool:
     """Whether ``batch``, a plain tuple, list or dict of plain tensors, is already on ``device`` and holds no float64
-    tensor to cast (``float64_kept``: none is cast): then the loader yields it as it is, with none of the walks of
-    :func:`cast_float64` and :func:`move_to_device`, which would give the same tensors in a new container."""
+    tensor to cast (``float64_kept``: none is cast): then the loader yields its tensors in a shallow copy of it (a
+    tuple as it is), with none of the walks of :func:`cast_float64` and :func:`move_to_device`, which would give the
+    same tensors in a new container."""
     kind = type(batch)
     if kind is dict:
         batch = batch.values()
@@ -419,7 +420,9 @@ class DeviceDataLoader:
             self.tracker.end_of_dataloader = self.end_of_dataloader = last
             self.tracker.remainder = self._remainder() if last else -1
             if ready_as_is(batch, self.device, reason is None):  # the common case: one walk, no rebuilt batch
-                yield batch
+                # a new list or dict (a tuple cannot change): a compute_loss that pops "labels" must not empty a
+                # container the collator keeps (a pre-batched dataset), as move_to_device's copy never did
+                yield batch if type(batch) is tuple else batch.copy()
                 continue
             if reason:
                 batch = cast_float64(batch, self._cast_names, reason)
