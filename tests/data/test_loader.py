@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from braeburn.data import loader as data_module
 from braeburn.data.loader import DeviceDataLoader, ShardSampler, move_to_device, truncate_padding
@@ -172,3 +172,30 @@ def test_a_batch_already_on_the_device_skips_the_walks_in_a_shallow_copy(monkeyp
         warnings.simplefilter("ignore")  # the cast's one line
         cast = list(DeviceDataLoader(float64, CPU, float64_to_float32="the model computes in float32"))
     assert [batch[0].dtype for batch in cast] == [torch.float32, torch.float32]
+
+
+class _Stream(IterableDataset):
+    """Six samples, without a length: the prepared loader reads one batch ahead to tell the last one."""
+
+    def __iter__(self):
+        return iter([{"x": torch.full((2,), float(i))} for i in range(6)])
+
+
+@pytest.mark.parametrize("container", [dict, list])
+def test_a_stream_whose_collator_refills_one_container_yields_each_batch_once(container):
+    """A collator that fills the same dict (or list) at every batch: reading one batch ahead must not overwrite the
+    batch about to be yielded (Accelerate's prepared loader moves each batch to the device before the next is
+    collated, so each batch comes once, in order)."""
+    buffer = container()
+
+    def collate(samples):
+        stacked = torch.stack([sample["x"] for sample in samples])
+        if container is dict:
+            buffer["x"] = stacked
+        else:
+            buffer[:] = [stacked]
+        return buffer
+
+    loader = DeviceDataLoader(DataLoader(_Stream(), batch_size=2, collate_fn=collate), CPU)
+    firsts = [(batch["x"] if container is dict else batch[0])[:, 0].tolist() for batch in loader]
+    assert firsts == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]] and loader.end_of_dataloader
