@@ -160,8 +160,9 @@ def test_a_batch_already_on_the_device_skips_the_walks_in_a_shallow_copy(monkeyp
     loader = DataLoader(TensorDataset(torch.randn(8, 3), torch.arange(8)), batch_size=2, collate_fn=collate)
     batches = list(DeviceDataLoader(loader, CPU, float64_to_float32="the model computes in float32"))
     assert not walked and [type(batch) for batch in batches] == [type(batch) for batch in made]
-    assert all(batch is not mine and batch == mine if type(batch) is dict else  # the same tensors, a new container
-               batch is not mine and all(a is b for a, b in zip(batch, mine)) for batch, mine in zip(batches, made))
+    for batch, mine in zip(batches, made):  # the same tensors, in a new container
+        pairs = [(batch[key], mine[key]) for key in mine] if type(mine) is dict else list(zip(batch, mine))
+        assert batch is not mine and len(batch) == len(mine) and all(a is b for a, b in pairs)
     tuples = DataLoader(TensorDataset(torch.randn(4, 3), torch.arange(4)), batch_size=2,
                         collate_fn=lambda samples: made.append(tuple(torch.stack(c) for c in zip(*samples))) or made[-1])
     assert [id(batch) for batch in DeviceDataLoader(tuples, CPU)] == [id(batch) for batch in made[-2:]]  # immutable
