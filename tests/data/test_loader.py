@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from braeburn.data import loader as data_module
 from braeburn.data.loader import DeviceDataLoader, ShardSampler, move_to_device, truncate_padding
@@ -144,9 +144,10 @@ def test_spawn_warning_only_where_workers_spawn_each_epoch(fresh_spawn_warning):
     assert len(spawn) == 1 and "persistent_workers=True" in str(spawn[0].message)
 
 
-def test_a_batch_already_on_the_device_is_yielded_as_the_collator_made_it(monkeypatch):
+def test_a_batch_already_on_the_device_skips_the_walks_in_a_shallow_copy(monkeypatch):
     """The common case (a tuple, list or dict of tensors on the device, nothing to cast) skips the walks that would
-    rebuild it with the same tensors; a batch that needs a cast still gets one, in a new container."""
+    rebuild it with the same tensors (a list or dict is yielded as a shallow copy: code that pops a key must not
+    change the collator's own container); a batch that needs a cast still gets one, in a new container."""
     made = []
 
     def collate(samples):
@@ -158,7 +159,13 @@ def test_a_batch_already_on_the_device_is_yielded_as_the_collator_made_it(monkey
     monkeypatch.setattr(data_module, "move_to_device", lambda batch, *a, **k: walked.append(batch) or batch)
     loader = DataLoader(TensorDataset(torch.randn(8, 3), torch.arange(8)), batch_size=2, collate_fn=collate)
     batches = list(DeviceDataLoader(loader, CPU, float64_to_float32="the model computes in float32"))
-    assert [id(batch) for batch in batches] == [id(batch) for batch in made] and not walked
+    assert not walked and [type(batch) for batch in batches] == [type(batch) for batch in made]
+    for batch, mine in zip(batches, made):  # the same tensors, in a new container
+        pairs = [(batch[key], mine[key]) for key in mine] if type(mine) is dict else list(zip(batch, mine))
+        assert batch is not mine and len(batch) == len(mine) and all(a is b for a, b in pairs)
+    tuples = DataLoader(TensorDataset(torch.randn(4, 3), torch.arange(4)), batch_size=2,
+                        collate_fn=lambda samples: made.append(tuple(torch.stack(c) for c in zip(*samples))) or made[-1])
+    assert [id(batch) for batch in DeviceDataLoader(tuples, CPU)] == [id(batch) for batch in made[-2:]]  # immutable
 
     float64 = DataLoader(TensorDataset(torch.randn(4, 3, dtype=torch.float64), torch.arange(4)), batch_size=2)
     monkeypatch.undo()
@@ -166,3 +173,30 @@ def test_a_batch_already_on_the_device_is_yielded_as_the_collator_made_it(monkey
         warnings.simplefilter("ignore")  # the cast's one line
         cast = list(DeviceDataLoader(float64, CPU, float64_to_float32="the model computes in float32"))
     assert [batch[0].dtype for batch in cast] == [torch.float32, torch.float32]
+
+
+class _Stream(IterableDataset):
+    """Six samples, without a length: the prepared loader reads one batch ahead to tell the last one."""
+
+    def __iter__(self):
+        return iter([{"x": torch.full((2,), float(i))} for i in range(6)])
+
+
+@pytest.mark.parametrize("container", [dict, list])
+def test_a_stream_whose_collator_refills_one_container_yields_each_batch_once(container):
+    """A collator that fills the same dict (or list) at every batch: reading one batch ahead must not overwrite the
+    batch about to be yielded (Accelerate's prepared loader moves each batch to the device before the next is
+    collated, so each batch comes once, in order)."""
+    buffer = container()
+
+    def collate(samples):
+        stacked = torch.stack([sample["x"] for sample in samples])
+        if container is dict:
+            buffer["x"] = stacked
+        else:
+            buffer[:] = [stacked]
+        return buffer
+
+    loader = DeviceDataLoader(DataLoader(_Stream(), batch_size=2, collate_fn=collate), CPU)
+    firsts = [(batch["x"] if container is dict else batch[0])[:, 0].tolist() for batch in loader]
+    assert firsts == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]] and loader.end_of_dataloader

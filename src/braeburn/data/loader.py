@@ -157,8 +157,9 @@ def cast_float64(batch: Any, announced: set[str], reason: str) -> Any:
 
 def ready_as_is(batch: Any, device: torch.device, float64_kept: bool) -> bool:
     """Whether ``batch``, a plain tuple, list or dict of plain tensors, is already on ``device`` and holds no float64
-    tensor to cast (``float64_kept``: none is cast): then the loader yields it as it is, with none of the walks of
-    :func:`cast_float64` and :func:`move_to_device`, which would give the same tensors in a new container."""
+    tensor to cast (``float64_kept``: none is cast): then the loader yields its tensors in a shallow copy of it (a
+    tuple as it is), with none of the walks of :func:`cast_float64` and :func:`move_to_device`, which would give the
+    same tensors in a new container."""
     kind = type(batch)
     if kind is dict:
         batch = batch.values()
@@ -405,21 +406,28 @@ class DeviceDataLoader:
         skip, self._skip = self._skip, 0
         batches = self._batches(skip)
         total = self._length()
+        reason = self.float64_to_float32  # asked once an epoch: the model is prepared before its batches are drawn
         if total is None:  # an IterableDataset without a length: one batch ahead tells the last one
-            batches = _with_last(batches)
+            # each batch on the device before the next is collated, as Accelerate's loaders do: a collator that
+            # fills the same dict or list each time must not change the batch about to be yielded
+            batches = _with_last(self._on_device(batch, reason) for batch in batches)
         self.batches_yielded = skip
         outer, self.tracker.active = self.tracker.active, self  # (an eval loop inside a training loop: restored after)
-        reason = self.float64_to_float32  # asked once an epoch: the model is prepared before its batches are drawn
         for batch in batches:
             self.batches_yielded += 1
             if total is None:
                 batch, last = batch
-            else:
-                last = self.batches_yielded >= total
+                self.tracker.end_of_dataloader = self.end_of_dataloader = last
+                self.tracker.remainder = self._remainder() if last else -1
+                yield batch  # on the device already
+                continue
+            last = self.batches_yielded >= total
             self.tracker.end_of_dataloader = self.end_of_dataloader = last
             self.tracker.remainder = self._remainder() if last else -1
             if ready_as_is(batch, self.device, reason is None):  # the common case: one walk, no rebuilt batch
-                yield batch
+                # a new list or dict (a tuple cannot change): a compute_loss that pops "labels" must not empty a
+                # container the collator keeps (a pre-batched dataset), as move_to_device's copy never did
+                yield batch if type(batch) is tuple else batch.copy()
                 continue
             if reason:
                 batch = cast_float64(batch, self._cast_names, reason)
@@ -427,6 +435,14 @@ class DeviceDataLoader:
         self.epoch, self.batches_yielded = self.epoch + 1, 0
         if self.tracker.active is self:
             self.tracker.active = outer if outer is not self else None
+
+    def _on_device(self, batch: Any, reason: str | None) -> Any:
+        """``batch`` as the loop above yields it (float64 cast where ``reason`` says so, on the device)."""
+        if ready_as_is(batch, self.device, reason is None):
+            return batch if type(batch) is tuple else batch.copy()
+        if reason:
+            batch = cast_float64(batch, self._cast_names, reason)
+        return move_to_device(batch, self.device, non_blocking=self.non_blocking)
 
     def _length(self) -> int | None:
         try:

@@ -219,3 +219,26 @@ def test_compute_loss_override_gives_the_eval_loss(hf_lib, tmp_path):
     scaled = ScaledLoss(model=Regressor(), args=_args(hf_lib, tmp_path), eval_dataset=_rows(4)).evaluate()
     plain = hf_lib.Trainer(model=Regressor(), args=_args(hf_lib, tmp_path / "plain"), eval_dataset=_rows(4)).evaluate()
     assert scaled["eval_loss"] == pytest.approx(3 * plain["eval_loss"], rel=1e-6)
+
+
+def test_a_compute_loss_that_pops_the_labels_leaves_a_pre_batched_dataset_whole(hf_lib, tmp_path):
+    """Transformers' docs pop the labels in compute_loss (``labels = inputs.pop("labels")``); its Trainer hands
+    compute_loss a copy of the collated dict. With a dataset of ready batches (the collator returns a sample as
+    it is), the second epoch and the evaluation still find their labels, and both libraries train the same."""
+    class PopLabels(hf_lib.Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            labels = inputs.pop("labels")
+            outputs = model(**inputs)
+            loss = torch.nn.functional.mse_loss(outputs["logits"], labels)
+            return (loss, outputs) if return_outputs else loss
+
+    rows = _rows(8)
+    batches = [{"x": torch.stack([r["x"] for r in rows[i:i + 4]]),
+                "labels": torch.stack([r["labels"] for r in rows[i:i + 4]])} for i in (0, 4)]
+    trainer = PopLabels(model=Regressor(), args=_args(hf_lib, tmp_path, per_device_train_batch_size=1,
+                                                      num_train_epochs=2, remove_unused_columns=False),
+                        train_dataset=batches, eval_dataset=batches, data_collator=lambda samples: samples[0])
+    trainer.train()
+    assert all(set(batch) == {"x", "labels"} for batch in batches)
+    assert "eval_loss" in trainer.evaluate()
+    assert len(_losses(trainer)) == 4
