@@ -53,6 +53,7 @@ def test_braeburn_compile_nofold_runs_braeburn_compile_with_the_fold_off_and_put
     from braeburn.trainer.loop import CoreTrainer
 
     seen = []
+    monkeypatch.setattr(CoreTrainer, "folds_clip_into_step", True)  # as an A/B with the fold on would set it
     monkeypatch.setattr(peers, "run_braeburn_compiled", lambda *args: seen.append(CoreTrainer.folds_clip_into_step))
     peers.RUNNERS["braeburn-compile-nofold"](None, None, None, None, False)
     assert seen == [False] and CoreTrainer.folds_clip_into_step is True

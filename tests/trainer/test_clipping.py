@@ -194,8 +194,24 @@ def test_a_layer_unfrozen_mid_run_is_clipped_and_measured_from_then_on(tmp_path,
     config = CoreTrainingConfig(output_dir=str(tmp_path / "out"), use_cpu=True, torch_compile_backend="eager",
                                 max_steps=STEPS, per_device_train_batch_size=8, save_strategy="no", disable_tqdm=True,
                                 learning_rate=1e-2, compile=compile, max_grad_norm=0.05)
-    trainer = CoreTrainer(model, config, train_dataset=_Data(), loss_fn=torch.nn.functional.mse_loss,
-                          optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True), callbacks=[watch])
+    folding = type("Trainer", (CoreTrainer,), {"folds_clip_into_step": True})
+    trainer = folding(model, config, train_dataset=_Data(), loss_fn=torch.nn.functional.mse_loss,
+                      optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True), callbacks=[watch])
     trainer.train()
     torch.testing.assert_close(torch.stack(watch.seen), torch.full((STEPS,), 0.05), rtol=1e-5, atol=0)
     assert len(folds) == (STEPS // 2 if compile == "true" else 0)
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_the_fold_is_off_by_default_even_on_a_compiled_run(tmp_path, folds):
+    """On an H200 the fold measured no gain (docs/benchmarks.md Part 3a): a compiled run keeps clip_grad_norm_."""
+    assert CoreTrainer.folds_clip_into_step is False
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    config = CoreTrainingConfig(output_dir=str(tmp_path / "out"), use_cpu=True, torch_compile_backend="eager",
+                                max_steps=STEPS, per_device_train_batch_size=8, save_strategy="no", disable_tqdm=True,
+                                learning_rate=1e-2, compile="true", max_grad_norm=0.05)
+    trainer = CoreTrainer(model, config, train_dataset=_Data(), loss_fn=torch.nn.functional.mse_loss,
+                          optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True))
+    trainer.train()
+    assert trainer.accelerator.compile_stats().compiled and folds == []

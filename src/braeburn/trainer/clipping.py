@@ -20,11 +20,15 @@ sees the clipped gradients (the kernel writes them back), and a step that does n
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from typing import Any
 
 import torch
 
 from ..accelerator.clip_fold import clip_scale
+
+
+_PARAMS = itemgetter("params")
 
 
 class StepClipper:
@@ -77,7 +81,7 @@ class StepClipper:
         optimizer.zero_grad(set_to_none=True)
         if not unheld:
             return
-        size = sum(len(group["params"]) for group in optimizer.param_groups)
+        size = sum(map(len, map(_PARAMS, optimizer.param_groups)))  # no Python frame per step
         if self._unheld is None or self._unheld[0] is not optimizer or self._unheld[1] != size:
             held = {id(p) for group in optimizer.param_groups for p in group["params"]}
             self._unheld = (optimizer, size, [p for p in self.parameters if id(p) not in held])

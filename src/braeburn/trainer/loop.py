@@ -78,7 +78,9 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
     flow_at_max_steps = False  # True: the last step evaluates and saves with the steps strategies (Transformers')
     grad_norm_unclipped = False  # max_grad_norm=0: True still computes the gradient norm (one more pass), to log it
     zeroes_unheld_grads = False  # True: each step also drops trainable gradients the optimizer holds none of
-    folds_clip_into_step = True  # the clip inside a fused AdamW step, where no compared number changes (clipping.py)
+    # The clip inside a fused AdamW step (clipping.py), off: on an H200 it measured no gain (2.19 against 2.21 ms for
+    # the clip and step of GPT-2 small; docs/benchmarks.md Part 3a), and it rounds a clipping step differently.
+    folds_clip_into_step = False
     final_save_option = "save_state"  # how a message says to write the model in memory (option_spelling's name)
     peer_methods_called: tuple[str, ...] = ()  # Transformers Trainer methods it calls itself (peer_methods.py)
 
