@@ -482,6 +482,14 @@ def _apply_knobs(args) -> None:
     print(f"variant: {json.dumps(knobs)}", flush=True)
 
 
+def rotated(frameworks: list[str], by: int) -> list[str]:
+    """``frameworks`` in their order shifted left by ``by`` places (the first ``by`` go last)."""
+    if not frameworks:
+        return frameworks
+    by %= len(frameworks)
+    return frameworks[by:] + frameworks[:by]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="bert-base,resnet50,gpt2-small")
@@ -500,6 +508,9 @@ def main() -> None:
                         "braeburn-compile, e.g. max-autotune-no-cudagraphs")
     parser.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
                         help="set torch._inductor.config.KEY (a Python literal), e.g. coordinate_descent_tuning=True")
+    parser.add_argument("--rotate", type=int, default=0, metavar="K",
+                        help="run the frameworks in their order rotated by K (pass the round's number): a runner's "
+                             "place in the process moves its rate (2.8%% on an H200), so rounds should not share one")
     args = parser.parse_args()
     _apply_knobs(args)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -512,7 +523,7 @@ def main() -> None:
     for wname in args.workloads.split(","):
         workload = WORKLOADS[wname](args.tiny)
         flops[wname] = workload.flops_per_sample(workload.make_model())
-        for framework in args.frameworks.split(","):
+        for framework in rotated(args.frameworks.split(","), args.rotate):
             result = run_one(framework, workload, device, args.warmup, args.steps, bf16, args.profile)
             print(json.dumps(result), flush=True)
             results.append(result)

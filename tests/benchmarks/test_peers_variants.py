@@ -57,3 +57,13 @@ def test_braeburn_compile_nofold_runs_braeburn_compile_with_the_fold_off_and_put
     monkeypatch.setattr(peers, "run_braeburn_compiled", lambda *args: seen.append(CoreTrainer.folds_clip_into_step))
     peers.RUNNERS["braeburn-compile-nofold"](None, None, None, None, False)
     assert seen == [False] and CoreTrainer.folds_clip_into_step is True
+
+
+def test_rotate_shifts_the_order_so_that_each_round_puts_another_runner_first(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import peers
+
+    runners = ["bare+compile", "braeburn-compile", "bare+compile+clip"]
+    assert [peers.rotated(runners, k)[0] for k in range(3)] == runners
+    assert peers.rotated(runners, 4) == ["braeburn-compile", "bare+compile+clip", "bare+compile"]
+    assert sorted(peers.rotated(runners, 2)) == sorted(runners) and peers.rotated([], 1) == []
