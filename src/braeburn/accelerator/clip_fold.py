@@ -12,10 +12,13 @@ tensor, bit for bit, and the gradients a callback reads after the step are the c
 The numbers: on a step that does not clip, the coefficient is exactly 1.0 and so is its inverse, and ``g / 1.0``
 is ``g``: the step is bitwise the one ``clip_grad_norm_`` and the optimizer make. On a step that clips,
 ``g / (1/c)`` is not ``g * c``: each clipped gradient may differ from ``clip_grad_norm_``'s in its last bit (a
-relative 2**-23 in float32), and the parameters by the rounding that follows. So the Trainer folds only where
-braeburn compares no number bit for bit with a peer: a model that trains compiled (compiled graphs round
-differently from eager ones already), or a limit that never clips (``max_grad_norm=0`` with the norm still
+relative 2**-23 in float32), and the parameters by the rounding that follows. So the Trainer, when folding is on,
+folds only where braeburn compares no number bit for bit with a peer: a model that trains compiled (compiled graphs
+round differently from eager ones already), or a limit that never clips (``max_grad_norm=0`` with the norm still
 measured for the log, the Transformers Trainer's way). See :class:`braeburn.trainer.clipping.StepClipper`.
+
+Folding is off by default (``CoreTrainer.folds_clip_into_step``): on an H200 it measured no gain (docs/benchmarks.md,
+Part 3a). It stays for experiments, with its tests.
 """
 
 from __future__ import annotations

@@ -413,32 +413,24 @@ class DeviceDataLoader:
             batches = _with_last(self._on_device(batch, reason) for batch in batches)
         self.batches_yielded = skip
         outer, self.tracker.active = self.tracker.active, self  # (an eval loop inside a training loop: restored after)
-        for batch in batches:
+        for item in batches:
             self.batches_yielded += 1
             if total is None:
-                batch, last = batch
-                self.tracker.end_of_dataloader = self.end_of_dataloader = last
-                self.tracker.remainder = self._remainder() if last else -1
-                yield batch  # on the device already
-                continue
-            last = self.batches_yielded >= total
+                batch, last = item  # on the device already
+            else:
+                batch, last = self._on_device(item, reason), self.batches_yielded >= total
             self.tracker.end_of_dataloader = self.end_of_dataloader = last
             self.tracker.remainder = self._remainder() if last else -1
-            if ready_as_is(batch, self.device, reason is None):  # the common case: one walk, no rebuilt batch
-                # a new list or dict (a tuple cannot change): a compute_loss that pops "labels" must not empty a
-                # container the collator keeps (a pre-batched dataset), as move_to_device's copy never did
-                yield batch if type(batch) is tuple else batch.copy()
-                continue
-            if reason:
-                batch = cast_float64(batch, self._cast_names, reason)
-            yield move_to_device(batch, self.device, non_blocking=self.non_blocking)
+            yield batch
         self.epoch, self.batches_yielded = self.epoch + 1, 0
         if self.tracker.active is self:
             self.tracker.active = outer if outer is not self else None
 
     def _on_device(self, batch: Any, reason: str | None) -> Any:
         """``batch`` as the loop above yields it (float64 cast where ``reason`` says so, on the device)."""
-        if ready_as_is(batch, self.device, reason is None):
+        if ready_as_is(batch, self.device, reason is None):  # the common case: one walk, no rebuilt batch
+            # a new list or dict (a tuple cannot change): a compute_loss that pops "labels" must not empty a
+            # container the collator keeps (a pre-batched dataset), as move_to_device's copy never did
             return batch if type(batch) is tuple else batch.copy()
         if reason:
             batch = cast_float64(batch, self._cast_names, reason)

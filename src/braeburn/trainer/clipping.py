@@ -3,7 +3,9 @@
 Clipping costs two passes over the gradients in ``torch.nn.utils.clip_grad_norm_``: the norm, then a
 multiplication of every gradient by the clip coefficient. Where the optimizer is a fused torch Adam/AdamW, the
 second pass can go into the optimizer's own kernel (braeburn.accelerator.clip_fold): the kernel divides each
-gradient by the inverse coefficient as it reads it, and writes it back clipped. The rule for when it does:
+gradient by the inverse coefficient as it reads it, and writes it back clipped. Off by default
+(``CoreTrainer.folds_clip_into_step``: on an H200 it measured no gain, docs/benchmarks.md Part 3a); when it is on,
+the rule for when it folds:
 
 - it changes no number braeburn compares bit for bit with a peer: the model trains compiled (compile decided
   "whole" or "regional", or a model compiled by torch.compile; compiled graphs already round differently from
