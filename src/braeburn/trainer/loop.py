@@ -424,7 +424,7 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
         if out.exists() and not out.is_dir():
             raise FileExistsError(f"{given('output_dir', str(out))} is a file, not a folder. Pass a folder to "
                                   f"{option('output_dir')}.")
-        self._lock_output_dir()  # a run that holds it is named first, whatever the folder holds
+        output_dir_check.lock(self)  # a run that holds it is named first, whatever the folder holds
         refusal: OSError | None = None
         if self.is_main_process:  # writes over nothing braeburn did not write; sets an earlier run aside
             try:
@@ -433,19 +433,6 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
                 refusal = error
         if not pg.all_ok(refusal is None, self.accelerator.device):
             raise refusal or OutputDirError(f"output_dir={str(out)!r} was refused by rank 0 (its error says why)")
-
-    def _lock_output_dir(self) -> None:
-        """Rank 0 holds output_dir's lock for the run (one writer); every rank learns if it was refused."""
-        refusal: Exception | None = None
-        if self.is_main_process:
-            try:
-                output_lock.acquire(self.output_dir)
-            except (output_lock.OutputDirBusyError, output_lock.OutputLockUnsupportedError, OSError) as error:
-                refusal = error  # raised after the other ranks heard of it, so that none waits forever
-        if not pg.all_ok(refusal is None, self.accelerator.device):
-            raise refusal or output_lock.OutputDirBusyError(
-                f"output_dir={str(self.output_dir)!r} could not be locked by rank 0 (its error says why); this rank "
-                "stops with it")
 
     def prepared_model(self) -> torch.nn.Module:
         """The model as the Accelerator prepared it (on the device; wrapped for DDP or FSDP), prepared at the first

@@ -22,8 +22,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..checkpoints import no_follow, ownership
+from ..checkpoints import no_follow, output_lock, ownership
 from ..checkpoints.output_lock import LOCK_FILE
+from ..distributed import process_group as pg
 from . import earlier_run
 from .checkpoint import CHECKPOINT_RE, STAGING_RE, CheckpointManager
 from .metrics_log import METRICS_FILE
@@ -105,3 +106,17 @@ def ready(trainer: "Trainer", set_aside: bool, say: Callable[[str], None]) -> No
 
 
 __all__ = ["checked_names", "ready", "run_names"]
+
+
+def lock(trainer: "Trainer") -> None:
+    """Rank 0 holds output_dir's lock for the run (one writer); every rank learns if it was refused."""
+    refusal: Exception | None = None
+    if trainer.is_main_process:
+        try:
+            output_lock.acquire(trainer.output_dir)
+        except (output_lock.OutputDirBusyError, output_lock.OutputLockUnsupportedError, OSError) as error:
+            refusal = error  # raised after the other ranks heard of it, so that none waits forever
+    if not pg.all_ok(refusal is None, trainer.accelerator.device):
+        raise refusal or output_lock.OutputDirBusyError(
+            f"output_dir={str(trainer.output_dir)!r} could not be locked by rank 0 (its error says why); this rank "
+            "stops with it")
