@@ -23,8 +23,10 @@ BATCH, STEPS = 16, 20
 # Python calls per step beyond the bare loop's (558 here), set just above what the Trainer makes now: 62 for
 # braeburn.Trainer, 54 for the core Trainer; 146 and 118 before the step was trimmed (docs/benchmarks.md, Part 3b).
 # 62 and 54 after the trim; then the clip and zero_grad wrappers (StepClipper: a layer unfrozen mid-run is clipped,
-# braeburn.Trainer zeroes the gradients its optimizer does not hold, as Transformers) added 1-3 calls a step.
-MAX_EXTRA_CALLS = {"public": 68, "core": 58}
+# braeburn.Trainer zeroes the gradients its optimizer does not hold, as Transformers) and the loader's one batch path
+# (_on_device) added 4: 68 and 58 here. Two calls of slack: a fresh CI venv counted 58.05 for the core (calls made
+# every few steps, spread over them, differ between installs).
+MAX_EXTRA_CALLS = {"public": 70, "core": 60}
 
 
 def _data(steps: int) -> TensorDataset:
