@@ -41,6 +41,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -466,12 +467,23 @@ def _example_result(workdir: str, output: str) -> dict:
             "value": results.get("eval_accuracy")}
 
 
+def compile_cache_env(args, label: str) -> dict[str, str]:
+    """With --cold-compile, a fresh empty compile cache for this run (torch's inductor cache and Triton's under it):
+    each runner compiles from nothing, as on a fresh machine, whatever ran before it in this job."""
+    if not args.cold_compile:
+        return {}
+    caches = Path(args.work or Path(args.out) / "work")
+    caches.mkdir(parents=True, exist_ok=True)
+    cache = Path(tempfile.mkdtemp(prefix=f"inductor-{label}-", dir=caches))
+    return {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
+
+
 def run_one(args, recipe: str, runner: str, round_index: int) -> dict:
     label = "".join(c if c.isalnum() or c in "-_" else "_" for c in f"{recipe}-{runner}-{round_index}")
     workdir = str(Path(args.work or Path(args.out) / "work") / label)
     command = _command(args, recipe, runner, workdir)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
-           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", **compile_cache_env(args, label)}
     started = time.perf_counter()
     completed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
@@ -480,6 +492,7 @@ def run_one(args, recipe: str, runner: str, round_index: int) -> dict:
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(" ".join(command) + "\n\n" + output)
     result = {"recipe": recipe, "runner": runner, "round": round_index, "seed": args.seed, "process_seconds": seconds,
+              "compile_cache": "cold" if args.cold_compile else "as found",
               "returncode": completed.returncode, "command": " ".join(command)}
     if completed.returncode != 0:
         print(f"  {recipe}/{runner} round {round_index}: FAILED ({completed.returncode}); see {log}", flush=True)
@@ -534,6 +547,8 @@ def main() -> None:
     parser.add_argument("--work", default=None, help="where the runs write their output folders (default: OUT/work)")
     parser.add_argument("--cpu", action="store_true", help="every runner on the CPU")
     parser.add_argument("--max-steps", type=int, default=0, help="cut each run short (a quick check, not a result)")
+    parser.add_argument("--cold-compile", action="store_true",
+                        help="give each run an empty torch compile cache (the cold case on a machine that compiled before)")
     parser.add_argument("--set", action="append", default=[], help="key=value for the braeburn runners")
     parser.add_argument("--gpt2-steps", type=int, default=recipe_gpt2.DEFAULT_STEPS,
                         help="optimizer steps of the long gpt2 recipe")
@@ -547,6 +562,10 @@ def main() -> None:
     if args.child:
         recipe, runner = args.child.split(":")
         CHILDREN[(recipe, runner)](args)
+        if os.environ.get("BENCH_COMPILE_TIMES") == "1":  # where a compile's seconds went, phase by phase (torch's account)
+            from torch._dynamo.utils import compile_times
+
+            print("compile times:\n" + compile_times(repr="str", aggregate=True), flush=True)
         return
     args.gpt2_cache = args.gpt2_cache or str(Path(args.out) / "gpt2-data")
     if "gpt2" in args.recipes.split(","):

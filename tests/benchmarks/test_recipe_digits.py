@@ -33,3 +33,21 @@ def test_the_digits_recipe_runs_its_three_runners_and_the_outputs_floor_writes_t
     assert "step 45: accuracy" in bare_log  # the evaluation at the end of epoch 1, as the example's eval_strategy="epoch"
     assert "step 45: accuracy" not in (out / "logs" / "digits-bare-train-1.log").read_text()
     assert "| digits | braeburn |" in (out / "recipes.md").read_text()
+
+
+def test_cold_compile_gives_each_run_its_own_empty_compile_cache(tmp_path, monkeypatch):
+    import argparse
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # recipes.py imports its sibling recipe_gpt2
+    spec = importlib.util.spec_from_file_location("recipes_under_test", ROOT / "benchmarks" / "recipes.py")
+    recipes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipes)
+    args = argparse.Namespace(cold_compile=True, work=None, out=str(tmp_path / "out"))
+    first, second = recipes.compile_cache_env(args, "gpt2-braeburn-1"), recipes.compile_cache_env(args, "gpt2-braeburn-1")
+    assert first["TORCHINDUCTOR_CACHE_DIR"] != second["TORCHINDUCTOR_CACHE_DIR"]
+    for env in (first, second):
+        cache = Path(env["TORCHINDUCTOR_CACHE_DIR"])
+        assert cache.is_dir() and not any(cache.iterdir())  # empty: nothing compiled before
+        assert Path(env["TRITON_CACHE_DIR"]).parent == cache
+    assert recipes.compile_cache_env(argparse.Namespace(cold_compile=False, work=None, out=str(tmp_path)), "x") == {}
