@@ -430,6 +430,26 @@ def _reset_globals():
         torch.cuda.empty_cache()
 
 
+def _gc_recorder(events: list):
+    """A gc.callbacks entry that appends each collection's (start, seconds, generation) to ``events``."""
+    started = []
+
+    def callback(phase: str, info: dict) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            started[:] = [now]
+        elif started:
+            events.append((started[0], now - started[0], info["generation"]))
+    return callback
+
+
+def _collections_between(events: list, t0: float | None, t1: float | None) -> dict:
+    """The collections that began inside the timed window: count and milliseconds per generation."""
+    inside = [e for e in events if t0 is not None and t1 is not None and t0 <= e[0] < t1]
+    return {str(g): {"count": sum(1 for e in inside if e[2] == g),
+                     "ms": round(sum(e[1] for e in inside if e[2] == g) * 1e3, 2)} for g in (0, 1, 2)}
+
+
 def run_one(framework: str, workload: Workload, device, warmup: int, steps: int, bf16: bool,
             profile: int = 0) -> dict:
     torch.manual_seed(0)
@@ -439,12 +459,17 @@ def run_one(framework: str, workload: Workload, device, warmup: int, steps: int,
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     error = None
+    collections: list[tuple[float, float, int]] = []  # Python's garbage collections: start, seconds, generation
+    gc.callbacks.append(callback := _gc_recorder(collections))
     try:
         RUNNERS[framework](workload, ds, clock, device, bf16)
     except Exception as exc:  # one framework failing must not hide the others' numbers
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
+    finally:
+        gc.callbacks.remove(callback)
     result = {"framework": framework, "workload": workload.name, "samples_per_s": clock.samples_per_second(
-        workload.batch_size), "wall_s": time.perf_counter() - start, "error": error}
+        workload.batch_size), "wall_s": time.perf_counter() - start, "error": error,
+        "gc_in_window": _collections_between(collections, clock.t0, clock.t1)}
     if device.type == "cuda":
         result["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
     if clock.profile_table:
