@@ -250,3 +250,52 @@ def test_a_base_model_inside_a_transformers_model_is_not_pinned_so_no_false_loss
     pinned = [type(module).__name__ for module in model.modules() if "_loss_function" in vars(module)]
     assert pinned == ["BertForSequenceClassification"]
     assert "_loss_function" not in vars(model.bert)
+
+
+
+@pytest.mark.usefixtures("no_launcher_env", "one_thread", "fresh_dynamo")
+def test_auto_before_its_decision_does_what_compile_true_does_and_nothing_before_step_1(tmp_path, monkeypatch):
+    """Where the device compiles by default (a GPU), compile="auto" reaches its first step as compile=false does: no
+    device sync, no read of the compile records. Up to its decision it does what compile=true does on a run this
+    long: one sync on each of steps 3-13 (the eager steps it times); then it reads the records once, at step 13."""
+    from braeburn.trainer.callbacks import Callback
+
+    monkeypatch.setattr(CpuDevice, "compile_by_default", lambda self, host: (True, "pretend the CPU compiles"))
+    events: list[str] = []
+    monkeypatch.setattr(CpuDevice, "synchronize", lambda self: events.append("sync"))
+    read_records = compile_gains.read_records
+    monkeypatch.setattr(compile_gains, "read_records",
+                        lambda *args, **kwargs: events.append("records") or read_records(*args, **kwargs))
+
+    class Steps(Callback):
+        def on_train_begin(self, trainer, state):
+            events.append("begin")
+
+        def on_step_end(self, trainer, state):
+            events.append(f"step {state.global_step}")
+
+    def run(compile_value: str) -> dict[str, list[str]]:
+        """What each phase did: "setup" (the Trainer's construction and train()'s setup) and each step (its own
+        work, and the compile window's after it)."""
+        events.clear()
+        config = TrainingConfig(output_dir=str(tmp_path / compile_value), use_cpu=True, compile=compile_value,
+                                torch_compile_backend="eager", max_steps=30, per_device_train_batch_size=8,
+                                save_strategy="no", logging_steps=100, disable_tqdm=True)
+        Trainer(TinyText(), config, train_dataset=VariableText(240), collate_fn=pad_longest,
+                callbacks=[Steps()]).train()
+        phases, pending = {}, []
+        for event in events:
+            if event in ("begin",) or event.startswith("step "):
+                phases["setup" if event == "begin" else event], pending = pending, []
+            else:
+                pending.append(event)
+        return phases
+
+    auto, eager, compiled = run("auto"), run("false"), run("true")
+    first = ["setup", "step 1", "step 2"]
+    assert [auto[p] for p in first] == [eager[p] for p in first] == [compiled[p] for p in first] == [[], [], []]
+    assert all(auto[f"step {n}"] == compiled[f"step {n}"] == ["sync"] for n in range(3, 13))
+    assert all(eager[f"step {n}"] == [] for n in range(1, 31))
+    assert auto["step 13"] == ["sync", "records"]  # the last timed step, then the decision: stays eager here
+    assert all(auto[f"step {n}"] == [] for n in range(14, 31))
+    assert compiled["step 13"][0] == "sync" and "records" in compiled["step 13"]  # timed, then compiled

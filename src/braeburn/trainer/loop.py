@@ -286,7 +286,7 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
                 step_begun = False
                 state.global_step += 1
                 state.epoch = epoch + loader.batches_yielded / batches_in_epoch  # Transformers' fractional epoch
-                if window.pending:  # compile=auto decides from the measured eager steps (two syncs, once)
+                if window.pending:  # compile=auto decides from eager steps 4-13, timed (a sync on each of steps 3-13)
                     model = self._prepared_model = window.after_step(state.global_step, model, self._shapes)
                     self._clipper.follow(model)
                 if self._frozen_setup.pending:  # the heap as setup left it, out of the collector's walks
