@@ -276,7 +276,7 @@ def _autocast_handler(tmp_path):
              ["autocast(autocast_handler="], ["wrap the code in torch.autocast(...) yourself"])
 
 # (last: the parameters are the idioms registered above)
-@pytest.mark.slow  # 10 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
+@pytest.mark.slow  # the one-process catalogue took 10 s as one file with two CPU burners (benchmarks/test_time.sh)
 @pytest.mark.parametrize("case", CATALOGUE.params())
 def test_idiom(case, tmp_path):
     case.run(tmp_path)

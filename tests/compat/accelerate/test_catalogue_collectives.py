@@ -108,7 +108,7 @@ def _get_state_dict(tmp_path):
 
 
 # (last: the parameters are the idioms registered above)
-@pytest.mark.slow  # the catalogue's idioms, slow as test_catalogue.py's
+@pytest.mark.slow  # the one-process catalogue took 10 s as one file with two CPU burners (benchmarks/test_time.sh)
 @pytest.mark.parametrize("case", CATALOGUE.params())
 def test_idiom(case, tmp_path):
     case.run(tmp_path)

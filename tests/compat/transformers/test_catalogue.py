@@ -349,7 +349,7 @@ def test_transformers_arguments_keep_their_torch_compile_false(tmp_path, monkeyp
 
 
 # -- the test: one per idiom (last, so that every idiom above is registered) -----------------------------------
-@pytest.mark.slow  # 62 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
+@pytest.mark.slow  # the catalogue took 62 s as one file with two CPU burners on 2 cores (benchmarks/test_time.sh)
 @pytest.mark.parametrize("case", CATALOGUE.params())
 def test_idiom(case, tmp_path):
     case.run(tmp_path)
