@@ -252,6 +252,10 @@ def test_prepare_draws_no_random_number_and_the_seed_still_orders_the_data(fake_
     ({"ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "4"}, dict(gradient_accumulation_steps=4)),
     ({"ACCELERATE_DYNAMO_BACKEND": "inductor", "ACCELERATE_DYNAMO_MODE": "max-autotune"},
      dict(compile=True, compile_mode="max-autotune")),
+    ({"ACCELERATE_DYNAMO_BACKEND": "INDUCTOR", "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "True"},
+     dict(compile="regional", notes=0)),  # `accelerate launch --dynamo_use_regional_compilation`: by regions
+    ({"ACCELERATE_DYNAMO_BACKEND": "NO", "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "True"},
+     dict(compile=None, notes=0)),  # as in Accelerate, regional compilation without a backend compiles nothing
     ({"ACCELERATE_MIXED_PRECISION": "fp8"}, dict(mixed_precision=None, notes=1)),
     ({"ACCELERATE_USE_FSDP": "true", "ACCELERATE_USE_DEEPSPEED": "false"}, dict(notes=1)),
     ({"ACCELERATE_TORCH_DEVICE": "cuda:1", "ACCELERATE_DYNAMO_BACKEND": "aot_eager"}, dict(notes=2, compile=None)),

@@ -55,3 +55,51 @@ def test_dynamo_backend_and_compile_that_disagree_are_refused(tmp_path, clean_en
     target.write_text("")
     assert main(["launch", "--cpu", "--dynamo_backend", "no", "--compile", "true", str(target)]) != 0
     assert "--dynamo_backend=no and --compile=true disagree" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, compile_setting", [
+    (("--dynamo_backend", "inductor", "--compile", "regional"), "regional"),  # regional compilation with inductor
+    (("--dynamo_backend", "INDUCTOR", "--compile", "Regional"), "regional"),
+    (("--dynamo_backend", "inductor", "--dynamo_use_regional_compilation"), "regional"),  # Accelerate's spelling
+    (("--dynamo_use_regional_compilation",), "regional"),
+    (("--dynamo_use_regional_compilation", "--compile", "regional"), "regional"),
+    (("--dynamo_backend", "inductor", "--compile", "yes"), "true"),  # --compile's own spelling of true
+    (("--dynamo_backend", "no", "--compile", "off"), "false"),
+])
+def test_regional_compilation_with_inductor_is_accepted(tmp_path, clean_env, capsys, flags, compile_setting):
+    target = tmp_path / "script.py"
+    target.write_text("")
+    assert main(["launch", "--cpu", *flags, "--dry-run", str(target)]) == 0, capsys.readouterr().err
+    assert f"BRAEBURN_COMPILE={compile_setting}\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--dynamo_backend", "no", "--compile", "regional"), "--dynamo_backend=no and --compile=regional disagree"),
+    (("--dynamo_backend", "no", "--dynamo_use_regional_compilation"),
+     "--dynamo_backend=no and --dynamo_use_regional_compilation disagree"),
+    (("--dynamo_backend", "inductor", "--compile", "false"), "--dynamo_backend=inductor and --compile=false disagree"),
+    (("--dynamo_backend", "inductor", "--compile", "auto"), "--dynamo_backend=inductor and --compile=auto disagree"),
+    (("--dynamo_use_regional_compilation", "--compile", "true"),
+     "--dynamo_use_regional_compilation and --compile=true disagree"),
+    (("--dynamo_backend", "aot_eager", "--compile", "regional"), "Fix: --dynamo_backend inductor (or no)"),
+])
+def test_only_real_compile_conflicts_are_refused(tmp_path, clean_env, capsys, flags, message):
+    target = tmp_path / "script.py"
+    target.write_text("")
+    assert main(["launch", "--cpu", *flags, "--dry-run", str(target)]) != 0
+    assert message in capsys.readouterr().err
+
+
+def test_dynamo_backend_inductor_keeps_a_config_files_regional_compilation(tmp_path, clean_env, capsys):
+    """As Accelerate's launcher fills --dynamo_use_regional_compilation from its config file, --dynamo_backend
+    inductor on the command line compiles by regions where the file asks for regional compilation."""
+    target = tmp_path / "script.py"
+    target.write_text("")
+    path = tmp_path / "accelerate.yaml"
+    path.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nuse_cpu: true\nnum_processes: 1\n"
+                    "dynamo_config:\n  dynamo_backend: INDUCTOR\n  dynamo_use_regional_compilation: true\n")
+    assert main(["launch", "--config_file", str(path), "--dynamo_backend", "inductor", "--dry-run", str(target)]) == 0
+    assert "BRAEBURN_COMPILE=regional\n" in capsys.readouterr().out
+    assert main(["launch", "--config_file", str(path), "--dynamo_backend", "inductor", "--compile", "true",
+                 "--dry-run", str(target)]) == 0  # the flag says whole: the flag wins over the file
+    assert "BRAEBURN_COMPILE=true\n" in capsys.readouterr().out

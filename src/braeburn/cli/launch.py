@@ -122,9 +122,9 @@ def print_dry_run(command: list[str], env: Mapping[str, str], parent: Mapping[st
 
 def launch_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The settings given as flags; torchrun's --nproc-per-node N becomes num_processes = N x num_machines;
-    Accelerate's --dynamo_backend becomes --compile."""
+    Accelerate's --dynamo_backend (and --dynamo_use_regional_compilation) becomes --compile."""
     flags = flag_values(args)
-    dynamo_as_compile(args, flags)
+    dynamo_as_compile(args, flags, lambda: resolve_settings({}, os.environ, args.config_file).settings.compile)
     per_node = getattr(args, "nproc_per_node", None)
     if per_node is None:
         return flags

@@ -174,8 +174,9 @@ class LaunchSettings:
                             flags=("--gpu-ids", "--gpu_ids", "--devices"), metavar="IDS")
     strategy: str = _setting("auto", _choice(*STRATEGIES), "distributed strategy with several processes: "
                              "auto (ddp), ddp or fsdp", metavar="{auto,ddp,fsdp}")
-    compile: str | bool = _setting("auto", _compile, "torch.compile: auto (where it pays off), true or false",
-                                   metavar="{auto,true,false}")
+    compile: str | bool = _setting("auto", _compile, "torch.compile: auto (where it pays off), true, false or "
+                                   "regional (the repeated blocks and the loss compiled, the rest eager)",
+                                   metavar="{auto,true,false,regional}")
     mps_fallback: bool = _setting(True, _bool, "on Apple-silicon GPUs, run operators MPS lacks on the CPU "
                                   "instead of failing (PYTORCH_ENABLE_MPS_FALLBACK)")
     mps_high_watermark_ratio: float | None = _setting(

@@ -37,11 +37,15 @@ class StepClipper:
     """Clips (or only measures) the gradients before each optimizer step, folding the clip into the step where
     the rule above allows it; :meth:`follow` after each change of the training model (the compile decision).
     ``parameters``: all the model's, frozen ones too; those with a gradient at a step are clipped (Transformers
-    clips ``model.parameters()`` each step, so a layer a callback unfreezes mid-run is clipped from then on)."""
+    clips ``model.parameters()`` each step, so a layer a callback unfreezes mid-run is clipped from then on). With
+    ``optimizer_parameters`` the parameters the optimizer holds at each step are clipped instead, as Lightning clips
+    (its precision plugin's ``main_params(optimizer)``): for an optimizer over part of the model the norm is that
+    part's, and a parameter group added mid-run is clipped from then on."""
 
     def __init__(self, config: Any, accelerator: Any, parameters: list[torch.Tensor], *, measure_unclipped: bool,
-                 fold: bool):
+                 fold: bool, optimizer_parameters: bool = False):
         self.config, self.acc, self.parameters = config, accelerator, parameters
+        self.optimizer_parameters = optimizer_parameters
         self.measure_unclipped = measure_unclipped  # max_grad_norm=0 still measures the norm, to log it
         self.fold = fold  # False: never fold (CoreTrainer.folds_clip_into_step, for an A/B of the fold)
         self.compiled = False
@@ -59,14 +63,16 @@ class StepClipper:
         limit = max_norm if max_norm > 0 else math.inf if self.measure_unclipped else None
         if limit is None:
             return None
+        parameters = self.parameters if not self.optimizer_parameters else [
+            p for group in optimizer.param_groups for p in group["params"]]
         if self.fold and (self.compiled or limit == math.inf):
-            with_grads = [p for p in self.parameters if p.grad is not None]  # those clip_grad_norm_ would clip
+            with_grads = [p for p in parameters if p.grad is not None]  # those clip_grad_norm_ would clip
             if self._foldable(optimizer, with_grads):
                 # clip_grad_norm_'s own ops: the same norm, bit for bit
                 norm = torch.nn.utils.get_total_norm([p.grad for p in with_grads])
                 optimizer.clip_scale = clip_scale(norm, limit)  # the fused step divides by it: no pass of its own
                 return norm
-        return self.acc.clip_grad_norm_(self.parameters, limit)
+        return self.acc.clip_grad_norm_(parameters, limit)
 
     def _foldable(self, optimizer: Any, with_grads: list[torch.Tensor]) -> bool:
         # asked again when the optimizer, the precision or the parameters with a gradient change (a layer unfrozen)

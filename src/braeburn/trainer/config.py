@@ -494,7 +494,10 @@ def _combination_errors(config: Any) -> list[OptionError]:
     from ..accelerator.trackers import TRACKERS, is_available
 
     for name in config.report_to or []:
-        if name not in TRACKERS and name not in ("all", "none"):
+        if name is None:  # report_to=None, stored as [None] as Transformers stores it (its Trainer refuses it too)
+            errors.append(OptionError("report_to", None, "is stored as [None], as in Transformers, and names no "
+                                      "tracker; pass report_to='none' for none"))
+        elif name not in TRACKERS and name not in ("all", "none"):
             errors.append(OptionError("report_to", name, f"choose from none, all, {', '.join(TRACKERS)}"))
         elif name in TRACKERS and name != "tensorboard" and not is_available(name):  # tensorboard: config.py says it
             errors.append(OptionError("report_to", name, f"needs the {TRACKERS[name][1]} package, which is not "

@@ -78,6 +78,7 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
     flow_at_max_steps = False  # True: the last step evaluates and saves with the steps strategies (Transformers')
     grad_norm_unclipped = False  # max_grad_norm=0: True still computes the gradient norm (one more pass), to log it
     zeroes_unheld_grads = False  # True: each step also drops trainable gradients the optimizer holds none of
+    clips_optimizer_parameters = False  # True: clip what the optimizer holds (Lightning's way), not the model's
     # The clip inside a fused AdamW step (clipping.py), off: on an H200 it measured no gain (2.19 against 2.21 ms for
     # the clip and step of GPT-2 small; docs/benchmarks.md Part 3a), and it rounds a clipping step differently.
     folds_clip_into_step = False
@@ -473,7 +474,8 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
         self._samples_per_batch = config.per_device_train_batch_size * acc.num_processes
         self._parameters = list(model.parameters())  # walked once; those with a gradient are clipped at each step
         self._clipper = StepClipper(config, acc, self._parameters, measure_unclipped=self.grad_norm_unclipped,
-                                    fold=self.folds_clip_into_step)
+                                    fold=self.folds_clip_into_step,
+                                    optimizer_parameters=self.clips_optimizer_parameters)
         self._compile_window = CompileWindow(acc)
         return loader
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import re
 import textwrap
 
 import pytest
@@ -70,6 +71,32 @@ def test_what_braeburn_cannot_honour_is_refused_as_such_all_at_once():
     assert "DataLoaderConfiguration.dispatch_batches=True" in message
     assert "DistributedDataParallelKwargs.comm_hook='fp16'" in message and "register_comm_hook" in message
     assert "kwargs_handlers='DistributedDataParallelKwargs': is given twice" in message
+
+
+@pytest.mark.parametrize("dynamo, compile, expected", [
+    ("inductor", "regional", (True, True, False)),  # regional compilation with inductor (Accelerate's
+    ("INDUCTOR", "Regional", (True, True, False)),  # use_regional_compilation): by regions, not whole
+    ("inductor", "auto", (True, False, False)),
+    ("no", "auto", (False, False, False)),  # Accelerate's no backend: not compiled, not braeburn's auto
+    ("no", False, (False, False, False)),
+])
+def test_dynamo_backend_beside_compile_keeps_regional_compilation(dynamo, compile, expected):
+    import braeburn
+
+    plan = braeburn.Accelerator(cpu=True, dynamo_backend=dynamo, compile=compile).plan
+    assert (plan.compile, plan.compile_regional, plan.compile_auto) == expected
+
+
+def test_dynamo_backend_and_compile_that_disagree_are_refused_all_at_once():
+    import braeburn
+    from braeburn.compat.accelerate.options import NotSupportedError
+
+    for dynamo, compile, words in (("no", "regional", "says compile=False, but compile='regional' was passed"),
+                                   ("no", True, "says compile=False, but compile=True was passed"),
+                                   ("inductor", False, "says compiling (compile=True, or 'regional' by regions), "
+                                                       "but compile=False was passed")):
+        with pytest.raises(NotSupportedError, match=re.escape(f"dynamo_backend={dynamo!r}: {words}")):
+            braeburn.Accelerator(cpu=True, dynamo_backend=dynamo, compile=compile)
 
 
 def test_a_data_seed_orders_the_data_as_the_seed_says(acc_lib):

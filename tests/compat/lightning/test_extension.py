@@ -232,6 +232,41 @@ def test_the_precision_trial_leaves_a_seeded_loaders_order_as_lightnings(lightni
     assert seen["auto"][-8:] == seen["keep"]  # (the trial's read of a batch drew from the loader's generator)
 
 
+class HeadOnlyClipRecorder(Classifier):
+    """An optimizer over the last layer only (the first stays trainable); records, at each clip Lightning's way (its
+    configure_gradient_clipping hook), the Trainer's value and algorithm and the gradients' norms after the clip."""
+
+    def __init__(self):
+        super().__init__()
+        self.clips: list[tuple] = []
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.net[3].parameters(), lr=0.1)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        held = [p.grad for group in optimizer.param_groups for p in group["params"]]
+        body = [p.grad for p in self.net[0].parameters()]
+        self.clips.append((gradient_clip_val, str(gradient_clip_algorithm), float(torch.linalg.vector_norm(
+            torch.cat([g.flatten() for g in held]))), float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in body])))))
+
+
+def test_the_precision_trial_clips_as_lightning_the_optimizers_parameters(lightning_on_a_mac, monkeypatch, tmp_path):
+    """The trial's steps clip as Lightning's loop: through the module's configure_gradient_clipping, with the
+    Trainer's value and algorithm, so Lightning's plugin clips the optimizer's parameters (the module's whole
+    norm was clipped before, by norm whatever the algorithm)."""
+    from braeburn.compat.lightning import extension_precision
+
+    monkeypatch.setattr(extension_precision, "why_not_measured", lambda trainer, found: None)  # as a long run
+    model = HeadOnlyClipRecorder()
+    fit_printing(mac_trainer(tmp_path, max_steps=4, limit_val_batches=0, gradient_clip_val=0.01), model,
+                 classification_data(64, 8))
+    assert len(model.clips) > 4  # the trial's steps clipped through the hook too, before Lightning's 4
+    assert {(value, algorithm) for value, algorithm, _, _ in model.clips} == {(0.01, "None")}  # as Lightning passes
+    for _, _, held, body in model.clips:
+        assert held <= 0.01 * (1 + 1e-5) and body > 0.01  # the optimizer's gradients clipped, the body's not
+
+
 def test_a_resumed_fit_keeps_the_precision_measured_and_its_grad_scale(lightning_on_a_mac, monkeypatch, tmp_path):
     from braeburn.compat.lightning import extension_precision
 

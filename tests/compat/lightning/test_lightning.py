@@ -107,6 +107,38 @@ def test_callbacks_and_validate_match_lightning(tmp_path, monkeypatch, one_threa
     assert our_val == [{name: pytest.approx(value, rel=1e-6) for name, value in their_val[0].items()}]
 
 
+def _head_only_class(base: type) -> type:
+    """Regression whose optimizer holds only the last layer; the first stays trainable (its gradients pile up, as
+    Lightning's optimizer.zero_grad leaves them): a clip of the model's parameters would see their norm too."""
+
+    class HeadOnly(_module_class(base)):
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.layer[2].parameters(), lr=self.lr, momentum=0.9)
+
+    return HeadOnly
+
+
+def test_gradient_clip_val_clips_the_optimizers_parameters_as_lightning(tmp_path, monkeypatch, one_thread):
+    """Lightning clips what the optimizer holds (its precision plugin's main_params(optimizer)), not the model's
+    parameters: with an optimizer over part of the model the norms differ, and so would every step after the first."""
+    pl = _lightning()
+    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
+    options = dict(accelerator="cpu", devices=1, max_steps=6, enable_progress_bar=False, enable_checkpointing=False,
+                   gradient_clip_val=0.05)
+    theirs = _head_only_class(pl.LightningModule)("none")
+    pl.Trainer(**options, default_root_dir=str(tmp_path / "pl"), logger=False, num_sanity_val_steps=0,
+               enable_model_summary=False).fit(theirs, regression_data(samples=24))
+
+    from braeburn.lightning import Trainer
+
+    ours = _head_only_class(pl.LightningModule)("none")
+    Trainer(**options, default_root_dir=str(tmp_path / "bb")).fit(ours, regression_data(samples=24))
+    assert len(ours.losses) == 6 and ours.losses == theirs.losses
+    for (name, mine), (_, their) in zip(ours.named_parameters(), theirs.named_parameters()):
+        assert torch.equal(mine, their), name
+    assert not torch.equal(ours.layer[2].weight, _head_only_class(torch.nn.Module)("none").layer[2].weight)
+
+
 def test_a_rerun_writes_where_lightning_writes_and_leaves_the_first_run_alone(tmp_path, monkeypatch, one_thread):
     """The same script run twice into one default_root_dir, by Lightning (its default logger and checkpoint) and by
     braeburn: both write the second run into lightning_logs/version_1, each with the checkpoint of the same step,

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import pytest
 import torch
 
-from tests.compat.catalogue import Observation
+from tests.compat.catalogue import Observation, assert_identical
 
 LIBS = ("transformers", "braeburn")
 WORDS = ("the cat dog sat ran on mat log a big small red blue house tree car fast slow happy sad good bad "
@@ -183,3 +184,46 @@ def train_output_view(output: Any) -> dict:
     step, loss, metrics = output
     return {"global_step": step, "training_loss": loss,
             "metrics": {key: timing_view(key, value) for key, value in metrics.items()}}
+
+
+# -- the catalogue's pieces (test_catalogue*.py) ---------------------------------------------------------------
+BITWISE = "bitwise: losses, logged records, callback calls, checkpoint folders, TrainOutput"
+
+
+@pytest.fixture(autouse=True)
+def catalogue_peers(monkeypatch, no_launcher_env, one_thread):
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
+    monkeypatch.setenv("WANDB_DISABLED", "true")
+    # braeburn's training_curves.png (its own file, not compared: docs/migrating.md) costs half a second a run
+    monkeypatch.setattr("braeburn.trainer.plots.plot_history", lambda history, path: None)
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def same(args: dict | None = None, after=None, **trainer_kwargs):
+    """An idiom whose whole run is identical under both libraries."""
+
+    def check(tmp_path):
+        peer, ours, _ = train_both(tmp_path, args, after, **trainer_kwargs)
+        assert peer.exit is None, f"the idiom fails under Transformers too: {peer.exit}"
+        assert_identical(peer, ours)
+    return check
+
+
+def saves(args: dict):
+    """An idiom whose run is identical under both libraries, checkpoint folders included (on_save's moment left out:
+    the seed catalogue's)."""
+
+    def check(tmp_path):
+        peer, ours, _ = train_both(tmp_path, args)
+        for seen in (peer, ours):
+            seen.calls = [call for call in seen.calls if not call.startswith("on_save")]
+        assert_identical(peer, ours)
+    return check
+
+
+SAVES = "bitwise, and the same checkpoint-N folders (on_save's moment is left out here)"

@@ -1,47 +1,22 @@
 """The Transformers Trainer's idioms, each run under ``transformers.Trainer`` and ``braeburn.Trainer`` in the same test
-(tiny BERT, CPU, one thread; ``_runs.py`` builds both runs and observes them). See tests/compat/catalogue.py."""
+(tiny BERT, CPU, one thread; ``_runs.py`` builds both runs and observes them): TrainingArguments, saving, the
+Trainer's arguments and what differs on purpose. TensorBoard is in test_catalogue_tensorboard.py, the refusals in
+test_catalogue_refused.py, callbacks, subclasses and the parser in test_catalogue_callbacks.py. See
+tests/compat/catalogue.py."""
 
 from __future__ import annotations
 
-import importlib.util
-
-import numpy as np
 import pytest
 import torch
 
-from tests.compat._tensorboard import RANDOM_SUFFIX, shown, tensorboard_view, unsuffixed
-from tests.compat.catalogue import Catalogue, Observation, assert_identical, assert_on_purpose, assert_refused
+from tests.compat.catalogue import Catalogue, assert_identical, assert_on_purpose
 
 from . import _runs
-from ._runs import Run, per_run, train_both
+from ._runs import catalogue_peers  # noqa: F401  (an autouse fixture)
+from ._runs import BITWISE, SAVES, per_run, Run, same, saves, train_both
 
 CATALOGUE = Catalogue("transformers")
 idiom = CATALOGUE.idiom
-BITWISE = "bitwise: losses, logged records, callback calls, checkpoint folders, TrainOutput"
-
-
-@pytest.fixture(autouse=True)
-def _peers(monkeypatch, no_launcher_env, one_thread):
-    pytest.importorskip("transformers")
-    pytest.importorskip("accelerate")
-    monkeypatch.setenv("BRAEBURN_DEVICE", "cpu")
-    monkeypatch.setenv("WANDB_DISABLED", "true")
-    # braeburn's training_curves.png (its own file, not compared: docs/migrating.md) costs half a second a run
-    monkeypatch.setattr("braeburn.trainer.plots.plot_history", lambda history, path: None)
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-
-
-def same(args: dict | None = None, after=None, **trainer_kwargs):
-    """An idiom whose whole run is identical under both libraries."""
-
-    def check(tmp_path):
-        peer, ours, _ = train_both(tmp_path, args, after, **trainer_kwargs)
-        assert peer.exit is None, f"the idiom fails under Transformers too: {peer.exit}"
-        assert_identical(peer, ours)
-    return check
 
 
 def register(name: str, how: str = BITWISE, **kwargs):
@@ -101,16 +76,6 @@ register("the model's config.use_cache after Trainer(...) and train() (TrainingA
 
 
 # -- saving: the checkpoint folders (their files and on_save's moment are the seed catalogue's) ------------------
-def saves(args: dict):
-    def check(tmp_path):
-        peer, ours, _ = train_both(tmp_path, args)
-        for seen in (peer, ours):
-            seen.calls = [call for call in seen.calls if not call.startswith("on_save")]
-        assert_identical(peer, ours)
-    return check
-
-
-SAVES = "bitwise, and the same checkpoint-N folders (on_save's moment is left out here)"
 idiom("save_strategy='steps', save_steps=2", "identical", SAVES)(saves(dict(save_strategy="steps", save_steps=2,
                                                                             max_steps=5)))
 idiom("save_strategy='epoch'", "identical", SAVES)(saves(dict(save_strategy="epoch")))
@@ -368,57 +333,6 @@ def test_no_compile_line_where_auto_never_compiles_or_torch_compile_is_set(tmp_p
     assert "compile    off (compile=False, as asked)" in _printed_by_braeburn(tmp_path / "off2", torch_compile=False)
 
 
-def _clocked(tag: str) -> bool:
-    name = tag.rsplit("/", 1)[-1]  # eval/runtime (eval_runtime), train/train_runtime, eval/samples_per_second ...
-    return name == "runtime" or name.endswith(_runs.TIMING)
-
-
-def _tensorboard_seen(run, trainer) -> dict:
-    """The TensorBoard files under output_dir/runs and what TensorBoard reads from them, the clock's values by name."""
-    out = run.folder / "out"
-    files = sorted(shown(path.relative_to(out).as_posix()) for path in (out / "runs").rglob("*") if path.is_file())
-    view = {path.removesuffix(f".{RANDOM_SUFFIX}"): {
-        "scalars": {tag: [(step, "<timing>" if _clocked(tag) else value) for step, value in points]
-                    for tag, points in seen["scalars"].items()},
-        "texts": seen["texts"]} for path, seen in tensorboard_view(out).items()}
-    return {"files": files, "tensorboard": view, "args": trainer.args.to_json_string()}
-
-
-@idiom("report_to='all' (and report_to='tensorboard') with the tensorboard package installed", "on purpose",
-       "Transformers' folder and file (output_dir/runs/<date>_<host>/, one event file), tags (train/loss, eval/loss, "
-       "train/train_loss ...), steps, values (timings by name) and model_config text; one line says that the args "
-       "text holds braeburn's TrainingArguments; the event file's name ends in 8 random hex characters "
-       "(docs/reliability.md). Without the package neither writes TensorBoard files, and 'tensorboard' is refused "
-       "by both")
-def _report_to_all(tmp_path):
-    installed = importlib.util.find_spec("tensorboard") is not None
-    for value in ("all", "tensorboard") if installed else ("all",):
-        args = dict(report_to=value, max_steps=3, eval_strategy="steps", eval_steps=2)
-        peer, ours, runs = train_both(tmp_path / value, args, after=_tensorboard_seen)
-        assert peer.exit is None and ours.exit is None, (peer.exit, ours.exit)
-        theirs, mine = peer.extra.pop("tensorboard"), ours.extra.pop("tensorboard")
-        assert [f for f in peer.extra.pop("files") if RANDOM_SUFFIX in f] == []
-        assert unsuffixed(ours.extra.pop("files")) == [f.removesuffix(f".{RANDOM_SUFFIX}") for f in theirs] == list(
-            theirs) == (["runs/<date>_<host>/events.out.tfevents.<time>.<host>.<pid>.<n>"] if installed else [])
-        for seen, args_json in ((theirs, peer.extra.pop("args")), (mine, ours.extra.pop("args"))):
-            for file in seen.values():  # the args text: each library's own TrainingArguments
-                assert file["texts"].pop("args/text_summary") == [(0, [args_json.encode()])]
-        assert theirs == mine
-        assert_identical(peer, ours)
-        said = [line for line in runs[1].printed.splitlines() if "report_to=" in line]
-        if installed:
-            assert_on_purpose(said, f"report_to={value}")
-            assert {"train/loss", "eval/loss", "train/train_loss"} <= set(mine[next(iter(mine))]["scalars"])
-        else:
-            assert said == []
-    if not installed:  # report_to='tensorboard' without the package: refused by both before training
-        peer_run, run = Run("transformers", tmp_path / "refused"), Run("braeburn", tmp_path / "refused")
-        _, peer_error = peer_run.quietly(lambda: peer_run.trainer(peer_run.args(report_to="tensorboard")))
-        _, error = run.quietly(lambda: run.trainer(run.args(report_to="tensorboard")))
-        assert peer_error is not None and "tensorboard" in str(peer_error)
-        assert_refused(error, ["report_to", "tensorboard"], ["pip install tensorboard"])
-
-
 def test_transformers_arguments_keep_their_torch_compile_false(tmp_path, monkeypatch):
     """A transformers.TrainingArguments says torch_compile=False by default (never compile): braeburn keeps it, on a
     device where its compile='auto' could compile, and says nothing of an unset torch_compile."""
@@ -434,241 +348,8 @@ def test_transformers_arguments_keep_their_torch_compile_false(tmp_path, monkeyp
     assert "compile    off (compile=False, as asked)" in run.printed
 
 
-@idiom("trainer.log({...}) and trainer.evaluate() after train() with report_to='tensorboard'", "identical",
-       "as Transformers' TensorBoardCallback: a second event file in the run's folder, runs/<date>_<host>/, with the "
-       "custom values (train/<key>; a bool as 1.0, NaN as NaN, text as text) and eval/loss ... at the last step")
-def _tensorboard_after_train(tmp_path):
-    pytest.importorskip("tensorboard")
-
-    def after(run, trainer):
-        run.quietly(lambda: trainer.log({"custom": 1.5, "flag": True, "nan": float("nan"), "note": "x"}))
-        run.quietly(trainer.evaluate)
-        return _tensorboard_seen(run, trainer)
-
-    peer, ours, _ = train_both(tmp_path, dict(report_to="tensorboard", max_steps=2), after=after)
-    theirs, mine = peer.extra.pop("tensorboard"), ours.extra.pop("tensorboard")
-    assert unsuffixed(ours.extra.pop("files")) == peer.extra.pop("files") == [
-        "runs/<date>_<host>/events.out.tfevents.<time>.<host>.<pid>.<n>"] * 2
-    for seen, args_json in ((theirs, peer.extra.pop("args")), (mine, ours.extra.pop("args"))):
-        for file in seen.values():
-            file["texts"].pop("args/text_summary", None)
-    mine = {path.replace(f".{RANDOM_SUFFIX}", ""): seen for path, seen in mine.items()}
-    assert_identical(Observation(metrics=theirs), Observation(metrics=mine))
-    assert_identical(peer, ours)
-    later = theirs["runs/<date>_<host>/events.out.tfevents.<time>.<host>.<pid>.<n>#2"]
-    assert later["scalars"]["train/custom"] == [(2, 1.5)] and later["scalars"]["eval/loss"][0][0] == 2
-
-
-@idiom("trainer.evaluate() before trainer.train() with report_to='tensorboard'", "on purpose",
-       "the same event file, scalars, steps and texts (eval/loss at step 0, then the training in the same file); "
-       "Transformers writes it into runs/<date>_<host> of the current directory, braeburn into output_dir/runs/"
-       "<date>_<host> where train() writes, and one line says so (Transformers' eval/model_preparation_time left out)")
-def _tensorboard_evaluate_first(tmp_path):
-    pytest.importorskip("tensorboard")
-    seen, said = {}, ""
-    for name in _runs.LIBS:
-        run = Run(name, tmp_path)
-        (run.folder / "cwd").mkdir(parents=True)
-        trainer = run.trainer(run.args(report_to="tensorboard", max_steps=2))
-        with pytest.MonkeyPatch.context() as patch:  # Transformers writes into the current directory
-            patch.chdir(run.folder / "cwd")
-            run.quietly(trainer.evaluate)
-            said = run.printed
-            _, error = run.quietly(trainer.train)
-        assert error is None, error
-        view = {}
-        for path, events in tensorboard_view(run.folder).items():
-            events["texts"].pop("args/text_summary")
-            events["scalars"] = {tag: [(step, "<timing>" if _clocked(tag) else value) for step, value in points]
-                                 for tag, points in events["scalars"].items() if tag != "eval/model_preparation_time"}
-            view[path.replace(f".{RANDOM_SUFFIX}", "")] = events
-        seen[name] = view
-    file = "runs/<date>_<host>/events.out.tfevents.<time>.<host>.<pid>.<n>"
-    assert list(seen["transformers"]) == [f"cwd/{file}"] and list(seen["braeburn"]) == [f"out/{file}"]
-    assert seen["transformers"][f"cwd/{file}"] == seen["braeburn"][f"out/{file}"]
-    assert seen["braeburn"][f"out/{file}"]["scalars"]["eval/loss"][0][0] == 0
-    assert_on_purpose([line for line in said.splitlines() if line.startswith("braeburn")], "evaluate() first")
-
-
-# -- refused before training, with the way out ------------------------------------------------------------------
-@idiom("report_to='all' where an integration braeburn lacks is installed (codecarbon, comet_ml, clearml, neptune, "
-       "dvclive ...)", "refused", "names the integrations Transformers' 'all' would report to that braeburn cannot; the "
-       "way out: --report_to with braeburn's trackers, and a TrainerCallback of yours for the others")
-def _report_to_all_beyond_braeburn(tmp_path):
-    import transformers.integrations as integrations
-
-    with pytest.MonkeyPatch.context() as patch:  # codecarbon installed here, as Transformers finds it
-        patch.setattr(integrations, "get_available_reporting_integrations", lambda: ["codecarbon"])
-        assert Run("transformers", tmp_path).args(report_to="all").report_to == ["codecarbon"]
-        run = Run("braeburn", tmp_path)
-        _, error = run.quietly(lambda: run.trainer(run.args(report_to="all"), record=False))
-    assert error is not None, "braeburn took report_to='all'"
-    assert_refused(error, ["report_to='all'", "codecarbon"], ["--report_to", "TrainerCallback"])
-
-
-
-def refused(args: dict, idiom_words, way_out, **trainer_kwargs):
-    def check(tmp_path):
-        run = Run("braeburn", tmp_path)
-        _, error = run.quietly(lambda: run.trainer(run.args(**args), record=False, **trainer_kwargs).train())
-        assert error is not None, "braeburn ran the idiom"
-        assert_refused(error, idiom_words, way_out)
-        assert not (run.folder / "out" / "metrics.jsonl").exists()  # before training
-    return check
-
-
-idiom("lr_scheduler_type='reduce_lr_on_plateau' without an eval_strategy", "refused",
-      "pass --eval_strategy epoch (or steps); Transformers refuses it too")(
-    refused(dict(lr_scheduler_type="reduce_lr_on_plateau"), ["reduce_lr_on_plateau"], ["--eval_strategy epoch"]))
-idiom("lr_scheduler_type='greedy' (a schedule braeburn does not build)", "refused",
-      "pass your own scheduler: optimizers=(optimizer, scheduler)")(
-    refused(dict(lr_scheduler_type="greedy"), ["lr_scheduler_type='greedy'"], ["optimizers=(optimizer, scheduler)"]))
-idiom("save_only_model=True", "refused", "checkpoints hold the full state; --save_total_limit bounds the disk and "
-      "trainer.save_model() writes the weights")(
-    refused(dict(save_only_model=True), ["save_only_model"], ["save_total_limit", "save_model()"]))
-
-
-idiom("group_by_length=True", "refused", "override get_train_dataloader() to return a DataLoader with a "
-      "length-grouped sampler (braeburn.Trainer calls it and prepares its loader)")(
-    refused(dict(group_by_length=True), ["group_by_length"], ["get_train_dataloader()", "LengthGroupedSampler"]))
-register("hub_model_id='me/model', hub_strategy='end' with push_to_hub=False (ignored, as Transformers)",
-         args=dict(hub_model_id="me/model", hub_strategy="end", max_steps=2))
-
-
-class _Stream(torch.utils.data.IterableDataset):
-    def __init__(self, rows):
-        self.rows = rows
-
-    def __iter__(self):
-        return iter(self.rows)
-
-
-idiom("a streaming IterableDataset as train_dataset", "refused", "pass a map-style dataset (with __len__)")(
-    refused(dict(max_steps=3), ["IterableDataset"], ["map-style dataset"],
-            train_dataset=_Stream([{"input_ids": [2, 3], "label": 0}])))
-
-
-@idiom("compute_metrics returning a list", "refused", "return a dict of named metrics (Transformers fails with a "
-       "TypeError inside its loop)")
-def _metrics_list(tmp_path):
-    run = Run("braeburn", tmp_path)
-    trainer = run.trainer(run.args(), record=False, compute_metrics=lambda p: [0.5])
-    _, error = run.quietly(trainer.evaluate)
-    assert_refused(error, ["compute_metrics returned a list"], ["return a dict"])
-
-
-
-# -- callbacks, subclasses, the parser ----------------------------------------------------------------------------
-@idiom("EarlyStoppingCallback with load_best_model_at_end, metric_for_best_model, greater_is_better", "identical",
-       SAVES)
-def _early_stopping(tmp_path):
-    args = dict(num_train_epochs=6, learning_rate=1e-9, eval_strategy="epoch", save_strategy="epoch",
-                load_best_model_at_end=True, metric_for_best_model="accuracy", greater_is_better=True)
-    early = per_run(lambda run: [run.lib.EarlyStoppingCallback(early_stopping_patience=1)])
-    after = lambda run, trainer: {"best": (trainer.state.best_metric,  # noqa: E731
-                                           str(trainer.state.best_model_checkpoint).rsplit("/", 1)[-1])}
-    check = saves(args)
-    peer, ours, _ = train_both(tmp_path, args, after, compute_metrics=_runs.accuracy, callbacks=early)
-    for seen in (peer, ours):
-        seen.calls = [call for call in seen.calls if not call.startswith("on_save")]
-    assert peer.extra["best"][1] == "checkpoint-4" and check  # stopped after the second evaluation
-    assert_identical(peer, ours)
-
-
-class _StopAt:
-    """A TrainerCallback that stops training at step 3 through control, as Transformers' docs show."""
-
-    @staticmethod
-    def make(run: Run):
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step == 3:
-                control.should_training_stop = True
-            return control
-        return [type("StopAt", (run.lib.TrainerCallback,), {"on_step_end": on_step_end})()]
-
-
-register("a TrainerCallback setting control.should_training_stop in on_step_end", args=dict(num_train_epochs=3),
-         callbacks=per_run(_StopAt.make))
-
-
-def _log_setter(run: Run):
-    def on_step_end(self, args, state, control, **kwargs):
-        control.should_log = state.global_step == 2
-        return control
-    return [type("LogAt", (run.lib.TrainerCallback,), {"on_step_end": on_step_end})()]
-
-
-register("a TrainerCallback setting control.should_log", args=dict(logging_steps=500, max_steps=4),
-         callbacks=per_run(_log_setter))
-
-
-def _eval_setter(run: Run):
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == 2:
-            control.should_evaluate = True
-        return control
-    return [type("EvalAt", (run.lib.TrainerCallback,), {"on_step_end": on_step_end})()]
-
-
-register("a TrainerCallback setting control.should_evaluate in on_step_end (the step's loss logged first)",
-         args=dict(logging_steps=2, max_steps=4), callbacks=per_run(_eval_setter))
-
-
-@idiom("Trainer subclass overriding compute_loss(model, inputs, return_outputs=False, num_items_in_batch=None)",
-       "identical", BITWISE)
-def _compute_loss(tmp_path):
-    seen = []
-    for name in _runs.LIBS:
-        run = Run(name, tmp_path)
-
-        class Weighted(run.lib.Trainer):
-            def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-                labels = inputs.pop("labels")
-                outputs = model(**inputs)
-                loss = torch.nn.functional.cross_entropy(outputs.logits, labels, weight=torch.tensor([1.0, 2.0]))
-                return (loss, outputs) if return_outputs else loss
-
-        parts = dict(model=run.model(), args=run.args(max_steps=4, eval_strategy="steps", eval_steps=2),
-                     train_dataset=run.train, eval_dataset=run.evals, callbacks=[_runs.recorder(run.lib, run.calls)],
-                     data_collator=__import__("transformers").DataCollatorWithPadding(run.tok))
-        trainer = Weighted(**parts)
-        result, error = run.quietly(trainer.train)
-        seen.append(_runs.observe(run, trainer, result, error))
-    assert_identical(*seen)
-
-
-@idiom("HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(run_glue's flags)", "identical",
-       "the same field values")
-def _parser(tmp_path):
-    import transformers
-
-    import braeburn
-
-    argv = ["--output_dir", str(tmp_path), "--do_train", "--do_eval", "--per_device_train_batch_size", "32",
-            "--learning_rate", "2e-5", "--num_train_epochs", "3", "--eval_strategy", "epoch", "--save_strategy",
-            "epoch", "--save_total_limit", "2", "--logging_steps", "10", "--warmup_steps", "0.1", "--seed", "7",
-            "--dataloader_pin_memory", "false", "--lr_scheduler_type", "cosine", "--weight_decay", "0.01",
-            "--report_to", "none", "--use_cpu"]
-    names = ("do_train", "do_eval", "per_device_train_batch_size", "learning_rate", "num_train_epochs",
-             "eval_strategy", "save_strategy", "save_total_limit", "logging_steps", "warmup_steps", "seed",
-             "dataloader_pin_memory", "lr_scheduler_type", "weight_decay", "use_cpu")
-    plain = lambda value: getattr(value, "value", value)  # noqa: E731
-    (theirs,) = transformers.HfArgumentParser(transformers.TrainingArguments).parse_args_into_dataclasses(argv)
-    (ours,) = braeburn.HfArgumentParser(braeburn.TrainingArguments).parse_args_into_dataclasses(argv)
-    assert {n: plain(getattr(theirs, n)) for n in names} == {n: getattr(ours, n) for n in names}
-
-
-@idiom("include_for_metrics=['inputs'] / include_inputs_for_metrics=True", "refused",
-       "compute what needs the inputs in your own evaluation loop")
-def _include_for_metrics(tmp_path):
-    for fields in (dict(include_for_metrics=["inputs"]), dict(include_inputs_for_metrics=True)):
-        run = Run("braeburn", tmp_path)
-        _, error = run.quietly(lambda: run.trainer(run.args(**fields), record=False).train())
-        assert_refused(error, [next(iter(fields))], ["your own evaluation loop"])
-
-
 # -- the test: one per idiom (last, so that every idiom above is registered) -----------------------------------
-@pytest.mark.slow  # 62 s with two CPU burners on 2 cores (benchmarks/test_time.sh)
+@pytest.mark.slow  # the catalogue took 62 s as one file with two CPU burners on 2 cores (benchmarks/test_time.sh)
 @pytest.mark.parametrize("case", CATALOGUE.params())
 def test_idiom(case, tmp_path):
     case.run(tmp_path)

@@ -31,8 +31,8 @@ class Accelerator(AccelerateCompat, core.Accelerator):
                  compile_backend: str = "inductor", compile_mode: str | None = None, *, fsdp_units: str = "auto",
                  **accelerate_kwargs: Any):
         dynamo_given = accelerate_kwargs.get("dynamo_backend") is not None
-        accelerate = accelerate_options(mixed_precision, accelerate_kwargs)
-        compile = accelerate.compile or compile
+        accelerate = accelerate_options(mixed_precision, accelerate_kwargs, compile)
+        compile = accelerate.compile
         cpu, mixed_precision, gradient_accumulation_steps, compile, compile_mode = _with_accelerate_env(
             cpu, accelerate.mixed_precision, gradient_accumulation_steps, accelerate.accumulation_steps, compile,
             compile_mode, dynamo_given)

@@ -44,7 +44,7 @@ class AccelerateEnv:
     cpu: bool = False
     mixed_precision: str | None = None
     gradient_accumulation_steps: int | None = None
-    compile: bool | None = None
+    compile: bool | str | None = None  # True, or "regional" (ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION)
     compile_mode: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -79,10 +79,12 @@ def accelerate_env(env: Mapping[str, str] | None = None) -> AccelerateEnv:
 
 
 def _read_dynamo(env: Mapping[str, str], found: AccelerateEnv) -> None:
-    """ACCELERATE_DYNAMO_BACKEND/MODE (TorchDynamoPlugin's): inductor is braeburn's compile=True."""
+    """ACCELERATE_DYNAMO_BACKEND/MODE/USE_REGIONAL_COMPILATION (TorchDynamoPlugin's): inductor is braeburn's
+    compile=True, or compile="regional" with regional compilation (which, as in Accelerate, asks nothing without
+    a backend)."""
     backend = (env_value("ACCELERATE_DYNAMO_BACKEND", env) or "no").lower()
     if backend == "inductor":
-        found.compile = True
+        found.compile = "regional" if _flag(env.get("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "")) else True
         mode = env_value("ACCELERATE_DYNAMO_MODE", env)
         found.compile_mode = None if mode in (None, "default") else mode
     elif backend != "no":

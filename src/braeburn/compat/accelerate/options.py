@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...plan.rules import OptionError, PlanError
+from ...plan.rules import OptionError, PlanError, compile_value
 
 
 @dataclass
@@ -64,7 +64,7 @@ class AccelerateOptions:
 
     mixed_precision: str
     accumulation_steps: int | None  # from a GradientAccumulationPlugin
-    compile: bool | None  # dynamo_backend="inductor" -> True
+    compile: Any  # the compile option with dynamo_backend applied (inductor: True or "regional", no: False)
     ddp_options: dict[str, Any]  # DistributedDataParallel's own arguments
     process_group_timeout: Any  # InitProcessGroupKwargs(timeout=...): a timedelta, or None for torch's
     data_seed: int | None  # DataLoaderConfiguration(data_seed=...)
@@ -80,20 +80,19 @@ _REFUSED = {
     "megatron_lm_plugin": "braeburn has no Megatron-LM; pass strategy='fsdp'",
     "torch_tp_plugin": "braeburn has no tensor parallelism; pass strategy='fsdp'",
     "parallelism_config": "pass strategy='ddp' or 'fsdp'",
-    "dynamo_plugin": "pass compile=True (braeburn chooses the backend)",
+    "dynamo_plugin": "pass compile=True, or compile='regional' for use_regional_compilation (braeburn compiles "
+                     "with inductor)",
 }
 _ACCEPTED_DEFAULTS = {"device_placement": True, "split_batches": False, "rng_types": None}
 _TRANSLATED = ("log_with", "project_dir", "project_config", "gradient_accumulation_plugin", "dynamo_backend",
                "kwargs_handlers", "dataloader_config")
 
 
-def accelerate_options(mixed_precision: Any, options: dict[str, Any]) -> AccelerateOptions:
-    """Accelerate-only ``Accelerator(...)`` arguments, checked; raise NotSupportedError listing every refusal."""
+def accelerate_options(mixed_precision: Any, options: dict[str, Any], compile: Any = "auto") -> AccelerateOptions:
+    """Accelerate-only ``Accelerator(...)`` arguments, checked, beside braeburn's ``compile``; raise
+    NotSupportedError listing every refusal."""
     errors = _plain_arguments(options)
-    dynamo = options.get("dynamo_backend")
-    if dynamo not in (None, "no", "NO", "inductor", "INDUCTOR"):
-        errors.append(OptionError("dynamo_backend", dynamo, "braeburn compiles with inductor only; pass "
-                                  "dynamo_backend='inductor' or compile=True"))
+    compile = compile_with_dynamo(options.get("dynamo_backend"), compile, errors)
     ddp_options, timeout = _kwargs_handlers(options.get("kwargs_handlers"), errors)
     data_seed = _dataloader_config(options.get("dataloader_config"), errors)
     if errors:
@@ -102,10 +101,32 @@ def accelerate_options(mixed_precision: Any, options: dict[str, Any]) -> Acceler
     return AccelerateOptions(
         mixed_precision="auto" if mixed_precision is None else str(getattr(mixed_precision, "value", mixed_precision)),
         accumulation_steps=plugin.num_steps if plugin is not None else None,
-        compile=True if str(dynamo).lower() == "inductor" else None, ddp_options=ddp_options,
+        compile=compile, ddp_options=ddp_options,
         process_group_timeout=timeout, data_seed=data_seed,
         tracking={k: options.get(k) for k in ("log_with", "project_dir", "project_config",
                                               "gradient_accumulation_plugin", "dataloader_config")})
+
+
+def compile_with_dynamo(dynamo: Any, compile: Any, errors: list[OptionError]) -> Any:
+    """``compile`` with Accelerate's ``dynamo_backend`` applied, a pure rule: inductor compiles (compile left at
+    "auto" becomes True; True and "regional", regional compilation with inductor, stay), no does not (False);
+    a backend braeburn lacks, and a compile that says the opposite of the backend, go to ``errors``."""
+    if dynamo is None:
+        return compile
+    backend = str(getattr(dynamo, "value", dynamo)).strip().lower()  # Accelerate's DynamoBackend enum, or a string
+    if backend not in ("no", "inductor"):
+        errors.append(OptionError("dynamo_backend", dynamo, "braeburn compiles with inductor only; pass "
+                                  "dynamo_backend='inductor' or compile=True"))
+        return compile
+    asked = compile_value(compile)
+    if asked == "auto":
+        return backend == "inductor"
+    if (backend == "inductor") == (asked is True or asked == "regional"):
+        return compile
+    means = "compiling (compile=True, or 'regional' by regions)" if backend == "inductor" else "compile=False"
+    errors.append(OptionError("dynamo_backend", dynamo, f"says {means}, but compile={compile!r} was passed; pass "
+                              "one of them"))
+    return compile
 
 
 def _plain_arguments(options: dict[str, Any]) -> list[OptionError]:

@@ -118,7 +118,6 @@ def _starter(module: Any, optimizer: Any, batch: Any, trainer: Any) -> Callable[
     """``start(precision)`` for run_trials: one policy (and grad scaler) per precision for the whole trial."""
     device = trainer.strategy.root_device
     policies: dict[str, Any] = {}
-    clip = trainer.gradient_clip_val
 
     def start(precision: str) -> Callable[[], tuple[torch.Tensor, bool]]:
         if precision not in policies:
@@ -129,14 +128,21 @@ def _starter(module: Any, optimizer: Any, batch: Any, trainer: Any) -> Callable[
             with policy.autocast():
                 loss = step_loss(module.training_step(batch, 0), "training_step")
             policy.backward(loss)
-            if clip:
-                policy.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(module.parameters(), float(clip))
+            policy.unscale_(optimizer)
+            _clip_as_lightning(module, optimizer, trainer)
             applied = policy.step(optimizer)
             optimizer.zero_grad(set_to_none=True)
             return loss.detach(), applied
         return step
     return start
+
+
+def _clip_as_lightning(module: Any, optimizer: Any, trainer: Any) -> None:
+    """Clip as Lightning's loop does before each step: the module's ``configure_gradient_clipping`` hook with the
+    Trainer's value and algorithm, by default Lightning's precision plugin clipping the optimizer's parameters
+    (``main_params(optimizer)``, not the module's), by norm or by value."""
+    module.configure_gradient_clipping(optimizer, gradient_clip_val=trainer.gradient_clip_val,
+                                       gradient_clip_algorithm=trainer.gradient_clip_algorithm)
 
 
 def lightning_plugin(package: Any, precision: str, device_type: str) -> Any:

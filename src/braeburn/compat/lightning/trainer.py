@@ -393,6 +393,7 @@ class _LightningRun(BraeburnTrainer):
     stop_past_max_steps = True  # as Lightning: a checkpoint past max_epochs/max_steps is restored, nothing trained
     peer_methods_called = ("compute_loss", "log")  # its own, called by its loss and the module's self.log
     ends_epoch_at_stop = True  # max_steps part way through an epoch: Lightning still calls on_train_epoch_end
+    clips_optimizer_parameters = True  # gradient_clip_val clips the optimizer's parameters, as Lightning's plugin
 
     def __init__(self, lightning: Trainer, module: torch.nn.Module, **kwargs: Any):
         self.lightning, self.batch_idx = lightning, 0

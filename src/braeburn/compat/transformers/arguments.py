@@ -263,6 +263,12 @@ class TrainingArguments(CoreTrainingConfig, HfArgumentsMixin, UnsupportedFields)
     """Read the loss (a host-device sync) and log every this many optimizer steps."""
     save_strategy: str = "steps"
     """When to save a checkpoint: no, steps (every save_steps, and at the last step) or epoch."""
+    report_to: list[str] | None = field(default_factory=list)
+    """Trackers besides metrics.jsonl (always written): none (the default, stored as [] as Transformers stores it), all (every integration installed, stored as their names), or names: tensorboard, wandb, mlflow."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.report_to = stored_report_to(self.report_to)
 
     def _peer_errors(self) -> list[OptionError]:
         errors = unsupported_errors(self)
@@ -298,6 +304,38 @@ class TrainingConfig(TrainingArguments):
     """When to save a checkpoint: no, steps (every save_steps) or epoch."""
 
 
+def stored_report_to(value: Any) -> Any:
+    """``report_to`` as Transformers 5.24's TrainingArguments stores it: "none" (or ["none"]) is [], "all" (or
+    ["all"]) the names of every integration installed here (Transformers' own list where it is installed, else
+    braeburn's trackers installed, in Transformers' order), any other value not a list the list of that value
+    (None is [None], which both Trainers refuse); a list stays as given. An "all" that would name an integration
+    braeburn lacks is refused here, naming it and the way out (refuse_an_all_beyond_braeburn)."""
+    if value in ("all", ["all"]):
+        return _all_integrations()
+    if value in ("none", ["none"]):
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+_TRANSFORMERS_ORDER = ("mlflow", "tensorboard", "wandb")  # get_available_reporting_integrations's order
+
+
+def _all_integrations() -> list[str]:
+    import importlib.util
+
+    from .logs import refuse_an_all_beyond_braeburn
+
+    if importlib.util.find_spec("transformers") is not None:
+        from transformers.integrations import get_available_reporting_integrations
+
+        refuse_an_all_beyond_braeburn("all")
+        return list(get_available_reporting_integrations())
+    from ...accelerator.trackers import available_trackers
+
+    installed = available_trackers()
+    return [name for name in _TRANSFORMERS_ORDER if name in installed]
+
+
 # Fields whose Transformers default is a choice braeburn's TrainingArguments leaves open: torch_compile=False (never
 # compile) where braeburn's unset torch_compile lets its compile='auto' decide.
 _ALWAYS_TAKEN = ("torch_compile",)
@@ -324,8 +362,6 @@ def from_transformers_arguments(args: Any) -> TrainingArguments:
         raise ConfigError([OptionError(name, getattr(args, name), "is a Transformers option braeburn's Trainer does "
                                        "not have; leave it at its default, or build braeburn.TrainingArguments")
                            for name in unknown])
-    if values.get("report_to") == []:
-        values["report_to"] = "none"
     return TrainingArguments(**values)
 
 
