@@ -106,8 +106,10 @@ def _model(args):
     meta = json.loads((Path(args.gpt2_cache) / "meta.json").read_text())
     torch.manual_seed(0)
     size = {"n_layer": 2, "n_embd": 64, "n_head": 2} if args.gpt2_tiny else {}
+    # use_cache off, as both Trainers set it before training (Transformers' TrainingArguments.use_cache=False): a
+    # training forward with it on also returns every layer's keys and values, which costs the bare loop memory and time
     config = GPT2Config(vocab_size=meta["vocab"], n_positions=BLOCK, bos_token_id=meta["end_token"],
-                        eos_token_id=meta["end_token"], **size)
+                        eos_token_id=meta["end_token"], use_cache=False, **size)
     return GPT2LMHeadModel(config)
 
 

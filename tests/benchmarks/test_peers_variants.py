@@ -67,3 +67,20 @@ def test_rotate_shifts_the_order_so_that_each_round_puts_another_runner_first(mo
     assert [peers.rotated(runners, k)[0] for k in range(3)] == runners
     assert peers.rotated(runners, 4) == ["braeburn-compile", "bare+compile+clip", "bare+compile"]
     assert sorted(peers.rotated(runners, 2)) == sorted(runners) and peers.rotated([], 1) == []
+
+
+def test_each_runner_gets_its_own_config_with_the_cache_off(monkeypatch):
+    """A Trainer that turns ``model.config.use_cache`` off (as both Trainers do) must not change the model the next
+    runner of the process builds: each model has its own config, and every runner trains without the cache."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import peers
+
+    for name in ("gpt2-small", "llama-small", "bert-base"):
+        workload = peers.WORKLOADS[name](True)
+        first = workload.make_model()
+        assert first.config.use_cache is False, name
+        first.config.use_cache = True  # what a runner may do to its model's config
+        first.config.hidden_dropout_prob = first.config.resid_pdrop = 0.5
+        second = workload.make_model()
+        assert second.config is not first.config and second.config.use_cache is False, name
+        assert getattr(second.config, "resid_pdrop", None) != 0.5 and getattr(second.config, "hidden_dropout_prob", 0) != 0.5
