@@ -176,7 +176,8 @@ def first_dim(data: Any) -> int | None:
     if isinstance(data, torch.Tensor):
         return data.shape[0] if data.dim() else 1
     if isinstance(data, (tuple, list)):  # before the Mapping ABC, whose check costs more
-        pass
+        if data and type(data[0]) is torch.Tensor:  # a TensorDataset's batch: its first tensor, no loop
+            return data[0].shape[0] if data[0].dim() else 1
     elif isinstance(data, Mapping):
         data = data.values()
     else:
