@@ -82,7 +82,10 @@ class HfOverridableMixin:
         if self._overrides.training_step:  # a subclass's training_step: forward and backward
             self._overridden_training_step(model, batch)
             return
-        steps = self._micro_batch_steps = self.current_gradient_accumulation_steps  # _keep_loss divides by it
+        steps = self.config.gradient_accumulation_steps  # 1: the window is one micro-batch, whatever the loader says
+        if steps != 1:
+            steps = self.current_gradient_accumulation_steps
+        self._micro_batch_steps = steps  # _keep_loss divides by it
         if steps == self.accelerator.gradient_accumulation_steps:  # a full window: backward divides by these already
             super()._micro_batch(model, batch)
             return
