@@ -26,9 +26,10 @@ def test_the_summary_gives_each_rounds_ratio_and_the_microseconds_braeburn_adds(
     assert summary["ratio"] == {"median": 500 / 550, "min": 0.9, "max": 1.0}
     assert summary["added_us"] == {"median": 50.0, "min": 0.0, "max": 50.0}
     assert summary["us_per_step"]["bare"]["median"] == 500.0
+    assert summary["fastest"] == {"ratio": 450 / 500, "added_us": 50.0}  # each runner's fastest round
     text = bench.report(summary, argparse.Namespace(measure="loop", steps=10, processes=1, clock="cpu"))
     assert "median 0.909 (rounds 0.900-1.000)" in text and "adds 50.0 us a step" in text
-    assert "goal: >= 0.9; met in every round" in text
+    assert "goal: >= 0.9; met in every round" in text and "fastest rounds (the least disturbed): 0.900" in text
     rows[1]["braeburn"] = 700.0  # one round below 0.9, the median above: the text says they straddle it
     assert "straddle 0.9 (median at or above it)" in bench.report(bench.summarize(rows), argparse.Namespace(
         measure="loop", steps=10, processes=1, clock="cpu"))
