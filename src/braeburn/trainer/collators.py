@@ -81,6 +81,7 @@ def make_collate(model: Any, config: Any, data_collator: Callable | None, proces
             return inner(features)
         return default_collate([_with_labels_renamed(f) for f in features] if dict_samples else features)
 
+    collate_fn.hands_tuples_to_default_collate = inner is None  # (the loader's once-an-epoch check, collates_ready)
     return collate_fn
 
 
