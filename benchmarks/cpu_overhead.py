@@ -9,8 +9,9 @@ output (plain lines, stdout to a file) and the metrics log on, logging every 50 
 Paired: each round runs the bare loop and braeburn back to back, in the same process, the order swapped every
 round, and gives one ratio (bare us/step over braeburn's); the median and the range of the rounds' ratios are
 reported, and what braeburn adds per step (its us/step less the bare loop's, per round), and the ratio of each
-runner's fastest round (other jobs only ever slow a round down, so the fastest is the least disturbed). Timed on this process's
-CPU time by default (one torch thread), which other jobs on a shared machine disturb less than wall time.
+runner's fastest round (other jobs only ever slow a round down, so the fastest is the least disturbed). Timed on
+this process's CPU time by default (one torch thread), which other jobs on a shared machine disturb less than wall
+time.
 ``--processes P`` runs the rounds in P fresh processes one after the other, pooled (a process's memory layout
 moves a step's time too).
 
@@ -174,7 +175,8 @@ def step_us(run, steps: int, measure: str) -> float:
 
 
 def runners(measure: str, peers: bool) -> dict:
-    found = {"bare": bare, "braeburn": (lambda steps: braeburn(steps, loop_only=True)) if measure == "loop" else braeburn}
+    loop = lambda steps: braeburn(steps, loop_only=True)
+    found = {"bare": bare, "braeburn": loop if measure == "loop" else braeburn}
     if peers and measure == "marginal":
         found.update({name: run for name, run in (("accelerate", accelerate), ("lightning", lightning))
                       if available(name)})
@@ -298,7 +300,7 @@ def place(key: tuple) -> str:
         return "braeburn/" + file.rsplit("/braeburn/", 1)[1]
     if "/torch/" in file:
         return "torch (Python)"
-    return "the Python standard library" if "/lib/python3" in file else "the benchmark's loops"
+    return "the Python standard library" if "/lib/python3" in file else "other"
 
 
 def _traced_loop(steps: int, around) -> None:

@@ -175,8 +175,8 @@ class HfLogsMixin:
 
     def _micro_batch(self, model: Any, batch: Any) -> None:
         # a tuple or list batch counts 0 (floating_point_ops): not asked, unless a subclass counts its own
-        kind = type(batch)
-        if kind is not tuple and kind is not list or type(self).floating_point_ops is not HfLogsMixin.floating_point_ops:
+        kind, counts = type(batch), type(self).floating_point_ops
+        if kind is not tuple and kind is not list or counts is not HfLogsMixin.floating_point_ops:
             self.state.total_flos += float(self.floating_point_ops(batch))
         super()._micro_batch(model, batch)
 
