@@ -223,3 +223,16 @@ def test_a_subclass_that_counts_its_own_flos_is_asked_for_a_tuple_batch(tmp_path
         trainer = Counting(_model(), config, train_dataset=_data(3), loss_fn=torch.nn.functional.cross_entropy)
         trainer.train()
     assert trainer.state.total_flos == 21
+
+
+def test_no_class_of_the_trainer_defines_getattr_so_its_attribute_reads_specialize():
+    """A class with __getattr__ keeps Python from specializing its instances' attribute reads (each self.x takes
+    the generic lookup: 23 K CPU instructions a step of the tiny MLP's, docs/benchmarks.md Part 3b); the names
+    Transformers has and braeburn lacks are refused by descriptors on the class instead."""
+    from braeburn.compat.transformers.not_here import NotInBraeburn
+
+    for trainer_class in (braeburn.Trainer, braeburn.trainer.loop.CoreTrainer):
+        assert [k.__name__ for k in trainer_class.__mro__ if "__getattr__" in vars(k)] == []
+    assert not hasattr(braeburn.Trainer, "hyperparameter_search")
+    with pytest.raises(NotInBraeburn, match="Trainer.hyperparameter_search"):
+        braeburn.Trainer.hyperparameter_search
