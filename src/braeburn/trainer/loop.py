@@ -355,8 +355,7 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
         forward = self._outputs_as_computed(model) if own_loss else None
         try:
             outputs = model(*args, **kwargs)  # a prepared model autocasts
-            if own_loss:
-                outputs = self._loss_outputs(outputs, labels)
+            outputs = self._loss_outputs(outputs, labels) if own_loss else outputs
         finally:
             if forward is not None:
                 forward.float_outputs = True
