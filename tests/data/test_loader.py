@@ -200,3 +200,27 @@ def test_a_stream_whose_collator_refills_one_container_yields_each_batch_once(co
     loader = DeviceDataLoader(DataLoader(_Stream(), batch_size=2, collate_fn=collate), CPU)
     firsts = [(batch["x"] if container is dict else batch[0])[:, 0].tolist() for batch in loader]
     assert firsts == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]] and loader.end_of_dataloader
+
+
+def test_a_tensor_datasets_default_batches_are_yielded_as_collated_with_no_check_per_batch(monkeypatch):
+    """A TensorDataset whose tensors are on the device, nothing to cast, stacked by default_collate in this process:
+    every batch is ready, so the loader asks once an epoch (collates_ready) and yields each as collated, without the
+    per-batch check; float64 to cast, another collate or workers keep the check."""
+    checked = []
+    real = data_module.ready_as_is
+    monkeypatch.setattr(data_module, "ready_as_is", lambda *args: checked.append(1) or real(*args))
+    dataset = TensorDataset(torch.randn(6, 3), torch.arange(6))
+    plain = DeviceDataLoader(DataLoader(dataset, batch_size=2, shuffle=True), CPU)
+    batches = list(plain)
+    assert not checked and len(batches) == 3 and all(batch[0].shape == (2, 3) for batch in batches)
+    assert sorted(torch.cat([batch[1] for batch in batches]).tolist()) == list(range(6))
+    assert data_module.collates_ready(plain.loader, CPU, float64_kept=True)
+
+    float64 = DataLoader(TensorDataset(torch.randn(4, 3, dtype=torch.float64), torch.arange(4)), batch_size=2)
+    assert data_module.collates_ready(float64, CPU, float64_kept=True)  # kept as it is: ready
+    assert not data_module.collates_ready(float64, CPU, float64_kept=False)  # cast on the way: checked per batch
+    assert not data_module.collates_ready(DataLoader(dataset, batch_size=2, collate_fn=lambda s: s), CPU, True)
+    assert not data_module.collates_ready(DataLoader(dataset, batch_size=2, num_workers=1), CPU, True)
+    assert not data_module.collates_ready(DataLoader(dataset, batch_size=2), torch.device("meta"), True)
+    list(DeviceDataLoader(DataLoader(dataset, batch_size=2, collate_fn=lambda s: [t for t in zip(*s)]), CPU))
+    assert len(checked) == 3  # another collate: each batch checked

@@ -254,3 +254,30 @@ def test_tensorboard_logs_after_train_go_into_a_new_writer_in_the_runs_folder_ea
     folder = str(tmp_path / "tensorboard")
     assert events == [("open", folder), ("scalar", "loss", 1.0, 2), ("close",), ("open", folder),
                       ("scalar", "custom", 1.5, 2), ("flush",), ("scalar", "eval_loss", 0.5, 2), ("flush",)]
+
+
+def test_a_step_hook_a_callback_calls_idle_is_not_called_in_that_run():
+    class Sometimes(Callback):
+        def __init__(self):
+            self.idle, self.steps, self.logs = True, 0, 0
+
+        def idle_hooks(self):
+            return ("on_step_end", "on_log") if self.idle else ()  # on_log is not a step hook: always called
+
+        def on_step_end(self, trainer, state):
+            self.steps += 1
+
+        def on_log(self, trainer, state, logs):
+            self.logs += 1
+
+    sometimes = Sometimes()
+    callbacks, state = CallbackList([sometimes]), TrainerState()
+    callbacks.on_step_end(None, state)  # before any run: every hook is called
+    callbacks.on_train_begin(None, state)
+    callbacks.on_step_end(None, state)
+    callbacks.on_log(None, state, {})
+    assert (sometimes.steps, sometimes.logs) == (1, 1)
+    sometimes.idle = False
+    callbacks.on_train_begin(None, state)  # the next run asks again
+    callbacks.on_step_end(None, state)
+    assert sometimes.steps == 2

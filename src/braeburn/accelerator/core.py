@@ -373,11 +373,12 @@ class Accelerator(StateFilesMixin, CompileMixin):
         if not self.sync_gradients:
             norm = fsdp.full_value(torch.nn.utils.clip_grad_norm_(parameters, float("inf"), norm_type))
             return norm / self.scaler.get_scale() if self.scaler is not None else norm
-        if self.scaler is not None:
+        if self._policy.scaler is not None:  # (self.scaler, without the property's call at every step)
             for optimizer in self._optimizers:
                 self._unscale_once(optimizer)
         # With FSDP the gradients are shards: torch computes the global norm (one all-reduce).
-        return fsdp.full_value(torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type))
+        norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type)
+        return norm if type(norm) is torch.Tensor else fsdp.full_value(norm)  # a DTensor's full value
 
     def clip_fold_refusal(self, optimizer: Any, parameters: Sequence[torch.Tensor] | None = None) -> str | None:
         """Why a clip of ``parameters``' gradients (exactly those of ``optimizer``'s parameters that train; None: not

@@ -114,12 +114,16 @@ class AcceleratedScheduler:
         if not self.step_with_optimizer:
             self._step_once(*args, **kwargs)
             return
-        if not self.accelerator.sync_gradients or self.accelerator.optimizer_step_was_skipped:
+        accelerator, scheduler = self.accelerator, self.scheduler
+        if not accelerator.sync_gradients or accelerator.optimizer_step_was_skipped:
             return
         for _ in range(self.steps_per_call):
-            total = getattr(self.scheduler, "total_steps", None)  # OneCycleLR raises past its end
-            if total is None or self.scheduler.last_epoch < total:
-                self._step_once(*args, **kwargs)
+            total = getattr(scheduler, "total_steps", None)  # OneCycleLR raises past its end
+            if total is None or scheduler.last_epoch < total:
+                if self._first_step:
+                    self._step_once(*args, **kwargs)
+                else:
+                    scheduler.step(*args, **kwargs)  # (_step_once's every later step, without its call)
 
     def _step_once(self, *args, **kwargs) -> None:
         if self._first_step:  # torch checks the optimizer's step counter on a scheduler's first step only

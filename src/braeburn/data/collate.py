@@ -116,6 +116,8 @@ def batch_signature(batch: Any) -> tuple:
     if isinstance(batch, torch.Tensor):
         return (batch.shape,)
     if isinstance(batch, (list, tuple)):  # before the Mapping ABC, whose check costs more
+        if len(batch) == 2 and type(batch[0]) is torch.Tensor and type(batch[1]) is torch.Tensor:
+            return (batch[0].shape, batch[1].shape)  # (inputs, labels): the same tuple, without a comprehension
         return tuple([v.shape for v in batch if isinstance(v, torch.Tensor)])
     if isinstance(batch, Mapping):
         return tuple([(key, v.shape) for key, v in batch.items() if isinstance(v, torch.Tensor)])

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import (BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler,
+                              TensorDataset, default_collate)
 
 from ..devices.host import HostFacts
 from ..warn import warn
@@ -171,12 +172,26 @@ def ready_as_is(batch: Any, device: torch.device, float64_kept: bool) -> bool:
     return True
 
 
+def collates_ready(loader: DataLoader, device: torch.device, float64_kept: bool) -> bool:
+    """Whether each batch ``loader`` collates is ready for ``device`` as it comes (:func:`ready_as_is`, asked once an
+    epoch instead of at each batch): a TensorDataset's tensors, all on ``device`` with no float64 to cast, stacked by
+    torch's default_collate (or a collate that hands it tuple samples as they are: ``hands_tuples_to_default_collate``)
+    in this process, which builds a new container for each batch."""
+    collate = loader.collate_fn
+    if type(loader.dataset) is not TensorDataset or loader.num_workers or loader.pin_memory or not (
+            collate is default_collate or getattr(collate, "hands_tuples_to_default_collate", False)):
+        return False
+    return all(type(t) is torch.Tensor and t.device == device and (float64_kept or t.dtype is not torch.float64)
+               for t in loader.dataset.tensors)
+
+
 def first_dim(data: Any) -> int | None:
     """The batch size of the first tensor found in ``data``."""
     if isinstance(data, torch.Tensor):
         return data.shape[0] if data.dim() else 1
     if isinstance(data, (tuple, list)):  # before the Mapping ABC, whose check costs more
-        pass
+        if data and type(data[0]) is torch.Tensor:  # a TensorDataset's batch: its first tensor, no loop
+            return data[0].shape[0] if data[0].dim() else 1
     elif isinstance(data, Mapping):
         data = data.values()
     else:
@@ -407,6 +422,7 @@ class DeviceDataLoader:
         batches = self._batches(skip)
         total = self._length()
         reason = self.float64_to_float32  # asked once an epoch: the model is prepared before its batches are drawn
+        ready = total is not None and collates_ready(self.loader, self.device, reason is None)  # each batch as it is
         if total is None:  # an IterableDataset without a length: one batch ahead tells the last one
             # each batch on the device before the next is collated, as Accelerate's loaders do: a collator that
             # fills the same dict or list each time must not change the batch about to be yielded
@@ -418,7 +434,7 @@ class DeviceDataLoader:
             if total is None:
                 batch, last = item  # on the device already
             else:
-                batch, last = self._on_device(item, reason), self.batches_yielded >= total
+                batch, last = item if ready else self._on_device(item, reason), self.batches_yielded >= total
             self.tracker.end_of_dataloader = self.end_of_dataloader = last
             self.tracker.remainder = self._remainder() if last else -1
             yield batch

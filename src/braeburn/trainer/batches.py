@@ -29,6 +29,8 @@ def batch_inputs(batch: Any, pass_labels: bool) -> tuple[tuple, dict, Any]:
     if isinstance(batch, (tuple, list)):  # first: a check against the Mapping ABC costs more than this one
         if len(batch) == 1:
             return (batch[0],), {}, None
+        if len(batch) == 2 and type(batch[0]) is torch.Tensor:  # (inputs, labels), a TensorDataset's: no unpacking
+            return (batch[0],), {}, batch[1]
         *inputs, labels = batch
         if len(inputs) == 1 and not isinstance(inputs[0], torch.Tensor) and isinstance(inputs[0], Mapping):
             return (), dict(inputs[0]), labels

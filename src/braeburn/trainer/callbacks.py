@@ -54,6 +54,10 @@ class Callback:
 
 
 HOOKS: tuple[str, ...] = tuple(name for name in vars(Callback) if name.startswith("on_"))
+# The hooks called at every step. A callback may name those it has nothing to do in for the run that starts, in a
+# method ``idle_hooks()`` asked after its on_train_begin (braeburn's own callbacks: the step breakdown when it does
+# not sample, the options callback when no option acts between steps); the step does not call them in that run.
+STEP_HOOKS: tuple[str, ...] = ("on_step_begin", "on_optimizer_step", "on_step_end")
 
 
 def takes_transformers_hooks(cls: type, hooks: tuple[str, ...] | list[str]) -> bool:
@@ -90,12 +94,19 @@ def check_callback(callback: Any) -> None:
                             f"{hint} (rename it, or drop the on_ prefix if it is a helper)")
 
 
+def _idle(handler: Any, hook: str) -> bool:
+    """Whether the callback of ``handler`` says ``hook`` has nothing to do in this run (its ``idle_hooks()``)."""
+    idle_hooks = getattr(getattr(handler, "__self__", None), "idle_hooks", None)
+    return callable(idle_hooks) and hook in idle_hooks()
+
+
 class CallbackList:
     """The registered callbacks, called in order. Hooks a callback leaves as no-ops cost nothing."""
 
     def __init__(self, callbacks: list[Any] | tuple[Any, ...] = ()):
         self.callbacks: list[Any] = []
-        self._handlers: dict[str, list[Any]] = {hook: [] for hook in HOOKS}
+        self._handlers: dict[str, list[Any]] = {hook: [] for hook in HOOKS}  # called: less a run's idle step hooks
+        self._registered: dict[str, list[Any]] = {hook: [] for hook in HOOKS}  # every real hook of every callback
         for callback in callbacks:
             self.add(callback)
 
@@ -106,7 +117,8 @@ class CallbackList:
             method = getattr(callback, hook, None)
             # Skip inherited no-ops so that the per-step dispatch loops over real work only.
             if method is not None and getattr(type(callback), hook, None) is not getattr(Callback, hook):
-                self._handlers[hook].append(method)
+                self._registered[hook].append(method)
+                self._handlers[hook].append(method)  # added mid-run: called from the next step on
 
     def find(self, kind: type) -> Any | None:
         return next((c for c in self.callbacks if isinstance(c, kind)), None)
@@ -114,6 +126,8 @@ class CallbackList:
     def on_train_begin(self, trainer: "Trainer", state: TrainerState) -> None:
         for handler in self._handlers["on_train_begin"]:
             handler(trainer, state)
+        for hook in STEP_HOOKS:  # each run starts from every registered hook, less those idle in it
+            self._handlers[hook] = [handler for handler in self._registered[hook] if not _idle(handler, hook)]
 
     def on_train_end(self, trainer: "Trainer", state: TrainerState) -> None:
         """Every hook runs, even after one failed (they close files and restore signal handlers); the first

@@ -74,13 +74,14 @@ def make_collate(model: Any, config: Any, data_collator: Callable | None, proces
     inner = collate or None  # None: torch's default_collate, dict samples' labels renamed first
 
     def collate_fn(features: list[Any]) -> Any:
-        dict_samples = _dict_samples(features)
+        dict_samples = bool(features) and type(features[0]) is not tuple and _dict_samples(features)  # (a call less)
         if keep is not None and dict_samples:
             features = [{k: v for k, v in f.items() if k in keep} for f in features]
         if inner is not None:
             return inner(features)
         return default_collate([_with_labels_renamed(f) for f in features] if dict_samples else features)
 
+    collate_fn.hands_tuples_to_default_collate = inner is None  # (the loader's once-an-epoch check, collates_ready)
     return collate_fn
 
 

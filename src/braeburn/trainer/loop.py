@@ -8,6 +8,7 @@ or ``float()`` of a device tensor waits for the device: the comments mark where)
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -277,10 +278,14 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
                 if not step_begun:
                     self.callbacks.on_step_begin(self, state)
                     step_begun = True
-                with acc.accumulate(model):
+                context = acc.accumulate(model)  # sets sync_gradients; a null context on one process, not entered
+                if type(context) is contextlib.nullcontext:
                     self._micro_batch(model, batch)  # forward and backward
-                    if acc.sync_gradients:
-                        self._optimizer_step(model, optimizer, scheduler)
+                else:
+                    with context:  # DDP's no_sync off the boundary
+                        self._micro_batch(model, batch)
+                if acc.sync_gradients:  # (outside the context: no_sync is entered only on steps that do not step)
+                    self._optimizer_step(model, optimizer, scheduler)
                 state.samples_seen += batch_samples(batch, loader, self._samples_per_batch, acc.num_processes)
                 if not acc.sync_gradients:
                     continue
@@ -347,9 +352,11 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
 
     def _forward_and_loss(self, model: torch.nn.Module, args: tuple, kwargs: dict, labels: Any,
                           first: bool = False) -> torch.Tensor:
-        forward = self._outputs_as_computed(model)
+        own_loss = self.loss_fn is None  # the model computes the loss: both hooks below look at its outputs
+        forward = self._outputs_as_computed(model) if own_loss else None
         try:
-            outputs = self._loss_outputs(model(*args, **kwargs), labels)  # a prepared model autocasts
+            outputs = model(*args, **kwargs)  # a prepared model autocasts
+            outputs = self._loss_outputs(outputs, labels) if own_loss else outputs
         finally:
             if forward is not None:
                 forward.float_outputs = True
@@ -359,17 +366,15 @@ class CoreTrainer(LoadersMixin, LogWindowMixin, EvaluationMixin, SavingMixin, Au
         return loss.float() if forward is not None and loss.dtype in (torch.float16, torch.bfloat16) else loss
 
     def _loss_outputs(self, outputs: Any, labels: Any) -> Any:
-        """The model's outputs as the loss is read from them (``.loss`` or ``["loss"]``). A hook: a peer's Trainer
-        reads a tuple's first item as the loss, as the peer does."""
+        """The model's outputs as the loss is read from them (``.loss`` or ``["loss"]``), where the model computes
+        it (no loss_fn). A hook: a peer's Trainer reads a tuple's first item as the loss, as the peer does."""
         return outputs
 
     def _outputs_as_computed(self, model: torch.nn.Module) -> PreparedForward | None:
         """Where the model computes the loss itself (no loss_fn), a training forward returns its outputs as
         computed: the logits are not copied to float32 (for GPT-2 small at batch 8 that copy is 1.6 GB written per
         step, and memory at the forward's peak), since nothing reads them. The returned forward has float_outputs
-        off until the caller turns it back on."""
-        if self.loss_fn is not None:
-            return None
+        off until the caller turns it back on. Asked only without a loss_fn."""
         if self._train_forward[0] is not model:  # once per prepared (or newly compiled) model
             self._train_forward = (model, prepared_forward(self.accelerator.unwrap_model(model)))
         forward = self._train_forward[1]

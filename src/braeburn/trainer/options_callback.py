@@ -21,13 +21,19 @@ class OptionsCallback(Callback):
 
     def __init__(self) -> None:
         self.trackers: list[Any] = []
+        self._acts_at_steps = True
 
     def on_train_begin(self, trainer: "Trainer", state: TrainerState) -> None:
         config = trainer.config
+        self._acts_at_steps = bool(config.logging_first_step or config.torch_empty_cache_steps)
         if trainer.is_main_process:
             self.trackers = _start_trackers(trainer)
         if config.eval_on_start and trainer.eval_dataset is not None and state.global_step == 0:
             trainer.evaluate()
+
+    def idle_hooks(self) -> tuple[str, ...]:
+        """Asked after on_train_begin: without logging_first_step and torch_empty_cache_steps, nothing at the steps."""
+        return () if self._acts_at_steps else ("on_step_end",)
 
     def on_step_end(self, trainer: "Trainer", state: TrainerState) -> None:
         config = trainer.config

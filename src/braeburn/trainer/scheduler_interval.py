@@ -67,12 +67,15 @@ class SchedulerSteps:
     def __init__(self, prepared: Any, interval: SchedulerInterval, metric_for_best_model: str | None):
         self.prepared, self.interval = prepared, interval
         self.plateau = is_plateau(getattr(prepared, "scheduler", prepared))
+        # steps every this many optimizer steps (0: never after one; interval is frozen, so this is read once)
+        self._every_steps = interval.frequency if not self.plateau and interval.interval == "step" else 0
         name = interval.monitor or metric_for_best_model or "loss"
         self.monitor = name if name.startswith("eval_") else f"eval_{name}"
 
     def after_optimizer_step(self, global_step: int) -> None:
         """Called after each optimizer step that updated the weights (global_step counts this one)."""
-        if not self.plateau and self.interval.interval == "step" and global_step % self.interval.frequency == 0:
+        every = self._every_steps
+        if every and global_step % every == 0:
             self.prepared.step()
 
     def after_epoch(self, epoch: int) -> None:

@@ -111,6 +111,13 @@ def schedule_curve(kind: str, warmup: int, total: int, options: dict) -> Callabl
     """:func:`schedule_factor` as a function of the step alone, its look-ups done once (a scheduler calls it at every
     optimizer step)."""
     curve, warms_up = SCHEDULES[kind], kind not in OWN_WARMUP
+    if curve is _linear:  # the default: _linear's division, its divisor worked out once (the same float)
+        span = float(max(1, total - warmup))
+
+        def linear(step: int) -> float:
+            return _warming(step, warmup) if step < warmup else max(0.0, float(total - step) / span)
+
+        return linear
 
     def factor(step: int) -> float:
         return _warming(step, warmup) if warms_up and step < warmup else curve(step, warmup, total, options)

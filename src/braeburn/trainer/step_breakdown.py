@@ -209,6 +209,10 @@ class StepBreakdownCallback(Callback):
         if self.unmeasurable:
             self.first_step = None
 
+    def idle_hooks(self) -> tuple[str, ...]:
+        """Asked after on_train_begin: a run that does not sample has nothing to do at its steps."""
+        return ("on_step_end",) if self.first_step is None else ()
+
     def on_step_end(self, trainer: "Trainer", state: "TrainerState") -> None:
         if self.first_step is None:
             return

@@ -174,7 +174,10 @@ class HfLogsMixin:
         return 0
 
     def _micro_batch(self, model: Any, batch: Any) -> None:
-        self.state.total_flos += float(self.floating_point_ops(batch))
+        # a tuple or list batch counts 0 (floating_point_ops): not asked, unless a subclass counts its own
+        kind, counts = type(batch), type(self).floating_point_ops
+        if kind is not tuple and kind is not list or counts is not HfLogsMixin.floating_point_ops:
+            self.state.total_flos += float(self.floating_point_ops(batch))
         super()._micro_batch(model, batch)
 
     def _save_at_stop(self) -> None:

@@ -10,7 +10,7 @@ the lists with the installed Transformers, whichever release it is (tests/compat
 
 from __future__ import annotations
 
-from typing import NoReturn
+from typing import Any, NoReturn
 
 _AUTOCAST = "a prepared model autocasts inside its forward (mixed_precision / bf16 / fp16 choose the precision)"
 _PARALLEL = "braeburn runs DDP or FSDP (TrainingArguments.strategy); no {} parallelism"
@@ -91,9 +91,32 @@ def refuse_trainer_attribute(owner: str, name: str) -> NoReturn:
                         "(docs/migrating.md, Trainer methods)")
 
 
+class _Refused:
+    """A ``transformers.Trainer`` name that braeburn.Trainer lacks, on the class: reading it raises NotInBraeburn with
+    the way out (an AttributeError, so hasattr() is False; a value set on an instance under the name is read as
+    usual). A descriptor per name rather than a ``__getattr__``: a class with ``__getattr__`` keeps Python from
+    specializing its instances' attribute reads, and a training step reads the Trainer's some fifty times."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> NoReturn:
+        refuse_trainer_attribute((owner if instance is None else type(instance)).__name__, self.name)
+
+
+def refuse_missing_on(cls: type) -> frozenset[str]:
+    """Puts a refusal on ``cls`` for each MISSING_ON_TRAINER name that no class of its MRO defines; returns them (its
+    ``__dir__`` leaves them out: they are not there)."""
+    names = frozenset(name for name in MISSING_ON_TRAINER if not any(name in vars(k) for k in cls.__mro__))
+    for name in names:
+        setattr(cls, name, _Refused(name))
+    return names
+
+
 def refuse_callback(name: str) -> NoReturn:
     raise ImportError(f"{name} is a Transformers callback that braeburn does not have: {MISSING_CALLBACKS[name]} "
                       "(docs/migrating.md)", name=name)
 
 
-__all__ = ["MISSING_CALLBACKS", "MISSING_ON_TRAINER", "SINCE", "NotInBraeburn", "refuse_callback", "refuse_trainer_attribute"]
+__all__ = ["MISSING_CALLBACKS", "MISSING_ON_TRAINER", "SINCE", "NotInBraeburn", "refuse_callback", "refuse_missing_on",
+           "refuse_trainer_attribute"]

@@ -75,13 +75,17 @@ class HfOverridableMixin:
     fills the core Trainer's hooks, calling a subclass's override where there is one."""
 
     peer_methods_called = OVERRIDABLE  # each is called where Transformers calls it
+    _micro_batch_steps = 1  # current_gradient_accumulation_steps, as _micro_batch read it for the micro-batch in hand
 
     # -- the core's hooks: a subclass's override, else braeburn's own ---------------------------------------
     def _micro_batch(self, model: torch.nn.Module, batch: Any) -> None:
         if self._overrides.training_step:  # a subclass's training_step: forward and backward
             self._overridden_training_step(model, batch)
             return
-        steps = self.current_gradient_accumulation_steps
+        steps = self.config.gradient_accumulation_steps  # 1: the window is one micro-batch, whatever the loader says
+        if steps != 1:
+            steps = self.current_gradient_accumulation_steps
+        self._micro_batch_steps = steps  # _keep_loss divides by it
         if steps == self.accelerator.gradient_accumulation_steps:  # a full window: backward divides by these already
             super()._micro_batch(model, batch)
             return
@@ -102,7 +106,7 @@ class HfOverridableMixin:
     def _keep_loss(self, loss: torch.Tensor) -> None:
         """The micro-batch's share of its step's loss, as Transformers' training_step returns it: divided by the
         window's length (a short last window's by its own); the log adds the shares and divides by the steps."""
-        steps = self.current_gradient_accumulation_steps
+        steps = self._micro_batch_steps  # the window's length, read by _micro_batch for this micro-batch
         super()._keep_loss(loss / steps if steps != 1 else loss)  # (x / 1 is x: no operator on a step without one)
 
     def _batch_loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:

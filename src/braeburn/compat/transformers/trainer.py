@@ -30,7 +30,7 @@ from .arguments import TrainingArguments, from_transformers_arguments, is_transf
 from .callbacks import adapt_callback
 from .files import TRAINING_ARGS, final_model_names, pretrained_config_files, processing_files, training_args_bytes
 from .logs import HfLogsMixin, refuse_an_all_beyond_braeburn
-from .not_here import refuse_trainer_attribute
+from .not_here import refuse_missing_on
 from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
 
@@ -89,10 +89,11 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
             with contextlib.suppress(AttributeError, TypeError):  # a config that takes no attribute (a dict)
                 model_config.use_cache = self.config.use_cache
 
-    def __getattr__(self, name: str) -> Any:
-        """Only for names not found: a Transformers Trainer name braeburn lacks is refused with its way out
-        (not_here.py); any other name is a plain AttributeError."""
-        refuse_trainer_attribute(type(self).__name__, name)
+    def __dir__(self) -> list[str]:
+        """The names there: not the Transformers Trainer names that braeburn lacks, each of which is refused with
+        its way out (not_here.py: a descriptor on the class, not a ``__getattr__``); any other missing name is a
+        plain AttributeError."""
+        return sorted(set(super().__dir__()) - (_REFUSED - set(vars(self))))
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
@@ -280,6 +281,9 @@ def _on_fallback_device(options: dict[str, Any]) -> bool:
         return True
     host = current_host()
     return not any(kind.availability(host).usable for kind in accelerator_kinds())
+
+
+_REFUSED = refuse_missing_on(Trainer)
 
 
 def _from_model_init(model_init: Callable | None) -> torch.nn.Module:
