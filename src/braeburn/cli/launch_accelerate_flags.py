@@ -57,6 +57,8 @@ def compile_from_dynamo(backend: str | None, regional: bool, compile_given: Any,
         raise ConfigError([], [f"--dynamo_backend={backend}: braeburn compiles with torch.compile's inductor backend "
                                "only. Fix: --dynamo_backend inductor (or no), or leave it out"])
     given = None if compile_given is None else _spelled(compile_given)
+    if given not in (None, "auto", "true", "false", "regional"):
+        return compile_given  # not a compile setting: --compile's own check names it, its choices and the fix
     if regional:
         if wanted == "false":
             raise ConfigError([], [f"--dynamo_backend={backend} and --dynamo_use_regional_compilation disagree: "

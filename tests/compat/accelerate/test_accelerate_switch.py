@@ -115,7 +115,8 @@ def test_the_launchers_regional_compilation_compiles_by_regions_as_in_accelerate
 
 def test_braeburn_compile_variable_wins_over_accelerates_dynamo_variables(monkeypatch, no_launcher_env):
     """`braeburn launch --compile false` (BRAEBURN_COMPILE) beside an exported ACCELERATE_DYNAMO_BACKEND: braeburn's
-    own variable wins, as docs/migrating.md says; `--compile regional` reaches Accelerator(dynamo_backend='inductor')."""
+    own variable wins, as docs/migrating.md says; `--compile regional` reaches
+    Accelerator(dynamo_backend='inductor')."""
     import braeburn
 
     monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "INDUCTOR")
