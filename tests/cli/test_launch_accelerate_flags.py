@@ -127,3 +127,21 @@ def test_a_compile_value_that_is_no_setting_is_refused_as_such_beside_dynamo_fla
     assert main(["launch", "--cpu", *flags, "--dry-run", str(target)]) != 0
     err = capsys.readouterr().err
     assert "compile = 'maybe': must be auto, true, false or regional" in err and "disagree" not in err
+
+
+def test_accelerates_other_dynamo_flags_are_refused_with_the_fix_all_at_once(tmp_path, clean_env, capsys):
+    """--dynamo_mode, --dynamo_use_fullgraph and --dynamo_use_dynamic, Accelerate's siblings of --dynamo_backend, were
+    "unrecognized arguments" with no fix; --dynamo_mode default changes nothing and is taken."""
+    target = tmp_path / "script.py"
+    target.write_text("")
+    assert main(["launch", "--cpu", "--dynamo_backend", "inductor", "--dynamo_mode", "max-autotune",
+                 "--dynamo_use_fullgraph", "--dynamo_use_dynamic", "--mixed_precision", "fp32", "--dry-run",
+                 str(target)]) != 0
+    err = capsys.readouterr().err
+    assert "4 problems in the launch settings" in err and "mixed_precision = 'fp32'" in err
+    assert "--dynamo_mode=max-autotune: braeburn launch passes no torch.compile mode" in err
+    assert "Accelerator(compile_mode='max-autotune')" in err and "--torch_compile_mode max-autotune" in err
+    assert "--dynamo_use_fullgraph: " in err and "--dynamo_use_dynamic: " in err and err.count("Fix: leave it out") == 3
+    assert main(["launch", "--cpu", "--dynamo_backend", "inductor", "--dynamo_mode", "default", "--dry-run",
+                 str(target)]) == 0
+    assert "BRAEBURN_COMPILE=true\n" in capsys.readouterr().out
