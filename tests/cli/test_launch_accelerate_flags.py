@@ -103,3 +103,45 @@ def test_dynamo_backend_inductor_keeps_a_config_files_regional_compilation(tmp_p
     assert main(["launch", "--config_file", str(path), "--dynamo_backend", "inductor", "--compile", "true",
                  "--dry-run", str(target)]) == 0  # the flag says whole: the flag wins over the file
     assert "BRAEBURN_COMPILE=true\n" in capsys.readouterr().out
+
+
+def test_a_dynamo_problem_is_said_with_every_other_problem_of_the_settings(tmp_path, clean_env, capsys):
+    """--dynamo_backend's refusal came alone, before the other flags were read: a user fixed one, ran again, and met
+    the next."""
+    target = tmp_path / "script.py"
+    target.write_text("")
+    assert main(["launch", "--cpu", "--dynamo_backend", "aot_eager", "--mixed_precision", "fp32", "--num_processes",
+                 "0", "--dry-run", str(target)]) != 0
+    err = capsys.readouterr().err
+    assert "3 problems in the launch settings" in err
+    for said in ("--dynamo_backend=aot_eager", "mixed_precision = 'fp32'", "num_processes = '0'"):
+        assert said in err
+
+
+@pytest.mark.parametrize("flags", [("--dynamo_backend", "inductor", "--compile", "maybe"),
+                                   ("--dynamo_use_regional_compilation", "--compile", "maybe")])
+def test_a_compile_value_that_is_no_setting_is_refused_as_such_beside_dynamo_flags(tmp_path, clean_env, capsys, flags):
+    """`--dynamo_backend inductor --compile maybe` said the two "disagree"; the fault is --compile's value."""
+    target = tmp_path / "script.py"
+    target.write_text("")
+    assert main(["launch", "--cpu", *flags, "--dry-run", str(target)]) != 0
+    err = capsys.readouterr().err
+    assert "compile = 'maybe': must be auto, true, false or regional" in err and "disagree" not in err
+
+
+def test_accelerates_other_dynamo_flags_are_refused_with_the_fix_all_at_once(tmp_path, clean_env, capsys):
+    """--dynamo_mode, --dynamo_use_fullgraph and --dynamo_use_dynamic, Accelerate's siblings of --dynamo_backend, were
+    "unrecognized arguments" with no fix; --dynamo_mode default changes nothing and is taken."""
+    target = tmp_path / "script.py"
+    target.write_text("")
+    assert main(["launch", "--cpu", "--dynamo_backend", "inductor", "--dynamo_mode", "max-autotune",
+                 "--dynamo_use_fullgraph", "--dynamo_use_dynamic", "--mixed_precision", "fp32", "--dry-run",
+                 str(target)]) != 0
+    err = capsys.readouterr().err
+    assert "4 problems in the launch settings" in err and "mixed_precision = 'fp32'" in err
+    assert "--dynamo_mode=max-autotune: braeburn launch passes no torch.compile mode" in err
+    assert "Accelerator(compile_mode='max-autotune')" in err and "--torch_compile_mode max-autotune" in err
+    assert "--dynamo_use_fullgraph: " in err and "--dynamo_use_dynamic: " in err and err.count("Fix: leave it out") == 3
+    assert main(["launch", "--cpu", "--dynamo_backend", "inductor", "--dynamo_mode", "default", "--dry-run",
+                 str(target)]) == 0
+    assert "BRAEBURN_COMPILE=true\n" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -316,3 +317,45 @@ def test_compile_regional_is_a_launch_setting_from_a_flag_a_file_and_accelerates
     assert resolved.problems == [] and resolved.settings.compile == "regional"
     problems = resolve_settings({"compile": "maybe"}, {}).problems
     assert "must be auto, true, false or regional" in str(problems[0])
+
+
+DYNAMO_FILES = {  # an Accelerate file's dynamo keys -> the compile setting, as `accelerate launch` reads the file
+    "top_level_wins": ("dynamo_backend: INDUCTOR\ndynamo_config:\n  dynamo_backend: 'NO'\n", True),
+    "top_level_wins_over_regional": ("dynamo_config:\n  dynamo_backend: INDUCTOR\n  dynamo_use_regional_compilation: "
+                                     "true\ndynamo_backend: INDUCTOR\n", True),
+    "top_level_no": ("dynamo_backend: 'NO'\ndynamo_config:\n  dynamo_backend: INDUCTOR\n", False),
+    "regional_beside_no": ("dynamo_config:\n  dynamo_backend: 'NO'\n  dynamo_use_regional_compilation: true\n", False),
+    "regional": ("dynamo_config:\n  dynamo_backend: INDUCTOR\n  dynamo_use_regional_compilation: true\n", "regional"),
+}
+
+
+@pytest.mark.parametrize("name", list(DYNAMO_FILES))
+def test_an_accelerate_files_dynamo_keys_mean_what_accelerate_reads(tmp_path, name):
+    """A file with both a top-level dynamo_backend and a dynamo_config: Accelerate's loader replaces dynamo_config
+    with the top-level key (braeburn took whichever came last, and says now that dynamo_config is not used);
+    regional compilation beside backend NO compiles nothing there (braeburn refused the file)."""
+    text, expected = DYNAMO_FILES[name]
+    path = tmp_path / "accelerate.yaml"
+    path.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nuse_cpu: true\nnum_processes: 1\n"
+                    "mixed_precision: 'no'\n" + text)
+    resolved = resolve_settings({}, {}, path)
+    assert resolved.problems == [] and resolved.settings.compile == expected
+    both = name.startswith("top_level")
+    assert [note.key for note in resolved.notes] == (["dynamo_config"] if both else [])
+    if both:
+        assert "replaces dynamo_config" in str(resolved.notes[0])
+    if importlib.util.find_spec("accelerate") is not None:  # Accelerate's own reading of the same file
+        from accelerate.commands.config.config_args import load_config_from_file
+
+        dynamo = load_config_from_file(str(path)).dynamo_config
+        backend = dynamo.get("dynamo_backend", "NO")
+        theirs = False if backend == "NO" else "regional" if dynamo.get("dynamo_use_regional_compilation") else True
+        assert theirs == expected
+
+
+def test_a_dynamo_option_braeburn_cannot_honour_is_named(tmp_path):
+    path = tmp_path / "accelerate.yaml"
+    path.write_text("dynamo_config:\n  dynamo_backend: INDUCTOR\n  dynamo_use_fullgraph: true\n"
+                    "  dynamo_mode: default\n")
+    [problem] = resolve_settings({}, {}, path).problems
+    assert "(dynamo_use_fullgraph cannot be honoured)" in str(problem) and "dynamo_mode" not in str(problem)

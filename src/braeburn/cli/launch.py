@@ -124,7 +124,11 @@ def launch_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The settings given as flags; torchrun's --nproc-per-node N becomes num_processes = N x num_machines;
     Accelerate's --dynamo_backend (and --dynamo_use_regional_compilation) becomes --compile."""
     flags = flag_values(args)
-    dynamo_as_compile(args, flags, lambda: resolve_settings({}, os.environ, args.config_file).settings.compile)
+    try:
+        dynamo_as_compile(args, flags, lambda: resolve_settings({}, os.environ, args.config_file).settings.compile)
+    except ConfigError as error:  # said with every other problem of the flags, the environment and the file
+        others = resolve_settings(flags, os.environ, args.config_file).problems
+        raise ConfigError(others, error.extra) from None
     per_node = getattr(args, "nproc_per_node", None)
     if per_node is None:
         return flags

@@ -24,6 +24,13 @@ def add_accelerate_flags(parser: argparse.ArgumentParser) -> None:
                         dest="dynamo_use_regional_compilation", action="store_true", default=False,
                         help="Accelerate's flag: compile the repeated blocks and the loss, the rest eager "
                         "(--compile regional)")
+    parser.add_argument("--dynamo-mode", "--dynamo_mode", dest="dynamo_mode", default=None, metavar="default",
+                        help="Accelerate's flag: only default (torch.compile's default mode); pass another mode in "
+                        "the script: Accelerator(compile_mode=...), or a Trainer's --torch_compile_mode")
+    for name in ("use_fullgraph", "use_dynamic"):
+        parser.add_argument(f"--dynamo-{name.replace('_', '-')}", f"--dynamo_{name}", dest=f"dynamo_{name}",
+                            action="store_true", default=False, help="Accelerate's flag: not supported (refused "
+                            "with the fix)")
 
 
 def _threads(text: str) -> int:
@@ -37,12 +44,38 @@ def dynamo_as_compile(args: argparse.Namespace, flags: dict[str, Any], below: Ca
     """Accelerate's --dynamo_backend and --dynamo_use_regional_compilation as braeburn's compile setting, in
     ``flags`` (see :func:`compile_from_dynamo`); ``below()``: the compile setting of the environment and the config
     file, read only for --dynamo_backend inductor without --compile."""
+    unsupported = _unsupported_dynamo_flags(args)
     backend = getattr(args, "dynamo_backend", None)
     regional = bool(getattr(args, "dynamo_use_regional_compilation", False))
     if backend is None and not regional:
+        if unsupported:
+            raise ConfigError([], unsupported)
         return
     lower = below() if "compile" not in flags and str(backend).strip().lower() == "inductor" else None
-    flags["compile"] = compile_from_dynamo(backend, regional, flags.get("compile"), lower)
+    try:
+        flags["compile"] = compile_from_dynamo(backend, regional, flags.get("compile"), lower)
+    except ConfigError as error:
+        raise ConfigError([], [*error.extra, *unsupported]) from None
+    if unsupported:
+        raise ConfigError([], unsupported)
+
+
+def _unsupported_dynamo_flags(args: argparse.Namespace) -> list[str]:
+    """Accelerate's --dynamo_mode (other than default), --dynamo_use_fullgraph and --dynamo_use_dynamic: what each
+    asks that braeburn's launch cannot pass on, and the fix."""
+    problems = []
+    mode = getattr(args, "dynamo_mode", None)
+    if mode is not None and str(mode).strip().lower() != "default":
+        problems.append(f"--dynamo_mode={mode}: braeburn launch passes no torch.compile mode to the script. Fix: "
+                        f"leave it out and pass Accelerator(compile_mode={str(mode).strip()!r}) in the script (a Trainer "
+                        f"script: --torch_compile_mode {str(mode).strip()})")
+    if getattr(args, "dynamo_use_fullgraph", False):
+        problems.append("--dynamo_use_fullgraph: braeburn compiles without fullgraph (a graph break stays allowed). "
+                        "Fix: leave it out")
+    if getattr(args, "dynamo_use_dynamic", False):
+        problems.append("--dynamo_use_dynamic: braeburn lets torch.compile choose dynamic shapes itself. Fix: leave "
+                        "it out")
+    return problems
 
 
 def compile_from_dynamo(backend: str | None, regional: bool, compile_given: Any, below: Any = None) -> str:
@@ -57,6 +90,8 @@ def compile_from_dynamo(backend: str | None, regional: bool, compile_given: Any,
         raise ConfigError([], [f"--dynamo_backend={backend}: braeburn compiles with torch.compile's inductor backend "
                                "only. Fix: --dynamo_backend inductor (or no), or leave it out"])
     given = None if compile_given is None else _spelled(compile_given)
+    if given not in (None, "auto", "true", "false", "regional"):
+        return compile_given  # not a compile setting: --compile's own check names it, its choices and the fix
     if regional:
         if wanted == "false":
             raise ConfigError([], [f"--dynamo_backend={backend} and --dynamo_use_regional_compilation disagree: "

@@ -87,6 +87,58 @@ def test_dynamo_backend_beside_compile_keeps_regional_compilation(dynamo, compil
     assert (plan.compile, plan.compile_regional, plan.compile_auto) == expected
 
 
+@pytest.mark.parametrize("env, kwargs, expected", [
+    # what `accelerate launch --dynamo_backend inductor --dynamo_use_regional_compilation` sets: by regions
+    ({"ACCELERATE_DYNAMO_BACKEND": "INDUCTOR", "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "True"}, {}, "regional"),
+    # a backend given in code: Accelerate's TorchDynamoPlugin still reads the launcher's regional compilation
+    ({"ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "yes"}, {"dynamo_backend": "inductor"}, "regional"),
+    ({"ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "1"}, {"dynamo_backend": "INDUCTOR"}, "regional"),
+    ({"ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "TRUE"}, {"dynamo_backend": "no"}, "off"),
+    ({"ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "False"}, {"dynamo_backend": "inductor"}, "whole"),
+])
+def test_the_launchers_regional_compilation_compiles_by_regions_as_in_accelerate(monkeypatch, no_launcher_env, env,
+                                                                                 kwargs, expected):
+    import braeburn
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    plan = braeburn.Accelerator(cpu=True, **kwargs).plan
+    assert {(True, True): "regional", (True, False): "whole"}.get((plan.compile, plan.compile_regional), "off") == \
+        expected
+    if importlib.util.find_spec("accelerate") is not None:  # the same variables, read by Accelerate's own plugin
+        from accelerate.utils import TorchDynamoPlugin
+
+        plugin = TorchDynamoPlugin(backend=kwargs.get("dynamo_backend"))
+        theirs = "off" if plugin.backend.value == "NO" else "regional" if plugin.use_regional_compilation else "whole"
+        assert theirs == expected
+
+
+def test_braeburn_compile_variable_wins_over_accelerates_dynamo_variables(monkeypatch, no_launcher_env):
+    """`braeburn launch --compile false` (BRAEBURN_COMPILE) beside an exported ACCELERATE_DYNAMO_BACKEND: braeburn's
+    own variable wins, as docs/migrating.md says; `--compile regional` reaches
+    Accelerator(dynamo_backend='inductor')."""
+    import braeburn
+
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "INDUCTOR")
+    monkeypatch.setenv("BRAEBURN_COMPILE", "false")
+    assert braeburn.Accelerator(cpu=True).plan.compile is False
+    monkeypatch.delenv("ACCELERATE_DYNAMO_BACKEND")
+    monkeypatch.setenv("BRAEBURN_COMPILE", "regional")
+    plan = braeburn.Accelerator(cpu=True, dynamo_backend="inductor").plan
+    assert (plan.compile, plan.compile_regional) == (True, True)
+    plan = braeburn.Accelerator(cpu=True, dynamo_backend="inductor", compile=True).plan  # asked whole in code
+    assert (plan.compile, plan.compile_regional) == (True, False)
+
+
+def test_a_regional_compilation_variable_that_is_not_a_truth_value_is_said(monkeypatch, no_launcher_env):
+    import braeburn
+
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "maybe")
+    with pytest.warns(UserWarning, match=r"ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION=maybe is not true or false "
+                                         r"and is ignored .*set it to True or False"):
+        braeburn.Accelerator(cpu=True, dynamo_backend="inductor")
+
+
 def test_dynamo_backend_and_compile_that_disagree_are_refused_all_at_once():
     import braeburn
     from braeburn.compat.accelerate.options import NotSupportedError

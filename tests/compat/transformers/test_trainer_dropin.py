@@ -161,3 +161,14 @@ def test_run_glue_flags_parse(hf_lib, tmp_path):
     assert args.train_batch_size == 8 and args.should_log and args.get_process_log_level() >= 0
     with args.main_process_first(desc="dataset map pre-processing"):
         pass
+
+
+@pytest.mark.parametrize("report_to", ["none", "all", None])
+def test_report_to_assigned_after_the_arguments_were_made_trains_as_transformers(hf_lib, tmp_path, report_to):
+    """`args.report_to = "none"` after TrainingArguments(...) (no __post_init__ stores it): Transformers' Trainer
+    reads it as given; braeburn's read the string letter by letter ("report_to='n': choose from none, ...")."""
+    tok, train, _ = _data(tmp_path, train=8, evals=0)
+    args = _args(hf_lib, tmp_path, max_steps=1)
+    args.report_to = report_to
+    trainer = hf_lib.Trainer(model=_tiny.bert(len(tok)), args=args, processing_class=tok, train_dataset=train)
+    assert trainer.train().global_step == 1

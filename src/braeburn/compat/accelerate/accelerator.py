@@ -10,7 +10,7 @@ from typing import Any
 
 from ...accelerator import core
 from ...accelerator.core import say_once
-from ...plan.envvars import MIXED_PRECISION_VAR, env_default
+from ...plan.envvars import COMPILE_VAR, MIXED_PRECISION_VAR, env_default
 from .environment import accelerate_env
 from .api import AccelerateCompat, GradientAccumulationPlugin
 from .options import accelerate_options
@@ -32,7 +32,7 @@ class Accelerator(AccelerateCompat, core.Accelerator):
                  **accelerate_kwargs: Any):
         dynamo_given = accelerate_kwargs.get("dynamo_backend") is not None
         accelerate = accelerate_options(mixed_precision, accelerate_kwargs, compile)
-        compile = accelerate.compile
+        compile = _regional_from_env(accelerate.compile, compile) if dynamo_given else accelerate.compile
         cpu, mixed_precision, gradient_accumulation_steps, compile, compile_mode = _with_accelerate_env(
             cpu, accelerate.mixed_precision, gradient_accumulation_steps, accelerate.accumulation_steps, compile,
             compile_mode, dynamo_given)
@@ -62,9 +62,19 @@ def _with_accelerate_env(cpu: bool, mixed_precision: str, steps: int, plugin_ste
                      f"gradient_accumulation_steps={steps}, as in Accelerate; unset the variable to use the argument",
                      as_warning=True)
         steps = env.gradient_accumulation_steps
-    if env.compile and not dynamo_given and compile == "auto":
-        compile, compile_mode = True, compile_mode or env.compile_mode
+    if env.compile and not dynamo_given and env_default(COMPILE_VAR, compile) == "auto":
+        compile, compile_mode = env.compile, compile_mode or env.compile_mode
     return cpu or env.cpu, mixed_precision, steps, compile, compile_mode
+
+
+def _regional_from_env(compile: Any, asked: Any) -> Any:
+    """``Accelerator(dynamo_backend="inductor")`` with ``compile`` left unset compiles by regions where the launcher
+    asked for regional compilation, as Accelerate's TorchDynamoPlugin reads ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION
+    beside a backend given in code (``braeburn launch --compile regional`` asks it with BRAEBURN_COMPILE)."""
+    if compile is not True or asked != "auto":
+        return compile
+    launched = env_default(COMPILE_VAR, "auto")
+    return "regional" if accelerate_env().regional_compilation or launched.lower() == "regional" else compile
 
 
 def accumulation_as_plugin(options: dict[str, Any]) -> dict[str, Any]:

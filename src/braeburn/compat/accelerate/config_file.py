@@ -150,14 +150,15 @@ def _dynamo_config(value: Any, out: dict[str, Any]) -> Refusal | None:
     backend = table.get("dynamo_backend", "NO")
     backend = "NO" if backend is None or backend is False else backend.upper() if isinstance(backend, str) \
         else None  # an unquoted NO: false
-    regional = backend == "INDUCTOR" and table.get("dynamo_use_regional_compilation") is True  # compile=regional
-    others = {k: v for k, v in table.items() if k != "dynamo_backend" and _DYNAMO_DEFAULTS.get(k, object()) != v
-              and not (regional and k == "dynamo_use_regional_compilation")}
+    regional = table.get("dynamo_use_regional_compilation")  # true or false; beside NO it asks nothing, as there
+    others = [k for k, v in table.items() if k != "dynamo_backend" and _DYNAMO_DEFAULTS.get(k, object()) != v
+              and not (k == "dynamo_use_regional_compilation" and isinstance(regional, bool))]
     if backend not in ("NO", "INDUCTOR") or others:
+        keys = f" ({', '.join(map(str, others))} cannot be honoured)" if others else ""
         return ("braeburn compiles with torch.compile's inductor backend and its default options only (or by "
-                "regions: dynamo_use_regional_compilation)",
+                f"regions: dynamo_use_regional_compilation: true){keys}",
                 "write dynamo_backend: INDUCTOR (or NO) and leave the other dynamo_* keys out")
-    out["compile"] = "regional" if regional else backend == "INDUCTOR"
+    out["compile"] = "regional" if backend == "INDUCTOR" and regional is True else backend == "INDUCTOR"
     return None
 
 
@@ -173,9 +174,15 @@ def settings_from_accelerate(table: Mapping[str, Any]) -> tuple[dict[str, Any], 
     """braeburn settings from an Accelerate config table (pure): (values by setting name, refusals as
     (key, value, why, fix)). Values are not yet checked by the settings' parsers."""
     out: dict[str, Any] = {"mixed_precision": "fp16" if table.get("fp16") is True else "no", "compile": False}
-    refusals = []
+    refusals, notes = [], []
     for key, value in table.items():
         refusal = None
+        if key == "dynamo_config" and "dynamo_backend" in table:  # Accelerate's file: the top-level key replaces it
+            notes.append(
+                (key, _shown(key, value), "not used: the file also has a top-level dynamo_backend, which replaces "
+                 "dynamo_config, as `accelerate launch` reads this file", "Keep one of the two; Accelerate 1.15 "
+                 "writes dynamo_config"))
+            continue
         if key in _READERS:
             refusal = _READERS[key](value, out)
         elif key in _SAME:
@@ -189,6 +196,7 @@ def settings_from_accelerate(table: Mapping[str, Any]) -> tuple[dict[str, Any], 
         if refusal is not None:
             refusals.append((key, _shown(key, value), *refusal))
     _one_process(out)
+    out["_notes"] = notes + out["_notes"]
     return out, refusals
 
 

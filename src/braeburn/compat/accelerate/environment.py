@@ -33,8 +33,11 @@ _VALUED_UNSUPPORTED = {  # these ask for something by being set at all
 _PRECISIONS = ("no", "fp16", "bf16")
 
 
+_TRUTH_WORDS = ("1", "true", "yes", "y", "t", "on", "0", "false", "no", "n", "f", "off")  # Accelerate's str_to_bool
+
+
 def _flag(value: str) -> bool:
-    return value.strip().lower() in ("1", "true", "yes", "y", "t", "on")  # Accelerate's str_to_bool
+    return value.strip().lower() in _TRUTH_WORDS[:6]  # Accelerate's str_to_bool
 
 
 @dataclass
@@ -45,6 +48,8 @@ class AccelerateEnv:
     mixed_precision: str | None = None
     gradient_accumulation_steps: int | None = None
     compile: bool | str | None = None  # True, or "regional" (ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION)
+    regional_compilation: bool = False  # ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION, whatever the backend (it also
+    # applies to Accelerator(dynamo_backend="inductor"), whose TorchDynamoPlugin reads it)
     compile_mode: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -83,8 +88,13 @@ def _read_dynamo(env: Mapping[str, str], found: AccelerateEnv) -> None:
     compile=True, or compile="regional" with regional compilation (which, as in Accelerate, asks nothing without
     a backend)."""
     backend = (env_value("ACCELERATE_DYNAMO_BACKEND", env) or "no").lower()
+    regional = env_value("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", env)
+    found.regional_compilation = regional is not None and _flag(regional)
+    if regional is not None and regional.lower() not in _TRUTH_WORDS:  # Accelerate's str_to_bool raises here
+        found.notes.append(f"ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION={regional} is not true or false and is "
+                           "ignored (Accelerate stops with 'invalid truth value'); set it to True or False")
     if backend == "inductor":
-        found.compile = "regional" if _flag(env.get("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "")) else True
+        found.compile = "regional" if found.regional_compilation else True
         mode = env_value("ACCELERATE_DYNAMO_MODE", env)
         found.compile_mode = None if mode in (None, "default") else mode
     elif backend != "no":

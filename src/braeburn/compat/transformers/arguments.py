@@ -317,6 +317,15 @@ def stored_report_to(value: Any) -> Any:
     return value if isinstance(value, list) else [value]
 
 
+def assigned_report_to(value: Any) -> list[Any]:
+    """A ``report_to`` assigned after the arguments were made (``args.report_to = "none"``), which no __post_init__
+    stored, read as Transformers' Trainer reads it (get_reporting_integration_callbacks): None and "none" are no
+    integration, "all" every one installed, a name that name, a tuple its names."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, tuple) else stored_report_to(value)
+
+
 _TRANSFORMERS_ORDER = ("mlflow", "tensorboard", "wandb")  # get_available_reporting_integrations's order
 
 

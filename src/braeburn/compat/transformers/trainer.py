@@ -26,7 +26,7 @@ from ...trainer.outputs import EvalPrediction, PredictionOutput, TrainOutput
 from ..accelerate.accelerator import Accelerator, accumulation_as_plugin
 from ..accelerate.options import DataLoaderConfiguration
 from . import hf_checkpoint
-from .arguments import TrainingArguments, from_transformers_arguments, is_transformers_arguments
+from .arguments import TrainingArguments, assigned_report_to, from_transformers_arguments, is_transformers_arguments
 from .callbacks import adapt_callback
 from .files import TRAINING_ARGS, final_model_names, pretrained_config_files, processing_files, training_args_bytes
 from .logs import HfLogsMixin, refuse_an_all_beyond_braeburn
@@ -70,7 +70,10 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         if is_transformers_arguments(args):  # the script kept `from transformers import TrainingArguments`
             args = from_transformers_arguments(args)
-        refuse_an_all_beyond_braeburn(getattr(config or args, "report_to", None))
+        given = config or args
+        if given is not None and not isinstance(getattr(given, "report_to", []), list):
+            given.report_to = assigned_report_to(given.report_to)  # assigned after the arguments were made
+        refuse_an_all_beyond_braeburn(getattr(given, "report_to", None))
         super().__init__(model, config or args or TrainingArguments(), train_dataset=train_dataset,
                          eval_dataset=eval_dataset, collate_fn=collate_fn or data_collator,
                          processing_class=processing_class or tokenizer, loss_fn=loss_fn,
