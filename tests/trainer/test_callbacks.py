@@ -283,6 +283,10 @@ def test_a_step_hook_a_callback_calls_idle_is_not_called_in_that_run():
     callbacks.on_train_begin(None, state)  # the next run asks again
     callbacks.on_step_end(None, state)
     assert sometimes.steps == 2
+    sometimes.idle_hooks = lambda: ("on_step_end",)  # set on the instance: answers too
+    callbacks.on_train_begin(None, state)
+    callbacks.on_step_end(None, state)
+    assert sometimes.steps == 2
 
 
 def test_a_subclass_that_overrides_an_idle_step_hook_of_a_built_in_callback_is_still_called(tmp_path):

@@ -103,7 +103,8 @@ def _idle(handler: Any, hook: str) -> bool:
     if not callable(idle_hooks) or hook not in idle_hooks():
         return False
     mro = type(callback).__mro__
-    answers = next((k for k in mro if "idle_hooks" in vars(k)), None)
+    answers = mro[0] if "idle_hooks" in getattr(callback, "__dict__", ()) else next(  # (one set on the instance)
+        (k for k in mro if "idle_hooks" in vars(k)), None)
     defines = next((k for k in mro if hook in vars(k)), None)
     return answers is not None and defines is not None and issubclass(answers, defines)
 
