@@ -92,6 +92,9 @@ def test_a_subclass_or_mixin_that_defines_a_missing_name_has_it_and_lists_it(tra
         def hyperparameter_search(self, *args, **kwargs):
             return "own"
 
+        def base_search(self):
+            return super().hyperparameter_search()  # refused: braeburn.Trainer has none
+
     class Smoothing:
         def hyperparameter_search(self, *args, **kwargs):
             return "mixin"
@@ -112,3 +115,5 @@ def test_a_subclass_or_mixin_that_defines_a_missing_name_has_it_and_lists_it(tra
     assert getattr(Mixed, "label_smoother") is vars(Smoothing)["label_smoother"]
     ours.__class__ = Search
     assert ours.hyperparameter_search() == "own" and not hasattr(ours, "label_smoother")
+    with pytest.raises(NotInBraeburn, match="Trainer.hyperparameter_search"):
+        ours.base_search()

@@ -102,7 +102,7 @@ class _Refused:
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         cls = owner if instance is None else type(instance)
-        value = _defined_beyond(cls, self.name)  # a class after braeburn.Trainer in the MRO (a mixin) gives it
+        value = _defined_beyond(cls, self.name, self)  # a class after braeburn.Trainer in the MRO (a mixin) gives it
         if value is _ABSENT:
             refuse_trainer_attribute(cls.__name__, self.name)
         return value.__get__(instance, cls) if hasattr(type(value), "__get__") else value
@@ -111,12 +111,17 @@ class _Refused:
 _ABSENT = object()
 
 
-def _defined_beyond(cls: type, name: str) -> Any:
-    """``name`` as the first class of ``cls``'s MRO that defines it other than by a refusal gives it, else _ABSENT: a
-    mixin listed after braeburn.Trainer (``class T(braeburn.Trainer, Mixin)``) keeps the names it gives."""
+def _defined_beyond(cls: type, name: str, refusal: _Refused | None = None) -> Any:
+    """``name`` as the first class of ``cls``'s MRO that defines it other than by a refusal gives it (after the class
+    that holds ``refusal``, when given: a subclass's ``super().name`` reaches the refusal, not the subclass's own
+    again), else _ABSENT: a mixin listed after braeburn.Trainer (``class T(braeburn.Trainer, Mixin)``) keeps the
+    names it gives."""
+    past = refusal is None
     for klass in cls.__mro__:
         value = vars(klass).get(name, _ABSENT)
-        if value is not _ABSENT and not isinstance(value, _Refused):
+        if value is refusal:
+            past = True
+        elif past and value is not _ABSENT and not isinstance(value, _Refused):
             return value
     return _ABSENT
 
