@@ -224,3 +224,17 @@ def test_a_tensor_datasets_default_batches_are_yielded_as_collated_with_no_check
     assert not data_module.collates_ready(DataLoader(dataset, batch_size=2), torch.device("meta"), True)
     list(DeviceDataLoader(DataLoader(dataset, batch_size=2, collate_fn=lambda s: [t for t in zip(*s)]), CPU))
     assert len(checked) == 3  # another collate: each batch checked
+
+
+def test_tensors_a_tensor_dataset_is_given_mid_epoch_are_checked_as_they_come():
+    """The once-an-epoch check holds for the tensors the dataset had when the epoch began: float64 tensors given to it
+    part way through (a curriculum callback, say) are cast on the way, as each batch was before the check moved."""
+    dataset = TensorDataset(torch.randn(6, 3), torch.arange(6))
+    loader = DeviceDataLoader(DataLoader(dataset, batch_size=2), CPU, float64_to_float32="the model is float32")
+    dtypes = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the cast's one line
+        for batch in loader:
+            dtypes.append(batch[0].dtype)
+            dataset.tensors = (dataset.tensors[0].double(), dataset.tensors[1])
+    assert dtypes == [torch.float32] * 3

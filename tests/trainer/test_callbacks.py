@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from types import SimpleNamespace
@@ -10,6 +11,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
+import braeburn
 from braeburn.trainer import Trainer, TrainingConfig
 from braeburn.trainer import config as config_module
 from braeburn.trainer.callbacks import HOOKS, Callback, CallbackList
@@ -281,3 +283,41 @@ def test_a_step_hook_a_callback_calls_idle_is_not_called_in_that_run():
     callbacks.on_train_begin(None, state)  # the next run asks again
     callbacks.on_step_end(None, state)
     assert sometimes.steps == 2
+    sometimes.idle_hooks = lambda: ("on_step_end",)  # set on the instance: answers too
+    callbacks.on_train_begin(None, state)
+    callbacks.on_step_end(None, state)
+    assert sometimes.steps == 2
+
+
+def test_a_subclass_that_overrides_an_idle_step_hook_of_a_built_in_callback_is_still_called(tmp_path):
+    """The options callback says on_step_end is idle without logging_first_step and torch_empty_cache_steps; a
+    user's subclass that overrides on_step_end (and not idle_hooks) has its own work there: it is called."""
+    from braeburn.compat.transformers.callbacks import HfOptionsCallback
+
+    class CountingOptions(HfOptionsCallback):
+        def __init__(self):
+            super().__init__()
+            self.steps = 0
+
+        def on_step_end(self, trainer, state):
+            super().on_step_end(trainer, state)
+            self.steps += 1
+
+    class KnowsItsOwn(CountingOptions):
+        def idle_hooks(self):  # a subclass that answers for its own hook: believed
+            return ("on_step_end",)
+
+    counted = []
+    for kind in (CountingOptions, KnowsItsOwn):
+        config = braeburn.TrainingConfig(output_dir=str(tmp_path / kind.__name__), per_device_train_batch_size=4,
+                                         num_train_epochs=1, save_strategy="no", use_cpu=True, report_to="none")
+        dataset = torch.utils.data.TensorDataset(torch.randn(12, 4), torch.randint(0, 2, (12,)))
+        with contextlib.redirect_stdout(io.StringIO()):
+            trainer = braeburn.Trainer(torch.nn.Linear(4, 2), config, train_dataset=dataset,
+                                       loss_fn=torch.nn.functional.cross_entropy)
+            trainer.remove_callback(HfOptionsCallback)
+            callback = kind()
+            trainer.add_callback(callback)
+            trainer.train()
+        counted.append(callback.steps)
+    assert counted == [3, 0]

@@ -222,7 +222,12 @@ def test_a_subclass_that_counts_its_own_flos_is_asked_for_a_tuple_batch(tmp_path
     with contextlib.redirect_stdout(io.StringIO()):
         trainer = Counting(_model(), config, train_dataset=_data(3), loss_fn=torch.nn.functional.cross_entropy)
         trainer.train()
-    assert trainer.state.total_flos == 21
+        assert trainer.state.total_flos == 21
+        # a function set on the instance is asked too, as Transformers' loop calls self.floating_point_ops
+        trainer = braeburn.Trainer(_model(), config, train_dataset=_data(3), loss_fn=torch.nn.functional.cross_entropy)
+        trainer.floating_point_ops = lambda inputs: 5
+        trainer.train()
+    assert trainer.state.total_flos == 15
 
 
 def test_no_class_of_the_trainer_defines_getattr_so_its_attribute_reads_specialize():

@@ -423,6 +423,8 @@ class DeviceDataLoader:
         total = self._length()
         reason = self.float64_to_float32  # asked once an epoch: the model is prepared before its batches are drawn
         ready = total is not None and collates_ready(self.loader, self.device, reason is None)  # each batch as it is
+        dataset = self.loader.dataset
+        tensors = dataset.tensors if ready else None  # (tensors the dataset is given mid-epoch: checked as they come)
         if total is None:  # an IterableDataset without a length: one batch ahead tells the last one
             # each batch on the device before the next is collated, as Accelerate's loaders do: a collator that
             # fills the same dict or list each time must not change the batch about to be yielded
@@ -434,7 +436,8 @@ class DeviceDataLoader:
             if total is None:
                 batch, last = item  # on the device already
             else:
-                batch, last = item if ready else self._on_device(item, reason), self.batches_yielded >= total
+                as_is = ready and dataset.tensors is tensors
+                batch, last = item if as_is else self._on_device(item, reason), self.batches_yielded >= total
             self.tracker.end_of_dataloader = self.end_of_dataloader = last
             self.tracker.remainder = self._remainder() if last else -1
             yield batch

@@ -95,9 +95,18 @@ def check_callback(callback: Any) -> None:
 
 
 def _idle(handler: Any, hook: str) -> bool:
-    """Whether the callback of ``handler`` says ``hook`` has nothing to do in this run (its ``idle_hooks()``)."""
-    idle_hooks = getattr(getattr(handler, "__self__", None), "idle_hooks", None)
-    return callable(idle_hooks) and hook in idle_hooks()
+    """Whether the callback of ``handler`` says ``hook`` has nothing to do in this run (its ``idle_hooks()``). A
+    subclass that overrides ``hook`` below the class whose ``idle_hooks`` answers (a user's subclass of a built-in
+    callback) may have work there that answer does not know of: its hook is called."""
+    callback = getattr(handler, "__self__", None)
+    idle_hooks = getattr(callback, "idle_hooks", None)
+    if not callable(idle_hooks) or hook not in idle_hooks():
+        return False
+    mro = type(callback).__mro__
+    answers = mro[0] if "idle_hooks" in getattr(callback, "__dict__", ()) else next(  # (one set on the instance)
+        (k for k in mro if "idle_hooks" in vars(k)), None)
+    defines = next((k for k in mro if hook in vars(k)), None)
+    return answers is not None and defines is not None and issubclass(answers, defines)
 
 
 class CallbackList:

@@ -78,3 +78,42 @@ def test_transformers_callbacks_refused_on_import(name):
     with pytest.raises(ImportError, match=f"{name} is a Transformers callback") as raised:
         exec(f"from braeburn import {name}", {})
     assert MISSING_CALLBACKS[name] in str(raised.value)
+
+
+def test_a_subclass_or_mixin_that_defines_a_missing_name_has_it_and_lists_it(trainers):
+    """The refusals sit on braeburn.Trainer's class: a subclass's own method under a refused name is listed by dir(),
+    and a mixin listed after braeburn.Trainer gives its names (a method, a property) as it did before the refusals
+    left __getattr__; a name still missing is refused and left out of dir()."""
+    import braeburn
+
+    _, ours = trainers
+
+    class Search(braeburn.Trainer):
+        def hyperparameter_search(self, *args, **kwargs):
+            return "own"
+
+        def base_search(self):
+            return super().hyperparameter_search()  # refused: braeburn.Trainer has none
+
+    class Smoothing:
+        def hyperparameter_search(self, *args, **kwargs):
+            return "mixin"
+
+        @property
+        def label_smoother(self):
+            return "smoothed"
+
+    class Mixed(braeburn.Trainer, Smoothing):
+        pass
+
+    for kind in (Search, Mixed):
+        ours.__class__ = kind  # the same instance read through each class (no second Trainer built)
+        assert "hyperparameter_search" in dir(ours) and "deepspeed" not in dir(ours)
+        with pytest.raises(NotInBraeburn):
+            ours.deepspeed
+    assert ours.hyperparameter_search() == "mixin" and ours.label_smoother == "smoothed"
+    assert getattr(Mixed, "label_smoother") is vars(Smoothing)["label_smoother"]
+    ours.__class__ = Search
+    assert ours.hyperparameter_search() == "own" and not hasattr(ours, "label_smoother")
+    with pytest.raises(NotInBraeburn, match="Trainer.hyperparameter_search"):
+        ours.base_search()

@@ -174,9 +174,11 @@ class HfLogsMixin:
         return 0
 
     def _micro_batch(self, model: Any, batch: Any) -> None:
-        # a tuple or list batch counts 0 (floating_point_ops): not asked, unless a subclass counts its own
+        # a tuple or list batch counts 0 (floating_point_ops): not asked, unless a subclass (or a function set on the
+        # instance, which Transformers' loop calls too) counts its own
         kind, counts = type(batch), type(self).floating_point_ops
-        if kind is not tuple and kind is not list or counts is not HfLogsMixin.floating_point_ops:
+        if (kind is not tuple and kind is not list or counts is not HfLogsMixin.floating_point_ops
+                or "floating_point_ops" in self.__dict__):
             self.state.total_flos += float(self.floating_point_ops(batch))
         super()._micro_batch(model, batch)
 

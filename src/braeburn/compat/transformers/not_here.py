@@ -100,8 +100,36 @@ class _Refused:
     def __init__(self, name: str):
         self.name = name
 
-    def __get__(self, instance: Any, owner: type | None = None) -> NoReturn:
-        refuse_trainer_attribute((owner if instance is None else type(instance)).__name__, self.name)
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        cls = owner if instance is None else type(instance)
+        value = _defined_beyond(cls, self.name, self)  # a class after braeburn.Trainer in the MRO (a mixin) gives it
+        if value is _ABSENT:
+            refuse_trainer_attribute(cls.__name__, self.name)
+        return value.__get__(instance, cls) if hasattr(type(value), "__get__") else value
+
+
+_ABSENT = object()
+
+
+def _defined_beyond(cls: type, name: str, refusal: _Refused | None = None) -> Any:
+    """``name`` as the first class of ``cls``'s MRO that defines it other than by a refusal gives it (after the class
+    that holds ``refusal``, when given: a subclass's ``super().name`` reaches the refusal, not the subclass's own
+    again), else _ABSENT: a mixin listed after braeburn.Trainer (``class T(braeburn.Trainer, Mixin)``) keeps the
+    names it gives."""
+    past = refusal is None
+    for klass in cls.__mro__:
+        value = vars(klass).get(name, _ABSENT)
+        if value is refusal:
+            past = True
+        elif past and value is not _ABSENT and not isinstance(value, _Refused):
+            return value
+    return _ABSENT
+
+
+def refused_on(instance: Any, names: frozenset[str]) -> set[str]:
+    """Those of ``names`` that reading on ``instance`` refuses: set neither on it nor by a class of its type (a
+    subclass or mixin that defines one has it; ``dir()`` lists it)."""
+    return {name for name in names if name not in vars(instance) and _defined_beyond(type(instance), name) is _ABSENT}
 
 
 def refuse_missing_on(cls: type) -> frozenset[str]:
@@ -119,4 +147,4 @@ def refuse_callback(name: str) -> NoReturn:
 
 
 __all__ = ["MISSING_CALLBACKS", "MISSING_ON_TRAINER", "SINCE", "NotInBraeburn", "refuse_callback", "refuse_missing_on",
-           "refuse_trainer_attribute"]
+           "refuse_trainer_attribute", "refused_on"]

@@ -30,7 +30,7 @@ from .arguments import TrainingArguments, assigned_report_to, from_transformers_
 from .callbacks import adapt_callback
 from .files import TRAINING_ARGS, final_model_names, pretrained_config_files, processing_files, training_args_bytes
 from .logs import HfLogsMixin, refuse_an_all_beyond_braeburn
-from .not_here import refuse_missing_on
+from .not_here import refuse_missing_on, refused_on
 from .overrides import HfOverridableMixin, Overrides
 from .trainer_api import HfTrainerMixin, resolve_training_parts
 
@@ -96,7 +96,7 @@ class Trainer(HfLogsMixin, HfTrainerMixin, HfOverridableMixin, core.CoreTrainer)
         """The names there: not the Transformers Trainer names that braeburn lacks, each of which is refused with
         its way out (not_here.py: a descriptor on the class, not a ``__getattr__``); any other missing name is a
         plain AttributeError."""
-        return sorted(set(super().__dir__()) - (_REFUSED - set(vars(self))))
+        return sorted(set(super().__dir__()) - refused_on(self, _REFUSED))
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
