@@ -70,21 +70,29 @@ def child(args) -> None:
                                "compile_stats": stats.as_dict() if stats else None}), flush=True)
 
 
-def run(args, compile_value: str, max_steps: int, marks: list[int], stop: int, label: str) -> dict:
-    workdir = Path(args.out) / "work" / label
-    cache = tempfile.mkdtemp(prefix=f"inductor-{label}-", dir=args.caches)  # cold: nothing compiled before
-    command = [sys.executable, __file__, "--child", "--compile", compile_value, "--max-steps", str(max_steps),
-               "--marks", ",".join(map(str, marks)), "--stop", str(stop), "--workdir", str(workdir),
-               "--gpt2-cache", args.gpt2_cache] + (["--tiny"] if args.tiny else [])
-    started = time.time()  # the child's marks count from here: its process start, imports included
+def cold_child(command: list[str], cache: str, log: Path) -> tuple[float, subprocess.CompletedProcess, str]:
+    """Runs a benchmark's child process with ``cache`` as its (empty) compile cache and this checkout's braeburn,
+    writes the command and its output to ``log``; returns when it started (the child's marks count from there, its
+    imports included: BENCH_T0), the finished process and its output."""
+    started = time.time()
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "BENCH_T0": repr(started),
            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1] / "src"),
                                                        os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     output = done.stdout + done.stderr
-    (Path(args.out) / "logs").mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "logs" / f"{label}.log").write_text(" ".join(command) + "\n\n" + output)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(" ".join(command) + "\n\n" + output)
+    return started, done, output
+
+
+def run(args, compile_value: str, max_steps: int, marks: list[int], stop: int, label: str) -> dict:
+    workdir = Path(args.out) / "work" / label
+    cache = tempfile.mkdtemp(prefix=f"inductor-{label}-", dir=args.caches)  # cold: nothing compiled before
+    command = [sys.executable, __file__, "--child", "--compile", compile_value, "--max-steps", str(max_steps),
+               "--marks", ",".join(map(str, marks)), "--stop", str(stop), "--workdir", str(workdir),
+               "--gpt2-cache", args.gpt2_cache] + (["--tiny"] if args.tiny else [])
+    started, done, output = cold_child(command, cache, Path(args.out) / "logs" / f"{label}.log")
     result = {"label": label, "compile": compile_value, "max_steps": max_steps, "stop": stop,
               "process_seconds": round(time.time() - started, 2), "returncode": done.returncode}
     tagged = [line for line in output.splitlines() if line.startswith(RESULT)]

@@ -24,11 +24,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compile_lengths import cold_child  # noqa: E402  (a child with an empty compile cache, logged)
 
 RESULT = "COMPILE_START_RESULT "
 MARKED_STEPS = (1, 3)
@@ -102,15 +104,7 @@ def run(args, mode: str, label: str) -> dict:
     command = [sys.executable, __file__, "--child", "--mode", mode, "--stop", str(args.stop), "--max-steps",
                str(args.max_steps), "--workdir", str(Path(args.work) / label)]
     command += ["--tiny"] * args.tiny + ["--cpu-compiles"] * args.cpu_compiles
-    started = time.time()
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "BENCH_T0": repr(started), "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1] / "src"),
-                                                       os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
-    output = done.stdout + done.stderr
-    (Path(args.out) / "logs").mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "logs" / f"{label}.log").write_text(" ".join(command) + "\n\n" + output)
+    started, done, output = cold_child(command, cache, Path(args.out) / "logs" / f"{label}.log")
     result = {"label": label, "mode": mode, "process_seconds": round(time.time() - started, 3),
               "returncode": done.returncode}
     tagged = [line for line in output.splitlines() if line.startswith(RESULT)]
