@@ -33,11 +33,11 @@ _VALUED_UNSUPPORTED = {  # these ask for something by being set at all
 _PRECISIONS = ("no", "fp16", "bf16")
 
 
-_TRUTH_WORDS = ("1", "true", "yes", "y", "t", "on", "0", "false", "no", "n", "f", "off")  # Accelerate's str_to_bool
+TRUTH_WORDS = ("1", "true", "yes", "y", "t", "on", "0", "false", "no", "n", "f", "off")  # Accelerate's str_to_bool
 
 
 def _flag(value: str) -> bool:
-    return value.strip().lower() in _TRUTH_WORDS[:6]  # Accelerate's str_to_bool
+    return value.strip().lower() in TRUTH_WORDS[:6]  # Accelerate's str_to_bool
 
 
 @dataclass
@@ -90,7 +90,7 @@ def _read_dynamo(env: Mapping[str, str], found: AccelerateEnv) -> None:
     backend = (env_value("ACCELERATE_DYNAMO_BACKEND", env) or "no").lower()
     regional = env_value("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", env)
     found.regional_compilation = regional is not None and _flag(regional)
-    if regional is not None and regional.lower() not in _TRUTH_WORDS:  # Accelerate's str_to_bool raises here
+    if regional is not None and regional.lower() not in TRUTH_WORDS:  # Accelerate's str_to_bool raises here
         found.notes.append(f"ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION={regional} is not true or false and is "
                            "ignored (Accelerate stops with 'invalid truth value'); set it to True or False")
     if backend == "inductor":
