@@ -24,6 +24,7 @@ from typing import Any, Iterator
 
 from ...plan.rules import OptionError
 from ...trainer.config import CoreTrainingConfig
+from .setters import TransformersSetters
 
 
 # The reason for each refused field is kept out of its metadata on purpose: Transformers' HfArgumentParser
@@ -248,7 +249,7 @@ class HfArgumentsMixin:
 
 
 @dataclass
-class TrainingArguments(CoreTrainingConfig, HfArgumentsMixin, UnsupportedFields):
+class TrainingArguments(CoreTrainingConfig, HfArgumentsMixin, TransformersSetters, UnsupportedFields):
     """How to train, as Transformers' ``TrainingArguments`` says it: braeburn's TrainingConfig, whose fields carry
     Transformers' names, with every other field of Transformers' class refused when set (UnsupportedFields) and
     what scripts read off it (HfArgumentsMixin), and Transformers' defaults. ``braeburn.TrainingConfig`` is this
