@@ -34,18 +34,20 @@ class TransformersSetters:
     """The ``set_*`` helpers of Transformers' TrainingArguments (module doc)."""
 
     def _set(self, setter: str, values: dict[str, Any]) -> Any:
-        from .arguments import UNSUPPORTED_INSTEAD, UnsupportedFields
-
-        defaults = UnsupportedFields()
-        errors = [OptionError(name, value, f"(from {setter}) is a Transformers option braeburn does not support: "
-                              f"{UNSUPPORTED_INSTEAD[name]}")
-                  for name, value in values.items() if name in UNSUPPORTED_INSTEAD
-                  and value != getattr(defaults, name) and not (not value and not getattr(defaults, name))]
+        errors = self._setter_refusals(setter, values)
         if errors:
             raise ConfigError(errors)
         for name, value in values.items():
             setattr(self, name, value)
         return self
+
+    def _setter_refusals(self, setter: str, values: dict[str, Any]) -> list[OptionError]:
+        """The values braeburn cannot honour (the class that mixes this in knows which)."""
+        raise NotImplementedError
+
+    def _stored_report_to(self, value: Any) -> Any:
+        """``report_to`` as the field stores it (the class that mixes this in knows how)."""
+        raise NotImplementedError
 
     def set_training(self, learning_rate: float = 5e-5, batch_size: int = 8, weight_decay: float = 0,
                      num_epochs: float = 3, max_steps: int = -1, gradient_accumulation_steps: int = 1, seed: int = 42,
@@ -83,20 +85,17 @@ class TransformersSetters:
         """As Transformers', except that ``nan_inf_filter`` and ``on_each_node`` keep their fields at True (the
         setter's defaults, False, are not braeburn's: it logs on the main process only, and a NaN/inf loss is
         nan_policy's to stop or skip, never logged); ``report_to`` is stored as the field stores it."""
-        from .arguments import stored_report_to
-
         return self._set("set_logging", dict(
             logging_strategy=_strategy(strategy, _STRATEGIES, steps), logging_steps=steps,
-            report_to=stored_report_to(report_to), log_level=level, logging_first_step=first_step,
+            report_to=self._stored_report_to(report_to), log_level=level, logging_first_step=first_step,
             log_level_replica=replica_level))
 
     def set_push_to_hub(self, model_id: str, strategy: Any = "every_save", token: str | None = None,
                         private_repo: bool | None = None, always_push: bool = False,
                         revision: str | None = None) -> Any:
-        from .arguments import UNSUPPORTED_INSTEAD
-
-        raise ConfigError([OptionError("set_push_to_hub", model_id, "braeburn does not push to the Hub: "
-                                       f"{UNSUPPORTED_INSTEAD['push_to_hub'].removeprefix('braeburn does not upload; ')}")])
+        return self._set("set_push_to_hub", dict(  # refused: braeburn does not upload
+            push_to_hub=True, hub_model_id=model_id, hub_strategy=_plain(strategy), hub_token=token,
+            hub_private_repo=private_repo, hub_always_push=always_push, hub_revision=revision))
 
     def set_optimizer(self, name: Any = "adamw_torch", learning_rate: float = 5e-5, weight_decay: float = 0,
                       beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, args: str | None = None) -> Any:
