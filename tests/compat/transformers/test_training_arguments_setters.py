@@ -87,7 +87,7 @@ def test_a_setter_argument_braeburn_cannot_honour_is_refused_before_anything_cha
 
 def test_set_push_to_hub_is_refused_with_the_fix(tmp_path):
     args = braeburn.TrainingArguments(output_dir=str(tmp_path))
-    with pytest.raises(ConfigError, match=r"push_to_hub=True \(from set_push_to_hub\).*huggingface-cli upload"):
+    with pytest.raises(ConfigError, match=r"push_to_hub=True: \(from set_push_to_hub\).*huggingface-cli upload"):
         args.set_push_to_hub("me/model")
     assert args.push_to_hub is False
 
