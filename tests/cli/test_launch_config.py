@@ -359,3 +359,30 @@ def test_a_dynamo_option_braeburn_cannot_honour_is_named(tmp_path):
                     "  dynamo_mode: default\n")
     [problem] = resolve_settings({}, {}, path).problems
     assert "(dynamo_use_fullgraph cannot be honoured)" in str(problem) and "dynamo_mode" not in str(problem)
+
+
+@pytest.mark.parametrize("value, expected", [('"true"', "regional"), ("'True'", "regional"), ('"yes"', "regional"),
+                                             ('"false"', True), ("'0'", True)])
+def test_a_quoted_regional_compilation_flag_is_read_as_accelerate_reads_it(tmp_path, value, expected):
+    """`accelerate launch` passes dynamo_use_regional_compilation on as text and TorchDynamoPlugin reads it with
+    str_to_bool, so a quoted "true" compiles by regions there (braeburn refused the file)."""
+    from accelerate.utils import TorchDynamoPlugin
+
+    path = tmp_path / "accelerate.yaml"
+    path.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nuse_cpu: true\nnum_processes: 1\n"
+                    f"dynamo_config:\n  dynamo_backend: INDUCTOR\n  dynamo_use_regional_compilation: {value}\n")
+    resolved = resolve_settings({}, {}, path)
+    assert resolved.problems == [] and resolved.settings.compile == expected
+    import yaml
+    text = str(yaml.safe_load(path.read_text())["dynamo_config"]["dynamo_use_regional_compilation"])
+    with pytest.MonkeyPatch.context() as env:  # what the launcher's variable makes of it in Accelerate
+        env.setenv("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", text)
+        assert TorchDynamoPlugin(backend="inductor").use_regional_compilation is (expected == "regional")
+
+
+def test_a_quoted_regional_compilation_word_that_is_no_truth_value_is_still_refused(tmp_path):
+    path = tmp_path / "accelerate.yaml"
+    path.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nuse_cpu: true\nnum_processes: 1\n"
+                    "dynamo_config:\n  dynamo_backend: INDUCTOR\n  dynamo_use_regional_compilation: 'maybe'\n")
+    [problem] = resolve_settings({}, {}, path).problems
+    assert "dynamo_use_regional_compilation" in str(problem)

@@ -290,9 +290,10 @@ class CoreTrainingConfig:
         for name, choices in (("eval_strategy", STRATEGIES),
                               ("save_strategy", STRATEGIES), ("nan_policy", NAN_POLICIES)):
             need(getattr(self, name) in choices, name, f"choose one of {', '.join(choices)}")
-        need("tensorboard" not in (self.report_to or []) or tensorboard_installed(), "report_to",
-             "needs the tensorboard package, which is not installed; pip install tensorboard, or pass "
-             "--report_to all (TensorBoard when installed) or none")
+        if "tensorboard" in (self.report_to or []) and not tensorboard_installed() and "report_to" not in out_of_range:
+            errors.append(OptionError("report_to", "tensorboard", "needs the tensorboard package, which is not "
+                                      "installed; pip install tensorboard, or pass --report_to all (TensorBoard when "
+                                      "installed) or none"))  # the value that needs it, not the whole list
         need(self.fsdp_units in FSDP_UNITS, "fsdp_units", f"choose one of {', '.join(FSDP_UNITS)}")
         need(self.fsdp_units == "auto" or self.strategy != "ddp", "fsdp_units",
              "shapes FSDP's units, but --strategy is ddp; pass --strategy fsdp, or leave --fsdp_units at auto")

@@ -145,3 +145,14 @@ def test_a_tensorboard_that_fails_on_import_is_refused_at_trainer_with_the_way_o
         assert_refused(refused.value, ["report_to", "TensorBoard", "RuntimeError: this tensorboard is broken"],
                        ["pip install --force-reinstall tensorboard", "'none'"])
     assert not (run.folder / "out").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("report_to", ["tensorboard", ["tensorboard"], ["wandb", "tensorboard"]])
+def test_the_missing_tensorboard_package_names_the_value_that_needs_it(monkeypatch, tmp_path, report_to):
+    from braeburn import TrainingConfig
+
+    monkeypatch.setattr("braeburn.trainer.config.tensorboard_installed", lambda: False)
+    [error] = [e for e in TrainingConfig(output_dir=str(tmp_path), report_to=report_to).validate()
+               if "needs the tensorboard package" in str(e)]
+    assert error.option == "report_to" and error.value == "tensorboard"
+    assert "report_to='tensorboard'" in str(error) or "report_to=tensorboard" in str(error)

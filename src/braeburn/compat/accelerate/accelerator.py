@@ -11,9 +11,11 @@ from typing import Any
 from ...accelerator import core
 from ...accelerator.core import say_once
 from ...plan.envvars import COMPILE_VAR, MIXED_PRECISION_VAR, env_default
-from .environment import accelerate_env
+from ...plan.rules import OptionError
+from .environment import AccelerateEnv, accelerate_env
 from .api import AccelerateCompat, GradientAccumulationPlugin
-from .options import accelerate_options
+from .options import NotSupportedError, accelerate_options
+from .state import DynamoBackend, TorchDynamoPlugin
 
 
 class Accelerator(AccelerateCompat, core.Accelerator):
@@ -41,6 +43,7 @@ class Accelerator(AccelerateCompat, core.Accelerator):
                          seed, mps_fallback, step_scheduler_with_optimizer, compile_backend, compile_mode,
                          data_seed=accelerate.data_seed, ddp_options=accelerate.ddp_options,
                          process_group_timeout=accelerate.process_group_timeout, fsdp_units=fsdp_units)
+        self._dynamo_plugin = _dynamo_plugin(self.plan, self.compile_mode, accelerate_env())
 
 
 def _with_accelerate_env(cpu: bool, mixed_precision: str, steps: int, plugin_steps: int | None, compile: Any,
@@ -64,7 +67,29 @@ def _with_accelerate_env(cpu: bool, mixed_precision: str, steps: int, plugin_ste
         steps = env.gradient_accumulation_steps
     if env.compile and not dynamo_given and env_default(COMPILE_VAR, compile) == "auto":
         compile, compile_mode = env.compile, compile_mode or env.compile_mode
+        _check_dynamo_options(env)
+    elif dynamo_given and compile:  # dynamo_backend="inductor": its TorchDynamoPlugin reads ACCELERATE_DYNAMO_*
+        compile_mode = compile_mode or env.compile_mode
+        _check_dynamo_options(env)
     return cpu or env.cpu, mixed_precision, steps, compile, compile_mode
+
+
+def _check_dynamo_options(env: AccelerateEnv) -> None:
+    """Where braeburn compiles as Accelerate's backend asks: refuse the ACCELERATE_DYNAMO_* values it cannot
+    honour, all at once, and say the ones whose difference changes no result."""
+    if env.dynamo_refusals:
+        raise NotSupportedError([OptionError(name, value, why) for name, value, why in env.dynamo_refusals])
+    for note in env.dynamo_notes:
+        say_once(f"braeburn: {note}", as_warning=True)
+
+
+def _dynamo_plugin(plan: Any, compile_mode: str | None, env: AccelerateEnv) -> TorchDynamoPlugin:
+    """``accelerator.state.dynamo_plugin``: the TorchDynamoPlugin Accelerate would hold for these settings (backend
+    INDUCTOR where compiling was asked, NO for compile=False or "auto", which decides per model)."""
+    asked = plan.compile and not plan.compile_auto
+    return TorchDynamoPlugin(backend=DynamoBackend.INDUCTOR if asked else DynamoBackend.NO,
+                             mode=compile_mode or env.dynamo_mode, fullgraph=env.fullgraph, dynamic=env.dynamic,
+                             use_regional_compilation=bool(plan.compile_regional) or env.regional_compilation)
 
 
 def _regional_from_env(compile: Any, asked: Any) -> Any:

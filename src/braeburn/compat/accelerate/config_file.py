@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...plan.config_files import ConfigFileError, load_json, load_yaml, read_text, shown
+from .environment import TRUTH_WORDS
 
 ACCELERATE_SUFFIXES = (".yaml", ".yml", ".json")  # braeburn's own file is TOML
 VALUE_NOT_SHOWN = object()  # a refusal's value, left out of the message (it may hold a secret)
@@ -150,7 +151,7 @@ def _dynamo_config(value: Any, out: dict[str, Any]) -> Refusal | None:
     backend = table.get("dynamo_backend", "NO")
     backend = "NO" if backend is None or backend is False else backend.upper() if isinstance(backend, str) \
         else None  # an unquoted NO: false
-    regional = table.get("dynamo_use_regional_compilation")  # true or false; beside NO it asks nothing, as there
+    regional = _truth(table.get("dynamo_use_regional_compilation"))  # beside NO it asks nothing, as there
     others = [k for k, v in table.items() if k != "dynamo_backend" and _DYNAMO_DEFAULTS.get(k, object()) != v
               and not (k == "dynamo_use_regional_compilation" and isinstance(regional, bool))]
     if backend not in ("NO", "INDUCTOR") or others:
@@ -160,6 +161,14 @@ def _dynamo_config(value: Any, out: dict[str, Any]) -> Refusal | None:
                 "write dynamo_backend: INDUCTOR (or NO) and leave the other dynamo_* keys out")
     out["compile"] = "regional" if backend == "INDUCTOR" and regional is True else backend == "INDUCTOR"
     return None
+
+
+def _truth(value: Any) -> Any:
+    """A quoted "true"/"false" (any of str_to_bool's words) as the bool `accelerate launch` makes of it: the launcher
+    passes the value on as text and Accelerate's TorchDynamoPlugin reads it with str_to_bool; anything else as is."""
+    if isinstance(value, str) and value.lower() in TRUTH_WORDS:
+        return TRUTH_WORDS.index(value.lower()) < 6
+    return value
 
 
 _READERS: dict[str, Callable[[Any, dict[str, Any]], Refusal | None]] = {

@@ -23,8 +23,6 @@ ACCELERATE_UNSUPPORTED: dict[str, str] = {
     "ACCELERATE_USE_SAGEMAKER": "braeburn does not launch on SageMaker; unset it and use braeburn launch",
     "ACCELERATE_CPU_AFFINITY": "braeburn does not pin processes to CPU cores; unset it, and use taskset or numactl",
     "ACCELERATE_DEBUG_MODE": "braeburn does not check collective shapes across processes; unset it",
-    "ACCELERATE_DYNAMO_USE_FULLGRAPH": "braeburn compiles without fullgraph; unset it",
-    "ACCELERATE_DYNAMO_USE_DYNAMIC": "braeburn lets torch.compile choose dynamic shapes; unset it",
 }
 _VALUED_UNSUPPORTED = {  # these ask for something by being set at all
     "ACCELERATE_TORCH_DEVICE": "braeburn chooses the device itself; unset it, and pass Accelerator(accelerator=...) "
@@ -33,11 +31,11 @@ _VALUED_UNSUPPORTED = {  # these ask for something by being set at all
 _PRECISIONS = ("no", "fp16", "bf16")
 
 
-_TRUTH_WORDS = ("1", "true", "yes", "y", "t", "on", "0", "false", "no", "n", "f", "off")  # Accelerate's str_to_bool
+TRUTH_WORDS = ("1", "true", "yes", "y", "t", "on", "0", "false", "no", "n", "f", "off")  # Accelerate's str_to_bool
 
 
 def _flag(value: str) -> bool:
-    return value.strip().lower() in _TRUTH_WORDS[:6]  # Accelerate's str_to_bool
+    return value.strip().lower() in TRUTH_WORDS[:6]  # Accelerate's str_to_bool
 
 
 @dataclass
@@ -51,7 +49,12 @@ class AccelerateEnv:
     regional_compilation: bool = False  # ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION, whatever the backend (it also
     # applies to Accelerator(dynamo_backend="inductor"), whose TorchDynamoPlugin reads it)
     compile_mode: str | None = None
+    dynamo_mode: str = "default"  # TorchDynamoPlugin's mode, fullgraph and dynamic, as Accelerate reads them
+    fullgraph: bool = False
+    dynamic: bool | None = None
     notes: list[str] = field(default_factory=list)
+    dynamo_refusals: list[tuple[str, str, str]] = field(default_factory=list)  # (variable, value, why and fix),
+    dynamo_notes: list[str] = field(default_factory=list)  # both only when braeburn compiles as Accelerate asks
 
 
 def accelerate_env(env: Mapping[str, str] | None = None) -> AccelerateEnv:
@@ -90,16 +93,47 @@ def _read_dynamo(env: Mapping[str, str], found: AccelerateEnv) -> None:
     backend = (env_value("ACCELERATE_DYNAMO_BACKEND", env) or "no").lower()
     regional = env_value("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", env)
     found.regional_compilation = regional is not None and _flag(regional)
-    if regional is not None and regional.lower() not in _TRUTH_WORDS:  # Accelerate's str_to_bool raises here
+    if regional is not None and regional.lower() not in TRUTH_WORDS:  # Accelerate's str_to_bool raises here
         found.notes.append(f"ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION={regional} is not true or false and is "
                            "ignored (Accelerate stops with 'invalid truth value'); set it to True or False")
     if backend == "inductor":
         found.compile = "regional" if found.regional_compilation else True
-        mode = env_value("ACCELERATE_DYNAMO_MODE", env)
-        found.compile_mode = None if mode in (None, "default") else mode
     elif backend != "no":
         found.notes.append(f"ACCELERATE_DYNAMO_BACKEND={env['ACCELERATE_DYNAMO_BACKEND']} is not supported by "
                            "braeburn and is ignored: braeburn compiles with inductor only; set it to inductor or no")
+    _read_dynamo_options(env, found)
+
+
+_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _read_dynamo_options(env: Mapping[str, str], found: AccelerateEnv) -> None:
+    """ACCELERATE_DYNAMO_MODE/USE_FULLGRAPH/USE_DYNAMIC, which TorchDynamoPlugin reads whatever the backend: the
+    mode is braeburn's compile_mode; a fullgraph or dynamic braeburn cannot honour is refused where it compiles
+    (`accelerate launch` sets USE_FULLGRAPH=False and USE_DYNAMIC=False by default)."""
+    mode = env_value("ACCELERATE_DYNAMO_MODE", env) or "default"
+    found.dynamo_mode = mode
+    found.compile_mode = None if mode == "default" else mode
+    if mode not in _COMPILE_MODES:
+        found.dynamo_refusals.append(("ACCELERATE_DYNAMO_MODE", mode, "is not a torch.compile mode; set it to one "
+                                      f"of {', '.join(_COMPILE_MODES)}, or unset it"))
+    fullgraph = env_value("ACCELERATE_DYNAMO_USE_FULLGRAPH", env)
+    found.fullgraph = fullgraph is not None and _flag(fullgraph)
+    if found.fullgraph:
+        found.dynamo_refusals.append(("ACCELERATE_DYNAMO_USE_FULLGRAPH", fullgraph, "braeburn compiles with graph "
+                                      "breaks allowed (fullgraph=False) and cannot promise one graph; set it to "
+                                      "False or unset it"))
+    dynamic = env_value("ACCELERATE_DYNAMO_USE_DYNAMIC", env)
+    found.dynamic = None if dynamic is None else _flag(dynamic)
+    if found.dynamic:
+        found.dynamo_refusals.append(("ACCELERATE_DYNAMO_USE_DYNAMIC", dynamic, "braeburn lets torch.compile choose "
+                                      "dynamic shapes (dynamic=None: static first, dynamic once a shape changes) "
+                                      "and cannot compile dynamic from the start; unset it"))
+    elif dynamic is not None:
+        found.dynamo_notes.append(f"ACCELERATE_DYNAMO_USE_DYNAMIC={dynamic}: braeburn lets torch.compile choose "
+                                  "dynamic shapes (dynamic=None), where Accelerate passes dynamic=False; the results "
+                                  "are the same, but a changed shape compiles one dynamic graph instead of another "
+                                  "static one; unset it to silence this")
 
 
 __all__ = ["ACCELERATE_UNSUPPORTED", "AccelerateEnv", "accelerate_env"]

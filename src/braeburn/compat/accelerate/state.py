@@ -12,6 +12,8 @@ prepared DataLoader reporting Accelerate's ``batch_size`` and ``drop_last``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import torch
@@ -34,6 +36,26 @@ class _View:
     _name = "state"
 
 
+class DynamoBackend(str, Enum):
+    """Accelerate's DynamoBackend, for the two backends braeburn has (equal to Accelerate's members by value)."""
+
+    NO = "NO"
+    INDUCTOR = "INDUCTOR"
+
+
+@dataclass(frozen=True)
+class TorchDynamoPlugin:
+    """Accelerate's TorchDynamoPlugin's fields, with the values Accelerate would hold for the same settings."""
+
+    backend: DynamoBackend = DynamoBackend.NO
+    mode: str = "default"
+    fullgraph: bool = False
+    dynamic: bool | None = None
+    options: Any = None
+    disable: bool = False
+    use_regional_compilation: bool = False
+
+
 class AcceleratorState(_View):
     """Accelerate's ``AcceleratorState``: where and how this process trains."""
 
@@ -43,7 +65,6 @@ class AcceleratorState(_View):
     fsdp_plugin = None
     megatron_lm_plugin = None
     torch_tp_plugin = None
-    dynamo_plugin = None
     debug = False
     initialized = True
     fork_launched = False
@@ -61,6 +82,10 @@ class AcceleratorState(_View):
     @property
     def backend(self) -> str | None:
         return self._accelerator.plan.backend if self._accelerator.num_processes > 1 else None
+
+    @property
+    def dynamo_plugin(self) -> "TorchDynamoPlugin | None":
+        return getattr(self._accelerator, "_dynamo_plugin", None)
 
     @property
     def default_device(self) -> Any:
@@ -145,4 +170,4 @@ class AcceleratePreparedLoader(DeviceDataLoader):
         return self.original.drop_last if isinstance(self.original.dataset, torch.utils.data.IterableDataset) else False
 
 
-__all__ = ["AcceleratePreparedLoader", "AcceleratorState", "GradientState"]
+__all__ = ["AcceleratePreparedLoader", "AcceleratorState", "DynamoBackend", "GradientState", "TorchDynamoPlugin"]

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 
 from ...plan.rules import OptionError
 from ...trainer.config import CoreTrainingConfig
+from .setters import TransformersSetters
 
 
 # The reason for each refused field is kept out of its metadata on purpose: Transformers' HfArgumentParser
@@ -248,7 +249,7 @@ class HfArgumentsMixin:
 
 
 @dataclass
-class TrainingArguments(CoreTrainingConfig, HfArgumentsMixin, UnsupportedFields):
+class TrainingArguments(CoreTrainingConfig, HfArgumentsMixin, TransformersSetters, UnsupportedFields):
     """How to train, as Transformers' ``TrainingArguments`` says it: braeburn's TrainingConfig, whose fields carry
     Transformers' names, with every other field of Transformers' class refused when set (UnsupportedFields) and
     what scripts read off it (HfArgumentsMixin), and Transformers' defaults. ``braeburn.TrainingConfig`` is this
@@ -269,6 +270,17 @@ class TrainingArguments(CoreTrainingConfig, HfArgumentsMixin, UnsupportedFields)
     def __post_init__(self) -> None:
         super().__post_init__()
         self.report_to = stored_report_to(self.report_to)
+
+    def _setter_refusals(self, setter: str, values: dict[str, Any]) -> list[OptionError]:
+        """For the set_* helpers: each value of an unsupported field away from Transformers' default."""
+        defaults = {f.name: f.default for f in dataclasses.fields(UnsupportedFields)}
+        return [OptionError(name, value, f"(from {setter}) is a Transformers option braeburn does not support: "
+                            f"{UNSUPPORTED_INSTEAD[name]}") for name, value in values.items()
+                if name in defaults and value != defaults[name] and (value or defaults[name])
+                and not (name.startswith("hub_") and "push_to_hub" in values)]  # said once, by push_to_hub
+
+    def _stored_report_to(self, value: Any) -> Any:
+        return stored_report_to(value)
 
     def _peer_errors(self) -> list[OptionError]:
         errors = unsupported_errors(self)

@@ -1,0 +1,77 @@
+"""ACCELERATE_DYNAMO_* beside Accelerator(dynamo_backend=...), and accelerator.state.dynamo_plugin: braeburn reads
+what Accelerate 1.15's TorchDynamoPlugin reads, refuses what it cannot honour, and reports the plugin's fields."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+accelerate_utils = pytest.importorskip("accelerate.utils")
+
+from braeburn import Accelerator  # noqa: E402
+from braeburn.compat.accelerate.options import NotSupportedError  # noqa: E402
+
+_FIELDS = ("mode", "fullgraph", "dynamic", "options", "disable", "use_regional_compilation")
+
+
+def _setenv(monkeypatch, env: dict) -> None:
+    for name in ("MODE", "USE_FULLGRAPH", "USE_DYNAMIC", "USE_REGIONAL_COMPILATION", "BACKEND"):
+        monkeypatch.delenv(f"ACCELERATE_DYNAMO_{name}", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_dynamo_backend_in_code_takes_the_mode_from_the_environment(no_launcher_env, monkeypatch):
+    _setenv(monkeypatch, {"ACCELERATE_DYNAMO_MODE": "max-autotune"})
+    assert accelerate_utils.TorchDynamoPlugin(backend="inductor").mode == "max-autotune"
+    assert Accelerator(cpu=True, dynamo_backend="inductor").compile_mode == "max-autotune"
+    assert Accelerator(cpu=True, dynamo_backend="inductor", compile_mode="reduce-overhead").compile_mode \
+        == "reduce-overhead"  # the argument wins
+
+
+@pytest.mark.parametrize("name, value", [("ACCELERATE_DYNAMO_USE_FULLGRAPH", "True"),
+                                         ("ACCELERATE_DYNAMO_USE_DYNAMIC", "1"),
+                                         ("ACCELERATE_DYNAMO_MODE", "fastest")])
+@pytest.mark.parametrize("backend_in_code", [True, False])
+def test_a_dynamo_variable_braeburn_cannot_honour_is_refused_by_name(no_launcher_env, monkeypatch, name, value,
+                                                                     backend_in_code):
+    env = {name: value} if backend_in_code else {name: value, "ACCELERATE_DYNAMO_BACKEND": "INDUCTOR"}
+    _setenv(monkeypatch, env)
+    with pytest.raises(NotSupportedError) as raised:
+        Accelerator(cpu=True, **({"dynamo_backend": "inductor"} if backend_in_code else {}))
+    message = str(raised.value)
+    assert f"{name}={value!r}" in message or f"{name}={value}" in message
+    assert "unset it" in message
+
+
+def test_the_launchers_default_dynamo_variables_are_taken(no_launcher_env, monkeypatch):
+    """`accelerate launch --dynamo_backend inductor` sets all four; USE_DYNAMIC=False is said once, not refused."""
+    _setenv(monkeypatch, {"ACCELERATE_DYNAMO_BACKEND": "INDUCTOR", "ACCELERATE_DYNAMO_MODE": "default",
+                          "ACCELERATE_DYNAMO_USE_FULLGRAPH": "False", "ACCELERATE_DYNAMO_USE_DYNAMIC": "False",
+                          "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "False"})
+    from braeburn.accelerator import core
+
+    core._said_once.clear()
+    with pytest.warns(UserWarning, match=r"ACCELERATE_DYNAMO_USE_DYNAMIC=False: braeburn lets torch.compile"):
+        acc = Accelerator(cpu=True)
+    assert acc.compile_mode is None
+    _setenv(monkeypatch, {"ACCELERATE_DYNAMO_USE_FULLGRAPH": "True", "ACCELERATE_DYNAMO_BACKEND": "NO"})
+    Accelerator(cpu=True, compile=False)  # nothing compiles: Accelerate ignores fullgraph there too
+
+
+@pytest.mark.parametrize("env, kwargs, theirs", [
+    ({}, {"compile": False}, {}),
+    ({"ACCELERATE_DYNAMO_MODE": "max-autotune"}, {"dynamo_backend": "inductor"}, {"backend": "inductor"}),
+    ({"ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "true"}, {"dynamo_backend": "inductor"}, {"backend": "inductor"}),
+    ({"ACCELERATE_DYNAMO_BACKEND": "INDUCTOR", "ACCELERATE_DYNAMO_USE_DYNAMIC": "False"}, {}, {}),
+    ({"ACCELERATE_DYNAMO_MODE": "reduce-overhead", "ACCELERATE_DYNAMO_USE_FULLGRAPH": "true"},
+     {"dynamo_backend": "no"}, {"backend": "no"}),
+])
+def test_state_dynamo_plugin_has_accelerates_fields_and_values(no_launcher_env, monkeypatch, env, kwargs, theirs):
+    _setenv(monkeypatch, env)
+    expected = accelerate_utils.TorchDynamoPlugin(**theirs)  # what Accelerator(...) builds from the same settings
+    ours = Accelerator(cpu=True, **kwargs).state.dynamo_plugin
+    assert {f: getattr(ours, f) for f in _FIELDS} == {f: getattr(expected, f) for f in _FIELDS}
+    assert ours.backend == expected.backend and ours.backend.value == expected.backend.value
+    assert set(_FIELDS) | {"backend"} <= {f.name for f in dataclasses.fields(ours)}
