@@ -11,7 +11,7 @@ from typing import Any
 from ...accelerator import core
 from ...accelerator.core import say_once
 from ...plan.envvars import COMPILE_VAR, MIXED_PRECISION_VAR, env_default
-from ...plan.rules import OptionError
+from ...plan.rules import OptionError, compile_value
 from .environment import AccelerateEnv, accelerate_env
 from .api import AccelerateCompat, GradientAccumulationPlugin
 from .options import NotSupportedError, accelerate_options
@@ -66,9 +66,10 @@ def _with_accelerate_env(cpu: bool, mixed_precision: str, steps: int, plugin_ste
                      as_warning=True)
         steps = env.gradient_accumulation_steps
     if env.compile and not dynamo_given and env_default(COMPILE_VAR, compile) == "auto":
-        compile, compile_mode = env.compile, compile_mode or env.compile_mode
-        _check_dynamo_options(env)
-    elif dynamo_given and compile:  # dynamo_backend="inductor": its TorchDynamoPlugin reads ACCELERATE_DYNAMO_*
+        compile = env.compile
+    if compile_value(compile) in (True, "regional"):  # compiling as asked: by the variables, dynamo_backend=
+        # "inductor" or compile=True (a Trainer's torch_compile=True): Accelerate's TorchDynamoPlugin reads
+        # ACCELERATE_DYNAMO_MODE/USE_FULLGRAPH/USE_DYNAMIC whichever way its backend was given
         compile_mode = compile_mode or env.compile_mode
         _check_dynamo_options(env)
     return cpu or env.cpu, mixed_precision, steps, compile, compile_mode
