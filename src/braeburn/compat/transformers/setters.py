@@ -6,6 +6,7 @@ before any field changes; ``set_push_to_hub`` is refused whole (braeburn does no
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any
 
@@ -14,6 +15,7 @@ from ...trainer._argparse import ConfigError
 
 _STRATEGIES = ("no", "steps", "epoch")
 _SAVE_STRATEGIES = ("no", "steps", "epoch", "best")
+_NAMED = ("optim", "lr_scheduler_type")  # Transformers' setters refuse a name they lack at the call (OptimizerNames)
 
 
 def _strategy(setter: str, value: Any, choices: tuple[str, ...], steps: int) -> str:
@@ -37,12 +39,24 @@ class TransformersSetters:
     """The ``set_*`` helpers of Transformers' TrainingArguments (module doc)."""
 
     def _set(self, setter: str, values: dict[str, Any]) -> Any:
-        errors = self._setter_refusals(setter, values)
+        errors = self._setter_refusals(setter, values) + self._name_refusals(setter, values)
         if errors:
             raise ConfigError(errors)
         for name, value in values.items():
             setattr(self, name, value)
         return self
+
+    def _name_refusals(self, setter: str, values: dict[str, Any]) -> list[OptionError]:
+        """An optimizer or scheduler name braeburn has none for, refused at the call as Transformers' setter refuses
+        a name it lacks (the field's own check, the one the Trainer makes, names the choices and the fix)."""
+        asked = [name for name in _NAMED if name in values]
+        if not asked:
+            return []
+        trial = copy.copy(self)
+        for name in asked:
+            setattr(trial, name, values[name])
+        return [OptionError(error.option, error.value, f"(from {setter}) {error.message}")
+                for error in trial.validate() if error.option in asked]
 
     def _setter_refusals(self, setter: str, values: dict[str, Any]) -> list[OptionError]:
         """The values braeburn cannot honour (the class that mixes this in knows which)."""
