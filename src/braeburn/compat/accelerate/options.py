@@ -54,8 +54,10 @@ class NotSupportedError(PlanError):
     def __init__(self, errors: list[OptionError]):
         super().__init__(errors)
         lines = "\n".join(f"  - {error}" for error in self.errors)
-        noun = "argument" if len(self.errors) == 1 else "arguments"
-        self.args = (f"{len(self.errors)} Accelerator {noun} that braeburn does not support:\n{lines}",)
+        noun = "ACCELERATE_* variable" if all(str(e.option).startswith("ACCELERATE_") for e in self.errors) \
+            else "Accelerator argument"  # the environment's ACCELERATE_DYNAMO_* are refused by name too
+        self.args = (f"{len(self.errors)} {noun}{'' if len(self.errors) == 1 else 's'} that braeburn does not "
+                     f"support:\n{lines}",)
 
 
 @dataclass(frozen=True)
