@@ -113,3 +113,19 @@ def test_dynamo_backend_no_compiles_nothing_and_asks_nothing_of_the_variables(no
     assert accelerate_utils.TorchDynamoPlugin(backend="no").fullgraph is True  # accepted there
     acc = Accelerator(cpu=True, dynamo_backend="no", compile=compile)
     assert acc.compile_mode is None and not acc.plan.compile
+
+
+@pytest.mark.parametrize("env, kwargs", [({}, {"dynamo_backend": "inductor"}), ({}, {"compile": True}),
+                                         ({"ACCELERATE_DYNAMO_BACKEND": "INDUCTOR"}, {})])
+def test_a_dynamo_variable_is_refused_with_the_arguments_braeburn_refuses(no_launcher_env, monkeypatch, env, kwargs):
+    """One error for an unsupported Accelerator argument and an ACCELERATE_DYNAMO_* value braeburn cannot honour
+    (the variable was said only once the argument was fixed)."""
+    _setenv(monkeypatch, {**env, "ACCELERATE_DYNAMO_USE_FULLGRAPH": "true"})
+    with pytest.raises(NotSupportedError) as raised:
+        Accelerator(cpu=True, deepspeed_plugin=object(), **kwargs)
+    assert [error.option for error in raised.value.errors] == ["deepspeed_plugin", "ACCELERATE_DYNAMO_USE_FULLGRAPH"]
+    assert str(raised.value).startswith("2 Accelerator arguments and ACCELERATE_* variables that braeburn does not")
+    _setenv(monkeypatch, {"ACCELERATE_DYNAMO_USE_FULLGRAPH": "true"})  # nothing compiles: the variable asks nothing
+    with pytest.raises(NotSupportedError) as raised:
+        Accelerator(cpu=True, deepspeed_plugin=object(), compile=False)
+    assert [error.option for error in raised.value.errors] == ["deepspeed_plugin"]
