@@ -386,3 +386,35 @@ def test_a_quoted_regional_compilation_word_that_is_no_truth_value_is_still_refu
                     "dynamo_config:\n  dynamo_backend: INDUCTOR\n  dynamo_use_regional_compilation: 'maybe'\n")
     [problem] = resolve_settings({}, {}, path).problems
     assert "dynamo_use_regional_compilation" in str(problem)
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("dynamo_use_regional_compilation", "1", "regional"), ("dynamo_use_regional_compilation", "0", True),
+    ("dynamo_use_fullgraph", '"false"', True), ("dynamo_use_fullgraph", "'No'", True),
+    ("dynamo_use_dynamic", '"False"', True), ("dynamo_use_dynamic", "0", True)])
+def test_a_dynamo_flag_written_as_accelerate_launch_reads_it_is_taken(tmp_path, key, value, expected):
+    """`accelerate launch` passes str(value) of every dynamo_use_* key to TorchDynamoPlugin's str_to_bool: an
+    unquoted 1 is true, a quoted "false" false (braeburn refused both: "cannot be honoured")."""
+    from accelerate.utils import TorchDynamoPlugin
+
+    path = tmp_path / "accelerate.yaml"
+    path.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\nuse_cpu: true\nnum_processes: 1\n"
+                    f"dynamo_config:\n  dynamo_backend: INDUCTOR\n  {key}: {value}\n")
+    resolved = resolve_settings({}, {}, path)
+    assert resolved.problems == [] and resolved.settings.compile == expected
+    import yaml
+    text = str(yaml.safe_load(path.read_text())["dynamo_config"][key])
+    variable = "ACCELERATE_" + key.upper()
+    field = {"dynamo_use_regional_compilation": "use_regional_compilation", "dynamo_use_fullgraph": "fullgraph",
+             "dynamo_use_dynamic": "dynamic"}[key]
+    with pytest.MonkeyPatch.context() as env:  # what the launcher's variable makes of it in Accelerate
+        env.setenv(variable, text)
+        assert getattr(TorchDynamoPlugin(backend="inductor"), field) is (expected == "regional")
+
+
+@pytest.mark.parametrize("value", ["2", "' true'", "'maybe'"])
+def test_a_dynamo_flag_that_is_no_truth_word_is_still_refused(tmp_path, value):
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(f"dynamo_config:\n  dynamo_backend: INDUCTOR\n  dynamo_use_fullgraph: {value}\n")
+    [problem] = resolve_settings({}, {}, path).problems
+    assert "(dynamo_use_fullgraph cannot be honoured)" in str(problem)

@@ -41,6 +41,7 @@ def test_a_dynamo_variable_braeburn_cannot_honour_is_refused_by_name(no_launcher
     with pytest.raises(NotSupportedError) as raised:
         Accelerator(cpu=True, **({"dynamo_backend": "inductor"} if backend_in_code else {}))
     message = str(raised.value)
+    assert message.startswith("1 ACCELERATE_* variable that braeburn does not support:")  # not "Accelerator argument"
     assert f"{name}={value!r}" in message or f"{name}={value}" in message
     assert "unset it" in message
 
@@ -53,7 +54,8 @@ def test_the_launchers_default_dynamo_variables_are_taken(no_launcher_env, monke
     from braeburn.accelerator import core
 
     core._said_once.clear()
-    with pytest.warns(UserWarning, match=r"ACCELERATE_DYNAMO_USE_DYNAMIC=False: braeburn lets torch.compile"):
+    with pytest.warns(UserWarning, match=r"ACCELERATE_DYNAMO_USE_DYNAMIC=False: braeburn lets torch.compile.*"
+                      r"`accelerate launch` always sets it: launch with `braeburn launch`"):
         acc = Accelerator(cpu=True)
     assert acc.compile_mode is None
     _setenv(monkeypatch, {"ACCELERATE_DYNAMO_USE_FULLGRAPH": "True", "ACCELERATE_DYNAMO_BACKEND": "NO"})
@@ -75,3 +77,55 @@ def test_state_dynamo_plugin_has_accelerates_fields_and_values(no_launcher_env, 
     assert {f: getattr(ours, f) for f in _FIELDS} == {f: getattr(expected, f) for f in _FIELDS}
     assert ours.backend == expected.backend and ours.backend.value == expected.backend.value
     assert set(_FIELDS) | {"backend"} <= {f.name for f in dataclasses.fields(ours)}
+
+
+@pytest.mark.parametrize("name", ["ACCELERATE_DYNAMO_USE_FULLGRAPH", "ACCELERATE_DYNAMO_USE_DYNAMIC"])
+def test_a_dynamo_flag_that_is_no_truth_value_is_refused_as_accelerate_refuses_it(no_launcher_env, monkeypatch, name):
+    """Accelerate's TorchDynamoPlugin stops at 'maybe' (str_to_bool); braeburn compiled without a word (fullgraph),
+    or said Accelerate passes dynamic=False (dynamic)."""
+    _setenv(monkeypatch, {name: "maybe", "ACCELERATE_DYNAMO_BACKEND": "INDUCTOR"})
+    with pytest.raises(ValueError, match="invalid truth value"):
+        accelerate_utils.TorchDynamoPlugin()
+    with pytest.raises(NotSupportedError, match=rf"{name}='maybe': is not true or false .*set it to True or False"):
+        Accelerator(cpu=True)
+
+
+@pytest.mark.parametrize("kwargs", [{"compile": True}, {"compile": "true"}, {"compile": "regional"}])
+def test_compile_asked_in_code_reads_the_dynamo_variables_as_a_backend_in_code_does(no_launcher_env, monkeypatch,
+                                                                                    kwargs):
+    """`compile=True` (the Trainer's torch_compile=True) is dynamo_backend="inductor", whose TorchDynamoPlugin reads
+    ACCELERATE_DYNAMO_MODE and USE_FULLGRAPH: the mode was dropped (state.dynamo_plugin said it was used) and a
+    fullgraph braeburn cannot honour compiled without a word."""
+    _setenv(monkeypatch, {"ACCELERATE_DYNAMO_MODE": "max-autotune-no-cudagraphs"})
+    assert accelerate_utils.TorchDynamoPlugin(backend="inductor").mode == "max-autotune-no-cudagraphs"
+    acc = Accelerator(cpu=True, **kwargs)
+    assert acc.compile_mode == "max-autotune-no-cudagraphs" == acc.state.dynamo_plugin.mode
+    _setenv(monkeypatch, {"ACCELERATE_DYNAMO_USE_FULLGRAPH": "true"})
+    with pytest.raises(NotSupportedError, match="ACCELERATE_DYNAMO_USE_FULLGRAPH='true'"):
+        Accelerator(cpu=True, **kwargs)
+
+
+@pytest.mark.parametrize("compile", [False, "false", "False"])
+def test_dynamo_backend_no_compiles_nothing_and_asks_nothing_of_the_variables(no_launcher_env, monkeypatch, compile):
+    """dynamo_backend="no" beside compile="false" (a string, as a config passes it) was read as compiling: the
+    variables' fullgraph refused and their mode taken, where Accelerate compiles nothing and accepts them."""
+    _setenv(monkeypatch, {"ACCELERATE_DYNAMO_USE_FULLGRAPH": "true", "ACCELERATE_DYNAMO_MODE": "max-autotune"})
+    assert accelerate_utils.TorchDynamoPlugin(backend="no").fullgraph is True  # accepted there
+    acc = Accelerator(cpu=True, dynamo_backend="no", compile=compile)
+    assert acc.compile_mode is None and not acc.plan.compile
+
+
+@pytest.mark.parametrize("env, kwargs", [({}, {"dynamo_backend": "inductor"}), ({}, {"compile": True}),
+                                         ({"ACCELERATE_DYNAMO_BACKEND": "INDUCTOR"}, {})])
+def test_a_dynamo_variable_is_refused_with_the_arguments_braeburn_refuses(no_launcher_env, monkeypatch, env, kwargs):
+    """One error for an unsupported Accelerator argument and an ACCELERATE_DYNAMO_* value braeburn cannot honour
+    (the variable was said only once the argument was fixed)."""
+    _setenv(monkeypatch, {**env, "ACCELERATE_DYNAMO_USE_FULLGRAPH": "true"})
+    with pytest.raises(NotSupportedError) as raised:
+        Accelerator(cpu=True, deepspeed_plugin=object(), **kwargs)
+    assert [error.option for error in raised.value.errors] == ["deepspeed_plugin", "ACCELERATE_DYNAMO_USE_FULLGRAPH"]
+    assert str(raised.value).startswith("2 Accelerator arguments and ACCELERATE_* variables that braeburn does not")
+    _setenv(monkeypatch, {"ACCELERATE_DYNAMO_USE_FULLGRAPH": "true"})  # nothing compiles: the variable asks nothing
+    with pytest.raises(NotSupportedError) as raised:
+        Accelerator(cpu=True, deepspeed_plugin=object(), compile=False)
+    assert [error.option for error in raised.value.errors] == ["deepspeed_plugin"]

@@ -92,11 +92,30 @@ def test_set_push_to_hub_is_refused_with_the_fix(tmp_path):
     assert args.push_to_hub is False
 
 
-@pytest.mark.parametrize("setter, kwargs", [("set_evaluate", dict(strategy="sometimes")),
-                                            ("set_save", dict(strategy="steps", steps=0)),
-                                            ("set_logging", dict(strategy="steps", steps=0))])
-def test_a_setter_refuses_what_transformers_refuses(tmp_path, setter, kwargs):
+@pytest.mark.parametrize("setter, kwargs, said", [
+    ("set_evaluate", dict(strategy="sometimes"), r"set_evaluate\(strategy='sometimes'\): .*choose one of no, steps"),
+    ("set_save", dict(strategy="steps", steps=0), r"set_save\(strategy='steps', steps=0\): .*pass steps=500"),
+    ("set_logging", dict(strategy="steps", steps=0), r"set_logging\(strategy='steps', steps=0\): .*pass steps=500")])
+def test_a_setter_refuses_what_transformers_refuses(tmp_path, setter, kwargs, said):
+    """As ValueError, as there; naming the call, the value and the fix (braeburn's said neither call nor fix)."""
     with pytest.raises(ValueError):
         getattr(transformers.TrainingArguments(output_dir=str(tmp_path), report_to="none"), setter)(**kwargs)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=said):
         getattr(braeburn.TrainingArguments(output_dir=str(tmp_path)), setter)(**kwargs)
+
+
+@pytest.mark.parametrize("setter, kwargs, field", [("set_optimizer", dict(name="adamw_bnb_8bit"), "optim"),
+                                                   ("set_optimizer", dict(name="no_such_optimizer"), "optim"),
+                                                   ("set_lr_scheduler", dict(name="no_such_schedule"),
+                                                    "lr_scheduler_type")])
+def test_an_optimizer_or_scheduler_braeburn_lacks_is_refused_at_the_call(tmp_path, setter, kwargs, field):
+    """Transformers' setter refuses a name it lacks at the call (OptimizerNames(name), SchedulerType(name)); braeburn
+    set the field and refused it only when the Trainer was made, and took an 8-bit optimizer it has not either."""
+    if kwargs["name"].startswith("no_such"):
+        with pytest.raises(ValueError):
+            getattr(transformers.TrainingArguments(output_dir=str(tmp_path), report_to="none"), setter)(**kwargs)
+    args = braeburn.TrainingArguments(output_dir=str(tmp_path))
+    before = dataclasses.asdict(args)
+    with pytest.raises(ConfigError, match=rf"{field}='{kwargs['name']}': \(from {setter}\) choose one of"):
+        getattr(args, setter)(**kwargs)
+    assert dataclasses.asdict(args) == before

@@ -11,7 +11,7 @@ from typing import Any
 from ...accelerator import core
 from ...accelerator.core import say_once
 from ...plan.envvars import COMPILE_VAR, MIXED_PRECISION_VAR, env_default
-from ...plan.rules import OptionError
+from ...plan.rules import OptionError, compile_value
 from .environment import AccelerateEnv, accelerate_env
 from .api import AccelerateCompat, GradientAccumulationPlugin
 from .options import NotSupportedError, accelerate_options
@@ -33,7 +33,10 @@ class Accelerator(AccelerateCompat, core.Accelerator):
                  compile_backend: str = "inductor", compile_mode: str | None = None, *, fsdp_units: str = "auto",
                  **accelerate_kwargs: Any):
         dynamo_given = accelerate_kwargs.get("dynamo_backend") is not None
-        accelerate = accelerate_options(mixed_precision, accelerate_kwargs, compile)
+        try:
+            accelerate = accelerate_options(mixed_precision, accelerate_kwargs, compile)
+        except NotSupportedError as error:  # with the ACCELERATE_DYNAMO_* refusals, so that all are said at once
+            raise NotSupportedError([*error.errors, *_dynamo_refusals(compile, accelerate_kwargs)]) from None
         compile = _regional_from_env(accelerate.compile, compile) if dynamo_given else accelerate.compile
         cpu, mixed_precision, gradient_accumulation_steps, compile, compile_mode = _with_accelerate_env(
             cpu, accelerate.mixed_precision, gradient_accumulation_steps, accelerate.accumulation_steps, compile,
@@ -66,9 +69,10 @@ def _with_accelerate_env(cpu: bool, mixed_precision: str, steps: int, plugin_ste
                      as_warning=True)
         steps = env.gradient_accumulation_steps
     if env.compile and not dynamo_given and env_default(COMPILE_VAR, compile) == "auto":
-        compile, compile_mode = env.compile, compile_mode or env.compile_mode
-        _check_dynamo_options(env)
-    elif dynamo_given and compile:  # dynamo_backend="inductor": its TorchDynamoPlugin reads ACCELERATE_DYNAMO_*
+        compile = env.compile
+    if compile_value(compile) in (True, "regional"):  # compiling as asked: by the variables, dynamo_backend=
+        # "inductor" or compile=True (a Trainer's torch_compile=True): Accelerate's TorchDynamoPlugin reads
+        # ACCELERATE_DYNAMO_MODE/USE_FULLGRAPH/USE_DYNAMIC whichever way its backend was given
         compile_mode = compile_mode or env.compile_mode
         _check_dynamo_options(env)
     return cpu or env.cpu, mixed_precision, steps, compile, compile_mode
@@ -81,6 +85,17 @@ def _check_dynamo_options(env: AccelerateEnv) -> None:
         raise NotSupportedError([OptionError(name, value, why) for name, value, why in env.dynamo_refusals])
     for note in env.dynamo_notes:
         say_once(f"braeburn: {note}", as_warning=True)
+
+
+def _dynamo_refusals(compile: Any, accelerate_kwargs: dict[str, Any]) -> list[OptionError]:
+    """The ACCELERATE_DYNAMO_* refusals where the call would compile (compile=True/"regional", dynamo_backend=
+    "inductor", or ACCELERATE_DYNAMO_BACKEND=INDUCTOR beside compile left at auto), for an error that stops
+    the call before _with_accelerate_env reads them."""
+    env, dynamo = accelerate_env(), accelerate_kwargs.get("dynamo_backend")
+    backend = None if dynamo is None else str(getattr(dynamo, "value", dynamo)).strip().lower()
+    compiles = compile_value(compile) in (True, "regional") or backend == "inductor" or (
+        backend is None and bool(env.compile) and env_default(COMPILE_VAR, compile) == "auto")
+    return [OptionError(name, value, why) for name, value, why in env.dynamo_refusals] if compiles else []
 
 
 def _dynamo_plugin(plan: Any, compile_mode: str | None, env: AccelerateEnv) -> TorchDynamoPlugin:

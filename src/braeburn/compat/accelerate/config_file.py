@@ -151,7 +151,8 @@ def _dynamo_config(value: Any, out: dict[str, Any]) -> Refusal | None:
     backend = table.get("dynamo_backend", "NO")
     backend = "NO" if backend is None or backend is False else backend.upper() if isinstance(backend, str) \
         else None  # an unquoted NO: false
-    regional = _truth(table.get("dynamo_use_regional_compilation"))  # beside NO it asks nothing, as there
+    table = {k: _truth(v) if str(k).startswith("dynamo_use_") else v for k, v in table.items()}
+    regional = table.get("dynamo_use_regional_compilation")  # beside NO it asks nothing, as there
     others = [k for k, v in table.items() if k != "dynamo_backend" and _DYNAMO_DEFAULTS.get(k, object()) != v
               and not (k == "dynamo_use_regional_compilation" and isinstance(regional, bool))]
     if backend not in ("NO", "INDUCTOR") or others:
@@ -164,10 +165,11 @@ def _dynamo_config(value: Any, out: dict[str, Any]) -> Refusal | None:
 
 
 def _truth(value: Any) -> Any:
-    """A quoted "true"/"false" (any of str_to_bool's words) as the bool `accelerate launch` makes of it: the launcher
-    passes the value on as text and Accelerate's TorchDynamoPlugin reads it with str_to_bool; anything else as is."""
-    if isinstance(value, str) and value.lower() in TRUTH_WORDS:
-        return TRUTH_WORDS.index(value.lower()) < 6
+    """A quoted "true"/"false" (any of str_to_bool's words), or an unquoted 1 or 0, as the bool `accelerate launch`
+    makes of it: the launcher passes str(value) on and Accelerate's TorchDynamoPlugin reads it with str_to_bool;
+    anything else as is."""
+    if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).lower() in TRUTH_WORDS:
+        return TRUTH_WORDS.index(str(value).lower()) < 6
     return value
 
 

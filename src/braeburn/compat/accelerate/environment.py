@@ -117,13 +117,13 @@ def _read_dynamo_options(env: Mapping[str, str], found: AccelerateEnv) -> None:
     if mode not in _COMPILE_MODES:
         found.dynamo_refusals.append(("ACCELERATE_DYNAMO_MODE", mode, "is not a torch.compile mode; set it to one "
                                       f"of {', '.join(_COMPILE_MODES)}, or unset it"))
-    fullgraph = env_value("ACCELERATE_DYNAMO_USE_FULLGRAPH", env)
+    fullgraph = _truth_value("ACCELERATE_DYNAMO_USE_FULLGRAPH", env, found)
     found.fullgraph = fullgraph is not None and _flag(fullgraph)
     if found.fullgraph:
         found.dynamo_refusals.append(("ACCELERATE_DYNAMO_USE_FULLGRAPH", fullgraph, "braeburn compiles with graph "
                                       "breaks allowed (fullgraph=False) and cannot promise one graph; set it to "
                                       "False or unset it"))
-    dynamic = env_value("ACCELERATE_DYNAMO_USE_DYNAMIC", env)
+    dynamic = _truth_value("ACCELERATE_DYNAMO_USE_DYNAMIC", env, found)
     found.dynamic = None if dynamic is None else _flag(dynamic)
     if found.dynamic:
         found.dynamo_refusals.append(("ACCELERATE_DYNAMO_USE_DYNAMIC", dynamic, "braeburn lets torch.compile choose "
@@ -133,7 +133,20 @@ def _read_dynamo_options(env: Mapping[str, str], found: AccelerateEnv) -> None:
         found.dynamo_notes.append(f"ACCELERATE_DYNAMO_USE_DYNAMIC={dynamic}: braeburn lets torch.compile choose "
                                   "dynamic shapes (dynamic=None), where Accelerate passes dynamic=False; the results "
                                   "are the same, but a changed shape compiles one dynamic graph instead of another "
-                                  "static one; unset it to silence this")
+                                  "static one; `accelerate launch` always sets it: launch with `braeburn launch` "
+                                  "(which does not) or unset it to silence this")
+
+
+
+def _truth_value(name: str, env: Mapping[str, str], found: AccelerateEnv) -> str | None:
+    """Variable ``name`` where it is one of str_to_bool's words; another word is refused where braeburn compiles
+    (Accelerate's TorchDynamoPlugin stops at it with 'invalid truth value'), and reads as unset."""
+    value = env_value(name, env)
+    if value is None or value.lower() in TRUTH_WORDS:
+        return value
+    found.dynamo_refusals.append((name, value, "is not true or false (Accelerate's TorchDynamoPlugin stops with "
+                                  "'invalid truth value'); set it to True or False, or unset it"))
+    return None
 
 
 __all__ = ["ACCELERATE_UNSUPPORTED", "AccelerateEnv", "accelerate_env"]

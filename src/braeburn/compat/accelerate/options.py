@@ -54,8 +54,11 @@ class NotSupportedError(PlanError):
     def __init__(self, errors: list[OptionError]):
         super().__init__(errors)
         lines = "\n".join(f"  - {error}" for error in self.errors)
-        noun = "argument" if len(self.errors) == 1 else "arguments"
-        self.args = (f"{len(self.errors)} Accelerator {noun} that braeburn does not support:\n{lines}",)
+        plural = "" if len(self.errors) == 1 else "s"
+        variables = {str(e.option).startswith("ACCELERATE_") for e in self.errors}  # ACCELERATE_DYNAMO_* by name
+        noun = {frozenset({True}): f"ACCELERATE_* variable{plural}", frozenset({False}): f"Accelerator argument{plural}"
+                }.get(frozenset(variables), "Accelerator arguments and ACCELERATE_* variables")
+        self.args = (f"{len(self.errors)} {noun} that braeburn does not support:\n{lines}",)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ before any field changes; ``set_push_to_hub`` is refused whole (braeburn does no
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any
 
@@ -14,15 +15,19 @@ from ...trainer._argparse import ConfigError
 
 _STRATEGIES = ("no", "steps", "epoch")
 _SAVE_STRATEGIES = ("no", "steps", "epoch", "best")
+_NAMED = ("optim", "lr_scheduler_type")  # Transformers' setters refuse a name they lack at the call (OptimizerNames)
 
 
-def _strategy(value: Any, choices: tuple[str, ...], steps: int) -> str:
-    """As Transformers' IntervalStrategy(value) / SaveStrategy(value), and its 'steps requires steps' check."""
+def _strategy(setter: str, value: Any, choices: tuple[str, ...], steps: int) -> str:
+    """As Transformers' IntervalStrategy(value) / SaveStrategy(value), and its 'steps requires steps' check (both
+    ValueError, as there), each naming the call, the value and the fix."""
     strategy = str(getattr(value, "value", value))
     if strategy not in choices:
-        raise ValueError(f"{strategy!r} is not a valid strategy; choose one of {', '.join(choices)}")
+        raise ValueError(f"{setter}(strategy={strategy!r}): {strategy!r} is not a valid strategy; choose one of "
+                         f"{', '.join(choices)}")
     if strategy == "steps" and steps == 0:
-        raise ValueError("Setting `strategy` as 'steps' requires a positive value for `steps`.")
+        raise ValueError(f"{setter}(strategy='steps', steps=0): setting `strategy` as 'steps' requires a positive "
+                         "value for `steps`; pass steps=500 (or another positive number), or another strategy")
     return strategy
 
 
@@ -34,12 +39,24 @@ class TransformersSetters:
     """The ``set_*`` helpers of Transformers' TrainingArguments (module doc)."""
 
     def _set(self, setter: str, values: dict[str, Any]) -> Any:
-        errors = self._setter_refusals(setter, values)
+        errors = self._setter_refusals(setter, values) + self._name_refusals(setter, values)
         if errors:
             raise ConfigError(errors)
         for name, value in values.items():
             setattr(self, name, value)
         return self
+
+    def _name_refusals(self, setter: str, values: dict[str, Any]) -> list[OptionError]:
+        """An optimizer or scheduler name braeburn has none for, refused at the call as Transformers' setter refuses
+        a name it lacks (the field's own check, the one the Trainer makes, names the choices and the fix)."""
+        asked = [name for name in _NAMED if name in values]
+        if not asked:
+            return []
+        trial = copy.copy(self)
+        for name in asked:
+            setattr(trial, name, values[name])
+        return [OptionError(error.option, error.value, f"(from {setter}) {error.message}")
+                for error in trial.validate() if error.option in asked]
 
     def _setter_refusals(self, setter: str, values: dict[str, Any]) -> list[OptionError]:
         """The values braeburn cannot honour (the class that mixes this in knows which)."""
@@ -64,7 +81,7 @@ class TransformersSetters:
 
     def set_evaluate(self, strategy: Any = "no", steps: int = 500, batch_size: int = 8,
                      accumulation_steps: int | None = None, delay: float | None = None, loss_only: bool = False) -> Any:
-        strategy = _strategy(strategy, _STRATEGIES, steps)
+        strategy = _strategy("set_evaluate", strategy, _STRATEGIES, steps)
         return self._set("set_evaluate", dict(
             eval_strategy=strategy, do_eval=strategy != "no", eval_steps=steps, per_device_eval_batch_size=batch_size,
             eval_accumulation_steps=accumulation_steps, eval_delay=delay, prediction_loss_only=loss_only))
@@ -75,7 +92,7 @@ class TransformersSetters:
 
     def set_save(self, strategy: Any = "steps", steps: int = 500, total_limit: int | None = None,
                  on_each_node: bool = False) -> Any:
-        strategy = _strategy(strategy, _SAVE_STRATEGIES, steps)
+        strategy = _strategy("set_save", strategy, _SAVE_STRATEGIES, steps)
         return self._set("set_save", dict(save_strategy=strategy, save_steps=steps, save_total_limit=total_limit,
                                           save_on_each_node=on_each_node))
 
@@ -86,7 +103,7 @@ class TransformersSetters:
         setter's defaults, False, are not braeburn's: it logs on the main process only, and a NaN/inf loss is
         nan_policy's to stop or skip, never logged); ``report_to`` is stored as the field stores it."""
         return self._set("set_logging", dict(
-            logging_strategy=_strategy(strategy, _STRATEGIES, steps), logging_steps=steps,
+            logging_strategy=_strategy("set_logging", strategy, _STRATEGIES, steps), logging_steps=steps,
             report_to=self._stored_report_to(report_to), log_level=level, logging_first_step=first_step,
             log_level_replica=replica_level))
 
