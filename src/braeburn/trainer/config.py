@@ -145,7 +145,7 @@ class CoreTrainingConfig:
     torch_compile_backend: str = "inductor"
     """The torch.compile backend when compiling (Transformers' name): inductor, or another of torch.compiler.list_backends()."""
     torch_compile_mode: str | None = None
-    """torch.compile's mode when compiling: default, reduce-overhead, max-autotune (unset: default)."""
+    """torch.compile's mode when compiling: default, reduce-overhead, max-autotune (unset: default). In TrainingArguments and TrainingConfig, setting it turns torch_compile on, as in Transformers."""
     pad_to_buckets: bool = True
     """On devices where each new shape costs a kernel plan or a graph (CUDA, MPS), pad text batches (input_ids with an attention_mask) further, to multiples of 64 tokens, so kernels and compiled graphs see few shapes; the CPU keeps the collator's lengths; false keeps them everywhere."""
     step_breakdown: str = "auto"

@@ -58,3 +58,16 @@ def _report_to_none_object(tmp_path):
 @pytest.mark.parametrize("case", CATALOGUE.params())
 def test_idiom(case, tmp_path):
     case.run(tmp_path)
+
+
+def test_a_compile_mode_turns_torch_compile_on_as_in_transformers():
+    import transformers
+
+    import braeburn
+
+    for given in ({"torch_compile_mode": "max-autotune"}, {"torch_compile_mode": "default", "torch_compile": False}):
+        theirs = transformers.TrainingArguments(output_dir="/tmp/unused-compile-mode", **given)
+        ours = braeburn.TrainingArguments(output_dir="/tmp/unused-compile-mode", **given)
+        assert theirs.torch_compile is True and ours.torch_compile is True, given
+        assert ours.compile == "true" and ours.torch_compile_mode == theirs.torch_compile_mode, given
+    assert braeburn.TrainingArguments(output_dir="/tmp/unused-compile-mode").torch_compile is None  # braeburn's auto

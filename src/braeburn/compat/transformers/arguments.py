@@ -268,6 +268,8 @@ class TrainingArguments(CoreTrainingConfig, HfArgumentsMixin, TransformersSetter
     """Trackers besides metrics.jsonl (always written): none (the default, stored as [] as Transformers stores it), all (every integration installed, stored as their names), or names: tensorboard, wandb, mlflow."""
 
     def __post_init__(self) -> None:
+        if self.torch_compile_mode is not None and not self.torch_compile:
+            self.torch_compile = True  # as Transformers: a compile mode asks for compiling
         super().__post_init__()
         self.report_to = stored_report_to(self.report_to)
 
