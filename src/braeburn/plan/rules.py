@@ -208,6 +208,10 @@ def _choose_precision(options: RunOptions, kind: DeviceKind, host: HostFacts,
     return asked, support.needs_grad_scaler, f"{asked}{scaler}, as asked", ()
 
 
+# torch.compile's modes, as torch_compile_mode, compile_mode and ACCELERATE_DYNAMO_MODE take them (None: unset)
+COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 def compile_value(value: Any) -> Any:
     """``compile`` as the rules read it: a string in any case and spacing ("Regional", " TRUE"), True/False for the
     strings true/false; anything else as given (refused by the rules below if not a choice)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..plan.option_spelling import advice, option
-from ..plan.rules import OptionError, RunOptions, compile_value
+from ..plan.rules import COMPILE_MODES, OptionError, RunOptions, compile_value
 from ..errors import note_once
 from ._argparse import ConfigError, parse_dataclasses
 
@@ -38,7 +38,6 @@ def tensorboard_installed() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
 
 
-COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 def _devices_value(devices: object) -> object:
     """A count given as text (Transformers' parser reads --devices as a string) as the int; None as auto."""

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ...plan.envvars import env_value
+from ...plan.rules import COMPILE_MODES
 
 
 # Accelerate 1.15's Accelerator reads these, and braeburn cannot do what they ask (read only when they ask it).
@@ -104,9 +105,6 @@ def _read_dynamo(env: Mapping[str, str], found: AccelerateEnv) -> None:
     _read_dynamo_options(env, found)
 
 
-_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
 def _read_dynamo_options(env: Mapping[str, str], found: AccelerateEnv) -> None:
     """ACCELERATE_DYNAMO_MODE/USE_FULLGRAPH/USE_DYNAMIC, which TorchDynamoPlugin reads whatever the backend: the
     mode is braeburn's compile_mode; a fullgraph or dynamic braeburn cannot honour is refused where it compiles
@@ -114,9 +112,9 @@ def _read_dynamo_options(env: Mapping[str, str], found: AccelerateEnv) -> None:
     mode = env_value("ACCELERATE_DYNAMO_MODE", env) or "default"
     found.dynamo_mode = mode
     found.compile_mode = None if mode == "default" else mode
-    if mode not in _COMPILE_MODES:
+    if mode not in COMPILE_MODES:
         found.dynamo_refusals.append(("ACCELERATE_DYNAMO_MODE", mode, "is not a torch.compile mode; set it to one "
-                                      f"of {', '.join(_COMPILE_MODES)}, or unset it"))
+                                      f"of {', '.join(COMPILE_MODES[1:])}, or unset it"))
     fullgraph = _truth_value("ACCELERATE_DYNAMO_USE_FULLGRAPH", env, found)
     found.fullgraph = fullgraph is not None and _flag(fullgraph)
     if found.fullgraph:
@@ -135,7 +133,6 @@ def _read_dynamo_options(env: Mapping[str, str], found: AccelerateEnv) -> None:
                                   "are the same, but a changed shape compiles one dynamic graph instead of another "
                                   "static one; `accelerate launch` always sets it: launch with `braeburn launch` "
                                   "(which does not) or unset it to silence this")
-
 
 
 def _truth_value(name: str, env: Mapping[str, str], found: AccelerateEnv) -> str | None:
