@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...plan.config_files import ConfigFileError, load_json, load_yaml, read_text, shown
-from .environment import TRUTH_WORDS
+from .environment import TRUE_WORDS, TRUTH_WORDS
 
 ACCELERATE_SUFFIXES = (".yaml", ".yml", ".json")  # braeburn's own file is TOML
 VALUE_NOT_SHOWN = object()  # a refusal's value, left out of the message (it may hold a secret)
@@ -169,7 +169,7 @@ def _truth(value: Any) -> Any:
     makes of it: the launcher passes str(value) on and Accelerate's TorchDynamoPlugin reads it with str_to_bool;
     anything else as is."""
     if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).lower() in TRUTH_WORDS:
-        return TRUTH_WORDS.index(str(value).lower()) < 6
+        return str(value).lower() in TRUE_WORDS
     return value
 
 

@@ -32,11 +32,12 @@ _VALUED_UNSUPPORTED = {  # these ask for something by being set at all
 _PRECISIONS = ("no", "fp16", "bf16")
 
 
-TRUTH_WORDS = ("1", "true", "yes", "y", "t", "on", "0", "false", "no", "n", "f", "off")  # Accelerate's str_to_bool
+TRUE_WORDS = ("1", "true", "yes", "y", "t", "on")  # Accelerate's str_to_bool: these are True,
+TRUTH_WORDS = TRUE_WORDS + ("0", "false", "no", "n", "f", "off")  # these and the false ones its only words
 
 
 def _flag(value: str) -> bool:
-    return value.strip().lower() in TRUTH_WORDS[:6]  # Accelerate's str_to_bool
+    return value.strip().lower() in TRUE_WORDS
 
 
 @dataclass
